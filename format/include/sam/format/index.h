@@ -1,0 +1,315 @@
+// Read access to a static suffix-automaton index file (format v1).
+//
+// Usage:
+//
+//   #include "sam/format/index.h"
+//   auto index = sam::format::IndexFile::Open("corpus.sam");   // O(1): mmap + header checks
+//   const sam::format::IndexView& v = index.view();
+//   uint64_t state = sam::format::kRoot;
+//   for (uint32_t token : query) {                             // longest-suffix matching
+//     state = v.Next(state, token); if (state == sam::format::kNoState) break;
+//   }
+//   uint64_t end = v.MinEndpos(state);                         // first occurrence ends here
+//   for (uint64_t p = end + 1; p <= v.num_tokens() && !v.IsDocumentEnd(p); ++p)
+//     draft.push_back(v.Token(p));                             // what followed it
+//
+// Model. The corpus is the concatenation of documents, each "BOS? tokens SEP"
+// where SEP = separator() = vocab_size() is an id outside the vocabulary that
+// marks a document end. Positions are 1-based: Token(1..num_tokens()).
+// States are numbered 0 = root, 1..N = the state created at position i
+// (len = i, min_endpos = i, count = 1), N+1..N+C = clones. Transitions on SEP
+// are not stored, so no match ever crosses a document boundary.
+//
+// Thread safety: an IndexView is immutable; any number of threads may use one
+// concurrently. It borrows the memory of its IndexFile, which must outlive it.
+// Robustness: accessors never read outside the mapped sections, even on a
+// corrupted file that passed the cheap open checks (impossible values read as
+// kNoState / 0); IndexFile::Open with verify = true finds such corruption.
+#ifndef SAM_FORMAT_INDEX_H_
+#define SAM_FORMAT_INDEX_H_
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sam/format/error.h"
+#include "sam/format/packed.h"
+
+namespace sam::format {
+
+inline constexpr uint64_t kRoot = 0;
+inline constexpr uint64_t kNoState = ~uint64_t{0};
+inline constexpr uint32_t kNoToken = ~uint32_t{0};
+
+using Sha256Digest = std::array<uint8_t, 32>;
+
+// The fixed-size header's parameters (FORMAT.md, "Header").
+struct IndexHeader {
+  uint16_t major_version = 0;
+  uint16_t minor_version = 0;
+  uint64_t required_features = 0;
+  uint64_t optional_features = 0;
+  uint64_t file_size = 0;
+  uint64_t num_tokens = 0;     // N, separators and BOS included
+  uint64_t num_clones = 0;     // C
+  uint64_t num_states = 0;     // 1 + N + C
+  uint64_t num_edges = 0;      // E, explicit transitions (root and implicit ones excluded)
+  uint64_t num_documents = 0;
+  uint64_t num_prefix_counts = 0;  // K: non-clone states 1..K have stored counts
+  uint32_t vocab_size = 0;
+  uint32_t separator_id = 0;   // == vocab_size
+  uint32_t bos_id = kNoToken;  // kNoToken when absent
+  uint32_t eos_id = kNoToken;
+  uint8_t token_width = 0;
+  uint8_t state_width = 0;
+  uint8_t position_width = 0;
+  uint8_t clone_len_width = 0;
+  uint8_t count_width = 0;
+  uint8_t select_width = 0;
+  uint16_t select_rate_log2 = 0;
+  Sha256Digest tokenizer_sha256{};  // all zero when built from pre-tokenized ids
+  bool has_tokenizer() const;
+};
+
+// One corpus of the manifest.
+struct CorpusManifestEntry {
+  std::string name;           // e.g. "alpaca_data.json"
+  std::string kind;           // alpaca, python18k, gsm8k, hagrid, jsonl, text, ids
+  std::string source;         // path given at build time
+  std::string source_sha256;  // hex digest of the source file (or directory listing)
+  uint64_t records = 0;
+  uint64_t documents = 0;
+  uint64_t skipped = 0;
+  uint64_t tokens = 0;
+};
+
+// The cold metadata (META section, zstd-compressed JSON).
+struct Metadata {
+  std::string tool_version;
+  std::string created_utc;
+  std::string tokenizer;          // tokenizer file name given at build time ("" for ids)
+  std::string template_name;      // raw / vicuna
+  std::vector<CorpusManifestEntry> corpora;
+  std::string build_options_json; // the build options as a JSON object
+  std::string json;               // the whole META JSON document
+};
+
+// Size of one section, for reports.
+struct SectionInfo {
+  std::string tag;        // four ASCII characters, e.g. "TEXT"
+  std::string codec;      // "raw" or "zstd"
+  uint64_t offset = 0;
+  uint64_t stored_bytes = 0;
+  uint64_t raw_bytes = 0;
+  uint64_t checksum = 0;  // XXH3-64 of the stored bytes
+  bool required = false;
+};
+
+class IndexView {
+ public:
+  IndexView() = default;
+
+  uint64_t num_tokens() const { return n_; }
+  uint64_t num_states() const { return s_; }
+  uint64_t num_clones() const { return s_ - 1 - n_; }
+  uint64_t num_edges() const { return edges_.size(); }
+  uint32_t vocab_size() const { return vocab_size_; }
+  uint32_t separator() const { return vocab_size_; }
+
+  // Token at 1-based position p in [1, N]; separator() at document ends.
+  uint32_t Token(uint64_t p) const { return static_cast<uint32_t>(text_.Get(p - 1)); }
+  bool IsDocumentEnd(uint64_t p) const { return Token(p) == vocab_size_; }
+
+  bool IsClone(uint64_t v) const { return v > n_; }
+  uint64_t Len(uint64_t v) const {
+    return v <= n_ ? v : clone_len_.Get(v - n_ - 1);
+  }
+  uint64_t Link(uint64_t v) const {
+    uint64_t l = link_.Get(v);
+    return l < s_ ? l : kRoot;
+  }
+  // First end position (1-based) of the state's strings; 0 for the root.
+  uint64_t MinEndpos(uint64_t v) const {
+    if (v <= n_) return v;
+    uint64_t e = clone_min_endpos_.Get(v - n_ - 1);
+    return e <= n_ ? e : 0;
+  }
+  // Number of occurrences (|endpos|) of the state's strings; N for the root.
+  // A non-clone state i holds the prefix of length i, which recurs only for
+  // i <= K (if a prefix recurs so do its prefixes), so counts are stored for
+  // states 1..K and for clones; every other state occurs once.
+  uint64_t Count(uint64_t v) const {
+    if (v == kRoot) return n_;
+    if (v <= n_) return v <= prefix_count_.size() ? prefix_count_.Get(v - 1) : 1;
+    return clone_count_.Get(v - n_ - 1);
+  }
+  // The token every string of state v ends with (kNoToken for the root).
+  uint32_t LastToken(uint64_t v) const {
+    uint64_t e = MinEndpos(v);
+    return e == 0 ? kNoToken : Token(e);
+  }
+
+  // Transition from v on token c, or kNoState. O(log degree); the common
+  // cases (root, the implicit transition of a non-clone state) are O(1).
+  uint64_t Next(uint64_t v, uint32_t c) const {
+    if (c >= vocab_size_) return kNoState;
+    if (v == kRoot) {
+      uint64_t t = root_.Get(c);
+      return (t != 0 && t < s_) ? t : kNoState;
+    }
+    if (v < n_ && text_.Get(v) == c) return v + 1;  // implicit v -> v+1
+    auto [lo, hi] = EdgeRange(v);
+    while (hi - lo > 8) {  // binary search on the implicit labels
+      uint64_t mid = lo + (hi - lo) / 2;
+      uint64_t t = edges_.Get(mid);
+      uint32_t label = LabelOfTarget(t);  // kNoToken (corrupt) sorts last
+      if (label == c) return t;
+      if (label < c) lo = mid + 1; else hi = mid;
+    }
+    for (; lo < hi; ++lo) {
+      uint64_t t = edges_.Get(lo);
+      uint32_t label = LabelOfTarget(t);
+      if (label == c) return t;
+      if (label > c) break;
+    }
+    return kNoState;
+  }
+
+  // Calls f(token, target) for every outgoing transition of v in increasing
+  // token order (document-end transitions excluded).
+  template <typename F>
+  void ForEachChild(uint64_t v, F&& f) const {
+    if (v == kRoot) {
+      for (uint32_t c = 0; c < vocab_size_; ++c) {
+        uint64_t t = root_.Get(c);
+        if (t != 0 && t < s_) f(c, t);
+      }
+      return;
+    }
+    uint32_t implicit = (v < n_) ? static_cast<uint32_t>(text_.Get(v)) : kNoToken;
+    bool implicit_done = implicit >= vocab_size_;
+    auto [lo, hi] = EdgeRange(v);
+    for (; lo < hi; ++lo) {
+      uint64_t t = edges_.Get(lo);
+      if (t >= s_) continue;
+      uint32_t label = LabelOfTarget(t);
+      if (label == kNoToken) continue;
+      if (!implicit_done && implicit < label) { f(implicit, v + 1); implicit_done = true; }
+      f(label, t);
+    }
+    if (!implicit_done) f(implicit, v + 1);
+  }
+  // Number of outgoing transitions (document-end transitions excluded).
+  uint64_t Degree(uint64_t v) const;
+
+  // [begin, end) of v's explicit transitions in the edge array.
+  std::pair<uint64_t, uint64_t> EdgeRange(uint64_t v) const {
+    uint64_t end_one = Select1(v);
+    uint64_t end = end_one - v;
+    if (v == 0) return {0, end};
+    uint64_t prev_one = PrevOne(end_one);
+    uint64_t begin = prev_one - (v - 1);
+    return {begin, end};
+  }
+
+  // Raw sections, for verification and tools.
+  const PackedView& text() const { return text_; }
+  const PackedView& links() const { return link_; }
+  const PackedView& clone_lens() const { return clone_len_; }
+  const PackedView& clone_min_endpos() const { return clone_min_endpos_; }
+  const PackedView& clone_counts() const { return clone_count_; }
+  const PackedView& prefix_counts() const { return prefix_count_; }
+  const PackedView& root_table() const { return root_; }
+  const PackedView& edges() const { return edges_; }
+
+ private:
+  friend class IndexFile;
+
+  uint32_t LabelOfTarget(uint64_t t) const {
+    if (t >= s_ || t == kRoot) return kNoToken;
+    uint64_t e = MinEndpos(t);
+    return e == 0 ? kNoToken : Token(e);
+  }
+  // Position of the k-th one (0-based) of the degree bit vector; a corrupt
+  // vector returns its bit length.
+  uint64_t Select1(uint64_t k) const;
+  // Position of the last one strictly before position pos (pos > 0 and
+  // such a one exists for every state but the first).
+  uint64_t PrevOne(uint64_t pos) const;
+
+  uint64_t n_ = 0;
+  uint64_t s_ = 1;
+  uint32_t vocab_size_ = 0;
+  PackedView text_, link_, clone_len_, clone_min_endpos_, clone_count_, prefix_count_, root_,
+      edges_;
+  const uint64_t* degree_bits_ = nullptr;  // S ones (state ends) and E zeros
+  uint64_t degree_bit_count_ = 0;
+  PackedView select_samples_;              // position of every 2^r-th one
+  unsigned select_rate_log2_ = 6;
+};
+
+struct OpenOptions {
+  // Checks every checksum, every stored value and the self-test samples
+  // (O(file size)); without it, opening is O(1) in the index size.
+  bool verify = false;
+  // When set, an index whose tokenizer fingerprint differs is refused
+  // (ErrorCode::kTokenizerMismatch), and so is one built from raw ids.
+  std::optional<Sha256Digest> expected_tokenizer_sha256;
+  // When set, an index with another vocabulary size is refused.
+  std::optional<uint32_t> expected_vocab_size;
+};
+
+// An open index file. Movable, not copyable. Holds the mapping (or buffer).
+class IndexFile {
+ public:
+  // Memory-maps path read-only (Boost.Interprocess) and checks the header and
+  // the section table. Throws FormatError.
+  static IndexFile Open(const std::string& path, const OpenOptions& options = {});
+  // Reads the whole file into memory instead of mapping it.
+  static IndexFile Read(const std::string& path, const OpenOptions& options = {});
+  // Uses a caller's buffer, which must stay valid and unchanged while the
+  // IndexFile lives, and be 8-byte aligned. `name` is used in messages.
+  static IndexFile FromBuffer(const void* data, size_t size, const std::string& name,
+                              const OpenOptions& options = {});
+
+  IndexFile(IndexFile&&) noexcept;
+  IndexFile& operator=(IndexFile&&) noexcept;
+  ~IndexFile();
+
+  const IndexView& view() const { return view_; }
+  const IndexHeader& header() const { return header_; }
+  const std::string& path() const { return path_; }
+  const std::vector<SectionInfo>& sections() const { return sections_; }
+  // Parses the META section (zstd JSON). Throws FormatError if corrupt.
+  Metadata ReadMetadata() const;
+  // The vocabulary pieces stored at build time (VOCB section); empty if absent.
+  std::vector<std::string> ReadVocabulary() const;
+
+  // Deep checks: every checksum, the structure of every section and the
+  // self-test samples. Throws FormatError naming the first problem.
+  void Verify() const;
+
+ private:
+  struct Storage;
+  IndexFile();
+  void Init(const OpenOptions& options);
+  const uint8_t* SectionData(const SectionInfo& s) const;
+  const SectionInfo* FindSection(const char* tag) const;
+  std::vector<uint8_t> SectionBytes(const SectionInfo& s) const;  // decompressed
+
+  std::unique_ptr<Storage> storage_;
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+  std::string path_;
+  IndexHeader header_;
+  std::vector<SectionInfo> sections_;
+  IndexView view_;
+};
+
+}  // namespace sam::format
+
+#endif  // SAM_FORMAT_INDEX_H_

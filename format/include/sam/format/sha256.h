@@ -1,0 +1,25 @@
+// SHA-256 fingerprints of tokenizer models and corpus files.
+//
+//   sam::format::Sha256Digest d = sam::format::Sha256File("llama-32k.model");
+//   std::string hex = sam::format::DigestToHex(d);
+#ifndef SAM_FORMAT_SHA256_H_
+#define SAM_FORMAT_SHA256_H_
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+#include "sam/format/index.h"
+
+namespace sam::format {
+
+Sha256Digest Sha256(const void* data, size_t size);
+// Hashes a whole file; throws FormatError(kIo) naming the file on failure.
+Sha256Digest Sha256File(const std::string& path);
+std::string DigestToHex(const Sha256Digest& digest);
+// Parses 64 hex digits; throws FormatError(kInvalidArgument) otherwise.
+Sha256Digest DigestFromHex(std::string_view hex);
+
+}  // namespace sam::format
+
+#endif  // SAM_FORMAT_SHA256_H_

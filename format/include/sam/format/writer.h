@@ -1,0 +1,57 @@
+// Writing index files atomically.
+//
+//   sam::format::IndexWriter w("out.sam");          // creates out.sam.tmp-<pid>
+//   w.AddSection("TEXT", text_bytes);                 // streamed to disk, page-aligned
+//   ...
+//   w.AddSection("META", json_bytes, /*compress=*/true);
+//   w.Finish(header);                                 // table + header, fsync, rename
+//
+// Until Finish() succeeds the final path is untouched; a writer destroyed
+// without Finish() (an exception, a crash) removes its temporary file, and a
+// crash leaves only a temporary file whose magic marks it incomplete.
+#ifndef SAM_FORMAT_WRITER_H_
+#define SAM_FORMAT_WRITER_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sam/format/index.h"
+
+namespace sam::format {
+
+class IndexWriter {
+ public:
+  explicit IndexWriter(const std::string& path);
+  ~IndexWriter();
+  IndexWriter(const IndexWriter&) = delete;
+  IndexWriter& operator=(const IndexWriter&) = delete;
+
+  // Appends one section. Tags are four ASCII characters (FORMAT.md lists
+  // them); compress selects zstd (only for cold sections).
+  void AddSection(const std::string& tag, std::span<const uint8_t> bytes,
+                  bool compress = false);
+  // Writes the section table and the header (the fields that describe the
+  // automaton come from header; versions, features, sizes are filled in),
+  // fsyncs, renames to the final path and fsyncs the directory.
+  void Finish(const IndexHeader& header);
+  // Bytes written so far per section, for reports.
+  const std::vector<SectionInfo>& sections() const { return sections_; }
+
+ private:
+  void WriteAt(uint64_t offset, const void* data, size_t size);
+  void Abort() noexcept;
+
+  std::string path_;
+  std::string temp_path_;
+  int fd_ = -1;
+  uint64_t end_ = 0;
+  std::vector<SectionInfo> sections_;
+  bool finished_ = false;
+};
+
+}  // namespace sam::format
+
+#endif  // SAM_FORMAT_WRITER_H_

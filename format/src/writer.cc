@@ -1,0 +1,186 @@
+// Atomic index writing: sections are streamed to "<path>.tmp-<pid>" after a
+// placeholder header whose magic marks the file incomplete; Finish() writes
+// the section table and the real header last, fsyncs, renames over the final
+// path and fsyncs the directory (KenLM's kMagicIncomplete / FinishFile).
+#include "sam/format/writer.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "layout.h"
+
+namespace sam::format {
+namespace {
+
+using namespace layout;
+
+[[noreturn]] void Fail(ErrorCode code, const std::string& file, const std::string& what) {
+  throw FormatError(code, file + ": " + what);
+}
+
+std::string Errno() { return std::strerror(errno); }
+
+}  // namespace
+
+IndexWriter::IndexWriter(const std::string& path) : path_(path) {
+  temp_path_ = path + ".tmp-" + std::to_string(::getpid());
+  fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) Fail(ErrorCode::kIo, path, "cannot create " + temp_path_ + ": " + Errno());
+  uint8_t head[kHeaderSize] = {};
+  std::memcpy(head, kMagicIncomplete, 8);
+  try {
+    WriteAt(0, head, sizeof(head));
+  } catch (...) {
+    Abort();
+    throw;
+  }
+  end_ = kHeaderSize + kMaxSections * kSectionEntrySize;
+}
+
+IndexWriter::~IndexWriter() {
+  if (!finished_) Abort();
+}
+
+void IndexWriter::Abort() noexcept {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+}
+
+void IndexWriter::WriteAt(uint64_t offset, const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t w = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      Fail(ErrorCode::kIo, path_, "write failed: " + Errno());
+    }
+    p += w;
+    offset += static_cast<uint64_t>(w);
+    size -= static_cast<size_t>(w);
+  }
+}
+
+void IndexWriter::AddSection(const std::string& tag, std::span<const uint8_t> bytes,
+                             bool compress) {
+  if (finished_ || fd_ < 0) Fail(ErrorCode::kInvalidArgument, path_, "writer is closed");
+  if (tag.size() != 4) Fail(ErrorCode::kInvalidArgument, path_, "bad section tag " + tag);
+  if (sections_.size() >= kMaxSections)
+    Fail(ErrorCode::kInvalidArgument, path_, "too many sections");
+  SectionInfo s;
+  s.tag = tag;
+  s.raw_bytes = bytes.size();
+  std::vector<uint8_t> packed;
+  std::span<const uint8_t> stored = bytes;
+  if (compress) {
+    packed.resize(ZSTD_compressBound(bytes.size()));
+    const size_t got = ZSTD_compress(packed.data(), packed.size(), bytes.data(), bytes.size(), 19);
+    if (ZSTD_isError(got))
+      Fail(ErrorCode::kCompression, path_,
+           "section " + tag + ": zstd compression failed: " + ZSTD_getErrorName(got));
+    packed.resize(got);
+    stored = packed;
+    s.codec = "zstd";
+  } else {
+    s.codec = "raw";
+  }
+  s.offset = compress ? AlignUp(end_, 8) : AlignUp(end_, kAlignment);
+  s.stored_bytes = stored.size();
+  s.checksum = XXH3_64bits(stored.data(), stored.size());
+  WriteAt(s.offset, stored.data(), stored.size());
+  end_ = s.offset + s.stored_bytes;
+  sections_.push_back(s);
+}
+
+void IndexWriter::Finish(const IndexHeader& in) {
+  if (finished_ || fd_ < 0) Fail(ErrorCode::kInvalidArgument, path_, "writer is closed");
+  try {
+    const uint32_t nsec = static_cast<uint32_t>(sections_.size());
+    std::vector<uint8_t> table(uint64_t{nsec} * kSectionEntrySize, 0);
+    uint64_t optional = 0;
+    for (uint32_t i = 0; i < nsec; ++i) {
+      const SectionInfo& s = sections_[i];
+      uint8_t* t = table.data() + uint64_t{i} * kSectionEntrySize;
+      Write32(t + kSecTag, TagValue(s.tag.c_str()));
+      Write32(t + kSecCodec, s.codec == "zstd" ? kCodecZstd : kCodecRaw);
+      const bool required = s.tag != "VOCB" && s.tag != "TEST";
+      Write32(t + kSecFlags, required ? kSectionRequired : 0);
+      Write64(t + kSecOffset, s.offset);
+      Write64(t + kSecStored, s.stored_bytes);
+      Write64(t + kSecRaw, s.raw_bytes);
+      Write64(t + kSecChecksum, s.checksum);
+      if (s.tag == "VOCB") optional |= kFeatureVocabulary;
+      if (s.tag == "TEST") optional |= kFeatureSelfTest;
+      sections_[i].required = required;
+    }
+    uint8_t head[kHeaderSize] = {};
+    std::memcpy(head + kOffMagic, kMagic, 8);
+    Write16(head + kOffMajor, kMajorVersion);
+    Write16(head + kOffMinor, kMinorVersion);
+    Write32(head + kOffByteOrder, kByteOrderMark);
+    Write64(head + kOffRequired, kFeatureAutomatonV1);
+    Write64(head + kOffOptional, optional);
+    Write64(head + kOffFileSize, end_);
+    Write32(head + kOffHeaderSize, kHeaderSize);
+    Write32(head + kOffSectionCount, nsec);
+    Write32(head + kOffSectionTable, kHeaderSize);
+    Write32(head + kOffAlignment, kAlignment);
+    Write64(head + kOffNumTokens, in.num_tokens);
+    Write64(head + kOffNumClones, in.num_clones);
+    Write64(head + kOffNumStates, in.num_states);
+    Write64(head + kOffNumEdges, in.num_edges);
+    Write64(head + kOffNumDocuments, in.num_documents);
+    Write64(head + kOffNumPrefixCounts, in.num_prefix_counts);
+    Write32(head + kOffVocabSize, in.vocab_size);
+    Write32(head + kOffSeparator, in.separator_id);
+    Write32(head + kOffBos, in.bos_id);
+    Write32(head + kOffEos, in.eos_id);
+    head[kOffTokenWidth] = in.token_width;
+    head[kOffStateWidth] = in.state_width;
+    head[kOffPositionWidth] = in.position_width;
+    head[kOffCloneLenWidth] = in.clone_len_width;
+    head[kOffCountWidth] = in.count_width;
+    head[kOffSelectWidth] = in.select_width;
+    Write16(head + kOffSelectRateLog2, in.select_rate_log2);
+    std::memcpy(head + kOffTokenizerSha, in.tokenizer_sha256.data(), 32);
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, head, kHeaderSize);
+    XXH3_64bits_update(st, table.data(), table.size());
+    Write64(head + kOffHeaderChecksum, XXH3_64bits_digest(st));
+    XXH3_freeState(st);
+
+    if (::ftruncate(fd_, static_cast<off_t>(end_)) != 0)
+      Fail(ErrorCode::kIo, path_, "cannot size the file: " + Errno());
+    WriteAt(kHeaderSize, table.data(), table.size());
+    if (::fsync(fd_) != 0) Fail(ErrorCode::kIo, path_, "fsync failed: " + Errno());
+    WriteAt(0, head, kHeaderSize);  // the header last: only now is the file valid
+    if (::fsync(fd_) != 0) Fail(ErrorCode::kIo, path_, "fsync failed: " + Errno());
+    if (::close(fd_) != 0) {
+      fd_ = -1;
+      Fail(ErrorCode::kIo, path_, "close failed: " + Errno());
+    }
+    fd_ = -1;
+    if (std::rename(temp_path_.c_str(), path_.c_str()) != 0)
+      Fail(ErrorCode::kIo, path_, "cannot rename " + temp_path_ + ": " + Errno());
+    finished_ = true;
+    std::filesystem::path dir = std::filesystem::path(path_).parent_path();
+    if (dir.empty()) dir = ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  } catch (...) {
+    if (!finished_) Abort();
+    throw;
+  }
+}
+
+}  // namespace sam::format

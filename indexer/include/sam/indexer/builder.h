@@ -1,0 +1,88 @@
+// Building a static suffix automaton and writing it as an index file.
+//
+//   sam::indexer::SuffixAutomatonBuilder b(/*vocab_size=*/32000);
+//   b.AddDocument(ids1);                // BOS (if wanted) included by the caller
+//   b.AddDocument(ids2);                // a document end is appended for each
+//   sam::indexer::IndexInfo info;       // tokenizer fingerprint, ids, metadata
+//   auto report = b.Write("corpus.sam", info);
+//
+// Construction is Blumer et al.'s online algorithm over the concatenation of
+// the documents, each followed by a separator id (= vocab_size) that no
+// transition of the written index carries, so matches never cross documents.
+// States created at position i are numbered i (their length and first end
+// position are i and need no storage); transitions i-1 -> i are implicit.
+// Memory: about 40 bytes per token while building.
+//
+// Not thread-safe; one builder per thread.
+#ifndef SAM_INDEXER_BUILDER_H_
+#define SAM_INDEXER_BUILDER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sam/format/index.h"
+
+namespace sam::indexer {
+
+// Everything about an index that is not the automaton itself.
+struct IndexInfo {
+  format::Sha256Digest tokenizer_sha256{};  // zero for pre-tokenized input
+  uint32_t bos_id = format::kNoToken;
+  uint32_t eos_id = format::kNoToken;
+  std::string metadata_json = "{}";         // META section (a JSON object)
+  std::vector<std::string> vocabulary;      // pieces for VOCB (empty: no section)
+  uint32_t self_test_samples = 64;          // TEST section samples
+  uint64_t self_test_seed = 12345;
+};
+
+// Sizes and timings of a written index.
+struct WriteReport {
+  uint64_t tokens = 0, documents = 0, states = 0, clones = 0, transitions = 0;
+  uint64_t explicit_edges = 0;
+  uint64_t file_bytes = 0;
+  std::vector<format::SectionInfo> sections;
+  double freeze_seconds = 0, write_seconds = 0;
+};
+
+class SuffixAutomatonBuilder {
+ public:
+  // vocab_size bounds the ids; expected_tokens reserves memory up front.
+  explicit SuffixAutomatonBuilder(uint32_t vocab_size, uint64_t expected_tokens = 0);
+  ~SuffixAutomatonBuilder();
+  SuffixAutomatonBuilder(const SuffixAutomatonBuilder&) = delete;
+  SuffixAutomatonBuilder& operator=(const SuffixAutomatonBuilder&) = delete;
+
+  // Appends one document and its end. Ids must be < vocab_size (throws
+  // format::FormatError(kInvalidArgument) naming the id otherwise). Empty
+  // documents are ignored.
+  void AddDocument(std::span<const uint32_t> ids);
+
+  uint64_t num_tokens() const;     // including one separator per document
+  uint64_t num_documents() const;
+  uint64_t num_states() const;     // root included
+  uint64_t num_clones() const;
+  uint64_t memory_bytes() const;   // bytes held by the construction structures
+
+  // Freezes the automaton into format v1 and writes it atomically. The
+  // builder is consumed (its memory is released while writing). Throws
+  // format::FormatError on I/O errors or if no document was added.
+  WriteReport Write(const std::string& path, const IndexInfo& info);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Convenience for tests and small tools: builds an index over in-memory
+// documents (ids as given, no BOS added) and writes it to path.
+WriteReport BuildIndexFile(const std::vector<std::vector<uint32_t>>& documents,
+                           uint32_t vocab_size, const std::string& path,
+                           const IndexInfo& info = {});
+
+}  // namespace sam::indexer
+
+#endif  // SAM_INDEXER_BUILDER_H_

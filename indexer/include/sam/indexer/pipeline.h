@@ -1,0 +1,86 @@
+// The whole offline build: corpora -> documents -> token ids -> automaton ->
+// index file, with per-stage timings and progress reports.
+//
+//   sam::indexer::BuildConfig cfg;
+//   cfg.tokenizer_path = "llama-32k.model";
+//   cfg.corpora = {{"alpaca", "data/alpaca/alpaca_data.json"}};
+//   cfg.output_path = "alpaca.sam";
+//   sam::indexer::BuildReport r = sam::indexer::BuildIndex(cfg, [](const auto& p) {...});
+//
+// Errors (bad flags, unreadable or malformed corpora, a tokenizer that cannot
+// be loaded, ids outside the vocabulary, I/O) are thrown as BuildError with a
+// message naming the file and the problem; the output path is then untouched.
+#ifndef SAM_INDEXER_PIPELINE_H_
+#define SAM_INDEXER_PIPELINE_H_
+
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sam/format/index.h"
+
+namespace sam::indexer {
+
+class BuildError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CorpusSpec {
+  std::string kind;  // alpaca, python18k, gsm8k, hagrid, jsonl, text, ids
+  std::string path;
+};
+
+struct BuildConfig {
+  std::string tokenizer_path;     // required unless every corpus is `ids`
+  uint32_t vocab_size = 0;        // for ids without a tokenizer
+  std::vector<CorpusSpec> corpora;
+  std::string template_name = "raw";  // raw | vicuna
+  std::string text_field = "text";    // jsonl
+  std::string text_split = "file";    // text: file | blank-line
+  bool skip_bad = false;
+  bool add_bos = true;            // BOS before each tokenized document (not for ids)
+  unsigned threads = 0;           // tokenizer threads; 0 = all cores
+  std::string output_path;
+  std::string tool_version;
+};
+
+struct CorpusReport {
+  CorpusSpec spec;
+  std::string source_sha256;
+  uint64_t records = 0, documents = 0, skipped = 0, tokens = 0;
+  std::vector<std::string> skip_examples;
+};
+
+struct BuildReport {
+  std::vector<CorpusReport> corpora;
+  uint64_t documents = 0, tokens = 0, states = 0, clones = 0, transitions = 0, edges = 0;
+  uint64_t file_bytes = 0;
+  std::vector<format::SectionInfo> sections;
+  double read_seconds = 0, tokenize_seconds = 0, construct_seconds = 0, write_seconds = 0;
+  double total_seconds = 0;
+  uint64_t peak_rss_bytes = 0;
+  bool segment_cache = false;
+  double cache_hit_rate = 0;
+};
+
+struct Progress {
+  std::string stage;   // "read", "tokenize", "construct", "write"
+  std::string detail;  // e.g. the corpus being read
+  uint64_t done = 0;   // documents done in this corpus
+  uint64_t total = 0;  // documents in this corpus (0 when unknown)
+  uint64_t tokens = 0; // tokens in the automaton so far
+  size_t corpus_index = 0, corpus_count = 0;
+};
+using ProgressFn = std::function<void(const Progress&)>;
+
+BuildReport BuildIndex(const BuildConfig& config, const ProgressFn& progress = nullptr);
+
+// Peak resident set size of this process (VmHWM), 0 if unknown.
+uint64_t PeakRssBytes();
+
+}  // namespace sam::indexer
+
+#endif  // SAM_INDEXER_PIPELINE_H_

@@ -1,0 +1,512 @@
+// Online suffix automaton construction (Blumer et al. 1985) with implicit
+// non-clone states and a compact edge arena, and the freeze into format v1.
+#include "sam/indexer/builder.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstring>
+#include <random>
+
+#include "sam/format/packed.h"
+#include "sam/format/writer.h"
+
+namespace sam::indexer {
+namespace {
+
+using format::ErrorCode;
+using format::FormatError;
+
+constexpr uint32_t kClone = 1u << 31;  // state id tag: clone number in the low bits
+constexpr uint32_t kNil = ~0u;
+constexpr unsigned kSelectRateLog2 = 6;
+
+struct Edge {
+  uint32_t label;
+  uint32_t target;
+};
+
+// A state's explicit edges: a sorted chunk of the arena whose capacity is the
+// power of two at or above the degree.
+struct EdgeList {
+  uint32_t offset = 0;
+  uint32_t degree = 0;
+};
+
+unsigned CapacityClass(uint32_t degree) {  // log2 of the chunk capacity
+  return degree <= 1 ? 0 : static_cast<unsigned>(std::bit_width(degree - 1));
+}
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+}  // namespace
+
+struct SuffixAutomatonBuilder::Impl {
+  uint32_t vocab_size;
+  uint32_t separator;
+  uint64_t documents = 0;
+  uint32_t last = 0;
+
+  std::vector<uint32_t> text;          // text[p] = token at position p + 1
+  std::vector<uint32_t> nc_link;       // index = position (0 = root)
+  std::vector<EdgeList> nc_edges;
+  std::vector<uint32_t> cl_len, cl_link, cl_mep;
+  std::vector<EdgeList> cl_edges;
+  std::vector<uint32_t> root_next;     // dense root transitions (0 = none)
+  std::vector<Edge> arena;
+  std::vector<std::vector<uint32_t>> free_chunks;  // per capacity class
+
+  uint32_t Len(uint32_t v) const { return (v & kClone) ? cl_len[v & ~kClone] : v; }
+  uint32_t Link(uint32_t v) const { return (v & kClone) ? cl_link[v & ~kClone] : nc_link[v]; }
+  void SetLink(uint32_t v, uint32_t l) {
+    if (v & kClone) cl_link[v & ~kClone] = l; else nc_link[v] = l;
+  }
+  uint32_t Mep(uint32_t v) const { return (v & kClone) ? cl_mep[v & ~kClone] : v; }
+  EdgeList& Edges(uint32_t v) { return (v & kClone) ? cl_edges[v & ~kClone] : nc_edges[v]; }
+  const EdgeList& Edges(uint32_t v) const {
+    return (v & kClone) ? cl_edges[v & ~kClone] : nc_edges[v];
+  }
+
+  // Index of label in the chunk, or the insertion point with found = false.
+  uint32_t Find(const EdgeList& l, uint32_t c, bool* found) const {
+    const Edge* e = arena.data() + l.offset;
+    uint32_t lo = 0, hi = l.degree;
+    while (hi - lo > 8) {
+      const uint32_t mid = (lo + hi) / 2;
+      if (e[mid].label < c) lo = mid + 1; else hi = mid;
+    }
+    while (lo < hi && e[lo].label < c) ++lo;
+    *found = lo < l.degree && e[lo].label == c;
+    return lo;
+  }
+
+  uint32_t Get(uint32_t p, uint32_t c) const {
+    if (p == 0) return root_next[c];
+    if (!(p & kClone) && p < text.size() && text[p] == c) return p + 1;  // implicit
+    const EdgeList& l = Edges(p);
+    if (l.degree == 0) return 0;
+    bool found;
+    const uint32_t i = Find(l, c, &found);
+    return found ? arena[l.offset + i].target : 0;
+  }
+
+  uint32_t Allocate(unsigned cls) {
+    auto& fl = free_chunks[cls];
+    if (!fl.empty()) {
+      const uint32_t off = fl.back();
+      fl.pop_back();
+      return off;
+    }
+    const uint64_t off = arena.size();
+    if (off + (uint64_t{1} << cls) >= kNil)
+      throw FormatError(ErrorCode::kInvalidArgument,
+                        "corpus too large for the builder's 32-bit edge arena");
+    arena.resize(off + (uint64_t{1} << cls));
+    return static_cast<uint32_t>(off);
+  }
+
+  // Sets an explicit transition (inserting or overwriting).
+  void Set(uint32_t p, uint32_t c, uint32_t target) {
+    if (p == 0) {
+      root_next[c] = target;
+      return;
+    }
+    EdgeList& l = Edges(p);
+    bool found = false;
+    const uint32_t i = l.degree ? Find(l, c, &found) : 0;
+    if (found) {
+      arena[l.offset + i].target = target;
+      return;
+    }
+    const unsigned cls = CapacityClass(l.degree);
+    if (l.degree == 0 || l.degree == (1u << cls)) {  // full (or none): move to a bigger chunk
+      const unsigned new_cls = l.degree == 0 ? 0 : cls + 1;
+      const uint32_t off = Allocate(new_cls);  // may reallocate the arena
+      Edge* dst = arena.data() + off;
+      const Edge* src = arena.data() + l.offset;
+      std::copy(src, src + i, dst);
+      dst[i] = {c, target};
+      std::copy(src + i, src + l.degree, dst + i + 1);
+      if (l.degree) free_chunks[cls].push_back(l.offset);
+      l.offset = off;
+    } else {
+      Edge* e = arena.data() + l.offset;
+      std::copy_backward(e + i, e + l.degree, e + l.degree + 1);
+      e[i] = {c, target};
+    }
+    ++l.degree;
+  }
+
+  uint32_t NewClone(uint32_t p, uint32_t q) {
+    const uint32_t k = static_cast<uint32_t>(cl_len.size());
+    if (k >= kClone - 1)
+      throw FormatError(ErrorCode::kInvalidArgument, "too many states for the builder");
+    const uint32_t clone = k | kClone;
+    cl_len.push_back(Len(p) + 1);
+    cl_link.push_back(Link(q));
+    cl_mep.push_back(Mep(q));
+    cl_edges.push_back({});
+    // Copy q's transitions: its explicit ones and, for a non-clone, the
+    // implicit q -> q+1 (which becomes explicit for the clone).
+    const EdgeList src = Edges(q);
+    const bool implicit = !(q & kClone) && q < text.size();
+    const uint32_t degree = src.degree + (implicit ? 1 : 0);
+    if (degree > 0) {
+      const unsigned cls = CapacityClass(degree);
+      const uint32_t off = Allocate(cls);
+      Edge* dst = arena.data() + off;
+      const Edge* s = arena.data() + src.offset;
+      uint32_t j = 0;
+      bool placed = !implicit;
+      for (uint32_t i = 0; i < src.degree; ++i) {
+        if (!placed && text[q] < s[i].label) {
+          dst[j++] = {text[q], q + 1};
+          placed = true;
+        }
+        dst[j++] = s[i];
+      }
+      if (!placed) dst[j++] = {text[q], q + 1};
+      cl_edges.back() = {off, degree};
+    }
+    return clone;
+  }
+
+  void Extend(uint32_t c) {
+    text.push_back(c);
+    const uint32_t cur = static_cast<uint32_t>(text.size());
+    nc_link.push_back(0);
+    nc_edges.push_back({});
+    // last -> cur is the implicit transition; start the climb above it.
+    uint32_t p = last == 0 ? 0 : Link(last);
+    while (p != kNil && Get(p, c) == 0) {
+      Set(p, c, cur);
+      p = p == 0 ? kNil : Link(p);
+    }
+    if (p == kNil) {
+      SetLink(cur, 0);
+    } else {
+      const uint32_t q = Get(p, c);
+      if (Len(p) + 1 == Len(q)) {
+        SetLink(cur, q);
+      } else {
+        const uint32_t clone = NewClone(p, q);
+        while (p != kNil && Get(p, c) == q) {
+          Set(p, c, clone);
+          p = p == 0 ? kNil : Link(p);
+        }
+        SetLink(q, clone);
+        SetLink(cur, clone);
+      }
+    }
+    last = cur;
+  }
+
+  uint64_t Map(uint32_t v) const {
+    return (v & kClone) ? text.size() + 1 + (v & ~kClone) : v;
+  }
+
+  uint64_t MemoryBytes() const {
+    return text.capacity() * 4 + nc_link.capacity() * 4 + nc_edges.capacity() * 8 +
+           (cl_len.capacity() + cl_link.capacity() + cl_mep.capacity()) * 4 +
+           cl_edges.capacity() * 8 + root_next.capacity() * 4 + arena.capacity() * 8;
+  }
+};
+
+SuffixAutomatonBuilder::SuffixAutomatonBuilder(uint32_t vocab_size, uint64_t expected_tokens)
+    : impl_(std::make_unique<Impl>()) {
+  if (vocab_size == 0 || vocab_size >= (1u << 31))
+    throw FormatError(ErrorCode::kInvalidArgument,
+                      "vocab size " + std::to_string(vocab_size) + " outside [1, 2^31)");
+  if (expected_tokens >= (kClone - 2))
+    throw FormatError(ErrorCode::kInvalidArgument,
+                      "corpus of " + std::to_string(expected_tokens) +
+                          " tokens exceeds the builder's limit of 2^31 tokens");
+  impl_->vocab_size = vocab_size;
+  impl_->separator = vocab_size;
+  impl_->root_next.assign(uint64_t{vocab_size} + 1, 0);
+  impl_->free_chunks.resize(33);
+  impl_->nc_link.push_back(kNil);  // the root
+  impl_->nc_edges.push_back({});
+  if (expected_tokens) {
+    impl_->text.reserve(expected_tokens);
+    impl_->nc_link.reserve(expected_tokens + 1);
+    impl_->nc_edges.reserve(expected_tokens + 1);
+    const uint64_t clones = expected_tokens / 2;
+    impl_->cl_len.reserve(clones);
+    impl_->cl_link.reserve(clones);
+    impl_->cl_mep.reserve(clones);
+    impl_->cl_edges.reserve(clones);
+    impl_->arena.reserve(expected_tokens * 3 / 2);
+  }
+}
+
+SuffixAutomatonBuilder::~SuffixAutomatonBuilder() = default;
+
+void SuffixAutomatonBuilder::AddDocument(std::span<const uint32_t> ids) {
+  if (ids.empty()) return;
+  Impl& m = *impl_;
+  if (m.text.size() + ids.size() + 1 >= kClone - 2)
+    throw FormatError(ErrorCode::kInvalidArgument,
+                      "corpus exceeds the builder's limit of 2^31 tokens");
+  for (uint32_t id : ids)
+    if (id >= m.vocab_size)
+      throw FormatError(ErrorCode::kInvalidArgument,
+                        "token id " + std::to_string(id) + " in document " +
+                            std::to_string(m.documents) + " is not below the vocab size " +
+                            std::to_string(m.vocab_size));
+  for (uint32_t id : ids) m.Extend(id);
+  m.Extend(m.separator);
+  ++m.documents;
+}
+
+uint64_t SuffixAutomatonBuilder::num_tokens() const { return impl_->text.size(); }
+uint64_t SuffixAutomatonBuilder::num_documents() const { return impl_->documents; }
+uint64_t SuffixAutomatonBuilder::num_states() const {
+  return 1 + impl_->text.size() + impl_->cl_len.size();
+}
+uint64_t SuffixAutomatonBuilder::num_clones() const { return impl_->cl_len.size(); }
+uint64_t SuffixAutomatonBuilder::memory_bytes() const { return impl_->MemoryBytes(); }
+
+WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexInfo& info) {
+  Impl& m = *impl_;
+  if (m.documents == 0)
+    throw FormatError(ErrorCode::kInvalidArgument,
+                      path + ": no documents to index (all inputs were empty)");
+  const auto t0 = std::chrono::steady_clock::now();
+  const uint64_t n = m.text.size(), c = m.cl_len.size(), s = 1 + n + c;
+  WriteReport report;
+  report.tokens = n;
+  report.documents = m.documents;
+  report.states = s;
+  report.clones = c;
+
+  // Occurrence counts: 1 for every non-clone state, then cnt[link[v]] += cnt[v]
+  // in decreasing length order. Non-clone i has length i, so only the clones
+  // need a counting sort by length.
+  std::vector<uint32_t> cl_cnt(c, 0);
+  std::vector<uint32_t> nc_cnt(n + 1, 1);
+  {
+    uint32_t max_len = 0;
+    for (uint32_t l : m.cl_len) max_len = std::max(max_len, l);
+    std::vector<uint32_t> start(uint64_t{max_len} + 2, 0);
+    for (uint32_t l : m.cl_len) ++start[l + 1];
+    for (uint64_t l = 1; l < start.size(); ++l) start[l] += start[l - 1];
+    std::vector<uint32_t> by_len(c);
+    {
+      std::vector<uint32_t> fill(start.begin(), start.end() - 1);
+      for (uint32_t k = 0; k < c; ++k) by_len[fill[m.cl_len[k]]++] = k;
+    }
+    auto add = [&](uint32_t target, uint32_t amount) {
+      if (target == kNil || target == 0) return;
+      if (target & kClone) cl_cnt[target & ~kClone] += amount; else nc_cnt[target] += amount;
+    };
+    for (uint64_t len = n; len >= 1; --len) {
+      add(m.nc_link[len], nc_cnt[len]);
+      if (len <= max_len)
+        for (uint32_t i = start[len]; i < start[len + 1]; ++i) {
+          const uint32_t k = by_len[i];
+          add(m.cl_link[k], cl_cnt[k]);
+        }
+    }
+  }
+  // Non-clone i holds the length-i prefix; it recurs only for i <= K.
+  uint64_t prefix_counts = n;
+  while (prefix_counts > 0 && nc_cnt[prefix_counts] == 1) --prefix_counts;
+  auto count_of = [&](uint32_t v) -> uint64_t {
+    if (v == 0) return n;
+    return (v & kClone) ? cl_cnt[v & ~kClone] : nc_cnt[v];
+  };
+
+  // Self-test samples: random substrings inside documents, with the answers
+  // of the construction structures.
+  std::vector<uint8_t> tests(4, 0);
+  {
+    std::mt19937_64 rng(info.self_test_seed);
+    uint32_t made = 0;
+    for (uint32_t attempt = 0; made < info.self_test_samples && attempt < info.self_test_samples * 20;
+         ++attempt) {
+      const uint64_t start = 1 + rng() % n;
+      uint64_t len = 1 + rng() % 12;
+      uint64_t ok = 0;
+      while (ok < len && start + ok <= n && m.text[start + ok - 1] != m.separator) ++ok;
+      if (ok == 0) continue;
+      len = ok;
+      uint32_t v = 0;
+      for (uint64_t k = 0; k < len; ++k) v = m.Get(v, m.text[start + k - 1]);
+      uint8_t rec[32];
+      const uint64_t fields[4] = {start, len, count_of(v), v == 0 ? 0 : m.Mep(v)};
+      std::memcpy(rec, fields, 32);
+      tests.insert(tests.end(), rec, rec + 32);
+      ++made;
+    }
+    std::memcpy(tests.data(), &made, 4);
+  }
+
+  // Widths.
+  uint32_t max_clone_len = 1;
+  for (uint32_t l : m.cl_len) max_clone_len = std::max(max_clone_len, l);
+  uint32_t max_count = 1;
+  for (uint32_t k : cl_cnt) max_count = std::max(max_count, k);
+  for (uint64_t i = 1; i <= prefix_counts; ++i) max_count = std::max(max_count, nc_cnt[i]);
+  format::IndexHeader h;
+  h.num_tokens = n;
+  h.num_clones = c;
+  h.num_states = s;
+  h.num_documents = m.documents;
+  h.num_prefix_counts = prefix_counts;
+  h.vocab_size = m.vocab_size;
+  h.separator_id = m.separator;
+  h.bos_id = info.bos_id;
+  h.eos_id = info.eos_id;
+  h.token_width = static_cast<uint8_t>(format::BitsFor(m.vocab_size));
+  h.state_width = static_cast<uint8_t>(format::BitsFor(s - 1));
+  h.position_width = static_cast<uint8_t>(format::BitsFor(n));
+  h.clone_len_width = static_cast<uint8_t>(format::BitsFor(max_clone_len));
+  h.count_width = static_cast<uint8_t>(format::BitsFor(max_count));
+  h.select_rate_log2 = kSelectRateLog2;
+  h.tokenizer_sha256 = info.tokenizer_sha256;
+
+  format::IndexWriter writer(path);
+  auto emit = [&](const char* tag, format::PackedWriter& pw) {
+    const auto bytes = pw.Finish();
+    writer.AddSection(tag, bytes);
+  };
+  {
+    format::PackedWriter pw(h.token_width, n);
+    for (uint32_t t : m.text) pw.Push(t);
+    emit("TEXT", pw);
+  }
+  {
+    format::PackedWriter pw(h.state_width, s);
+    pw.Push(0);
+    for (uint64_t i = 1; i <= n; ++i) pw.Push(m.Map(m.nc_link[i]));
+    for (uint32_t l : m.cl_link) pw.Push(m.Map(l));
+    emit("LINK", pw);
+    std::vector<uint32_t>().swap(m.nc_link);
+    std::vector<uint32_t>().swap(m.cl_link);
+  }
+  {
+    format::PackedWriter pw(h.clone_len_width, c);
+    for (uint32_t l : m.cl_len) pw.Push(l);
+    emit("CLEN", pw);
+    std::vector<uint32_t>().swap(m.cl_len);
+  }
+  {
+    format::PackedWriter pw(h.position_width, c);
+    for (uint32_t e : m.cl_mep) pw.Push(e);
+    emit("CMEP", pw);
+    std::vector<uint32_t>().swap(m.cl_mep);
+  }
+  {
+    format::PackedWriter pw(h.count_width, c);
+    for (uint32_t k : cl_cnt) pw.Push(k);
+    emit("CCNT", pw);
+    std::vector<uint32_t>().swap(cl_cnt);
+  }
+  {
+    format::PackedWriter pw(h.count_width, prefix_counts);
+    for (uint64_t i = 1; i <= prefix_counts; ++i) pw.Push(nc_cnt[i]);
+    emit("NCNT", pw);
+    std::vector<uint32_t>().swap(nc_cnt);
+  }
+  {
+    format::PackedWriter pw(h.state_width, m.vocab_size);
+    for (uint32_t t = 0; t < m.vocab_size; ++t) pw.Push(m.Map(m.root_next[t]));
+    emit("ROOT", pw);
+  }
+  // Explicit edges in final state order, document-end transitions dropped;
+  // the degree bit vector has deg(v) zeros then a one per state.
+  uint64_t edges = 0;
+  {
+    format::PackedWriter edge_pw(h.state_width, n + c);
+    std::vector<uint64_t> bits;
+    bits.reserve((s + n + c) / 64 + 2);
+    std::vector<uint64_t> samples;
+    uint64_t bitpos = 0, ones = 0;
+    auto push_zero = [&] {
+      if ((bitpos >> 6) >= bits.size()) bits.push_back(0);
+      ++bitpos;
+    };
+    auto push_one = [&] {
+      if ((bitpos >> 6) >= bits.size()) bits.push_back(0);
+      bits[bitpos >> 6] |= uint64_t{1} << (bitpos & 63);
+      if ((ones & ((uint64_t{1} << kSelectRateLog2) - 1)) == 0) samples.push_back(bitpos);
+      ++ones;
+      ++bitpos;
+    };
+    auto emit_state = [&](const EdgeList& l) {
+      const Edge* e = m.arena.data() + l.offset;
+      for (uint32_t i = 0; i < l.degree; ++i) {
+        if (e[i].label == m.separator) continue;
+        edge_pw.Push(m.Map(e[i].target));
+        push_zero();
+        ++edges;
+      }
+      push_one();
+    };
+    push_one();  // the root: its transitions live in ROOT
+    for (uint64_t i = 1; i <= n; ++i) emit_state(m.nc_edges[i]);
+    for (const EdgeList& l : m.cl_edges) emit_state(l);
+    std::vector<EdgeList>().swap(m.nc_edges);
+    std::vector<EdgeList>().swap(m.cl_edges);
+    std::vector<Edge>().swap(m.arena);
+    h.num_edges = edges;
+    emit("EDGE", edge_pw);
+    bits.resize((s + edges + 63) / 64 + 1, 0);
+    writer.AddSection("EDEG", std::span<const uint8_t>(
+                                  reinterpret_cast<const uint8_t*>(bits.data()), bits.size() * 8));
+    h.select_width = static_cast<uint8_t>(format::BitsFor(s + edges));
+    format::PackedWriter sel(h.select_width, samples.size());
+    for (uint64_t pos : samples) sel.Push(pos);
+    emit("ESEL", sel);
+  }
+  report.freeze_seconds = Seconds(t0);
+  const auto t1 = std::chrono::steady_clock::now();
+  writer.AddSection("META", std::span<const uint8_t>(
+                                reinterpret_cast<const uint8_t*>(info.metadata_json.data()),
+                                info.metadata_json.size()),
+                    /*compress=*/true);
+  if (!info.vocabulary.empty()) {
+    std::vector<uint8_t> vb;
+    auto put32 = [&](uint32_t v) {
+      uint8_t b[4];
+      std::memcpy(b, &v, 4);
+      vb.insert(vb.end(), b, b + 4);
+    };
+    put32(static_cast<uint32_t>(info.vocabulary.size()));
+    for (const auto& piece : info.vocabulary) {
+      put32(static_cast<uint32_t>(piece.size()));
+      vb.insert(vb.end(), piece.begin(), piece.end());
+    }
+    writer.AddSection("VOCB", vb, /*compress=*/true);
+  }
+  writer.AddSection("TEST", tests, /*compress=*/true);
+  writer.Finish(h);
+  report.write_seconds = Seconds(t1);
+  report.explicit_edges = edges;
+  report.sections = writer.sections();
+  for (const auto& sec : report.sections)
+    report.file_bytes = std::max(report.file_bytes, sec.offset + sec.stored_bytes);
+  // Transitions = root + implicit (non-clone i -> i+1 within documents) + explicit.
+  uint64_t root_edges = 0;
+  for (uint32_t t = 0; t < m.vocab_size; ++t) root_edges += m.root_next[t] != 0;
+  uint64_t implicit = 0;
+  for (uint64_t i = 1; i < n; ++i) implicit += m.text[i] != m.separator;
+  report.transitions = root_edges + implicit + edges;
+  std::vector<uint32_t>().swap(m.text);
+  return report;
+}
+
+WriteReport BuildIndexFile(const std::vector<std::vector<uint32_t>>& documents,
+                           uint32_t vocab_size, const std::string& path,
+                           const IndexInfo& info) {
+  uint64_t total = 0;
+  for (const auto& d : documents) total += d.size() + 1;
+  SuffixAutomatonBuilder b(vocab_size, total);
+  for (const auto& d : documents) b.AddDocument(d);
+  return b.Write(path, info);
+}
+
+}  // namespace sam::indexer

@@ -1,0 +1,216 @@
+#include "sam/indexer/tokenizer.h"
+
+#include <sentencepiece_processor.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "sam/format/sha256.h"
+
+namespace sam::indexer {
+namespace {
+
+// Minimal protobuf wire-format reader, enough to read the few ModelProto
+// fields that decide whether segment caching is exact.
+struct Wire {
+  const uint8_t* p;
+  const uint8_t* end;
+  bool ok = true;
+
+  uint64_t Varint() {
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64 && p < end; shift += 7) {
+      const uint8_t b = *p++;
+      v |= uint64_t{b & 0x7fu} << shift;
+      if (!(b & 0x80)) return v;
+    }
+    ok = false;
+    return 0;
+  }
+  // Calls f(field, wire_type, varint value, bytes) for every field.
+  template <typename F>
+  void ForEach(F&& f) {
+    while (ok && p < end) {
+      const uint64_t key = Varint();
+      const uint32_t field = static_cast<uint32_t>(key >> 3), type = key & 7;
+      if (type == 0) {
+        const uint64_t v = Varint();
+        f(field, type, v, std::string_view());
+      } else if (type == 2) {
+        const uint64_t len = Varint();
+        if (len > static_cast<uint64_t>(end - p)) { ok = false; return; }
+        f(field, type, 0, std::string_view(reinterpret_cast<const char*>(p), len));
+        p += len;
+      } else if (type == 1) {
+        if (end - p < 8) { ok = false; return; }
+        p += 8;
+      } else if (type == 5) {
+        if (end - p < 4) { ok = false; return; }
+        p += 4;
+      } else {
+        ok = false;
+      }
+    }
+  }
+};
+
+Wire WireOf(std::string_view s) {
+  return Wire{reinterpret_cast<const uint8_t*>(s.data()),
+              reinterpret_cast<const uint8_t*>(s.data()) + s.size()};
+}
+
+constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";  // U+2581
+
+}  // namespace
+
+struct Tokenizer::Impl {
+  sentencepiece::SentencePieceProcessor sp;
+  std::string path;
+  format::Sha256Digest sha{};
+  bool cache_exact = false;
+};
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::Tokenizer(Tokenizer&&) noexcept = default;
+Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
+Tokenizer::~Tokenizer() = default;
+
+Tokenizer Tokenizer::Load(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw TokenizerError(path + ": cannot open tokenizer model");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string bytes = ss.str();
+  auto impl = std::make_unique<Impl>();
+  impl->path = path;
+  const auto status = impl->sp.LoadFromSerializedProto(bytes);
+  if (!status.ok())
+    throw TokenizerError(path + ": not a SentencePiece model (" + status.ToString() + ")");
+  impl->sha = format::Sha256(bytes.data(), bytes.size());
+
+  // Segment caching is exact for a BPE model with the identity normaliser,
+  // a dummy prefix, kept whitespace, whitespace as prefix, and no piece in
+  // which the whitespace marker follows another character.
+  int model_type = 1;  // UNIGRAM is the proto default
+  bool suffix_ws = false, dummy_prefix = true, remove_extra = true, escape_ws = true;
+  std::string norm_name;
+  bool charsmap = false;
+  Wire top = WireOf(bytes);
+  top.ForEach([&](uint32_t field, uint32_t type, uint64_t, std::string_view sub) {
+    if (type != 2) return;
+    if (field == 2) {  // TrainerSpec
+      Wire w = WireOf(sub);
+      w.ForEach([&](uint32_t f, uint32_t t, uint64_t v, std::string_view) {
+        if (t != 0) return;
+        if (f == 3) model_type = static_cast<int>(v);
+        if (f == 24) suffix_ws = v != 0;
+      });
+    } else if (field == 3) {  // NormalizerSpec
+      Wire w = WireOf(sub);
+      w.ForEach([&](uint32_t f, uint32_t t, uint64_t v, std::string_view s) {
+        if (f == 1 && t == 2) norm_name = std::string(s);
+        if (f == 2 && t == 2) charsmap = !s.empty();
+        if (f == 3 && t == 0) dummy_prefix = v != 0;
+        if (f == 4 && t == 0) remove_extra = v != 0;
+        if (f == 5 && t == 0) escape_ws = v != 0;
+      });
+    }
+  });
+  bool exact = top.ok && model_type == 2 && !suffix_ws && dummy_prefix && !remove_extra &&
+               escape_ws && norm_name == "identity" && !charsmap;
+  for (int i = 0; exact && i < impl->sp.GetPieceSize(); ++i) {
+    const std::string piece = impl->sp.IdToPiece(i);
+    for (size_t k = piece.find(kSpaceMarker, 1); k != std::string::npos;
+         k = piece.find(kSpaceMarker, k + kSpaceMarker.size())) {
+      if (k < kSpaceMarker.size() ||
+          piece.compare(k - kSpaceMarker.size(), kSpaceMarker.size(), kSpaceMarker) != 0) {
+        exact = false;
+        break;
+      }
+    }
+  }
+  impl->cache_exact = exact;
+  return Tokenizer(std::move(impl));
+}
+
+uint32_t Tokenizer::vocab_size() const { return static_cast<uint32_t>(impl_->sp.GetPieceSize()); }
+uint32_t Tokenizer::bos_id() const {
+  const int id = impl_->sp.bos_id();
+  return id < 0 ? format::kNoToken : static_cast<uint32_t>(id);
+}
+uint32_t Tokenizer::eos_id() const {
+  const int id = impl_->sp.eos_id();
+  return id < 0 ? format::kNoToken : static_cast<uint32_t>(id);
+}
+const format::Sha256Digest& Tokenizer::sha256() const { return impl_->sha; }
+const std::string& Tokenizer::path() const { return impl_->path; }
+bool Tokenizer::segment_cache_exact() const { return impl_->cache_exact; }
+
+std::vector<std::string> Tokenizer::Pieces() const {
+  std::vector<std::string> pieces(vocab_size());
+  for (uint32_t i = 0; i < pieces.size(); ++i) pieces[i] = impl_->sp.IdToPiece(static_cast<int>(i));
+  return pieces;
+}
+
+void Tokenizer::EncodeWhole(std::string_view text, std::vector<uint32_t>* out) const {
+  std::vector<int> ids;
+  const auto status = impl_->sp.Encode(text, &ids);
+  if (!status.ok())
+    throw TokenizerError(impl_->path + ": encoding failed: " + status.ToString());
+  out->insert(out->end(), ids.begin(), ids.end());
+}
+
+void Tokenizer::Encode(std::string_view text, std::vector<uint32_t>* out, Cache* cache) const {
+  if (!cache || !impl_->cache_exact) {
+    EncodeWhole(text, out);
+    return;
+  }
+  constexpr size_t kMaxCachedIds = size_t{1} << 26;
+  const size_t out_start = out->size();
+  size_t begin = 0;
+  while (begin < text.size()) {
+    // The segment runs to the next space that follows a non-space.
+    size_t end = begin + 1;
+    while (end < text.size() && !(text[end] == ' ' && text[end - 1] != ' ')) ++end;
+    const std::string_view seg = text.substr(begin, end - begin);
+    if (begin > 0 && seg.find_first_not_of(' ') == std::string_view::npos) {
+      // Trailing spaces: SentencePiece encodes "" as nothing, not as the
+      // marker, so this rare case is encoded whole.
+      out->resize(out_start);
+      EncodeWhole(text, out);
+      return;
+    }
+    std::string key(seg);
+    auto it = cache->index.find(key);
+    if (it != cache->index.end()) {
+      ++cache->hits;
+      out->insert(out->end(), cache->ids.begin() + it->second.first,
+                  cache->ids.begin() + it->second.first + it->second.second);
+    } else {
+      ++cache->misses;
+      std::vector<uint32_t> ids;
+      // SentencePiece adds the dummy prefix itself: a segment that starts
+      // with its boundary space is encoded without that space.
+      EncodeWhole(begin == 0 ? seg : seg.substr(1), &ids);
+      if (cache->ids.size() + ids.size() > kMaxCachedIds) {
+        cache->index.clear();
+        cache->ids.clear();
+      }
+      cache->index.emplace(std::move(key),
+                           std::make_pair(static_cast<uint32_t>(cache->ids.size()),
+                                          static_cast<uint32_t>(ids.size())));
+      cache->ids.insert(cache->ids.end(), ids.begin(), ids.end());
+      out->insert(out->end(), ids.begin(), ids.end());
+    }
+    begin = end;
+  }
+}
+
+std::string Tokenizer::Decode(std::span<const uint32_t> ids) const {
+  std::vector<int> v(ids.begin(), ids.end());
+  std::string text;
+  impl_->sp.Decode(v, &text);
+  return text;
+}
+
+}  // namespace sam::indexer

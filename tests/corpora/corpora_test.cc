@@ -1,0 +1,634 @@
+// Tests of the corpora library: every reader on fixtures written here, both templates with exact
+// expected strings, malformed input and its messages, skip_bad, BOM, blank lines, text modes,
+// token-id documents, and (when present) the real data under SAM_DATA_DIR.
+#include "sam/corpora/corpora.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <initializer_list>
+#include <iostream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "sam/corpora/templates.h"
+
+namespace sam::corpora {
+namespace {
+
+namespace fs = std::filesystem;
+using Code = CorpusError::Code;
+
+constexpr char kSystem[] =
+    "A chat between a curious user and an artificial intelligence assistant. The assistant "
+    "gives helpful, detailed, and polite answers to the user's questions.";
+
+std::string Vicuna(const std::string& prompt, const std::string& response) {
+  return std::string(kSystem) + " USER: " + prompt + " ASSISTANT: " + response;
+}
+
+struct ReadResult {
+  std::vector<std::string> documents;
+  ReadStats stats;
+};
+
+class CorporaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("sam_corpora_test_" + std::to_string(getpid()) + "_" + info->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Writes `content` to `name` in the test's temporary directory; returns the path.
+  std::string Write(const std::string& name, const std::string& content) {
+    const fs::path path = dir_ / name;
+    fs::create_directories(path.parent_path());
+    std::ofstream out(path, std::ios::binary);
+    out << content;
+    return path.string();
+  }
+
+  static ReadResult Read(Kind kind, const std::string& path, const ReadOptions& options = {}) {
+    ReadResult result;
+    result.stats = ReadCorpus(kind, path, options, [&](std::string&& document) {
+      result.documents.push_back(std::move(document));
+    });
+    return result;
+  }
+
+  fs::path dir_;
+};
+
+// Runs `read`, expects a CorpusError with `code` whose message contains every one of `parts`.
+void ExpectError(const std::function<void()>& read, Code code,
+                 std::initializer_list<std::string> parts) {
+  try {
+    read();
+    ADD_FAILURE() << "no CorpusError thrown";
+  } catch (const CorpusError& error) {
+    EXPECT_EQ(error.code(), code) << error.what();
+    for (const std::string& part : parts) {
+      EXPECT_NE(std::string(error.what()).find(part), std::string::npos)
+          << "message '" << error.what() << "' lacks '" << part << "'";
+    }
+  }
+}
+
+void ExpectCorpusError(Kind kind, const std::string& path, Code code,
+                       std::initializer_list<std::string> parts, const ReadOptions& options = {}) {
+  ExpectError([&] { ReadCorpus(kind, path, options, [](std::string&&) {}); }, code, parts);
+}
+
+constexpr char kAlpacaArray[] = R"([
+  {"instruction": "Give a tip.", "input": "", "output": "Sleep well."},
+  {"instruction": "Add the numbers.", "input": "2 and 3", "output": "5"}
+])";
+
+// ---------------------------------------------------------------------------------------------
+// Names and templates.
+
+TEST(NamesTest, KindsRoundTrip) {
+  for (const char* name : {"alpaca", "python18k", "gsm8k", "hagrid", "jsonl", "text"}) {
+    EXPECT_EQ(KindName(ParseKind(name)), name);
+  }
+  ExpectError([] { ParseKind("Alpaca"); }, Code::kInvalidArgument,
+              {"'Alpaca'", "alpaca, python18k, gsm8k, hagrid, jsonl, text"});
+}
+
+TEST(NamesTest, TemplatesRoundTrip) {
+  EXPECT_EQ(ParseTemplate("raw"), Template::kRaw);
+  EXPECT_EQ(ParseTemplate("vicuna"), Template::kVicuna);
+  EXPECT_EQ(TemplateName(Template::kRaw), "raw");
+  EXPECT_EQ(TemplateName(Template::kVicuna), "vicuna");
+  ExpectError([] { ParseTemplate("chatml"); }, Code::kInvalidArgument, {"'chatml'", "raw, vicuna"});
+}
+
+TEST(TemplatesTest, VicunaExactText) {
+  EXPECT_EQ(kVicunaSystemPrompt, kSystem);
+  EXPECT_EQ(RenderVicunaPrompt("Hi?"), std::string(kSystem) + " USER: Hi? ASSISTANT:");
+  EXPECT_EQ(RenderVicuna("Hi?", "Hello."), std::string(kSystem) + " USER: Hi? ASSISTANT: Hello.");
+  EXPECT_EQ(RenderVicuna("Hi?", ""), RenderVicunaPrompt("Hi?"));
+  // The document starts with the prompt the model is given: a draft can run straight on.
+  EXPECT_EQ(RenderVicuna("Hi?", "Hello.").rfind(RenderVicunaPrompt("Hi?"), 0), 0u);
+}
+
+TEST(TemplatesTest, RawJoinsNonEmptyParts) {
+  EXPECT_EQ(JoinNonEmpty("a", "b"), "a\nb");
+  EXPECT_EQ(JoinNonEmpty("", "b"), "b");
+  EXPECT_EQ(JoinNonEmpty("a", ""), "a");
+  EXPECT_EQ(JoinNonEmpty("", ""), "");
+  EXPECT_EQ(RenderDocument(Template::kRaw, "p", "r"), "p\nr");
+  EXPECT_EQ(RenderDocument(Template::kVicuna, "p", "r"), Vicuna("p", "r"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Readers, both templates.
+
+TEST_F(CorporaTest, AlpacaArrayRaw) {
+  const ReadResult result = Read(Kind::kAlpaca, Write("alpaca.json", kAlpacaArray));
+  EXPECT_EQ(result.documents,
+            (std::vector<std::string>{"Give a tip.\nSleep well.", "Add the numbers.\n2 and 3\n5"}));
+  EXPECT_EQ(result.stats.records, 2u);
+  EXPECT_EQ(result.stats.documents, 2u);
+  EXPECT_EQ(result.stats.skipped, 0u);
+}
+
+TEST_F(CorporaTest, AlpacaArrayVicuna) {
+  ReadOptions options;
+  options.templ = Template::kVicuna;
+  const ReadResult result = Read(Kind::kAlpaca, Write("alpaca.json", kAlpacaArray), options);
+  EXPECT_EQ(result.documents, (std::vector<std::string>{
+                                  Vicuna("Give a tip.", "Sleep well."),
+                                  Vicuna("Add the numbers.\n2 and 3", "5"),
+                              }));
+}
+
+TEST_F(CorporaTest, AlpacaJsonlGivesTheSameDocuments) {
+  const std::string jsonl =
+      "{\"instruction\": \"Give a tip.\", \"input\": \"\", \"output\": \"Sleep well.\"}\n"
+      "{\"instruction\": \"Add the numbers.\", \"input\": \"2 and 3\", \"output\": \"5\"}\n";
+  EXPECT_EQ(Read(Kind::kAlpaca, Write("alpaca.jsonl", jsonl)).documents,
+            Read(Kind::kAlpaca, Write("alpaca.json", kAlpacaArray)).documents);
+}
+
+TEST_F(CorporaTest, AlpacaExtraFieldsAndAbsentInput) {
+  // CodeAlpaca's new_codealpaca.json carries an extra "response"; some Alpaca-style files omit
+  // an empty "input".
+  const std::string path = Write("code.json", R"j([
+    {"instruction": "Print hi.", "input": "", "response": "print('hi')", "output": "print('hi')"},
+    {"instruction": "Say no.", "output": "No."}
+  ])j");
+  EXPECT_EQ(Read(Kind::kAlpaca, path).documents,
+            (std::vector<std::string>{"Print hi.\nprint('hi')", "Say no.\nNo."}));
+}
+
+TEST_F(CorporaTest, Python18kWithAndWithoutPrompt) {
+  const std::string path =
+      Write("python18k.jsonl", R"({"instruction": "Reverse a list.", "input": "[1, 2]", )"
+                               R"("output": "x[::-1]", "prompt": "Below is an instruction..."})"
+                               "\n"
+                               R"j({"instruction": "Print 1.", "input": "", "output": "print(1)"})j"
+                               "\n");
+  EXPECT_EQ(Read(Kind::kPython18k, path).documents,
+            (std::vector<std::string>{"Reverse a list.\n[1, 2]\nx[::-1]", "Print 1.\nprint(1)"}));
+  ReadOptions vicuna;
+  vicuna.templ = Template::kVicuna;
+  EXPECT_EQ(Read(Kind::kPython18k, path, vicuna).documents,
+            (std::vector<std::string>{Vicuna("Reverse a list.\n[1, 2]", "x[::-1]"),
+                                      Vicuna("Print 1.", "print(1)")}));
+  const std::string bad =
+      Write("bad.jsonl", R"({"instruction": "a", "input": "", "output": "b", "prompt": 3})"
+                         "\n");
+  ExpectCorpusError(Kind::kPython18k, bad, Code::kBadRecord,
+                    {"bad.jsonl", "line 1", "field 'prompt' is a number, expected a string"});
+}
+
+TEST_F(CorporaTest, Gsm8kBothTemplates) {
+  const std::string path =
+      Write("gsm8k.jsonl", R"({"question": "What is 2+3?", "answer": "2+3=5\n#### 5"})"
+                           "\n"
+                           R"({"question": "What is 1+1?", "answer": "#### 2"})"
+                           "\n");
+  EXPECT_EQ(Read(Kind::kGsm8k, path).documents,
+            (std::vector<std::string>{"What is 2+3?\n2+3=5\n#### 5", "What is 1+1?\n#### 2"}));
+  ReadOptions vicuna;
+  vicuna.templ = Template::kVicuna;
+  EXPECT_EQ(Read(Kind::kGsm8k, path, vicuna).documents,
+            (std::vector<std::string>{Vicuna("What is 2+3?", "2+3=5\n#### 5"),
+                                      Vicuna("What is 1+1?", "#### 2")}));
+}
+
+// Two queries in the HAGRID schema: the first with two answers (attributable null and 1), the
+// second with none.
+constexpr char kHagrid[] =
+    R"({"query_id": "7", "query": "Who wrote Hamlet?", )"
+    R"("quotes": [{"idx": 1, "docid": "12#0", "text": "Hamlet is a tragedy by Shakespeare."}, )"
+    R"({"idx": 2, "docid": "12#3", "text": "It was written around 1600."}], )"
+    R"("answers": [{"answer": "Shakespeare wrote it [1].", "attributable": null, )"
+    R"("informative": 1, "sentences": [{"index": 0, "attributable": null, "informative": 1, )"
+    R"("text": "Shakespeare wrote it [1]."}]}, )"
+    R"({"answer": "William Shakespeare [1][2].", "attributable": 1, "informative": 0, )"
+    R"("sentences": []}]})"
+    "\n"
+    R"({"query_id": "8", "query": "Why?", "quotes": [{"idx": 1, "docid": "1#0", "text": "Q."}], )"
+    R"("answers": []})"
+    "\n";
+
+TEST_F(CorporaTest, HagridOneDocumentPerAnswer) {
+  const std::string path = Write("hagrid.jsonl", kHagrid);
+  const std::string prompt =
+      "[1] Hamlet is a tragedy by Shakespeare.\n[2] It was written around 1600.\n"
+      "Who wrote Hamlet?";
+  const ReadResult raw = Read(Kind::kHagrid, path);
+  EXPECT_EQ(raw.documents, (std::vector<std::string>{prompt + "\nShakespeare wrote it [1].",
+                                                     prompt + "\nWilliam Shakespeare [1][2]."}));
+  EXPECT_EQ(raw.stats.records, 2u);
+  EXPECT_EQ(raw.stats.documents, 2u);
+  EXPECT_EQ(raw.stats.skipped, 0u);
+  ReadOptions vicuna;
+  vicuna.templ = Template::kVicuna;
+  EXPECT_EQ(Read(Kind::kHagrid, path, vicuna).documents,
+            (std::vector<std::string>{Vicuna(prompt, "Shakespeare wrote it [1]."),
+                                      Vicuna(prompt, "William Shakespeare [1][2].")}));
+}
+
+TEST_F(CorporaTest, HagridMalformedRecords) {
+  const std::string quote_path =
+      Write("quote.jsonl",
+            "\n"
+            R"({"query": "q", "quotes": [{"idx": 1, "text": "a"}, {"idx": 2}], )"
+            R"("answers": [{"answer": "x"}]})"
+            "\n");
+  ExpectCorpusError(Kind::kHagrid, quote_path, Code::kBadRecord,
+                    {"quote.jsonl", "line 2", "field 'quotes[1].text' missing"});
+  const std::string answer_path =
+      Write("answer.jsonl", R"({"query": "q", "quotes": [], "answers": [{"answer": "x"}, "y"]})"
+                            "\n");
+  ExpectCorpusError(
+      Kind::kHagrid, answer_path, Code::kBadRecord,
+      {"answer.jsonl", "line 1", "field 'answers[1]' is a string, expected an object"});
+  const std::string idx_path =
+      Write("idx.jsonl", R"({"query": "q", "quotes": [{"idx": "1", "text": "a"}], "answers": []})"
+                         "\n");
+  ExpectCorpusError(Kind::kHagrid, idx_path, Code::kBadRecord,
+                    {"field 'quotes[0].idx' is a string, expected an integer"});
+  // A bad second answer: the record is skipped whole, its good first answer is not emitted.
+  ReadOptions skip;
+  skip.skip_bad = true;
+  const std::string partial =
+      Write("partial.jsonl", R"({"query": "q", "quotes": [], "answers": [{"answer": "x"}, {}]})"
+                             "\n");
+  const ReadResult result = Read(Kind::kHagrid, partial, skip);
+  EXPECT_TRUE(result.documents.empty());
+  EXPECT_EQ(result.stats.skipped, 1u);
+}
+
+TEST_F(CorporaTest, JsonlTextField) {
+  const std::string path = Write("docs.jsonl", R"({"body": "first doc", "id": 1})"
+                                               "\n"
+                                               R"({"body": "", "id": 2})"
+                                               "\n"
+                                               R"({"body": "third\ndoc"})"
+                                               "\n");
+  ReadOptions options;
+  options.text_field = "body";
+  options.templ = Template::kVicuna;  // does not apply to plain documents
+  const ReadResult result = Read(Kind::kJsonl, path, options);
+  EXPECT_EQ(result.documents, (std::vector<std::string>{"first doc", "third\ndoc"}));
+  EXPECT_EQ(result.stats.records, 3u);
+  EXPECT_EQ(result.stats.documents, 2u);
+  ExpectCorpusError(Kind::kJsonl, path, Code::kBadRecord,
+                    {"docs.jsonl", "line 1", "field 'text' missing"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Malformed input.
+
+TEST_F(CorporaTest, ArrayRecordErrorsNameRecordAndField) {
+  const std::string missing = Write("alpaca_data.json", R"([
+    {"instruction": "a", "input": "", "output": "b"},
+    {"instruction": "c", "input": ""}
+  ])");
+  ExpectCorpusError(Kind::kAlpaca, missing, Code::kBadRecord,
+                    {"alpaca_data.json: record 1: field 'output' missing"});
+  const std::string mistyped =
+      Write("mistyped.json", R"([{"instruction": null, "input": "", "output": "b"}])");
+  ExpectCorpusError(Kind::kAlpaca, mistyped, Code::kBadRecord,
+                    {"mistyped.json: record 0: field 'instruction' is null, expected a string"});
+  const std::string not_object = Write("not_object.json", R"([{"instruction": "a", "output": "b"},
+    ["instruction", "output"]])");
+  ExpectCorpusError(Kind::kAlpaca, not_object, Code::kBadRecord,
+                    {"not_object.json: record 1: record is an array, expected an object"});
+}
+
+TEST_F(CorporaTest, JsonlErrorsNameLineAndField) {
+  const std::string path = Write("train.jsonl", R"({"question": "q", "answer": "a"})"
+                                                "\n"
+                                                "\n"
+                                                R"({"question": "q", "answer": 7})"
+                                                "\n");
+  ExpectCorpusError(Kind::kGsm8k, path, Code::kBadRecord,
+                    {"train.jsonl: line 3: field 'answer' is a number, expected a string"});
+  const std::string broken = Write("broken.jsonl", R"({"question": "q", "answer": "a"})"
+                                                   "\n"
+                                                   R"({"question": "q", "answer": "a")"
+                                                   "\n");
+  ExpectCorpusError(Kind::kGsm8k, broken, Code::kInvalidJson,
+                    {"broken.jsonl: line 2: invalid JSON at column"});
+  const std::string scalar = Write("scalar.jsonl", "\"just a string\"\n");
+  ExpectCorpusError(Kind::kGsm8k, scalar, Code::kBadRecord,
+                    {"scalar.jsonl: line 1: record is a string, expected an object"});
+}
+
+TEST_F(CorporaTest, InvalidJsonArrayNamesRecordAndLineEvenWithSkipBad) {
+  const std::string path = Write("alpaca_data.json",
+                                 "[\n"
+                                 R"(  {"instruction": "a", "input": "", "output": "b"},)"
+                                 "\n"
+                                 R"(  {"instruction": "c", "input": "", "output": "d"},)"
+                                 "\n"
+                                 R"(  {"instruction": "e", "input": "" "output": "f"})"
+                                 "\n"
+                                 "]\n");
+  ReadOptions skip;
+  skip.skip_bad = true;
+  for (const ReadOptions& options : {ReadOptions{}, skip}) {
+    ExpectCorpusError(Kind::kAlpaca, path, Code::kInvalidJson,
+                      {"alpaca_data.json: record 2: invalid JSON at line 4, column"}, options);
+  }
+  const std::string truncated = Write("truncated.json", R"([{"instruction": "a", "output": "b"},)");
+  ExpectCorpusError(Kind::kAlpaca, truncated, Code::kInvalidJson,
+                    {"truncated.json", "invalid JSON"});
+}
+
+TEST_F(CorporaTest, SkipBadCountsAndKeepsFirstFiveMessages) {
+  std::string jsonl;
+  for (int i = 0; i < 10; ++i) {
+    if (i % 3 == 0) {
+      jsonl += R"({"question": "q)" + std::to_string(i) +
+               R"(", "answer": "a"})"
+               "\n";
+    } else if (i % 3 == 1) {
+      jsonl += R"({"question": "q"})"
+               "\n";  // answer missing
+    } else {
+      jsonl += "{not json\n";
+    }
+  }
+  ReadOptions options;
+  options.skip_bad = true;
+  const ReadResult result = Read(Kind::kGsm8k, Write("mixed.jsonl", jsonl), options);
+  EXPECT_EQ(result.stats.records, 10u);
+  EXPECT_EQ(result.stats.documents, 4u);  // lines 1, 4, 7, 10
+  EXPECT_EQ(result.stats.skipped, 6u);
+  ASSERT_EQ(result.stats.skip_examples.size(), ReadStats::kMaxSkipExamples);
+  EXPECT_NE(result.stats.skip_examples[0].find("mixed.jsonl: line 2: field 'answer' missing"),
+            std::string::npos);
+  EXPECT_NE(result.stats.skip_examples[1].find("mixed.jsonl: line 3: invalid JSON"),
+            std::string::npos);
+  EXPECT_EQ(result.documents.front(), "q0\na");
+  EXPECT_EQ(result.documents.back(), "q9\na");
+
+  const std::string array = Write("array.json", R"([{"instruction": "a", "output": "b"},
+    {"instruction": "c"}, 5, {"instruction": "d", "output": "e"}])");
+  const ReadResult array_result = Read(Kind::kAlpaca, array, options);
+  EXPECT_EQ(array_result.documents, (std::vector<std::string>{"a\nb", "d\ne"}));
+  EXPECT_EQ(array_result.stats.records, 4u);
+  EXPECT_EQ(array_result.stats.skipped, 2u);
+  EXPECT_EQ(
+      array_result.stats.skip_examples,
+      (std::vector<std::string>{array + ": record 1: field 'output' missing",
+                                array + ": record 2: record is a number, expected an object"}));
+}
+
+TEST_F(CorporaTest, SinkExceptionsPropagateUnchanged) {
+  ReadOptions options;
+  options.skip_bad = true;
+  const std::string path = Write("alpaca.json", kAlpacaArray);
+  EXPECT_THROW(ReadCorpus(Kind::kAlpaca, path, options,
+                          [](std::string&&) { throw std::logic_error("sink failed"); }),
+               std::logic_error);
+}
+
+TEST_F(CorporaTest, MissingFileAndDirectory) {
+  const std::string missing = (dir_ / "nope.json").string();
+  ExpectCorpusError(Kind::kAlpaca, missing, Code::kIo, {"nope.json", "cannot open"});
+  ExpectCorpusError(Kind::kText, missing, Code::kIo, {"nope.json", "cannot open"});
+  ExpectCorpusError(Kind::kGsm8k, dir_.string(), Code::kIo, {dir_.string(), "is a directory"});
+  ExpectError([&] { ReadIdDocuments(missing, 10, false, [](std::vector<uint32_t>&&) {}); },
+              Code::kIo, {"nope.json"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Encodings and layout.
+
+TEST_F(CorporaTest, ByteOrderMarkIsTolerated) {
+  const std::string bom = "\xEF\xBB\xBF";
+  EXPECT_EQ(Read(Kind::kAlpaca, Write("bom.json", bom + kAlpacaArray)).documents.size(), 2u);
+  const ReadResult jsonl =
+      Read(Kind::kGsm8k, Write("bom.jsonl", bom + R"({"question": "q", "answer": "a"})"
+                                                  "\n"));
+  EXPECT_EQ(jsonl.documents, (std::vector<std::string>{"q\na"}));
+  EXPECT_EQ(Read(Kind::kText, Write("bom.txt", bom + "text\n")).documents,
+            (std::vector<std::string>{"text"}));
+}
+
+TEST_F(CorporaTest, EmptyAndWhitespaceLinesAndCrlf) {
+  const std::string path = Write("crlf.jsonl",
+                                 "\r\n"
+                                 R"({"question": "q1", "answer": "a1"})"
+                                 "\r\n"
+                                 "   \t\r\n"
+                                 "\n"
+                                 R"({"question": "q2", "answer": "a2"})"
+                                 "\r\n"
+                                 R"({"question": "q3"})");  // no final newline
+  ExpectCorpusError(Kind::kGsm8k, path, Code::kBadRecord, {"crlf.jsonl: line 6:"});
+  ReadOptions options;
+  options.skip_bad = true;
+  const ReadResult result = Read(Kind::kGsm8k, path, options);
+  EXPECT_EQ(result.documents, (std::vector<std::string>{"q1\na1", "q2\na2"}));
+  EXPECT_EQ(result.stats.records, 3u);
+  EXPECT_EQ(result.stats.skipped, 1u);
+  EXPECT_EQ(Read(Kind::kGsm8k, Write("empty.jsonl", "")).stats.records, 0u);
+  EXPECT_EQ(Read(Kind::kAlpaca, Write("empty.json", " [ ] ")).stats.records, 0u);
+}
+
+TEST_F(CorporaTest, LongLinesAndManyLinesAcrossReadBlocks) {
+  // One 3 MB line (larger than the reader's block) and enough lines to cross block boundaries.
+  const std::string long_text(3 << 20, 'x');
+  std::string jsonl = R"({"text": ")" + long_text + "\"}\n";
+  constexpr int kLines = 40000;
+  for (int i = 0; i < kLines; ++i) jsonl += R"({"text": "line )" + std::to_string(i) + "\"}\n";
+  jsonl += "{\"text\": 1}\n";
+  const std::string path = Write("long.jsonl", jsonl);
+  ExpectCorpusError(Kind::kJsonl, path, Code::kBadRecord,
+                    {"long.jsonl: line " + std::to_string(kLines + 2) + ": field 'text'"});
+  ReadOptions options;
+  options.skip_bad = true;
+  const ReadResult result = Read(Kind::kJsonl, path, options);
+  ASSERT_EQ(result.documents.size(), size_t{kLines + 1});
+  EXPECT_EQ(result.documents[0], long_text);
+  EXPECT_EQ(result.documents[1], "line 0");
+  EXPECT_EQ(result.documents[kLines], "line " + std::to_string(kLines - 1));
+}
+
+TEST_F(CorporaTest, TextPerFileAndBlankLineSplit) {
+  const std::string path =
+      Write("doc.txt", "para one\nstill one\n\n  \n\npara two\r\n\r\npara 3\n\n");
+  const ReadResult per_file = Read(Kind::kText, path);
+  EXPECT_EQ(per_file.documents,
+            (std::vector<std::string>{"para one\nstill one\n\n  \n\npara two\r\n\r\npara 3"}));
+  ReadOptions blank;
+  blank.text_split = TextSplit::kBlankLine;
+  const ReadResult blocks = Read(Kind::kText, path, blank);
+  EXPECT_EQ(blocks.documents,
+            (std::vector<std::string>{"para one\nstill one", "para two", "para 3"}));
+  EXPECT_EQ(blocks.stats.records, 3u);
+  EXPECT_EQ(blocks.stats.documents, 3u);
+  const ReadResult empty = Read(Kind::kText, Write("blank.txt", " \n\n"));
+  EXPECT_TRUE(empty.documents.empty());
+  EXPECT_EQ(empty.stats.records, 1u);
+  EXPECT_TRUE(Read(Kind::kText, Write("blank2.txt", "\n \n"), blank).documents.empty());
+}
+
+TEST_F(CorporaTest, TextDirectoryInSortedOrder) {
+  Write("texts/b.txt", "second\n\nthird");
+  Write("texts/a.txt", "first");
+  Write("texts/c.txt", "");
+  Write("texts/d.md", "not text");
+  Write("texts/sub.txt/e.txt", "in a subdirectory");
+  const std::string directory = (dir_ / "texts").string();
+  const ReadResult per_file = Read(Kind::kText, directory);
+  EXPECT_EQ(per_file.documents, (std::vector<std::string>{"first", "second\n\nthird"}));
+  EXPECT_EQ(per_file.stats.records, 3u);  // a, b, c (empty: no document)
+  EXPECT_EQ(per_file.stats.documents, 2u);
+  ReadOptions blank;
+  blank.text_split = TextSplit::kBlankLine;
+  EXPECT_EQ(Read(Kind::kText, directory, blank).documents,
+            (std::vector<std::string>{"first", "second", "third"}));
+  fs::create_directories(dir_ / "none");
+  ExpectCorpusError(Kind::kText, (dir_ / "none").string(), Code::kInvalidArgument,
+                    {"none", "no *.txt files"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Token-id documents.
+
+struct IdResult {
+  std::vector<std::vector<uint32_t>> documents;
+  ReadStats stats;
+};
+
+IdResult ReadIds(const std::string& path, uint32_t vocab_size, bool skip_bad = false) {
+  IdResult result;
+  result.stats = ReadIdDocuments(path, vocab_size, skip_bad, [&](std::vector<uint32_t>&& ids) {
+    result.documents.push_back(std::move(ids));
+  });
+  return result;
+}
+
+void ExpectIdError(const std::string& path, uint32_t vocab_size, Code code,
+                   std::initializer_list<std::string> parts) {
+  ExpectError([&] { ReadIds(path, vocab_size); }, code, parts);
+}
+
+TEST_F(CorporaTest, IdDocumentsValid) {
+  const IdResult result = ReadIds(Write("ids.jsonl", "[1, 2, 3]\n\n[]\n[0, 31999]\n"), 32000);
+  EXPECT_EQ(result.documents, (std::vector<std::vector<uint32_t>>{{1, 2, 3}, {0, 31999}}));
+  EXPECT_EQ(result.stats.records, 3u);
+  EXPECT_EQ(result.stats.documents, 2u);
+  // Always JSONL, even when the first line holds nested arrays.
+  ExpectIdError(Write("nested.jsonl", "[[5], [6, 7]]\n"), 8, Code::kBadRecord,
+                {"nested.jsonl: line 1: element 0: value [5] is not an integer token id"});
+}
+
+TEST_F(CorporaTest, IdDocumentsErrors) {
+  ExpectIdError(Write("range.jsonl", "[1, 2]\n[3, 32000]\n"), 32000, Code::kBadValue,
+                {"range.jsonl: line 2: element 1: value 32000 is out of range (vocab size 32000)"});
+  ExpectIdError(Write("huge.jsonl", "[18446744073709551615]\n"), 32000, Code::kBadValue,
+                {"huge.jsonl: line 1: element 0: value 18446744073709551615 is out of range"});
+  ExpectIdError(Write("negative.jsonl", "[4, -1]\n"), 10, Code::kBadValue,
+                {"negative.jsonl: line 1: element 1: value -1 is negative"});
+  ExpectIdError(Write("float.jsonl", "[1.5]\n"), 10, Code::kBadRecord,
+                {"float.jsonl: line 1: element 0: value 1.5 is not an integer token id"});
+  ExpectIdError(Write("string.jsonl", "[1, \"2\"]\n"), 10, Code::kBadRecord,
+                {"string.jsonl: line 1: element 1: value \"2\" is not an integer token id"});
+  ExpectIdError(Write("object.jsonl", "{\"ids\": [1]}\n"), 10, Code::kBadRecord,
+                {"object.jsonl: line 1: record is an object, expected an array of token ids"});
+  ExpectIdError(Write("broken.jsonl", "[1, 2\n"), 10, Code::kInvalidJson,
+                {"broken.jsonl: line 1: invalid JSON"});
+  ExpectIdError(Write("zero.jsonl", "[1]\n"), 0, Code::kInvalidArgument, {"vocab size"});
+}
+
+TEST_F(CorporaTest, IdDocumentsSkipBad) {
+  const IdResult result =
+      ReadIds(Write("ids.jsonl", "[1]\n[99]\n[-2]\n[2, 3]\nnope\n[0.5]\n[4]\n"), 10, true);
+  EXPECT_EQ(result.documents, (std::vector<std::vector<uint32_t>>{{1}, {2, 3}, {4}}));
+  EXPECT_EQ(result.stats.records, 7u);
+  EXPECT_EQ(result.stats.documents, 3u);
+  EXPECT_EQ(result.stats.skipped, 4u);
+  EXPECT_EQ(result.stats.skip_examples.size(), 4u);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real corpora, when the shared data folder is present.
+
+std::string DataDir() {
+  if (const char* env = std::getenv("SAM_DATA_DIR"); env != nullptr && *env != '\0') return env;
+  return SAM_DEFAULT_DATA_DIR;
+}
+
+// Reads `path` with `kind`, checks that every document is non-empty, returns the stats.
+ReadStats ReadRealCorpus(Kind kind, const std::string& path, Template templ) {
+  ReadOptions options;
+  options.templ = templ;
+  uint64_t empty = 0;
+  const ReadStats stats = ReadCorpus(kind, path, options, [&](std::string&& document) {
+    if (document.empty()) ++empty;
+  });
+  EXPECT_EQ(empty, 0u) << path;
+  EXPECT_EQ(stats.skipped, 0u) << path;
+  return stats;
+}
+
+TEST(RealDataTest, CountsAndNonEmptyDocuments) {
+  const fs::path data = DataDir();
+  if (!fs::exists(data / "alpaca" / "alpaca_data.json")) {
+    GTEST_SKIP() << "real corpora not found under " << data
+                 << " (set SAM_DATA_DIR to a folder laid out as in corpora/README.md)";
+  }
+  for (Template templ : {Template::kRaw, Template::kVicuna}) {
+    const ReadStats alpaca =
+        ReadRealCorpus(Kind::kAlpaca, (data / "alpaca" / "alpaca_data.json").string(), templ);
+    EXPECT_EQ(alpaca.records, 52002u);
+    EXPECT_EQ(alpaca.documents, 52002u);
+  }
+  for (const auto& [name, count] : std::initializer_list<std::pair<const char*, uint64_t>>{
+           {"train.jsonl", 7473}, {"test.jsonl", 1319}}) {
+    const fs::path path = data / "gsm8k" / name;
+    if (!fs::exists(path)) continue;
+    const ReadStats gsm8k = ReadRealCorpus(Kind::kGsm8k, path.string(), Template::kVicuna);
+    EXPECT_EQ(gsm8k.records, count) << path;
+    EXPECT_EQ(gsm8k.documents, count) << path;
+  }
+  if (fs::is_directory(data / "code_alpaca")) {
+    std::vector<fs::path> files;
+    for (const auto& entry : fs::directory_iterator(data / "code_alpaca")) {
+      if (entry.path().extension() == ".json") files.push_back(entry.path());
+    }
+    std::sort(files.begin(), files.end());
+    for (const fs::path& path : files) {
+      const ReadStats code = ReadRealCorpus(Kind::kAlpaca, path.string(), Template::kRaw);
+      EXPECT_GT(code.records, 0u) << path;
+      EXPECT_EQ(code.documents, code.records) << path;
+      std::cout << "[ info     ] " << path.filename().string() << ": " << code.records
+                << " records\n";
+      RecordProperty(path.filename().string(), std::to_string(code.records));
+    }
+  }
+  // HumanEval: its prompts as plain JSONL documents.
+  if (const fs::path humaneval = data / "humaneval" / "HumanEval.jsonl"; fs::exists(humaneval)) {
+    ReadOptions options;
+    options.text_field = "prompt";
+    const ReadStats stats =
+        ReadCorpus(Kind::kJsonl, humaneval.string(), options, [](std::string&&) {});
+    EXPECT_EQ(stats.records, 164u);
+    EXPECT_EQ(stats.documents, 164u);
+  }
+}
+
+}  // namespace
+}  // namespace sam::corpora

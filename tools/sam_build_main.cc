@@ -1,0 +1,239 @@
+// sam-build: corpora -> one memory-mappable static suffix automaton index.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <nlohmann/json.hpp>
+
+#include "sam/format/error.h"
+#include "sam/indexer/pipeline.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using sam::indexer::BuildConfig;
+using sam::indexer::BuildReport;
+
+std::string Human(double v) {
+  char buf[32];
+  if (v >= 1e9) std::snprintf(buf, sizeof buf, "%.2fG", v / 1e9);
+  else if (v >= 1e6) std::snprintf(buf, sizeof buf, "%.2fM", v / 1e6);
+  else if (v >= 1e3) std::snprintf(buf, sizeof buf, "%.1fK", v / 1e3);
+  else std::snprintf(buf, sizeof buf, "%.0f", v);
+  return buf;
+}
+
+// The default corpus set of a data folder laid out as corpora/README.md says.
+std::vector<sam::indexer::CorpusSpec> PresetCorpora(const std::string& preset,
+                                                    const fs::path& data) {
+  std::vector<sam::indexer::CorpusSpec> out;
+  auto add_if = [&](const std::string& kind, const fs::path& p) {
+    if (fs::exists(p)) out.push_back({kind, p.string()});
+  };
+  if (preset == "gsm8k") {
+    add_if("gsm8k", data / "gsm8k/train.jsonl");
+  } else if (preset == "default") {
+    add_if("alpaca", data / "alpaca/alpaca_data.json");
+    if (fs::is_directory(data / "code_alpaca")) {
+      std::vector<fs::path> files;
+      for (const auto& e : fs::directory_iterator(data / "code_alpaca"))
+        if (e.path().extension() == ".json") files.push_back(e.path());
+      std::sort(files.begin(), files.end());
+      for (const auto& f : files) out.push_back({"alpaca", f.string()});
+    }
+    add_if("python18k", data / "python18k/python_code_instructions_18k_alpaca.json");
+    add_if("gsm8k", data / "gsm8k/train.jsonl");
+    add_if("hagrid", data / "hagrid/train.jsonl");
+  } else {
+    throw sam::indexer::BuildError("unknown --preset '" + preset + "' (use default or gsm8k)");
+  }
+  if (out.empty())
+    throw sam::indexer::BuildError("no corpus of preset '" + preset + "' found under " +
+                                   data.string() + " (see corpora/README.md for the layout)");
+  return out;
+}
+
+void PrintSummary(const BuildReport& r, const std::string& path) {
+  const double tokens = static_cast<double>(r.tokens);
+  std::printf("wrote %s\n", path.c_str());
+  std::printf("  %-26s %s\n", "corpus", "records  documents  skipped  tokens");
+  for (const auto& c : r.corpora)
+    std::printf("  %-26s %7llu  %9llu  %7llu  %s\n",
+                (c.spec.kind + ":" + fs::path(c.spec.path).filename().string()).substr(0, 26).c_str(),
+                (unsigned long long)c.records, (unsigned long long)c.documents,
+                (unsigned long long)c.skipped, Human(static_cast<double>(c.tokens)).c_str());
+  for (const auto& c : r.corpora)
+    for (const auto& ex : c.skip_examples) std::printf("  skipped: %s\n", ex.c_str());
+  std::printf("documents %llu, tokens %llu (separators and BOS included)\n",
+              (unsigned long long)r.documents, (unsigned long long)r.tokens);
+  std::printf("states %llu (%.3f/token; clones %.3f/token), transitions %llu (%.3f/token), "
+              "explicit edges %llu\n",
+              (unsigned long long)r.states, r.states / tokens, r.clones / tokens,
+              (unsigned long long)r.transitions, r.transitions / tokens,
+              (unsigned long long)r.edges);
+  std::printf("file %llu bytes = %.2f bytes/token\n", (unsigned long long)r.file_bytes,
+              r.file_bytes / tokens);
+  for (const auto& s : r.sections)
+    std::printf("  %s %-4s %12llu bytes  %6.3f B/token\n", s.tag.c_str(), s.codec.c_str(),
+                (unsigned long long)s.stored_bytes, s.stored_bytes / tokens);
+  std::printf("seconds: read %.2f, tokenize %.2f, construct %.2f, write %.2f, total %.2f "
+              "(%.2fM tokens/s end to end)\n",
+              r.read_seconds, r.tokenize_seconds, r.construct_seconds, r.write_seconds,
+              r.total_seconds, tokens / r.total_seconds / 1e6);
+  std::printf("peak RSS %.1f MiB = %.1f bytes/token; tokenizer segment cache %s (hit rate %.1f%%)\n",
+              r.peak_rss_bytes / 1048576.0, r.peak_rss_bytes / tokens,
+              r.segment_cache ? "on" : "off", 100 * r.cache_hit_rate);
+}
+
+nlohmann::json ReportJson(const BuildReport& r, const std::string& path) {
+  nlohmann::json j;
+  j["output"] = path;
+  j["documents"] = r.documents;
+  j["tokens"] = r.tokens;
+  j["states"] = r.states;
+  j["clones"] = r.clones;
+  j["transitions"] = r.transitions;
+  j["explicit_edges"] = r.edges;
+  j["file_bytes"] = r.file_bytes;
+  j["bytes_per_token"] = static_cast<double>(r.file_bytes) / r.tokens;
+  j["seconds"] = {{"read", r.read_seconds}, {"tokenize", r.tokenize_seconds},
+                  {"construct", r.construct_seconds}, {"write", r.write_seconds},
+                  {"total", r.total_seconds}};
+  j["tokens_per_second"] = r.tokens / r.total_seconds;
+  j["peak_rss_bytes"] = r.peak_rss_bytes;
+  j["peak_rss_bytes_per_token"] = static_cast<double>(r.peak_rss_bytes) / r.tokens;
+  j["sections"] = nlohmann::json::array();
+  for (const auto& s : r.sections)
+    j["sections"].push_back({{"tag", s.tag}, {"codec", s.codec}, {"bytes", s.stored_bytes}});
+  j["corpora"] = nlohmann::json::array();
+  for (const auto& c : r.corpora)
+    j["corpora"].push_back({{"kind", c.spec.kind}, {"path", c.spec.path},
+                            {"records", c.records}, {"documents", c.documents},
+                            {"skipped", c.skipped}, {"tokens", c.tokens},
+                            {"source_sha256", c.source_sha256}});
+  return j;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "sam-build: index corpora as one compact, memory-mappable static suffix automaton.\n"
+      "Documents are rendered from each corpus record, tokenized with the model's\n"
+      "SentencePiece tokenizer (BOS first) and indexed with per-state first end position\n"
+      "and occurrence count. The file is written atomically.\n\n"
+      "Examples:\n"
+      "  sam-build --tokenizer llama-32k.model --corpus alpaca=alpaca_data.json -o alpaca.sam\n"
+      "  sam-build --data-dir ../shared/data --preset default -o chat.sam\n"
+      "  sam-build --vocab-size 32000 --corpus ids=tokens.jsonl -o ids.sam",
+      "sam-build"};
+  BuildConfig cfg;
+  std::vector<std::string> corpus_args;
+  std::string data_dir, preset;
+  bool json = false, quiet = false, no_bos = false;
+  app.add_option("--tokenizer", cfg.tokenizer_path,
+                 "SentencePiece model of the target model (default with --data-dir: "
+                 "DATA/tokenizer/llama-32k.model)");
+  app.add_option("--corpus", corpus_args,
+                 "KIND=PATH, repeatable. KIND: alpaca, python18k, gsm8k, hagrid, jsonl, text, ids");
+  app.add_option("--data-dir", data_dir,
+                 "data folder (corpora/README.md layout); env SAM_DATA_DIR. Relative corpus "
+                 "paths are looked up there too")
+      ->envname("SAM_DATA_DIR");
+  app.add_option("--preset", preset,
+                 "corpus set from --data-dir: 'default' (Alpaca, CodeAlpaca, python18k and "
+                 "HAGRID if present, GSM8K train) or 'gsm8k'");
+  app.add_option("--template", cfg.template_name, "document template: raw or vicuna")
+      ->capture_default_str();
+  app.add_option("--text-field", cfg.text_field, "string field of `jsonl` records")
+      ->capture_default_str();
+  app.add_option("--text-split", cfg.text_split,
+                 "`text` corpora: 'file' (one document per file) or 'blank-line'")
+      ->capture_default_str();
+  app.add_flag("--skip-bad", cfg.skip_bad, "skip (and count) malformed records instead of failing");
+  app.add_flag("--no-bos", no_bos, "do not put BOS before each tokenized document");
+  app.add_option("--vocab-size", cfg.vocab_size,
+                 "vocabulary size for `ids` corpora built without --tokenizer");
+  app.add_option("--threads", cfg.threads, "tokenizer threads (0 = all cores)")
+      ->capture_default_str();
+  app.add_option("-o,--output", cfg.output_path, "output index file")->required();
+  app.add_flag("--json", json, "print the build report as one JSON object on stdout");
+  app.add_flag("-q,--quiet", quiet, "no progress on stderr");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  cfg.add_bos = !no_bos;
+  cfg.tool_version = "sam-build " SAM_VERSION;
+  if (cfg.threads > 1024) {
+    std::cerr << "sam-build: --threads " << cfg.threads << " is absurd (at most 1024)\n";
+    return 2;
+  }
+  try {
+    for (const auto& arg : corpus_args) {
+      const auto eq = arg.find('=');
+      if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
+        throw sam::indexer::BuildError("--corpus expects KIND=PATH, got '" + arg + "'");
+      std::string path = arg.substr(eq + 1);
+      if (!data_dir.empty() && fs::path(path).is_relative() && !fs::exists(path))
+        path = (fs::path(data_dir) / path).string();
+      cfg.corpora.push_back({arg.substr(0, eq), path});
+    }
+    if (!preset.empty()) {
+      if (data_dir.empty()) throw sam::indexer::BuildError("--preset needs --data-dir");
+      for (auto& c : PresetCorpora(preset, data_dir)) cfg.corpora.push_back(c);
+    }
+    if (cfg.tokenizer_path.empty() && !data_dir.empty()) {
+      bool all_ids = true;
+      for (const auto& c : cfg.corpora) all_ids = all_ids && c.kind == "ids";
+      if (!all_ids || cfg.vocab_size == 0)
+        cfg.tokenizer_path = (fs::path(data_dir) / "tokenizer/llama-32k.model").string();
+    }
+    const bool tty = isatty(2);
+    auto last = std::chrono::steady_clock::now() - std::chrono::seconds(10);
+    const auto start = std::chrono::steady_clock::now();
+    auto corpus_start = start;
+    size_t corpus_seen = 0;
+    auto progress = [&](const sam::indexer::Progress& p) {
+      if (quiet) return;
+      const auto now = std::chrono::steady_clock::now();
+      const bool final_line = p.stage == "write" || (p.total && p.done == p.total);
+      if (!final_line && now - last < std::chrono::milliseconds(tty ? 200 : 2000)) return;
+      last = now;
+      const double secs = std::chrono::duration<double>(now - start).count();
+      const double rate = secs > 0 ? p.tokens / secs : 0;
+      if (p.corpus_index != corpus_seen) {
+        corpus_seen = p.corpus_index;
+        corpus_start = now;
+      }
+      std::string eta;
+      const double in_corpus = std::chrono::duration<double>(now - corpus_start).count();
+      if (p.stage == "construct" && p.total && p.done && p.done < p.total) {
+        char buf[48];
+        std::snprintf(buf, sizeof buf, ", ETA %.0fs for this corpus",
+                      in_corpus * static_cast<double>(p.total - p.done) / p.done);
+        eta = buf;
+      }
+      std::fprintf(stderr, "%s[%s %zu/%zu] %s: %s/%s docs, %s tokens, %s tokens/s%s%s",
+                   tty ? "\r\033[K" : "", p.stage.c_str(), std::min(p.corpus_index + 1, p.corpus_count),
+                   p.corpus_count, fs::path(p.detail).filename().string().c_str(),
+                   Human(static_cast<double>(p.done)).c_str(),
+                   Human(static_cast<double>(p.total)).c_str(),
+                   Human(static_cast<double>(p.tokens)).c_str(), Human(rate).c_str(), eta.c_str(),
+                   tty ? "" : "\n");
+      if (tty && final_line) std::fputc('\n', stderr);
+    };
+    const BuildReport r = sam::indexer::BuildIndex(cfg, progress);
+    if (json) std::cout << ReportJson(r, cfg.output_path).dump(2) << "\n";
+    else PrintSummary(r, cfg.output_path);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "sam-build: error: " << e.what() << "\n";
+    return 1;
+  }
+}
