@@ -1,5 +1,6 @@
 #include "sam/format/packed.h"
 
+#include <algorithm>
 #include <string>
 
 #include "sam/format/error.h"
@@ -10,14 +11,15 @@ PackedWriter::PackedWriter(unsigned width, uint64_t expected_count) : width_(wid
   if (width == 0 || width > kMaxPackedWidth)
     throw FormatError(ErrorCode::kInvalidArgument,
                       "packed array width " + std::to_string(width) + " outside [1, 57]");
-  bytes_.reserve(PackedBytes(expected_count, width));
-  bytes_.assign(8, 0);
+  bytes_.assign(PackedBytes(expected_count, width), 0);
 }
 
 void PackedWriter::Push(uint64_t value) {
-  const uint64_t bit = size_ * width_;
-  const uint64_t need = (bit + width_ + 7) / 8 + 8;
-  if (bytes_.size() < need) bytes_.resize(need, 0);
+  const uint64_t need = ((size_ + 1) * width_ + 7) / 8 + 8;
+  if (bytes_.size() < need) {
+    // Grow geometrically; the zero fill is what Set's read-modify-write expects.
+    bytes_.resize(std::max<uint64_t>(need, bytes_.size() * 3 / 2), 0);
+  }
   ++size_;
   Set(size_ - 1, value);
 }

@@ -80,7 +80,7 @@ void IndexWriter::AddSection(const std::string& tag, std::span<const uint8_t> by
   std::span<const uint8_t> stored = bytes;
   if (compress) {
     packed.resize(ZSTD_compressBound(bytes.size()));
-    const size_t got = ZSTD_compress(packed.data(), packed.size(), bytes.data(), bytes.size(), 19);
+    const size_t got = ZSTD_compress(packed.data(), packed.size(), bytes.data(), bytes.size(), 12);
     if (ZSTD_isError(got))
       Fail(ErrorCode::kCompression, path_,
            "section " + tag + ": zstd compression failed: " + ZSTD_getErrorName(got));

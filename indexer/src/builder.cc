@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <sys/mman.h>
 
 #include "sam/format/packed.h"
 #include "sam/format/writer.h"
@@ -26,12 +27,24 @@ struct Edge {
   uint32_t target;
 };
 
-// A state's explicit edges: a sorted chunk of the arena whose capacity is the
-// power of two at or above the degree.
-struct EdgeList {
+// A state's suffix link and explicit edges (a sorted chunk of the arena whose
+// capacity is the power of two at or above the degree), kept together so
+// that one cache line serves the climb.
+struct StateRec {
+  uint32_t link = 0;
   uint32_t offset = 0;
   uint32_t degree = 0;
 };
+
+// Asks for transparent huge pages on a large array: construction is a random
+// walk over hundreds of megabytes, and TLB misses dominate without them.
+template <typename T>
+void AdviseHuge(std::vector<T>& v) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  const uintptr_t begin = (reinterpret_cast<uintptr_t>(v.data()) + kHuge - 1) & ~(kHuge - 1);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(v.data() + v.capacity()) & ~(kHuge - 1);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
 
 unsigned CapacityClass(uint32_t degree) {  // log2 of the chunk capacity
   return degree <= 1 ? 0 : static_cast<unsigned>(std::bit_width(degree - 1));
@@ -50,27 +63,22 @@ struct SuffixAutomatonBuilder::Impl {
   uint32_t last = 0;
 
   std::vector<uint32_t> text;          // text[p] = token at position p + 1
-  std::vector<uint32_t> nc_link;       // index = position (0 = root)
-  std::vector<EdgeList> nc_edges;
-  std::vector<uint32_t> cl_len, cl_link, cl_mep;
-  std::vector<EdgeList> cl_edges;
+  std::vector<StateRec> nc;            // index = position (0 = root)
+  std::vector<StateRec> cl;            // clones
+  std::vector<uint32_t> cl_len, cl_mep;
   std::vector<uint32_t> root_next;     // dense root transitions (0 = none)
   std::vector<Edge> arena;
   std::vector<std::vector<uint32_t>> free_chunks;  // per capacity class
 
   uint32_t Len(uint32_t v) const { return (v & kClone) ? cl_len[v & ~kClone] : v; }
-  uint32_t Link(uint32_t v) const { return (v & kClone) ? cl_link[v & ~kClone] : nc_link[v]; }
-  void SetLink(uint32_t v, uint32_t l) {
-    if (v & kClone) cl_link[v & ~kClone] = l; else nc_link[v] = l;
-  }
+  StateRec& Rec(uint32_t v) { return (v & kClone) ? cl[v & ~kClone] : nc[v]; }
+  const StateRec& Rec(uint32_t v) const { return (v & kClone) ? cl[v & ~kClone] : nc[v]; }
+  uint32_t Link(uint32_t v) const { return Rec(v).link; }
+  void SetLink(uint32_t v, uint32_t l) { Rec(v).link = l; }
   uint32_t Mep(uint32_t v) const { return (v & kClone) ? cl_mep[v & ~kClone] : v; }
-  EdgeList& Edges(uint32_t v) { return (v & kClone) ? cl_edges[v & ~kClone] : nc_edges[v]; }
-  const EdgeList& Edges(uint32_t v) const {
-    return (v & kClone) ? cl_edges[v & ~kClone] : nc_edges[v];
-  }
 
   // Index of label in the chunk, or the insertion point with found = false.
-  uint32_t Find(const EdgeList& l, uint32_t c, bool* found) const {
+  uint32_t Find(const StateRec& l, uint32_t c, bool* found) const {
     const Edge* e = arena.data() + l.offset;
     uint32_t lo = 0, hi = l.degree;
     while (hi - lo > 8) {
@@ -85,7 +93,7 @@ struct SuffixAutomatonBuilder::Impl {
   uint32_t Get(uint32_t p, uint32_t c) const {
     if (p == 0) return root_next[c];
     if (!(p & kClone) && p < text.size() && text[p] == c) return p + 1;  // implicit
-    const EdgeList& l = Edges(p);
+    const StateRec& l = Rec(p);
     if (l.degree == 0) return 0;
     bool found;
     const uint32_t i = Find(l, c, &found);
@@ -113,13 +121,18 @@ struct SuffixAutomatonBuilder::Impl {
       root_next[c] = target;
       return;
     }
-    EdgeList& l = Edges(p);
+    StateRec& l = Rec(p);
     bool found = false;
     const uint32_t i = l.degree ? Find(l, c, &found) : 0;
     if (found) {
       arena[l.offset + i].target = target;
       return;
     }
+    Insert(l, i, c, target);
+  }
+
+  // Adds the transition (c -> target) at sorted index i of l's chunk.
+  void Insert(StateRec& l, uint32_t i, uint32_t c, uint32_t target) {
     const unsigned cls = CapacityClass(l.degree);
     if (l.degree == 0 || l.degree == (1u << cls)) {  // full (or none): move to a bigger chunk
       const unsigned new_cls = l.degree == 0 ? 0 : cls + 1;
@@ -145,12 +158,11 @@ struct SuffixAutomatonBuilder::Impl {
       throw FormatError(ErrorCode::kInvalidArgument, "too many states for the builder");
     const uint32_t clone = k | kClone;
     cl_len.push_back(Len(p) + 1);
-    cl_link.push_back(Link(q));
     cl_mep.push_back(Mep(q));
-    cl_edges.push_back({});
+    const StateRec src = Rec(q);
+    cl.push_back({src.link, 0, 0});
     // Copy q's transitions: its explicit ones and, for a non-clone, the
     // implicit q -> q+1 (which becomes explicit for the clone).
-    const EdgeList src = Edges(q);
     const bool implicit = !(q & kClone) && q < text.size();
     const uint32_t degree = src.degree + (implicit ? 1 : 0);
     if (degree > 0) {
@@ -168,7 +180,8 @@ struct SuffixAutomatonBuilder::Impl {
         dst[j++] = s[i];
       }
       if (!placed) dst[j++] = {text[q], q + 1};
-      cl_edges.back() = {off, degree};
+      cl.back().offset = off;
+      cl.back().degree = degree;
     }
     return clone;
   }
@@ -176,18 +189,35 @@ struct SuffixAutomatonBuilder::Impl {
   void Extend(uint32_t c) {
     text.push_back(c);
     const uint32_t cur = static_cast<uint32_t>(text.size());
-    nc_link.push_back(0);
-    nc_edges.push_back({});
+    nc.push_back({});
     // last -> cur is the implicit transition; start the climb above it.
     uint32_t p = last == 0 ? 0 : Link(last);
-    while (p != kNil && Get(p, c) == 0) {
-      Set(p, c, cur);
-      p = p == 0 ? kNil : Link(p);
+    uint32_t q = 0;
+    // Climb while p has no transition on c, adding p -c-> cur. One search per
+    // state: the insertion point of a failed search is reused.
+    for (;;) {
+      if (p == 0) {
+        q = root_next[c];
+        if (q == 0) root_next[c] = cur;
+        break;
+      }
+      if (!(p & kClone) && text[p] == c) {  // implicit p -> p+1 (p < cur - 1 here)
+        q = p + 1;
+        break;
+      }
+      StateRec& l = Rec(p);
+      bool found = false;
+      const uint32_t i = l.degree ? Find(l, c, &found) : 0;
+      if (found) {
+        q = arena[l.offset + i].target;
+        break;
+      }
+      Insert(l, i, c, cur);
+      p = l.link;
     }
-    if (p == kNil) {
+    if (q == 0) {
       SetLink(cur, 0);
     } else {
-      const uint32_t q = Get(p, c);
       if (Len(p) + 1 == Len(q)) {
         SetLink(cur, q);
       } else {
@@ -208,9 +238,9 @@ struct SuffixAutomatonBuilder::Impl {
   }
 
   uint64_t MemoryBytes() const {
-    return text.capacity() * 4 + nc_link.capacity() * 4 + nc_edges.capacity() * 8 +
-           (cl_len.capacity() + cl_link.capacity() + cl_mep.capacity()) * 4 +
-           cl_edges.capacity() * 8 + root_next.capacity() * 4 + arena.capacity() * 8;
+    return text.capacity() * 4 + nc.capacity() * sizeof(StateRec) +
+           cl.capacity() * sizeof(StateRec) + (cl_len.capacity() + cl_mep.capacity()) * 4 +
+           root_next.capacity() * 4 + arena.capacity() * sizeof(Edge);
   }
 };
 
@@ -227,19 +257,20 @@ SuffixAutomatonBuilder::SuffixAutomatonBuilder(uint32_t vocab_size, uint64_t exp
   impl_->separator = vocab_size;
   impl_->root_next.assign(uint64_t{vocab_size} + 1, 0);
   impl_->free_chunks.resize(33);
-  impl_->nc_link.push_back(kNil);  // the root
-  impl_->nc_edges.push_back({});
   if (expected_tokens) {
     impl_->text.reserve(expected_tokens);
-    impl_->nc_link.reserve(expected_tokens + 1);
-    impl_->nc_edges.reserve(expected_tokens + 1);
+    impl_->nc.reserve(expected_tokens + 1);
     const uint64_t clones = expected_tokens / 2;
     impl_->cl_len.reserve(clones);
-    impl_->cl_link.reserve(clones);
     impl_->cl_mep.reserve(clones);
-    impl_->cl_edges.reserve(clones);
+    impl_->cl.reserve(clones);
     impl_->arena.reserve(expected_tokens * 3 / 2);
+    AdviseHuge(impl_->text);
+    AdviseHuge(impl_->nc);
+    AdviseHuge(impl_->cl);
+    AdviseHuge(impl_->arena);
   }
+  impl_->nc.push_back({kNil, 0, 0});  // the root
 }
 
 SuffixAutomatonBuilder::~SuffixAutomatonBuilder() = default;
@@ -256,9 +287,15 @@ void SuffixAutomatonBuilder::AddDocument(std::span<const uint32_t> ids) {
                         "token id " + std::to_string(id) + " in document " +
                             std::to_string(m.documents) + " is not below the vocab size " +
                             std::to_string(m.vocab_size));
+  const void* before[4] = {m.text.data(), m.nc.data(), m.cl.data(), m.arena.data()};
   for (uint32_t id : ids) m.Extend(id);
   m.Extend(m.separator);
   ++m.documents;
+  // A vector that grew past its reservation was reallocated: advise again.
+  if (before[0] != m.text.data()) AdviseHuge(m.text);
+  if (before[1] != m.nc.data()) AdviseHuge(m.nc);
+  if (before[2] != m.cl.data()) AdviseHuge(m.cl);
+  if (before[3] != m.arena.data()) AdviseHuge(m.arena);
 }
 
 uint64_t SuffixAutomatonBuilder::num_tokens() const { return impl_->text.size(); }
@@ -303,11 +340,11 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
       if (target & kClone) cl_cnt[target & ~kClone] += amount; else nc_cnt[target] += amount;
     };
     for (uint64_t len = n; len >= 1; --len) {
-      add(m.nc_link[len], nc_cnt[len]);
+      add(m.nc[len].link, nc_cnt[len]);
       if (len <= max_len)
         for (uint32_t i = start[len]; i < start[len + 1]; ++i) {
           const uint32_t k = by_len[i];
-          add(m.cl_link[k], cl_cnt[k]);
+          add(m.cl[k].link, cl_cnt[k]);
         }
     }
   }
@@ -381,11 +418,9 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
   {
     format::PackedWriter pw(h.state_width, s);
     pw.Push(0);
-    for (uint64_t i = 1; i <= n; ++i) pw.Push(m.Map(m.nc_link[i]));
-    for (uint32_t l : m.cl_link) pw.Push(m.Map(l));
+    for (uint64_t i = 1; i <= n; ++i) pw.Push(m.Map(m.nc[i].link));
+    for (const StateRec& r : m.cl) pw.Push(m.Map(r.link));
     emit("LINK", pw);
-    std::vector<uint32_t>().swap(m.nc_link);
-    std::vector<uint32_t>().swap(m.cl_link);
   }
   {
     format::PackedWriter pw(h.clone_len_width, c);
@@ -436,7 +471,7 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
       ++ones;
       ++bitpos;
     };
-    auto emit_state = [&](const EdgeList& l) {
+    auto emit_state = [&](const StateRec& l) {
       const Edge* e = m.arena.data() + l.offset;
       for (uint32_t i = 0; i < l.degree; ++i) {
         if (e[i].label == m.separator) continue;
@@ -447,10 +482,10 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
       push_one();
     };
     push_one();  // the root: its transitions live in ROOT
-    for (uint64_t i = 1; i <= n; ++i) emit_state(m.nc_edges[i]);
-    for (const EdgeList& l : m.cl_edges) emit_state(l);
-    std::vector<EdgeList>().swap(m.nc_edges);
-    std::vector<EdgeList>().swap(m.cl_edges);
+    for (uint64_t i = 1; i <= n; ++i) emit_state(m.nc[i]);
+    for (const StateRec& l : m.cl) emit_state(l);
+    std::vector<StateRec>().swap(m.nc);
+    std::vector<StateRec>().swap(m.cl);
     std::vector<Edge>().swap(m.arena);
     h.num_edges = edges;
     emit("EDGE", edge_pw);

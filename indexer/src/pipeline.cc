@@ -117,6 +117,20 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   // memory from the token count of what is read so far, grown as needed).
   std::unique_ptr<SuffixAutomatonBuilder> builder;
   uint64_t tokens_added = 0;
+  // Reserve for the whole build up front from the input sizes (about 3 bytes
+  // of JSON per token at most; ids are larger): reserved but untouched memory
+  // costs nothing, and no reallocation happens mid-build.
+  uint64_t input_bytes = 0;
+  for (const auto& spec : cfg.corpora) {
+    std::error_code ec;
+    if (std::filesystem::is_directory(spec.path, ec)) {
+      for (const auto& e : std::filesystem::recursive_directory_iterator(spec.path, ec))
+        if (e.is_regular_file()) input_bytes += e.file_size();
+    } else {
+      input_bytes += std::filesystem::file_size(spec.path, ec);
+    }
+  }
+  const uint64_t reserve_tokens = std::min<uint64_t>(input_bytes / 3 + 1024, uint64_t{1} << 30);
 
   for (size_t ci = 0; ci < cfg.corpora.size(); ++ci) {
     const CorpusSpec& spec = cfg.corpora[ci];
@@ -197,12 +211,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
           waited += Since(tw);
           if (!worker_error.empty()) break;
         }
-        if (!builder) {
-          uint64_t guess = 0;
-          for (size_t d = 0; d < std::min(texts.size(), kChunk); ++d) guess += ids[d].size() + 1;
-          guess = guess * nchunks + guess;  // a reservation, not a limit
-          builder = std::make_unique<SuffixAutomatonBuilder>(vocab, std::min<uint64_t>(guess, 1ull << 30));
-        }
+        if (!builder) builder = std::make_unique<SuffixAutomatonBuilder>(vocab, reserve_tokens);
         for (size_t d = c * kChunk; d < std::min(texts.size(), (c + 1) * kChunk); ++d) {
           if (ids[d].size() > (bos != format::kNoToken ? 1u : 0u)) {
             builder->AddDocument(ids[d]);
@@ -222,11 +231,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
       rep.tokenize_seconds += waited;
       rep.construct_seconds += total - waited;
     } else {
-      if (!builder) {
-        uint64_t guess = 0;
-        for (const auto& d : ids) guess += d.size() + 1;
-        builder = std::make_unique<SuffixAutomatonBuilder>(vocab, std::min<uint64_t>(guess, 1ull << 30));
-      }
+      if (!builder) builder = std::make_unique<SuffixAutomatonBuilder>(vocab, reserve_tokens);
       try {
         for (auto& d : ids) {
           if (!d.empty()) {

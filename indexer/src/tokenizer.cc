@@ -180,8 +180,7 @@ void Tokenizer::Encode(std::string_view text, std::vector<uint32_t>* out, Cache*
       EncodeWhole(text, out);
       return;
     }
-    std::string key(seg);
-    auto it = cache->index.find(key);
+    auto it = cache->index.find(seg);
     if (it != cache->index.end()) {
       ++cache->hits;
       out->insert(out->end(), cache->ids.begin() + it->second.first,
@@ -196,7 +195,7 @@ void Tokenizer::Encode(std::string_view text, std::vector<uint32_t>* out, Cache*
         cache->index.clear();
         cache->ids.clear();
       }
-      cache->index.emplace(std::move(key),
+      cache->index.emplace(std::string(seg),
                            std::make_pair(static_cast<uint32_t>(cache->ids.size()),
                                           static_cast<uint32_t>(ids.size())));
       cache->ids.insert(cache->ids.end(), ids.begin(), ids.end());

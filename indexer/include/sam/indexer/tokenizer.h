@@ -41,7 +41,12 @@ class Tokenizer {
  public:
   // Per-thread memo of encoded segments.
   struct Cache {
-    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>> index;  // -> (offset, length)
+    struct Hash {
+      using is_transparent = void;
+      size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+    };
+    // segment -> (offset, length) in ids; looked up by string_view, no copy.
+    std::unordered_map<std::string, std::pair<uint32_t, uint32_t>, Hash, std::equal_to<>> index;
     std::vector<uint32_t> ids;
     uint64_t hits = 0, misses = 0;
   };
