@@ -169,11 +169,15 @@ const SectionInfo* IndexFile::FindSection(const char* tag) const {
 
 void IndexFile::Init(const OpenOptions& options) {
   const std::string& p = path_;
+  const uint8_t* h = data_;
+  const bool magic_ok = size_ >= 8 && (std::memcmp(h, kMagic, 8) == 0 ||
+                                       std::memcmp(h, kMagicIncomplete, 8) == 0);
+  if (size_ >= 4 && !magic_ok && !(h[0] == 0x89 && h[1] == 'S' && h[2] == 'A' && h[3] == 'M'))
+    Fail(ErrorCode::kBadMagic, p, "not a SAM index file (bad magic number)");
   if (size_ < kHeaderSize)
     Fail(ErrorCode::kTruncated, p,
          "file has " + Num(size_) + " bytes, less than the " + Num(kHeaderSize) +
              "-byte header; truncated or not an index file");
-  const uint8_t* h = data_;
   if (std::memcmp(h, kMagicIncomplete, 8) == 0)
     Fail(ErrorCode::kBadMagic, p, "incomplete index file (the writer did not finish)");
   if (std::memcmp(h, kMagic, 8) != 0) {

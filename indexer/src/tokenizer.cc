@@ -180,6 +180,13 @@ void Tokenizer::Encode(std::string_view text, std::vector<uint32_t>* out, Cache*
       EncodeWhole(text, out);
       return;
     }
+    if (begin == 0 && seg[0] == ' ') {
+      // The first segment gets SentencePiece's dummy prefix; one that starts
+      // with a space would share its key with a later segment that does not.
+      EncodeWhole(seg, out);
+      begin = end;
+      continue;
+    }
     auto it = cache->index.find(seg);
     if (it != cache->index.end()) {
       ++cache->hits;

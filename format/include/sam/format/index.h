@@ -207,12 +207,15 @@ class IndexView {
   uint64_t Degree(uint64_t v) const;
 
   // [begin, end) of v's explicit transitions in the edge array.
+  // Clamped so that a corrupt degree vector never leads outside EDGE.
   std::pair<uint64_t, uint64_t> EdgeRange(uint64_t v) const {
-    uint64_t end_one = Select1(v);
-    uint64_t end = end_one - v;
+    const uint64_t end_one = Select1(v);
+    uint64_t end = end_one >= v ? end_one - v : 0;
+    if (end > edges_.size()) end = edges_.size();
     if (v == 0) return {0, end};
-    uint64_t prev_one = PrevOne(end_one);
-    uint64_t begin = prev_one - (v - 1);
+    const uint64_t prev_one = PrevOne(end_one);
+    uint64_t begin = prev_one + 1 >= v ? prev_one + 1 - v : 0;
+    if (begin > end) begin = end;
     return {begin, end};
   }
 

@@ -1,0 +1,71 @@
+// Draft trees: what a drafter proposes and a verifier scores in one pass.
+//
+//   sam::runtime::DraftTree tree;
+//   tree.Reset(start_token, sam::runtime::DraftSource::kStatic);
+//   int a = tree.Add(0, 42);      // child of the root
+//   tree.Add(a, 7);               // grandchild
+//   // tree.tokens = {start, 42, 7}, tree.parents = {-1, 0, 1}, tree.depths = {0, 1, 2}
+//
+// Node 0 is always the start token: the token the model produced last, which
+// is not yet part of the verified context. A verifier evaluates every node;
+// node i attends to the context and to its ancestors, at position
+// context_length + depths[i]. Parents always precede their children.
+#ifndef SAM_RUNTIME_DRAFT_H_
+#define SAM_RUNTIME_DRAFT_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+namespace sam::runtime {
+
+// Which drafter produced a draft. Stable values (used in traces and the C API).
+enum class DraftSource : uint8_t {
+  kNone = 0,       // no draft: the tree is the start token alone
+  kStatic = 1,     // static (corpus) suffix automaton
+  kDynamic = 2,    // dynamic (prompt + generation) suffix automaton
+  kRecycling = 3,  // Token Recycling
+  kPld = 4,        // prompt lookup decoding (n-gram) baseline
+  kMerged = 5,     // a tree merging several sources
+  kOther = 6,      // a user-supplied drafter
+};
+std::string_view DraftSourceName(DraftSource source);
+
+struct DraftTree {
+  std::vector<uint32_t> tokens;   // tokens[0] = start token
+  std::vector<int32_t> parents;   // parents[0] = -1, parents[i] < i
+  std::vector<uint16_t> depths;   // depths[0] = 0
+  // Optional proposal probabilities q(node | parent) for stochastic drafters
+  // (empty for deterministic ones); used by lossless sampling verification.
+  std::vector<float> draft_probs;
+  DraftSource source = DraftSource::kNone;
+  uint32_t match_len = 0;         // match length that produced the draft, if any
+
+  void Reset(uint32_t start_token, DraftSource src) {
+    tokens.assign(1, start_token);
+    parents.assign(1, -1);
+    depths.assign(1, 0);
+    draft_probs.clear();
+    source = src;
+    match_len = 0;
+  }
+  // Appends a node under parent; returns its index.
+  int Add(int parent, uint32_t token) {
+    tokens.push_back(token);
+    parents.push_back(parent);
+    depths.push_back(static_cast<uint16_t>(depths[parent] + 1));
+    return static_cast<int>(tokens.size() - 1);
+  }
+  size_t size() const { return tokens.size(); }
+  // True when every node's parent is the node before it (a chain).
+  bool IsLinear() const {
+    for (size_t i = 1; i < parents.size(); ++i)
+      if (parents[i] != static_cast<int32_t>(i) - 1) return false;
+    return true;
+  }
+};
+
+}  // namespace sam::runtime
+
+#endif  // SAM_RUNTIME_DRAFT_H_

@@ -1,0 +1,114 @@
+// The dynamic suffix automaton of one request: prompt + generation so far.
+//
+//   sam::runtime::DynamicSam sam(/*capacity_tokens=*/1 << 16);   // all memory reserved here
+//   sam.Extend(prompt_ids);                      // prefill
+//   auto m = sam.Lookup(start_token);            // peek: start_token is not added
+//   uint32_t draft[39];
+//   size_t n = sam.Continuation(m, 39, /*climb_links=*/true, draft);
+//   sam.Extend(accepted_ids);                    // after verification
+//   sam.Reset();                                 // next request, memory kept
+//
+// Construction is Blumer et al.'s online algorithm with the first end position
+// (min_endpos, 1-based) of every state: a new state's is its position, a clone
+// copies the original's. Transitions live in one open-addressing hash table
+// keyed by (state, token), sized at construction for the worst case (2n states,
+// 3n transitions), and chained per state so that clones can copy them: Extend
+// never allocates. Amortised O(1) expected time per token.
+//
+// Capacity: when the text reaches capacity_tokens, the automaton is rebuilt
+// over the most recent half of the text (positions then restart at 1), so the
+// window always holds at least capacity/2 tokens and memory stays bounded in
+// bytes (BytesForCapacity). The rebuild costs O(capacity) once every
+// capacity/2 tokens.
+//
+// Thread safety: none; one DynamicSam belongs to one request.
+#ifndef SAM_RUNTIME_DYNAMIC_SAM_H_
+#define SAM_RUNTIME_DYNAMIC_SAM_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+namespace sam::runtime {
+
+class DynamicSam {
+ public:
+  static constexpr uint32_t kRoot = 0;
+  static constexpr uint32_t kNone = ~uint32_t{0};
+
+  // A matched state and the length of the match (0 with kRoot: no match).
+  struct Match {
+    uint32_t state = kRoot;
+    uint32_t len = 0;
+  };
+
+  // Reserves memory for capacity_tokens tokens (at least 4). Throws
+  // std::invalid_argument for a capacity above 2^30 tokens.
+  explicit DynamicSam(size_t capacity_tokens);
+  DynamicSam(DynamicSam&&) noexcept;
+  DynamicSam& operator=(DynamicSam&&) noexcept;
+  ~DynamicSam();
+
+  // Bytes reserved for a given capacity, and the largest capacity that fits
+  // in a byte budget (at least 4).
+  static size_t BytesForCapacity(size_t capacity_tokens);
+  static size_t CapacityForBytes(size_t bytes);
+
+  // Forgets the text; keeps the memory.
+  void Reset();
+  // Appends tokens to the text. Any uint32_t value is a valid token.
+  void Extend(uint32_t token);
+  void Extend(std::span<const uint32_t> tokens);
+
+  // Longest suffix of (text + token) that occurs in the text, as a state and
+  // length; {kRoot, 0} when token does not occur. Does not modify anything.
+  // Same amortised cost as the Extend(token) that usually follows.
+  Match Lookup(uint32_t token) const;
+
+  // Copies up to `want` tokens that follow the first occurrence of the
+  // match's strings (positions MinEndpos+1 ..) into out, stopping at the end
+  // of the text. With climb_links, while fewer than `want` tokens follow and
+  // the state's suffix link is not the root, moves to the link (a shorter
+  // suffix whose first occurrence is earlier); *used_state (if not null)
+  // receives the state the tokens come from. Returns the number copied.
+  size_t Continuation(Match match, size_t want, bool climb_links, uint32_t* out,
+                      uint32_t* used_state = nullptr) const;
+
+  // Structure access (tests, tools).
+  size_t size() const { return n_; }                // tokens in the window
+  size_t capacity() const { return capacity_; }
+  uint64_t total_extended() const { return total_; }  // tokens ever added since Reset
+  uint64_t window_offset() const { return total_ - n_; }  // tokens dropped by rebuilds
+  uint32_t Token(size_t position) const { return text_[position - 1]; }  // 1-based
+  size_t num_states() const { return num_states_; }
+  size_t num_transitions() const { return num_edges_; }
+  uint32_t last() const { return last_; }
+  uint32_t Len(uint32_t v) const { return len_[v]; }
+  uint32_t Link(uint32_t v) const { return link_[v]; }  // kNone for the root
+  uint32_t MinEndpos(uint32_t v) const { return min_endpos_[v]; }  // 0 for the root
+  uint32_t Next(uint32_t v, uint32_t token) const;                // kNone if absent
+
+ private:
+  struct Slot;
+  void Append(uint32_t token);  // Blumer step; requires n_ < capacity_
+  void Rebuild();               // keep the last half of the window
+  uint32_t NewState(uint32_t len, uint32_t link, uint32_t min_endpos);
+  Slot* Find(uint32_t v, uint32_t token) const;
+  void Insert(uint32_t v, uint32_t token, uint32_t target);
+
+  size_t capacity_ = 0;
+  size_t n_ = 0;
+  uint64_t total_ = 0;
+  uint32_t last_ = kRoot;
+  size_t num_states_ = 0;
+  size_t num_edges_ = 0;
+  size_t slot_mask_ = 0;
+  std::unique_ptr<uint32_t[]> text_;
+  std::unique_ptr<uint32_t[]> len_, link_, min_endpos_, first_edge_;
+  std::unique_ptr<Slot[]> slots_;
+};
+
+}  // namespace sam::runtime
+
+#endif  // SAM_RUNTIME_DYNAMIC_SAM_H_

@@ -1,0 +1,82 @@
+// Offline evaluation of drafters on recorded greedy outputs (DESIGN.md section 6).
+//
+//   std::vector<sam::runtime::ReplayTrace> traces = ...;   // prompt ids (BOS first), output ids
+//   sam::runtime::Session session(options);
+//   session.AttachIndex(&index.view());
+//   sam::runtime::ReplayReport r = sam::runtime::Replay(session, traces);
+//   std::printf("MAT %.3f\n", r.total.Mat());
+//
+// Greedy verification against a recorded greedy output is exact: at each step
+// the drafter proposes a tree rooted at the start token (the first output token
+// is the first start token), the accepted length is the depth of the deepest
+// node whose root path equals the next output tokens, and the output token
+// after the accepted ones (the bonus) becomes the next start. A step thus
+// yields accepted + 1 tokens; the last start token's step yields 1 (its bonus
+// lies beyond the trace), so MAT = output tokens / steps and plain decoding
+// scores exactly 1.00.
+#ifndef SAM_RUNTIME_REPLAY_H_
+#define SAM_RUNTIME_REPLAY_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sam/runtime/draft.h"
+#include "sam/runtime/drafter.h"
+#include "sam/runtime/statistics.h"
+
+namespace sam::runtime {
+
+struct ReplayTrace {
+  std::string id;
+  std::string category;
+  std::vector<uint32_t> prompt;  // as the model saw it (BOS first)
+  std::vector<uint32_t> output;  // the recorded greedy output
+};
+
+// Depth of the deepest node of `tree` whose root path (excluding the root)
+// equals a prefix of `next`.
+size_t AcceptedLength(const DraftTree& tree, std::span<const uint32_t> next);
+
+struct ReplayTotals {
+  uint64_t steps = 0;
+  uint64_t tokens = 0;          // output tokens covered (accepted + bonus)
+  uint64_t verified_nodes = 0;  // tree nodes, root included (tokens verified per step)
+  uint64_t accepted = 0;        // accepted draft tokens
+  double Mat() const { return steps ? static_cast<double>(tokens) / steps : 0.0; }
+  double TokensPerStep() const { return steps ? static_cast<double>(verified_nodes) / steps : 0.0; }
+  void Add(size_t nodes, size_t accepted_tokens) {
+    ++steps;
+    tokens += accepted_tokens + 1;
+    verified_nodes += nodes;
+    accepted += accepted_tokens;
+  }
+};
+
+struct ReplayReport {
+  ReplayTotals total;
+  std::map<std::string, ReplayTotals> by_category;
+  std::array<ReplayTotals, kNumDraftSources> by_source{};
+  // accepted_at_depth[d]: steps whose accepted path reached depth d + 1.
+  std::array<uint64_t, kTrackedDepths> accepted_at_depth{};
+  std::vector<uint32_t> propose_ns;  // one per step
+  std::vector<uint32_t> commit_ns;   // one per step
+  // Share of steps that carried a draft (a tree with more than the root).
+  double DraftShare() const;
+};
+
+// Replays every trace through `drafter` (Reset, Prefill, then Propose/Commit
+// per step with trees of at most max_nodes nodes) and accumulates the report.
+ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces,
+                    size_t max_nodes = 1 << 16);
+
+// Percentile (0..100) of a sample, nearest rank; 0 for an empty one.
+double Percentile(std::vector<uint32_t> values, double percent);
+
+}  // namespace sam::runtime
+
+#endif  // SAM_RUNTIME_REPLAY_H_

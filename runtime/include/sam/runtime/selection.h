@@ -1,0 +1,76 @@
+// Draft selection policies: which drafter drafts this step, and the draft's shape.
+//
+//   sam::runtime::SelectionOptions options;            // the paper's rule, 40 tokens
+//   options.policy = sam::runtime::Policy::kCalibrated;
+//   sam::runtime::Choice c = sam::runtime::ChoosePaper(l_dyn, l_static, has_fallback, options);
+//
+// Policies (all drafts include the start token in their node count):
+//   kPaper       SAM-Decoding's rule (Hu et al. 2024): l_s' = l_static - l_bias;
+//                if max(l_dyn, l_s') >= l_threshold, draft linearly from the dynamic
+//                SAM when l_dyn >= l_s', else from the static SAM; otherwise use the
+//                fallback drafter. Without a fallback drafter, l_bias is 0 (when left
+//                automatic) and any match (length >= 1) drafts.
+//   kStaticOnly  linear drafts from the static SAM(s) only.
+//   kDynamicOnly linear drafts from the dynamic SAM only.
+//   kTree        when the static match is longer than the dynamic one, a count-weighted
+//                best-first tree of min(max_tree_nodes, 1 + 4 l) nodes (<= max_width per
+//                depth); otherwise the dynamic linear draft of min(max_tree_nodes,
+//                1 + 4 l) tokens.
+//   kCalibrated  this project's policy: one merged tree of at most draft_size nodes
+//                built from every candidate (dynamic continuation, each static index's
+//                count-weighted tree), where each node's probability of acceptance given
+//                its parent's is estimated from running acceptance statistics
+//                (features: source, match length, depth, count ratio, occurrence
+//                count), and the nodes with the highest path probability are kept.
+//                Nodes whose estimated path probability is below min_path_probability
+//                are left out, so drafts shrink when acceptance is low. The fallback
+//                drafter (if any) contributes when no automaton matches.
+#ifndef SAM_RUNTIME_SELECTION_H_
+#define SAM_RUNTIME_SELECTION_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace sam::runtime {
+
+enum class Policy { kPaper, kStaticOnly, kDynamicOnly, kTree, kCalibrated };
+
+// "paper", "static", "dynamic", "tree", "calibrated". ParsePolicy throws
+// std::invalid_argument naming the valid names.
+std::string_view PolicyName(Policy policy);
+Policy ParsePolicy(std::string_view name);
+
+struct SelectionOptions {
+  Policy policy = Policy::kPaper;
+  // Draft size in nodes, start token included (the paper: 40; 16 for code).
+  size_t draft_size = 40;
+  // The paper's rule. l_bias unset: 5 with a fallback drafter, 0 without.
+  std::optional<uint32_t> l_bias;
+  uint32_t l_threshold = 5;
+  // Linear drafts of min(draft_size, 1 + length_per_match * match_len) nodes.
+  bool adaptive_length = false;
+  uint32_t length_per_match = 4;
+  // Dynamic drafts climb suffix links while the continuation is short.
+  bool dynamic_link_fallback = true;
+  // kTree (and the static trees of kCalibrated).
+  size_t max_tree_nodes = 60;
+  size_t max_width = 8;
+  // kCalibrated: nodes below this estimated path probability are not drafted.
+  double min_path_probability = 0.01;
+};
+
+enum class Choice { kNone, kStatic, kDynamic, kFallback };
+
+// The paper's decision for match lengths l_dyn (dynamic) and l_static (the
+// longest static match).
+Choice ChoosePaper(uint32_t l_dyn, uint32_t l_static, bool has_fallback,
+                   const SelectionOptions& options);
+
+// Linear draft size (nodes, start token included) for a match length.
+size_t LinearDraftSize(uint32_t match_len, const SelectionOptions& options);
+
+}  // namespace sam::runtime
+
+#endif  // SAM_RUNTIME_SELECTION_H_

@@ -1,0 +1,143 @@
+// A drafting session: the per-request state of SAM-Decoding.
+//
+//   auto general = sam::format::IndexFile::Open("general.sam");   // shared, read-only
+//   sam::runtime::SessionOptions options;                          // paper rule, 40 tokens
+//   sam::runtime::Session session(options);
+//   session.AttachIndex(&general.view());
+//   session.Prefill(prompt_ids);                     // BOS first, like the index documents
+//   uint32_t start = first_token_from_prefill;
+//   while (!done) {
+//     const sam::runtime::DraftTree& tree = session.Propose(start);
+//     size_t a = verify(tree);                        // accepted nodes along one path
+//     session.Commit(accepted_path_tokens);           // start + the a accepted tokens
+//     start = bonus_token;                            // the model's token after them
+//   }
+//   session.Reset();                                  // next request; memory is kept
+//
+// A session owns a dynamic suffix automaton over prompt + committed tokens
+// (memory reserved at construction, bounded by max_dynamic_bytes), one
+// matching cursor per attached static index, a selection policy
+// (selection.h) and statistics. Propose(start) peeks: the start token is only
+// added to the automata when it is committed.
+//
+// Lifetime and threads: attached views and the fallback drafter are borrowed
+// and must outlive the session. A session is used by one thread at a time;
+// any number of sessions (in any threads) may share one IndexView. Reset()
+// forgets everything about the request (text, cursors, the fallback's
+// per-request state) but keeps statistics and the learned acceptance
+// estimates of Policy::kCalibrated, which are not tied to a request
+// (ResetStatistics() clears both).
+#ifndef SAM_RUNTIME_SESSION_H_
+#define SAM_RUNTIME_SESSION_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sam/format/index.h"
+#include "sam/runtime/draft.h"
+#include "sam/runtime/drafter.h"
+#include "sam/runtime/dynamic_sam.h"
+#include "sam/runtime/selection.h"
+#include "sam/runtime/static_match.h"
+#include "sam/runtime/statistics.h"
+
+namespace sam::runtime {
+
+struct SessionOptions {
+  // Memory bound of the dynamic automaton (text, states, transitions). The
+  // default (64 MiB) holds a window of 512K tokens (100-164 bytes a token);
+  // when the context outgrows it, the window keeps the most recent half
+  // (dynamic_sam.h).
+  size_t max_dynamic_bytes = size_t{64} << 20;
+  SelectionOptions selection;
+  // Drafter used when the policy falls back (not owned; may be null).
+  Drafter* fallback = nullptr;
+  // Measure drafting and update time (two clock reads per call).
+  bool collect_timing = true;
+};
+
+class Session : public Drafter {
+ public:
+  // Throws std::invalid_argument for an unusable option (draft_size < 1).
+  explicit Session(const SessionOptions& options = {});
+  ~Session() override;
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  std::string_view name() const override { return "sam"; }
+
+  // Adds a static index (e.g. a general and a domain one); its cursor is
+  // brought up to date with the current window. The view is borrowed.
+  void AttachIndex(const format::IndexView* view);
+  size_t num_indexes() const { return cursors_.size(); }
+  // Replaces the fallback drafter (may be null). It is not reset or prefilled.
+  void SetFallback(Drafter* fallback);
+
+  // Starts a request with its prompt ids.
+  void Prefill(std::span<const uint32_t> prompt) override;
+  // Proposes a draft rooted at start_token. The reference stays valid until
+  // the next call on the session.
+  const DraftTree& Propose(uint32_t start_token);
+  // Drafter interface: Propose with at most max_nodes nodes, copied to *out.
+  bool Propose(uint32_t start_token, size_t max_nodes, DraftTree* out) override;
+  // Commits the tokens that joined the verified context: the start token of
+  // the last proposal followed by the accepted draft tokens. Updates the
+  // statistics of the last proposal (acceptance = the longest root path of
+  // that draft matching `tokens`). Any tokens may be committed.
+  void Commit(std::span<const uint32_t> tokens) override;
+  // Forwards model feedback to the fallback drafter.
+  void ObserveTopK(std::span<const uint32_t> tokens, std::span<const uint32_t> topk,
+                   size_t k) override;
+  void Reset() override;
+
+  const SessionStatistics& statistics() const { return stats_; }
+  void ResetStatistics();
+
+  // Inspection (tests, tools).
+  const SessionOptions& options() const { return options_; }
+  const DynamicSam& dynamic_sam() const { return dynamic_; }
+  const StaticCursor& cursor(size_t i) const { return cursors_[i]; }
+  // Match lengths of the last Propose (dynamic; best static, its index).
+  uint32_t last_dynamic_length() const { return last_dyn_len_; }
+  uint32_t last_static_length() const { return last_static_len_; }
+
+ private:
+  class Calibrator;
+  struct MergedScratch;
+  void ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tree);
+  void ProposeLinearDynamic(DynamicSam::Match m, size_t size, DraftTree* tree);
+  void ProposeLinearStatic(size_t index, StaticMatch m, size_t size, DraftTree* tree);
+  void ProposeFallback(uint32_t start_token, size_t max_nodes, DraftTree* tree);
+  void ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, size_t max_nodes,
+                         DraftTree* tree);
+  void AppendChain(std::span<const uint32_t> tokens, DraftTree* tree);
+  void RecordAcceptance(std::span<const uint32_t> tokens);
+
+  SessionOptions options_;
+  DynamicSam dynamic_;
+  std::vector<StaticCursor> cursors_;
+  std::vector<StaticMatch> peeked_;
+  StaticTreeBuilder tree_builder_;
+  std::unique_ptr<Calibrator> calibrator_;
+  DraftTree tree_;
+  DraftTree scratch_tree_;
+  std::vector<uint32_t> chain_;
+  std::vector<double> weights_;
+  std::unique_ptr<MergedScratch> merged_;
+  std::vector<std::array<int, 3>> node_cells_;  // calibration cells of tree_'s nodes
+  std::vector<uint8_t> on_path_;
+  bool pending_ = false;  // a proposal awaits its Commit
+  uint64_t pending_ns_ = 0;
+  uint32_t last_dyn_len_ = 0;
+  uint32_t last_static_len_ = 0;
+  SessionStatistics stats_;
+};
+
+}  // namespace sam::runtime
+
+#endif  // SAM_RUNTIME_SESSION_H_

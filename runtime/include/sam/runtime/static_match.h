@@ -1,0 +1,130 @@
+// Matching against a static (corpus) index and the drafts it gives.
+//
+//   const sam::format::IndexView& view = index_file.view();
+//   sam::runtime::StaticCursor cursor(&view);
+//   for (uint32_t t : context) cursor.Advance(t);        // longest suffix match
+//   sam::runtime::StaticMatch m = cursor.Peek(start);     // what start would give
+//   uint32_t draft[39];
+//   size_t n = sam::runtime::StaticContinuation(view, m.state, 39, draft);
+//
+// Transfer rule (DESIGN.md section 4): on token c, while the state is not the
+// root and has no transition on c, move to its suffix link and set the length
+// to that state's Len; then take the transition (length + 1) or reset to
+// (root, 0). Amortised O(1) transitions per token.
+//
+// Thread safety: a cursor is a small value owned by one session; the view it
+// points to is shared read-only by any number of cursors and threads.
+#ifndef SAM_RUNTIME_STATIC_MATCH_H_
+#define SAM_RUNTIME_STATIC_MATCH_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "sam/format/index.h"
+#include "sam/runtime/draft.h"
+
+namespace sam::runtime {
+
+struct StaticMatch {
+  uint64_t state = format::kRoot;
+  uint64_t len = 0;
+};
+
+// One transfer step of the matching rule.
+inline StaticMatch Transfer(const format::IndexView& view, StaticMatch m, uint32_t token) {
+  uint64_t state = m.state;
+  uint64_t len = m.len;
+  uint64_t next = view.Next(state, token);
+  while (next == format::kNoState && state != format::kRoot) {
+    state = view.Link(state);
+    len = view.Len(state);
+    next = view.Next(state, token);
+  }
+  if (next == format::kNoState) return StaticMatch{};
+  return StaticMatch{next, len + 1};
+}
+
+class StaticCursor {
+ public:
+  StaticCursor() = default;
+  explicit StaticCursor(const format::IndexView* view) : view_(view) {}
+
+  void Reset() { match_ = StaticMatch{}; }
+  void Advance(uint32_t token) { match_ = Transfer(*view_, match_, token); }
+  // The match after `token` without moving the cursor.
+  StaticMatch Peek(uint32_t token) const { return Transfer(*view_, match_, token); }
+
+  const StaticMatch& match() const { return match_; }
+  const format::IndexView* view() const { return view_; }
+
+ private:
+  const format::IndexView* view_ = nullptr;
+  StaticMatch match_;
+};
+
+// Copies up to `want` tokens that follow the first occurrence (MinEndpos) of
+// state's strings into out, stopping before a document end or the end of the
+// corpus (never padded). Returns the number copied; 0 for the root.
+size_t StaticContinuation(const format::IndexView& view, uint64_t state, size_t want,
+                          uint32_t* out);
+
+// Count-weighted best-first draft trees over a static automaton.
+struct StaticTreeOptions {
+  size_t max_nodes = 60;   // root (start token) included
+  size_t max_width = 8;    // nodes per depth
+  size_t max_depth = 64;
+};
+
+// Reusable scratch space: building a tree allocates nothing once warm. The
+// heaviest children of high-degree states (short, common matches, whose
+// transitions are many and stored in token order) are cached per builder, so
+// a state's transitions are scanned once, not at every step.
+class StaticTreeBuilder {
+ public:
+  // Grows `tree` (whose node 0, the start token, already corresponds to
+  // `state`) best-first: a node's weight is the product along its path of
+  // Count(child) / Count(parent state); the heaviest frontier node is added
+  // next, until max_nodes nodes or no candidate is left; a depth that already
+  // has max_width nodes takes no more. Document-end continuations are never
+  // proposed. Nodes are added in non-increasing weight order, so every prefix
+  // of the result is itself the best tree of its size. If weights_out is not
+  // null it receives the weight of every node (1 for the root).
+  void Build(const format::IndexView& view, uint64_t state, const StaticTreeOptions& options,
+             DraftTree* tree, std::vector<double>* weights_out = nullptr);
+  // The automaton state of every node of the last built tree.
+  const std::vector<uint64_t>& node_states() const { return node_state_; }
+
+ private:
+  struct Candidate {
+    double weight;
+    int32_t parent;
+    uint64_t state;
+    uint32_t token;
+  };
+  // Top children of one high-degree state (direct-mapped cache entry; the
+  // cache takes about 1.5 MiB, allocated when first needed).
+  static constexpr size_t kCachedChildren = 8;
+  static constexpr size_t kCacheEntries = 8192;
+  static constexpr uint64_t kCacheMinDegree = 32;
+  struct CachedChildren {
+    const format::IndexView* view = nullptr;
+    uint64_t state = 0;
+    uint32_t size = 0;
+    std::array<uint32_t, kCachedChildren> token;
+    std::array<uint64_t, kCachedChildren> target;
+    std::array<uint64_t, kCachedChildren> count;
+  };
+  const CachedChildren& TopChildren(const format::IndexView& view, uint64_t state);
+
+  std::vector<CachedChildren> cache_;
+  std::vector<Candidate> heap_;
+  std::vector<Candidate> children_;
+  std::vector<uint64_t> node_state_;
+  std::vector<uint32_t> width_;
+};
+
+}  // namespace sam::runtime
+
+#endif  // SAM_RUNTIME_STATIC_MATCH_H_

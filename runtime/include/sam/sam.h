@@ -1,0 +1,207 @@
+/* The SAM-Decoding runtime's C API: open index files, run drafting sessions.
+ *
+ * Usage (C):
+ *
+ *   sam_index* idx = NULL;
+ *   if (sam_index_open("general.sam", NULL, &idx) != SAM_OK) {
+ *     fprintf(stderr, "%s\n", sam_last_error());
+ *     return 1;
+ *   }
+ *   sam_session_options opts;
+ *   sam_session_options_default(&opts);
+ *   sam_session* sess = NULL;
+ *   sam_session_new(&opts, &sess);
+ *   sam_session_attach_index(sess, idx);
+ *   sam_session_prefill(sess, prompt_ids, prompt_len);
+ *   uint32_t start = first_token_from_prefill;
+ *   for (;;) {
+ *     sam_draft d;
+ *     sam_session_propose(sess, start, &d);   // d.tokens[0] == start
+ *     ... verify d.tokens / d.parents with the model: accepted path + bonus ...
+ *     sam_session_commit(sess, accepted_path_tokens, n_accepted_path);  // start first
+ *     start = bonus;
+ *   }
+ *   sam_session_free(sess);
+ *   sam_index_close(idx);
+ *
+ * Usage (Python ctypes; libsam is a shared build of the sam_runtime library):
+ *
+ *   import ctypes as C
+ *   lib = C.CDLL("libsam_runtime.so")
+ *   class Draft(C.Structure):
+ *       _fields_ = [("tokens", C.POINTER(C.c_uint32)), ("parents", C.POINTER(C.c_int32)),
+ *                   ("depths", C.POINTER(C.c_uint16)), ("count", C.c_size_t),
+ *                   ("source", C.c_int), ("match_len", C.c_uint32)]
+ *   class Options(C.Structure):
+ *       _fields_ = [("draft_size", C.c_size_t), ("policy", C.c_int),
+ *                   ("l_bias", C.c_int32), ("l_threshold", C.c_uint32),
+ *                   ("recycling_vocab_size", C.c_uint32),
+ *                   ("max_dynamic_bytes", C.c_size_t)]
+ *   lib.sam_last_error.restype = C.c_char_p
+ *   idx, sess = C.c_void_p(), C.c_void_p()
+ *   if lib.sam_index_open(b"general.sam", None, C.byref(idx)) != 0:
+ *       raise RuntimeError(lib.sam_last_error().decode())
+ *   opts = Options(); lib.sam_session_options_default(C.byref(opts))
+ *   lib.sam_session_new(C.byref(opts), C.byref(sess))
+ *   lib.sam_session_attach_index(sess, idx)
+ *   prompt = (C.c_uint32 * 3)(1, 450, 4996)
+ *   lib.sam_session_prefill(sess, prompt, C.c_size_t(3))
+ *   d = Draft(); lib.sam_session_propose(sess, C.c_uint32(263), C.byref(d))
+ *   print([d.tokens[i] for i in range(d.count)], [d.parents[i] for i in range(d.count)])
+ *   lib.sam_session_free(sess); lib.sam_index_close(idx)
+ *
+ * Errors: every function that can fail returns a sam_status; SAM_OK (0) is
+ * success. On failure the output arguments are left unchanged and
+ * sam_last_error() describes the failure (file, field, value found and
+ * expected). No C++ exception ever crosses this interface; nothing prints
+ * or aborts.
+ *
+ * Lifetime: an index handle is reference counted internally: a session that
+ * attached it keeps the mapping alive, so sam_index_close and
+ * sam_session_free may be called in any order. Pointers returned in a
+ * sam_draft or by sam_session_stats_json point into the session and stay
+ * valid until the next call on that session.
+ *
+ * Threads: an index may be attached to any number of sessions in any
+ * threads. A session must be used by one thread at a time. sam_last_error()
+ * is per thread.
+ */
+#ifndef SAM_SAM_H_
+#define SAM_SAM_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Stable status codes; values never change meaning, new ones are appended. */
+typedef enum sam_status {
+  SAM_OK = 0,
+  SAM_ERR_IO = 1,                 /* cannot open or read the file */
+  SAM_ERR_FORMAT = 2,             /* not a valid index (truncated, corrupt, version) */
+  SAM_ERR_TOKENIZER_MISMATCH = 3, /* index built with another tokenizer */
+  SAM_ERR_INVALID_ARGUMENT = 4,   /* NULL pointer, bad option, id out of range */
+  SAM_ERR_OUT_OF_MEMORY = 5,      /* allocation failed */
+  SAM_ERR_INTERNAL = 6            /* anything else: a bug, please report the message */
+} sam_status;
+
+/* Short stable name of a status, e.g. "tokenizer_mismatch" ("unknown" for
+ * values outside the enum). Never NULL; static storage. */
+const char* sam_status_name(int status);
+
+/* Message of the most recent failed call in this thread ("" if none). Valid
+ * until the next failing call in this thread. */
+const char* sam_last_error(void);
+
+/* ---- Index files -------------------------------------------------------- */
+
+typedef struct sam_index sam_index;
+
+/* Memory-maps a static index file and checks its header and sections
+ * (O(1) in the index size). expected_tokenizer_sha256: NULL to accept any
+ * index, or 64 hex digits (the SHA-256 of the SentencePiece model file):
+ * an index built with another tokenizer, or from raw ids, is then refused
+ * with SAM_ERR_TOKENIZER_MISMATCH. On success *out receives a new handle. */
+int sam_index_open(const char* path, const char* expected_tokenizer_sha256, sam_index** out);
+/* Releases the handle (NULL is a no-op). Sessions that attached the index
+ * keep it open until they are freed. */
+void sam_index_close(sam_index* index);
+/* Deep check: every checksum, every stored value, the self-test samples
+ * (O(file size)). SAM_ERR_FORMAT names the first problem. */
+int sam_index_verify(const sam_index* index);
+/* Vocabulary size, corpus tokens (document ends included) and documents;
+ * 0 for a NULL handle. */
+uint32_t sam_index_vocab_size(const sam_index* index);
+uint64_t sam_index_num_tokens(const sam_index* index);
+uint64_t sam_index_num_documents(const sam_index* index);
+
+/* ---- Sessions ----------------------------------------------------------- */
+
+typedef struct sam_session sam_session;
+
+/* Draft selection policies (see sam/runtime/selection.h). */
+typedef enum sam_policy {
+  SAM_POLICY_PAPER = 0, /* SAM-Decoding's rule (default) */
+  SAM_POLICY_STATIC_ONLY = 1,
+  SAM_POLICY_DYNAMIC_ONLY = 2,
+  SAM_POLICY_TREE = 3,
+  SAM_POLICY_CALIBRATED = 4
+} sam_policy;
+
+/* Which drafter produced a draft (stable values). */
+typedef enum sam_draft_source {
+  SAM_SOURCE_NONE = 0, /* no draft: the start token alone */
+  SAM_SOURCE_STATIC = 1,
+  SAM_SOURCE_DYNAMIC = 2,
+  SAM_SOURCE_RECYCLING = 3,
+  SAM_SOURCE_PLD = 4,
+  SAM_SOURCE_MERGED = 5,
+  SAM_SOURCE_OTHER = 6
+} sam_draft_source;
+
+/* Always initialise with sam_session_options_default(), then change fields. */
+typedef struct sam_session_options {
+  size_t draft_size;             /* nodes per draft, start token included (40) */
+  int policy;                    /* a sam_policy (SAM_POLICY_PAPER) */
+  int32_t l_bias;                /* < 0: automatic, 5 with a fallback, 0 without (-1) */
+  uint32_t l_threshold;          /* the paper's rule threshold (5) */
+  uint32_t recycling_vocab_size; /* > 0: Token Recycling fallback over ids < this (0) */
+  size_t max_dynamic_bytes;      /* memory bound of the dynamic automaton (64 MiB) */
+} sam_session_options;
+
+void sam_session_options_default(sam_session_options* options);
+
+/* Creates a session; options NULL means the defaults. */
+int sam_session_new(const sam_session_options* options, sam_session** out);
+/* Frees the session (NULL is a no-op). */
+void sam_session_free(sam_session* session);
+
+/* Adds a static index (call before prefill, or any time: the index's
+ * matching state is brought up to date with the session's text). */
+int sam_session_attach_index(sam_session* session, sam_index* index);
+
+/* Feeds the request's prompt ids (n may be 0; ids may then be NULL). Calls
+ * append: one request is prefill, then propose/commit steps, then reset. */
+int sam_session_prefill(sam_session* session, const uint32_t* ids, size_t n);
+
+/* A draft tree. Node 0 is the start token; parents[0] = -1 and
+ * parents[i] < i; node i is evaluated at position context + depths[i]. */
+typedef struct sam_draft {
+  const uint32_t* tokens;
+  const int32_t* parents;
+  const uint16_t* depths;
+  size_t count;       /* nodes, start token included (>= 1) */
+  int source;         /* a sam_draft_source */
+  uint32_t match_len; /* match length behind the draft (0 if none) */
+} sam_draft;
+
+/* Proposes a draft rooted at start_token (the model's last token, not yet
+ * committed). The arrays stay valid until the next call on the session. */
+int sam_session_propose(sam_session* session, uint32_t start_token, sam_draft* out);
+
+/* Commits the tokens that joined the verified context: the start token of
+ * the last proposal, then the accepted draft tokens (the bonus token is the
+ * next start token and is committed with the next step). */
+int sam_session_commit(sam_session* session, const uint32_t* ids, size_t n);
+
+/* Model feedback for Token Recycling: for each of the n evaluated nodes,
+ * tokens[i] and its k best next tokens topk[i*k .. i*k+k), best first. A
+ * no-op without a Token Recycling fallback. */
+int sam_session_observe_topk(sam_session* session, const uint32_t* tokens, size_t n,
+                             const uint32_t* topk, size_t k);
+
+/* Ends the request: forgets its text and matches (statistics, the Token
+ * Recycling table and attached indexes are kept). */
+int sam_session_reset(sam_session* session);
+
+/* Statistics as a JSON object (drafts, accepted tokens and time per source).
+ * NULL on failure (see sam_last_error). */
+const char* sam_session_stats_json(sam_session* session);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* SAM_SAM_H_ */

@@ -1,0 +1,280 @@
+// The C API (sam/sam.h) over sam::format::IndexFile and sam::runtime::Session.
+// Every entry point runs its body through Guard(), which turns exceptions
+// into status codes plus a thread-local message.
+#include <exception>
+#include <limits>
+#include <memory>
+#include <new>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sam/format/error.h"
+#include "sam/format/index.h"
+#include "sam/format/sha256.h"
+#include "sam/runtime/recycling.h"
+#include "sam/runtime/selection.h"
+#include "sam/runtime/session.h"
+#include "sam/sam.h"
+
+struct sam_index {
+  std::shared_ptr<const sam::format::IndexFile> file;
+};
+
+struct sam_session {
+  // Declared before `session`, which borrows them, so they outlive it.
+  std::vector<std::shared_ptr<const sam::format::IndexFile>> indexes;
+  std::unique_ptr<sam::runtime::RecyclingDrafter> recycling;
+  std::unique_ptr<sam::runtime::Session> session;
+  std::string stats_json;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+int Fail(sam_status status, const std::string& message) {
+  // Assigning may itself throw bad_alloc; the status is still returned.
+  try {
+    last_error = message;
+  } catch (...) {
+    last_error.clear();
+  }
+  return status;
+}
+
+sam_status StatusOf(sam::format::ErrorCode code) {
+  using sam::format::ErrorCode;
+  switch (code) {
+    case ErrorCode::kIo:
+      return SAM_ERR_IO;
+    case ErrorCode::kTokenizerMismatch:
+      return SAM_ERR_TOKENIZER_MISMATCH;
+    case ErrorCode::kInvalidArgument:
+      return SAM_ERR_INVALID_ARGUMENT;
+    default:
+      return SAM_ERR_FORMAT;
+  }
+}
+
+// Runs body; maps whatever it throws to a status (the one place where
+// exceptions stop).
+template <typename Body>
+int Guard(Body&& body) noexcept {
+  try {
+    body();
+    return SAM_OK;
+  } catch (const sam::format::FormatError& e) {
+    return Fail(StatusOf(e.code()), e.what());
+  } catch (const std::invalid_argument& e) {
+    return Fail(SAM_ERR_INVALID_ARGUMENT, e.what());
+  } catch (const std::out_of_range& e) {
+    return Fail(SAM_ERR_INVALID_ARGUMENT, e.what());
+  } catch (const std::bad_alloc&) {
+    return Fail(SAM_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return Fail(SAM_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return Fail(SAM_ERR_INTERNAL, "unknown exception");
+  }
+}
+
+void Require(bool condition, const char* function, const char* what) {
+  if (!condition) throw std::invalid_argument(std::string(function) + ": " + what);
+}
+
+std::span<const uint32_t> Ids(const uint32_t* ids, size_t n, const char* function) {
+  Require(ids != nullptr || n == 0, function, "ids is NULL but n > 0");
+  return {ids, n};
+}
+
+sam::runtime::Policy PolicyOf(int policy) {
+  switch (policy) {
+    case SAM_POLICY_PAPER:
+      return sam::runtime::Policy::kPaper;
+    case SAM_POLICY_STATIC_ONLY:
+      return sam::runtime::Policy::kStaticOnly;
+    case SAM_POLICY_DYNAMIC_ONLY:
+      return sam::runtime::Policy::kDynamicOnly;
+    case SAM_POLICY_TREE:
+      return sam::runtime::Policy::kTree;
+    case SAM_POLICY_CALIBRATED:
+      return sam::runtime::Policy::kCalibrated;
+    default:
+      throw std::invalid_argument("sam_session_new: policy " + std::to_string(policy) +
+                                  " is not a sam_policy (0..4)");
+  }
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* sam_status_name(int status) {
+  switch (status) {
+    case SAM_OK:
+      return "ok";
+    case SAM_ERR_IO:
+      return "io";
+    case SAM_ERR_FORMAT:
+      return "format";
+    case SAM_ERR_TOKENIZER_MISMATCH:
+      return "tokenizer_mismatch";
+    case SAM_ERR_INVALID_ARGUMENT:
+      return "invalid_argument";
+    case SAM_ERR_OUT_OF_MEMORY:
+      return "out_of_memory";
+    case SAM_ERR_INTERNAL:
+      return "internal";
+    default:
+      return "unknown";
+  }
+}
+
+const char* sam_last_error(void) { return last_error.c_str(); }
+
+// ---- Index files ------------------------------------------------------------
+
+int sam_index_open(const char* path, const char* expected_tokenizer_sha256, sam_index** out) {
+  return Guard([&] {
+    Require(path != nullptr, "sam_index_open", "path is NULL");
+    Require(out != nullptr, "sam_index_open", "out is NULL");
+    sam::format::OpenOptions options;
+    if (expected_tokenizer_sha256 != nullptr)
+      options.expected_tokenizer_sha256 = sam::format::DigestFromHex(expected_tokenizer_sha256);
+    auto index = std::make_unique<sam_index>();
+    index->file =
+        std::make_shared<const sam::format::IndexFile>(sam::format::IndexFile::Open(path, options));
+    *out = index.release();
+  });
+}
+
+void sam_index_close(sam_index* index) { delete index; }
+
+int sam_index_verify(const sam_index* index) {
+  return Guard([&] {
+    Require(index != nullptr, "sam_index_verify", "index is NULL");
+    index->file->Verify();
+  });
+}
+
+uint32_t sam_index_vocab_size(const sam_index* index) {
+  return index == nullptr ? 0 : index->file->view().vocab_size();
+}
+
+uint64_t sam_index_num_tokens(const sam_index* index) {
+  return index == nullptr ? 0 : index->file->view().num_tokens();
+}
+
+uint64_t sam_index_num_documents(const sam_index* index) {
+  return index == nullptr ? 0 : index->file->header().num_documents;
+}
+
+// ---- Sessions ---------------------------------------------------------------
+
+void sam_session_options_default(sam_session_options* options) {
+  if (options == nullptr) return;
+  const sam::runtime::SessionOptions defaults;
+  options->draft_size = defaults.selection.draft_size;
+  options->policy = SAM_POLICY_PAPER;
+  options->l_bias = -1;
+  options->l_threshold = defaults.selection.l_threshold;
+  options->recycling_vocab_size = 0;
+  options->max_dynamic_bytes = defaults.max_dynamic_bytes;
+}
+
+int sam_session_new(const sam_session_options* options, sam_session** out) {
+  return Guard([&] {
+    Require(out != nullptr, "sam_session_new", "out is NULL");
+    sam_session_options c_options;
+    sam_session_options_default(&c_options);
+    if (options != nullptr) c_options = *options;
+
+    sam::runtime::SessionOptions session_options;
+    session_options.selection.draft_size = c_options.draft_size;
+    session_options.selection.policy = PolicyOf(c_options.policy);
+    if (c_options.l_bias >= 0)
+      session_options.selection.l_bias = static_cast<uint32_t>(c_options.l_bias);
+    session_options.selection.l_threshold = c_options.l_threshold;
+    session_options.max_dynamic_bytes = c_options.max_dynamic_bytes;
+
+    auto session = std::make_unique<sam_session>();
+    if (c_options.recycling_vocab_size > 0) {
+      session->recycling =
+          std::make_unique<sam::runtime::RecyclingDrafter>(c_options.recycling_vocab_size);
+      session_options.fallback = session->recycling.get();
+    }
+    session->session = std::make_unique<sam::runtime::Session>(session_options);
+    *out = session.release();
+  });
+}
+
+void sam_session_free(sam_session* session) { delete session; }
+
+int sam_session_attach_index(sam_session* session, sam_index* index) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_attach_index", "session is NULL");
+    Require(index != nullptr, "sam_session_attach_index", "index is NULL");
+    session->indexes.reserve(session->indexes.size() + 1);  // no throw after attaching
+    session->session->AttachIndex(&index->file->view());
+    session->indexes.push_back(index->file);
+  });
+}
+
+int sam_session_prefill(sam_session* session, const uint32_t* ids, size_t n) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_prefill", "session is NULL");
+    session->session->Prefill(Ids(ids, n, "sam_session_prefill"));
+  });
+}
+
+int sam_session_propose(sam_session* session, uint32_t start_token, sam_draft* out) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_propose", "session is NULL");
+    Require(out != nullptr, "sam_session_propose", "out is NULL");
+    const sam::runtime::DraftTree& tree = session->session->Propose(start_token);
+    out->tokens = tree.tokens.data();
+    out->parents = tree.parents.data();
+    out->depths = tree.depths.data();
+    out->count = tree.size();
+    out->source = static_cast<int>(tree.source);
+    out->match_len = tree.match_len;
+  });
+}
+
+int sam_session_commit(sam_session* session, const uint32_t* ids, size_t n) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_commit", "session is NULL");
+    session->session->Commit(Ids(ids, n, "sam_session_commit"));
+  });
+}
+
+int sam_session_observe_topk(sam_session* session, const uint32_t* tokens, size_t n,
+                             const uint32_t* topk, size_t k) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_observe_topk", "session is NULL");
+    Require(k == 0 || n <= std::numeric_limits<size_t>::max() / k, "sam_session_observe_topk",
+            "n * k overflows");
+    session->session->ObserveTopK(Ids(tokens, n, "sam_session_observe_topk"),
+                                  Ids(topk, n * k, "sam_session_observe_topk"), k);
+  });
+}
+
+int sam_session_reset(sam_session* session) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_reset", "session is NULL");
+    session->session->Reset();
+  });
+}
+
+const char* sam_session_stats_json(sam_session* session) {
+  const int status = Guard([&] {
+    Require(session != nullptr, "sam_session_stats_json", "session is NULL");
+    session->stats_json = session->session->statistics().ToJson();
+  });
+  return status == SAM_OK ? session->stats_json.c_str() : nullptr;
+}
+
+}  // extern "C"

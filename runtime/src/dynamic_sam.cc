@@ -1,0 +1,218 @@
+#include "sam/runtime/dynamic_sam.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+namespace sam::runtime {
+
+// One transition: (state, token) -> target, chained with the state's other
+// transitions through `next` (slot index, kNone at the end) so that a clone can
+// copy them. state == kNone marks an empty slot.
+struct DynamicSam::Slot {
+  uint32_t state;
+  uint32_t token;
+  uint32_t target;
+  uint32_t next;
+};
+
+namespace {
+
+constexpr size_t kMinCapacity = 4;
+constexpr size_t kMaxCapacity = size_t{1} << 30;
+
+size_t StatesFor(size_t capacity) { return 2 * capacity + 1; }
+
+// A suffix automaton over n >= 3 tokens has at most 3n - 4 transitions; the
+// table keeps the load factor at or below 3/4 even then.
+size_t SlotsFor(size_t capacity) {
+  size_t slots = 16;
+  while (slots < 4 * capacity) slots *= 2;
+  return slots;
+}
+
+inline size_t HashSlot(uint32_t state, uint32_t token, size_t mask) {
+  uint64_t x = (uint64_t{state} << 32 | token) * 0x9E3779B97F4A7C15ull;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return static_cast<size_t>(x) & mask;
+}
+
+}  // namespace
+
+size_t DynamicSam::BytesForCapacity(size_t capacity_tokens) {
+  size_t cap = std::max(capacity_tokens, kMinCapacity);
+  return cap * sizeof(uint32_t) + StatesFor(cap) * 4 * sizeof(uint32_t) +
+         SlotsFor(cap) * sizeof(Slot);
+}
+
+size_t DynamicSam::CapacityForBytes(size_t bytes) {
+  size_t lo = kMinCapacity, hi = kMaxCapacity;
+  if (BytesForCapacity(hi) <= bytes) return hi;
+  while (lo + 1 < hi) {  // largest capacity whose footprint fits
+    size_t mid = lo + (hi - lo) / 2;
+    if (BytesForCapacity(mid) <= bytes) lo = mid; else hi = mid;
+  }
+  return lo;
+}
+
+DynamicSam::DynamicSam(size_t capacity_tokens) {
+  if (capacity_tokens > kMaxCapacity)
+    throw std::invalid_argument("DynamicSam: capacity " + std::to_string(capacity_tokens) +
+                                " tokens exceeds the maximum of 2^30");
+  capacity_ = std::max(capacity_tokens, kMinCapacity);
+  const size_t states = StatesFor(capacity_);
+  const size_t slots = SlotsFor(capacity_);
+  text_.reset(new uint32_t[capacity_]);
+  len_.reset(new uint32_t[states]);
+  link_.reset(new uint32_t[states]);
+  min_endpos_.reset(new uint32_t[states]);
+  first_edge_.reset(new uint32_t[states]);
+  slots_.reset(new Slot[slots]);
+  slot_mask_ = slots - 1;
+  for (size_t i = 0; i < slots; ++i) slots_[i].state = kNone;
+  num_states_ = 0;
+  NewState(0, kNone, 0);  // root
+  last_ = kRoot;
+}
+
+DynamicSam::DynamicSam(DynamicSam&&) noexcept = default;
+DynamicSam& DynamicSam::operator=(DynamicSam&&) noexcept = default;
+DynamicSam::~DynamicSam() = default;
+
+void DynamicSam::Reset() {
+  // Clear only the slots in use: O(transitions), not O(table).
+  for (size_t v = 0; v < num_states_; ++v) {
+    for (uint32_t s = first_edge_[v]; s != kNone;) {
+      uint32_t next = slots_[s].next;
+      slots_[s].state = kNone;
+      s = next;
+    }
+  }
+  num_states_ = 0;
+  num_edges_ = 0;
+  n_ = 0;
+  total_ = 0;
+  NewState(0, kNone, 0);
+  last_ = kRoot;
+}
+
+uint32_t DynamicSam::NewState(uint32_t len, uint32_t link, uint32_t min_endpos) {
+  uint32_t v = static_cast<uint32_t>(num_states_++);
+  len_[v] = len;
+  link_[v] = link;
+  min_endpos_[v] = min_endpos;
+  first_edge_[v] = kNone;
+  return v;
+}
+
+DynamicSam::Slot* DynamicSam::Find(uint32_t v, uint32_t token) const {
+  for (size_t i = HashSlot(v, token, slot_mask_);; i = (i + 1) & slot_mask_) {
+    Slot& s = slots_[i];
+    if (s.state == kNone) return nullptr;
+    if (s.state == v && s.token == token) return &s;
+  }
+}
+
+void DynamicSam::Insert(uint32_t v, uint32_t token, uint32_t target) {
+  size_t i = HashSlot(v, token, slot_mask_);
+  while (slots_[i].state != kNone) i = (i + 1) & slot_mask_;
+  slots_[i] = Slot{v, token, target, first_edge_[v]};
+  first_edge_[v] = static_cast<uint32_t>(i);
+  ++num_edges_;
+}
+
+uint32_t DynamicSam::Next(uint32_t v, uint32_t token) const {
+  const Slot* s = Find(v, token);
+  return s ? s->target : kNone;
+}
+
+void DynamicSam::Extend(uint32_t token) {
+  if (n_ == capacity_) Rebuild();
+  text_[n_] = token;
+  Append(token);
+}
+
+void DynamicSam::Extend(std::span<const uint32_t> tokens) {
+  for (uint32_t t : tokens) Extend(t);
+}
+
+// Blumer et al.: add one state for the new whole text, walk the suffix links of
+// the previous whole text adding transitions, and split (clone) the first state
+// whose longest string is longer than the suffix we arrived through.
+void DynamicSam::Append(uint32_t c) {
+  const uint32_t pos = static_cast<uint32_t>(++n_);
+  ++total_;
+  const uint32_t cur = NewState(len_[last_] + 1, kRoot, pos);
+  uint32_t p = last_;
+  Slot* edge = nullptr;
+  while (p != kNone && (edge = Find(p, c)) == nullptr) {
+    Insert(p, c, cur);
+    p = link_[p];
+  }
+  if (p != kNone) {
+    const uint32_t q = edge->target;
+    if (len_[p] + 1 == len_[q]) {
+      link_[cur] = q;
+    } else {
+      const uint32_t clone = NewState(len_[p] + 1, link_[q], min_endpos_[q]);
+      for (uint32_t s = first_edge_[q]; s != kNone; s = slots_[s].next)
+        Insert(clone, slots_[s].token, slots_[s].target);
+      while (p != kNone) {
+        Slot* e = Find(p, c);
+        if (e == nullptr || e->target != q) break;
+        e->target = clone;
+        p = link_[p];
+      }
+      link_[q] = clone;
+      link_[cur] = clone;
+    }
+  }
+  last_ = cur;
+}
+
+void DynamicSam::Rebuild() {
+  const size_t keep = capacity_ / 2;
+  const size_t drop = n_ - keep;
+  const uint64_t total = total_;
+  std::memmove(text_.get(), text_.get() + drop, keep * sizeof(uint32_t));
+  Reset();
+  for (size_t i = 0; i < keep; ++i) {
+    text_[n_] = text_[i];  // n_ == i: the token stays where it is
+    Append(text_[i]);
+  }
+  total_ = total;
+}
+
+DynamicSam::Match DynamicSam::Lookup(uint32_t token) const {
+  // The state of the whole text has no transitions; climbing from it finds
+  // the longest suffix that continues with `token`.
+  uint32_t v = last_;
+  while (v != kNone) {
+    if (const Slot* s = Find(v, token)) return Match{s->target, len_[v] + 1};
+    v = link_[v];
+  }
+  return Match{kRoot, 0};
+}
+
+size_t DynamicSam::Continuation(Match match, size_t want, bool climb_links, uint32_t* out,
+                                uint32_t* used_state) const {
+  uint32_t v = match.state;
+  if (v == kRoot || want == 0) {
+    if (used_state) *used_state = v;
+    return 0;
+  }
+  // A shorter suffix occurs at least wherever a longer one does, so its first
+  // end position is never later: climbing can only lengthen the continuation.
+  while (climb_links && n_ - min_endpos_[v] < want && link_[v] != kRoot && link_[v] != kNone)
+    v = link_[v];
+  const size_t begin = min_endpos_[v];  // 1-based end = 0-based index of the next token
+  const size_t count = std::min(want, n_ - begin);
+  std::copy(text_.get() + begin, text_.get() + begin + count, out);
+  if (used_state) *used_state = v;
+  return count;
+}
+
+}  // namespace sam::runtime

@@ -1,0 +1,77 @@
+#include "sam/runtime/replay.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+namespace sam::runtime {
+
+size_t AcceptedLength(const DraftTree& tree, std::span<const uint32_t> next) {
+  int32_t node = 0;
+  size_t depth = 0;
+  while (depth < next.size()) {
+    int32_t child = -1;
+    for (size_t i = static_cast<size_t>(node) + 1; i < tree.size(); ++i) {
+      if (tree.parents[i] == node && tree.tokens[i] == next[depth]) {
+        child = static_cast<int32_t>(i);
+        break;
+      }
+    }
+    if (child < 0) break;
+    node = child;
+    ++depth;
+  }
+  return depth;
+}
+
+double ReplayReport::DraftShare() const {
+  const uint64_t none = by_source[static_cast<size_t>(DraftSource::kNone)].steps;
+  return total.steps ? 1.0 - static_cast<double>(none) / total.steps : 0.0;
+}
+
+ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces, size_t max_nodes) {
+  using Clock = std::chrono::steady_clock;
+  auto ns_since = [](Clock::time_point t0) {
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
+    return static_cast<uint32_t>(std::min<int64_t>(ns, UINT32_MAX));
+  };
+  ReplayReport report;
+  DraftTree tree;
+  for (const ReplayTrace& trace : traces) {
+    drafter.Reset();
+    drafter.Prefill(trace.prompt);
+    ReplayTotals& category = report.by_category[trace.category];
+    const std::span<const uint32_t> output(trace.output);
+    size_t i = 0;
+    while (i < output.size()) {
+      auto t0 = Clock::now();
+      drafter.Propose(output[i], max_nodes, &tree);
+      if (tree.size() == 0 || tree.tokens[0] != output[i])  // a drafter that broke the contract
+        tree.Reset(output[i], DraftSource::kNone);
+      report.propose_ns.push_back(ns_since(t0));
+      const size_t accepted = AcceptedLength(tree, output.subspan(i + 1));
+      t0 = Clock::now();
+      drafter.Commit(output.subspan(i, accepted + 1));
+      report.commit_ns.push_back(ns_since(t0));
+
+      const DraftSource source = tree.size() > 1 ? tree.source : DraftSource::kNone;
+      report.total.Add(tree.size(), accepted);
+      category.Add(tree.size(), accepted);
+      report.by_source[static_cast<size_t>(source)].Add(tree.size(), accepted);
+      for (size_t d = 0; d < std::min(accepted, kTrackedDepths); ++d)
+        ++report.accepted_at_depth[d];
+      i += accepted + 1;
+    }
+  }
+  return report;
+}
+
+double Percentile(std::vector<uint32_t> values, double percent) {
+  if (values.empty()) return 0.0;
+  size_t rank = static_cast<size_t>(std::ceil(percent / 100.0 * values.size()));
+  rank = std::clamp<size_t>(rank, 1, values.size()) - 1;
+  std::nth_element(values.begin(), values.begin() + rank, values.end());
+  return values[rank];
+}
+
+}  // namespace sam::runtime

@@ -1,0 +1,308 @@
+// Tests of the C API: error codes and messages, lifetime rules, and drafts
+// identical to the C++ Session's on the same inputs.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sam/format/index.h"
+#include "sam/format/sha256.h"
+#include "sam/indexer/builder.h"
+#include "sam/runtime/recycling.h"
+#include "sam/runtime/session.h"
+#include "sam/runtime/verify.h"  // Rng
+#include "sam/sam.h"
+
+namespace {
+
+constexpr uint32_t kVocab = 50;
+
+// Per process: gtest_discover_tests runs every test in its own process, and
+// ctest may run them in parallel.
+std::string TempPath(const std::string& name) {
+  return testing::TempDir() + "capi_test_" + std::to_string(::getpid()) + "_" + name;
+}
+
+sam::format::Sha256Digest FakeTokenizerDigest() {
+  const std::string model = "not really a SentencePiece model";
+  return sam::format::Sha256(model.data(), model.size());
+}
+
+// Random documents over a small vocabulary, with repeats so that matches
+// are long, built into an index whose tokenizer fingerprint is
+// FakeTokenizerDigest().
+class CapiTest : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    sam::runtime::Rng rng(1);
+    std::vector<uint32_t> phrase(30);
+    for (auto& t : phrase) t = 2 + rng.Next() % (kVocab - 2);
+    for (int d = 0; d < 40; ++d) {
+      std::vector<uint32_t> doc{1};
+      while (doc.size() < 60) {
+        if (rng.Uniform() < 0.3) {
+          const size_t from = rng.Next() % phrase.size();
+          doc.insert(doc.end(), phrase.begin() + from, phrase.end());
+        } else {
+          doc.push_back(2 + rng.Next() % (kVocab - 2));
+        }
+      }
+      documents_->push_back(doc);
+    }
+    sam::indexer::IndexInfo info;
+    info.tokenizer_sha256 = FakeTokenizerDigest();
+    sam::indexer::BuildIndexFile(*documents_, kVocab, *path_, info);
+  }
+  static void TearDownTestSuite() { std::remove(path_->c_str()); }
+
+  static inline auto* documents_ = new std::vector<std::vector<uint32_t>>();
+  static inline auto* path_ = new std::string(TempPath("index.sam"));
+};
+
+TEST_F(CapiTest, OpensWithOrWithoutTheTokenizerFingerprint) {
+  sam_index* index = nullptr;
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &index), SAM_OK) << sam_last_error();
+  EXPECT_EQ(sam_index_vocab_size(index), kVocab);
+  EXPECT_EQ(sam_index_num_documents(index), documents_->size());
+  EXPECT_GT(sam_index_num_tokens(index), 40u * 60u);
+  EXPECT_EQ(sam_index_verify(index), SAM_OK) << sam_last_error();
+  sam_index_close(index);
+
+  const std::string hex = sam::format::DigestToHex(FakeTokenizerDigest());
+  index = nullptr;
+  ASSERT_EQ(sam_index_open(path_->c_str(), hex.c_str(), &index), SAM_OK) << sam_last_error();
+  sam_index_close(index);
+}
+
+TEST_F(CapiTest, RefusesAnotherTokenizer) {
+  const std::string other(64, 'a');
+  sam_index* index = nullptr;
+  EXPECT_EQ(sam_index_open(path_->c_str(), other.c_str(), &index), SAM_ERR_TOKENIZER_MISMATCH);
+  EXPECT_EQ(index, nullptr);
+  EXPECT_NE(std::string(sam_last_error()), "");
+  EXPECT_EQ(sam_index_open(path_->c_str(), "not hex", &index), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(index, nullptr);
+}
+
+TEST_F(CapiTest, MapsFileErrorsToCodes) {
+  sam_index* index = nullptr;
+  const std::string missing = TempPath("missing.sam");
+  std::remove(missing.c_str());
+  EXPECT_EQ(sam_index_open(missing.c_str(), nullptr, &index), SAM_ERR_IO);
+  EXPECT_NE(std::string(sam_last_error()).find("missing.sam"), std::string::npos)
+      << sam_last_error();
+
+  const std::string garbage = TempPath("garbage.sam");
+  std::ofstream(garbage) << std::string(4096, 'x');
+  EXPECT_EQ(sam_index_open(garbage.c_str(), nullptr, &index), SAM_ERR_FORMAT);
+  std::remove(garbage.c_str());
+
+  // A truncated copy of a valid index.
+  std::ifstream in(*path_, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string truncated = TempPath("truncated.sam");
+  std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  EXPECT_EQ(sam_index_open(truncated.c_str(), nullptr, &index), SAM_ERR_FORMAT);
+  EXPECT_EQ(index, nullptr);
+  std::remove(truncated.c_str());
+}
+
+TEST(Capi, NullArgumentsAreInvalidNotFatal) {
+  sam_index* index = nullptr;
+  sam_session* session = nullptr;
+  sam_draft draft;
+  EXPECT_EQ(sam_index_open(nullptr, nullptr, &index), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("path"), std::string::npos);
+  EXPECT_EQ(sam_index_open("x.sam", nullptr, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_index_verify(nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_new(nullptr, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_attach_index(nullptr, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_prefill(nullptr, nullptr, 0), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_propose(nullptr, 0, &draft), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_commit(nullptr, nullptr, 0), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_observe_topk(nullptr, nullptr, 0, nullptr, 0), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_reset(nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_stats_json(nullptr), nullptr);
+  EXPECT_EQ(sam_index_vocab_size(nullptr), 0u);
+  sam_index_close(nullptr);
+  sam_session_free(nullptr);
+
+  ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);  // defaults
+  EXPECT_EQ(sam_session_attach_index(session, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_prefill(session, nullptr, 3), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_prefill(session, nullptr, 0), SAM_OK);
+  EXPECT_EQ(sam_session_propose(session, 5, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  sam_session_free(session);
+}
+
+TEST(Capi, RejectsBadOptions) {
+  sam_session_options options;
+  sam_session_options_default(&options);
+  EXPECT_EQ(options.draft_size, 40u);
+  EXPECT_EQ(options.policy, SAM_POLICY_PAPER);
+  sam_session* session = nullptr;
+  options.policy = 17;
+  EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);
+  sam_session_options_default(&options);
+  options.draft_size = 0;
+  EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(session, nullptr);
+}
+
+TEST(Capi, StatusNamesAreStable) {
+  EXPECT_STREQ(sam_status_name(SAM_OK), "ok");
+  EXPECT_STREQ(sam_status_name(SAM_ERR_IO), "io");
+  EXPECT_STREQ(sam_status_name(SAM_ERR_FORMAT), "format");
+  EXPECT_STREQ(sam_status_name(SAM_ERR_TOKENIZER_MISMATCH), "tokenizer_mismatch");
+  EXPECT_STREQ(sam_status_name(SAM_ERR_INVALID_ARGUMENT), "invalid_argument");
+  EXPECT_STREQ(sam_status_name(SAM_ERR_OUT_OF_MEMORY), "out_of_memory");
+  EXPECT_STREQ(sam_status_name(SAM_ERR_INTERNAL), "internal");
+  EXPECT_STREQ(sam_status_name(-3), "unknown");
+}
+
+TEST(Capi, LastErrorIsPerThread) {
+  sam_index* index = nullptr;
+  ASSERT_EQ(sam_index_open(nullptr, nullptr, &index), SAM_ERR_INVALID_ARGUMENT);
+  const std::string mine = sam_last_error();
+  std::string theirs;
+  std::thread([&] {
+    theirs = sam_last_error();  // nothing failed in this thread yet
+    sam_session_reset(nullptr);
+  }).join();
+  EXPECT_EQ(theirs, "");
+  EXPECT_EQ(std::string(sam_last_error()), mine);
+}
+
+// Statistics JSON without the "..._ns" timing fields.
+std::string WithoutTimings(const std::string& json) {
+  return std::regex_replace(json, std::regex("\"[a-z_]+_ns\":[0-9]+"), "");
+}
+
+// The same request script through the C API and through sam::runtime::Session
+// gives the same drafts, step by step.
+void ExpectSameDraftsAsSession(const std::string& path, const std::vector<uint32_t>& text,
+                               int policy, bool recycling) {
+  sam_index* index = nullptr;
+  ASSERT_EQ(sam_index_open(path.c_str(), nullptr, &index), SAM_OK) << sam_last_error();
+  sam_session_options c_options;
+  sam_session_options_default(&c_options);
+  c_options.policy = policy;
+  c_options.recycling_vocab_size = recycling ? kVocab : 0;
+  sam_session* c_session = nullptr;
+  ASSERT_EQ(sam_session_new(&c_options, &c_session), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_session_attach_index(c_session, index), SAM_OK);
+
+  const auto file = sam::format::IndexFile::Open(path);
+  sam::runtime::RecyclingDrafter drafter(kVocab);
+  sam::runtime::SessionOptions options;
+  options.selection.policy = static_cast<sam::runtime::Policy>(policy);
+  options.fallback = recycling ? &drafter : nullptr;
+  sam::runtime::Session session(options);
+  session.AttachIndex(&file.view());
+
+  const size_t prompt = text.size() / 3;
+  ASSERT_EQ(sam_session_prefill(c_session, text.data(), prompt), SAM_OK);
+  session.Prefill(std::span<const uint32_t>(text.data(), prompt));
+  size_t pos = prompt;  // text[pos] is the next start token
+  int drafted = 0;
+  while (pos + 1 < text.size()) {
+    sam_draft d;
+    ASSERT_EQ(sam_session_propose(c_session, text[pos], &d), SAM_OK) << sam_last_error();
+    const sam::runtime::DraftTree& tree = session.Propose(text[pos]);
+    ASSERT_EQ(d.count, tree.size());
+    EXPECT_EQ(std::vector<uint32_t>(d.tokens, d.tokens + d.count), tree.tokens);
+    EXPECT_EQ(std::vector<int32_t>(d.parents, d.parents + d.count), tree.parents);
+    EXPECT_EQ(std::vector<uint16_t>(d.depths, d.depths + d.count), tree.depths);
+    EXPECT_EQ(d.source, static_cast<int>(tree.source));
+    EXPECT_EQ(d.match_len, tree.match_len);
+    drafted += d.count > 1;
+    // Greedy acceptance against the text: the longest draft path equal to
+    // what follows, then the bonus token.
+    std::vector<uint32_t> argmax(tree.size());
+    for (size_t i = 0; i < tree.size(); ++i) {
+      const size_t at = pos + 1 + tree.depths[i];
+      argmax[i] = at < text.size() ? text[at] : 0;
+    }
+    const auto r = sam::runtime::VerifyGreedy(tree, argmax);
+    std::vector<uint32_t> committed{text[pos]};
+    committed.insert(committed.end(), r.accepted_tokens.begin(), r.accepted_tokens.end());
+    // Token Recycling feedback: the "model" predicts the next text token.
+    std::vector<uint32_t> topk;
+    for (size_t i = 0; i < tree.size(); ++i) topk.insert(topk.end(), {argmax[i], 1, 2});
+    ASSERT_EQ(sam_session_observe_topk(c_session, tree.tokens.data(), tree.size(), topk.data(), 3),
+              SAM_OK);
+    session.ObserveTopK(tree.tokens, topk, 3);
+    ASSERT_EQ(sam_session_commit(c_session, committed.data(), committed.size()), SAM_OK);
+    session.Commit(committed);
+    pos += committed.size();
+  }
+  EXPECT_GT(drafted, 0);
+  const char* json = sam_session_stats_json(c_session);
+  ASSERT_NE(json, nullptr);
+  EXPECT_EQ(WithoutTimings(json), WithoutTimings(session.statistics().ToJson()));
+  EXPECT_EQ(sam_session_reset(c_session), SAM_OK);
+  sam_session_free(c_session);
+  sam_index_close(index);
+}
+
+// A document with every 9th token replaced: drafts are accepted in part.
+std::vector<uint32_t> Mutated(std::vector<uint32_t> text, sam::runtime::Rng& rng) {
+  for (size_t i = 8; i < text.size(); i += 9) text[i] = 2 + rng.Next() % (kVocab - 2);
+  return text;
+}
+
+TEST_F(CapiTest, DraftsEqualTheSessionsPaperPolicy) {
+  sam::runtime::Rng rng(8);
+  for (size_t d = 0; d < 3; ++d)
+    ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[d], rng), SAM_POLICY_PAPER, false);
+}
+
+TEST_F(CapiTest, DraftsEqualTheSessionsWithTokenRecycling) {
+  sam::runtime::Rng rng(9);
+  std::vector<uint32_t> text{1};
+  for (int i = 0; i < 120; ++i) text.push_back(2 + rng.Next() % (kVocab - 2));
+  ExpectSameDraftsAsSession(*path_, text, SAM_POLICY_PAPER, true);
+  ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[5], rng), SAM_POLICY_TREE, true);
+}
+
+TEST_F(CapiTest, SessionKeepsAClosedIndexAlive) {
+  sam_index* index = nullptr;
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &index), SAM_OK);
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
+  ASSERT_EQ(sam_session_attach_index(session, index), SAM_OK);
+  sam_index_close(index);  // before the session: the session still holds it
+  const std::vector<uint32_t>& doc = (*documents_)[0];
+  ASSERT_EQ(sam_session_prefill(session, doc.data(), 10), SAM_OK);
+  sam_draft d;
+  ASSERT_EQ(sam_session_propose(session, doc[10], &d), SAM_OK);
+  EXPECT_GT(d.count, 1u);  // an 11-token match: the index was read
+  sam_session_free(session);
+}
+
+TEST(Capi, ErrorsInsideTheRuntimeBecomeCodes) {
+  sam_session_options options;
+  sam_session_options_default(&options);
+  options.recycling_vocab_size = 10;
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new(&options, &session), SAM_OK);
+  const uint32_t tokens[2] = {1, 2};
+  const uint32_t bad_topk[2] = {3, 99};  // 99 is outside the vocabulary of 10
+  EXPECT_EQ(sam_session_observe_topk(session, tokens, 2, bad_topk, 1), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("99"), std::string::npos) << sam_last_error();
+  const uint32_t topk[2] = {3, 4};
+  EXPECT_EQ(sam_session_observe_topk(session, tokens, 2, topk, 1), SAM_OK);
+  sam_draft d;
+  ASSERT_EQ(sam_session_propose(session, 1, &d), SAM_OK) << sam_last_error();
+  EXPECT_EQ(d.source, SAM_SOURCE_RECYCLING);
+  ASSERT_EQ(d.count, 2u);
+  EXPECT_EQ(d.tokens[1], 3u);
+  sam_session_free(session);
+}
+
+}  // namespace

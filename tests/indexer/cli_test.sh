@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Command-line behaviour of sam-build and sam-inspect on bad input: clear
+# messages naming the file, non-zero exits, nothing half-written.
+set -u
+build=$1 inspect=$2 data=${3:-}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+expect() {  # expect CODE PATTERN -- command...
+  local code=$1 pattern=$2; shift 3
+  local out rc
+  out=$("$@" 2>&1); rc=$?
+  if [[ $rc -ne $code ]] || ! grep -q -- "$pattern" <<<"$out"; then
+    echo "FAIL: '$*' exited $rc (want $code), output: $out"; fail=1
+  else
+    echo "ok: $* -> $rc"
+  fi
+}
+expect 0 "Examples" -- "$build" --help
+expect 0 "verify" -- "$inspect" --help
+expect 2 "output" -- "$build" --corpus gsm8k=x
+expect 2 "" -- "$build" -o "$tmp/a.sam" --threads notanumber
+expect 2 "absurd" -- "$build" -o "$tmp/a.sam" --threads 100000 --corpus ids=x
+expect 1 "KIND=PATH" -- "$build" -o "$tmp/a.sam" --corpus nokind
+expect 1 "no corpus" -- "$build" -o "$tmp/a.sam"
+expect 1 "missing.jsonl" -- "$build" -o "$tmp/a.sam" --vocab-size 10 --corpus ids="$tmp/missing.jsonl"
+printf '[1,2,3]\n[4, "x"]\n' > "$tmp/bad.jsonl"
+expect 1 "bad.jsonl" -- "$build" -q -o "$tmp/bad.sam" --vocab-size 10 --corpus ids="$tmp/bad.jsonl"
+[[ -e "$tmp/bad.sam" ]] && { echo "FAIL: half-written output left behind"; fail=1; }
+ls "$tmp" | grep -q tmp- && { echo "FAIL: temporary file left behind"; fail=1; }
+printf '[1,2,3]\n[2,3,4]\n' > "$tmp/ok.jsonl"
+expect 0 "wrote" -- "$build" -q -o "$tmp/ok.sam" --vocab-size 10 --corpus ids="$tmp/ok.jsonl"
+expect 0 "documents 2" -- "$inspect" --verify "$tmp/ok.sam"
+expect 0 '"format_version"' -- "$inspect" --json "$tmp/ok.sam"
+head -c 300 "$tmp/ok.sam" > "$tmp/trunc.sam"
+expect 1 "truncated" -- "$inspect" "$tmp/trunc.sam"
+: > "$tmp/empty.sam"
+expect 1 "empty" -- "$inspect" "$tmp/empty.sam"
+echo "hello" > "$tmp/text.sam"
+expect 1 "not a SAM index" -- "$inspect" "$tmp/text.sam"
+expect 1 "cannot" -- "$inspect" "$tmp/nonexistent.sam"
+python3 - "$tmp/ok.sam" "$tmp/flip.sam" <<'PY' 2>/dev/null || cp "$tmp/ok.sam" "$tmp/flip.sam"
+import sys
+b = bytearray(open(sys.argv[1], 'rb').read()); b[8192 + 3] ^= 0xFF; open(sys.argv[2], 'wb').write(b)
+PY
+expect 1 "checksum" -- "$inspect" --verify "$tmp/flip.sam"
+if [[ -n "$data" && -f "$data/tokenizer/llama-32k.model" ]]; then
+  expect 1 "not a SentencePiece model" -- "$build" -o "$tmp/t.sam" --tokenizer "$data/gsm8k/test.jsonl" --corpus gsm8k="$data/gsm8k/test.jsonl"
+fi
+[[ $fail -eq 0 ]] && echo "all CLI checks passed"
+exit $fail

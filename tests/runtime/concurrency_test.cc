@@ -1,0 +1,93 @@
+// Many threads, each with its own sessions, over one shared index file give
+// the same drafts as one thread. Labelled `tsan` for ThreadSanitizer builds.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "sam/format/index.h"
+#include "sam/indexer/builder.h"
+#include "sam/runtime/replay.h"
+#include "sam/runtime/session.h"
+
+namespace sam::runtime {
+namespace {
+
+using Text = std::vector<uint32_t>;
+
+// Replays `traces` with a fresh session and returns every proposed tree.
+std::vector<DraftTree> Drafts(const format::IndexView* view, Policy policy,
+                              const std::vector<ReplayTrace>& traces) {
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = policy;
+  Session session(o);
+  session.AttachIndex(view);
+  std::vector<DraftTree> out;
+  for (const ReplayTrace& t : traces) {
+    session.Reset();
+    session.Prefill(t.prompt);
+    size_t i = 0;
+    while (i < t.output.size()) {
+      const DraftTree& tree = session.Propose(t.output[i]);
+      out.push_back(tree);
+      size_t a = AcceptedLength(tree, std::span<const uint32_t>(t.output).subspan(i + 1));
+      session.Commit(std::span<const uint32_t>(t.output).subspan(i, a + 1));
+      i += a + 1;
+    }
+  }
+  return out;
+}
+
+TEST(Concurrency, SharedIndexSameDraftsAsOneThread) {
+  std::mt19937 rng(77);
+  std::vector<Text> docs(200);
+  for (auto& d : docs) {
+    d.resize(30 + rng() % 60);
+    for (auto& t : d) t = rng() % 50;
+  }
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("sam_rt_conc_" + std::to_string(::getpid()) + ".sam")).string();
+  indexer::BuildIndexFile(docs, 50, path);
+  format::IndexFile file = format::IndexFile::Open(path);
+  std::vector<ReplayTrace> traces(6);
+  for (auto& t : traces) {
+    // Outputs copy corpus pieces so that drafts get accepted.
+    t.prompt = docs[rng() % docs.size()];
+    for (int piece = 0; piece < 5; ++piece) {
+      const Text& d = docs[rng() % docs.size()];
+      size_t from = rng() % (d.size() / 2);
+      t.output.insert(t.output.end(), d.begin() + from, d.begin() + from + 10);
+    }
+  }
+  const Policy policies[] = {Policy::kPaper, Policy::kTree, Policy::kCalibrated};
+  std::vector<std::vector<DraftTree>> expected;
+  for (Policy p : policies) expected.push_back(Drafts(&file.view(), p, traces));
+
+  constexpr int kThreads = 8;
+  std::vector<std::vector<std::vector<DraftTree>>> got(kThreads);
+  std::vector<std::thread> threads;
+  for (int th = 0; th < kThreads; ++th) {
+    threads.emplace_back([&, th] {
+      for (Policy p : policies) got[th].push_back(Drafts(&file.view(), p, traces));
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int th = 0; th < kThreads; ++th) {
+    for (size_t p = 0; p < expected.size(); ++p) {
+      ASSERT_EQ(got[th][p].size(), expected[p].size());
+      for (size_t k = 0; k < expected[p].size(); ++k) {
+        EXPECT_EQ(got[th][p][k].tokens, expected[p][k].tokens);
+        EXPECT_EQ(got[th][p][k].parents, expected[p][k].parents);
+      }
+    }
+  }
+  std::remove(path.c_str());
+}
+
+}  // namespace
+}  // namespace sam::runtime

@@ -1,0 +1,184 @@
+// Dynamic suffix automaton against brute-force search.
+#include "sam/runtime/dynamic_sam.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+namespace sam::runtime {
+namespace {
+
+using Text = std::vector<uint32_t>;
+
+// First (1-based) end position in text of s[from, from+len), 0 if absent.
+size_t FirstEnd(const Text& text, const Text& s, size_t from, size_t len) {
+  for (size_t end = len; end <= text.size(); ++end) {
+    bool ok = true;
+    for (size_t k = 0; k < len && ok; ++k) ok = text[end - len + k] == s[from + k];
+    if (ok) return end;
+  }
+  return 0;
+}
+
+// Longest suffix of text + token occurring in text, with its first end.
+std::pair<size_t, size_t> BruteLookup(const Text& text, uint32_t token) {
+  Text s = text;
+  s.push_back(token);
+  for (size_t len = text.size(); len > 0; --len) {
+    size_t end = FirstEnd(text, s, s.size() - len, len);
+    if (end) return {len, end};
+  }
+  return {0, 0};
+}
+
+Text RandomText(std::mt19937& rng, size_t n, uint32_t alphabet) {
+  Text t(n);
+  for (auto& x : t) x = rng() % alphabet;
+  return t;
+}
+
+void CheckStructure(const DynamicSam& sam, const Text& text) {
+  ASSERT_EQ(sam.size(), text.size());
+  EXPECT_LE(sam.num_states(), 2 * text.size() + 1);
+  EXPECT_LE(sam.num_transitions(), 3 * text.size() + 1);
+  for (uint32_t v = 1; v < sam.num_states(); ++v) {
+    const size_t len = sam.Len(v), end = sam.MinEndpos(v);
+    ASSERT_GE(end, len);
+    ASSERT_LE(end, text.size());
+    ASSERT_LT(sam.Len(sam.Link(v)), len);
+    // The longest string of v first occurs ending at MinEndpos ...
+    EXPECT_EQ(FirstEnd(text, text, end - len, len), end) << "state " << v;
+    // ... and spelling it from the root reaches v.
+    uint32_t w = DynamicSam::kRoot;
+    for (size_t k = end - len; k < end; ++k) w = sam.Next(w, text[k]);
+    EXPECT_EQ(w, v);
+  }
+}
+
+void CheckLookups(const DynamicSam& sam, const Text& text, uint32_t alphabet) {
+  for (uint32_t c = 0; c <= alphabet; ++c) {  // alphabet itself never occurs
+    auto [len, end] = BruteLookup(text, c);
+    DynamicSam::Match m = sam.Lookup(c);
+    ASSERT_EQ(m.len, len) << "token " << c << " n=" << text.size();
+    if (len == 0) {
+      EXPECT_EQ(m.state, DynamicSam::kRoot);
+      continue;
+    }
+    EXPECT_EQ(sam.MinEndpos(m.state), end);
+    // Linear continuation without climbing: exactly the text after `end`.
+    for (size_t want : {1, 5, 40}) {
+      std::vector<uint32_t> out(want);
+      size_t got = sam.Continuation(m, want, false, out.data());
+      size_t expect = std::min(want, text.size() - end);
+      ASSERT_EQ(got, expect);
+      for (size_t k = 0; k < got; ++k) EXPECT_EQ(out[k], text[end + k]);
+      // With climbing: never shorter; comes from a suffix of the match.
+      uint32_t used = 0;
+      size_t climbed = sam.Continuation(m, want, true, out.data(), &used);
+      EXPECT_GE(climbed, got);
+      // The match may be shorter than the longest string of its state.
+      const size_t used_len = std::min<size_t>(sam.Len(used), len);
+      const size_t e2 = sam.MinEndpos(used);
+      EXPECT_EQ(climbed, std::min(want, text.size() - e2));
+      for (size_t k = 0; k < climbed; ++k) EXPECT_EQ(out[k], text[e2 + k]);
+      if (climbed < want) {
+        EXPECT_EQ(sam.Link(used), DynamicSam::kRoot);
+      }
+      // The used state's strings are suffixes of text + c, first ending at e2.
+      Text s = text;
+      s.push_back(c);
+      EXPECT_EQ(FirstEnd(text, s, s.size() - used_len, used_len), e2);
+    }
+  }
+}
+
+class DynamicSamRandom : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(DynamicSamRandom, MatchesBruteForceWhileGrowing) {
+  const uint32_t alphabet = GetParam();
+  std::mt19937 rng(1234 + alphabet);
+  for (int round = 0; round < 6; ++round) {
+    DynamicSam sam(256);
+    Text text;
+    const size_t n = 20 + rng() % 100;
+    Text all = RandomText(rng, n, alphabet);
+    for (size_t i = 0; i < n; ++i) {
+      sam.Extend(all[i]);
+      text.push_back(all[i]);
+      if (i % 7 == 0 || i + 1 == n) CheckLookups(sam, text, alphabet);
+    }
+    CheckStructure(sam, text);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Alphabets, DynamicSamRandom, ::testing::Values(1u, 2u, 3u, 8u, 50u));
+
+TEST(DynamicSam, RepetitiveText) {
+  Text text;
+  for (int i = 0; i < 30; ++i)
+    for (uint32_t t : {5u, 6u, 7u, 5u, 6u}) text.push_back(t);
+  DynamicSam sam(512);
+  sam.Extend(text);
+  CheckStructure(sam, text);
+  CheckLookups(sam, text, 8);
+}
+
+TEST(DynamicSam, ResetReusesMemoryAndForgets) {
+  std::mt19937 rng(7);
+  DynamicSam sam(128);
+  sam.Extend(RandomText(rng, 100, 4));
+  sam.Reset();
+  EXPECT_EQ(sam.size(), 0u);
+  EXPECT_EQ(sam.num_states(), 1u);
+  EXPECT_EQ(sam.Lookup(1).len, 0u);
+  Text t = RandomText(rng, 90, 3);
+  sam.Extend(t);
+  CheckStructure(sam, t);
+  CheckLookups(sam, t, 3);
+}
+
+TEST(DynamicSam, WindowKeepsRecentHalfWhenFull) {
+  std::mt19937 rng(11);
+  const size_t cap = 64;
+  DynamicSam sam(cap);
+  Text all = RandomText(rng, 1000, 3);
+  sam.Extend(all);
+  EXPECT_EQ(sam.total_extended(), 1000u);
+  ASSERT_LE(sam.size(), cap);
+  ASSERT_GE(sam.size(), cap / 2);
+  Text window(all.end() - sam.size(), all.end());
+  DynamicSam fresh(cap);
+  fresh.Extend(window);
+  CheckStructure(sam, window);
+  for (uint32_t c = 0; c < 4; ++c) {
+    EXPECT_EQ(sam.Lookup(c).len, fresh.Lookup(c).len);
+    EXPECT_EQ(sam.MinEndpos(sam.Lookup(c).state), fresh.MinEndpos(fresh.Lookup(c).state));
+  }
+}
+
+TEST(DynamicSam, CapacityAndBytes) {
+  size_t bytes = DynamicSam::BytesForCapacity(1 << 16);
+  EXPECT_EQ(DynamicSam::CapacityForBytes(bytes), size_t{1} << 16);
+  EXPECT_LT(DynamicSam::BytesForCapacity(1 << 16), size_t{200} << 16);  // < 200 B/token
+  EXPECT_GE(DynamicSam::CapacityForBytes(0), 4u);
+  EXPECT_THROW(DynamicSam(size_t{1} << 31), std::invalid_argument);
+}
+
+TEST(DynamicSam, LookupDoesNotCommit) {
+  DynamicSam sam(64);
+  Text t = {1, 2, 3, 1, 2};
+  sam.Extend(t);
+  auto m = sam.Lookup(3);
+  EXPECT_EQ(m.len, 3u);  // "1 2 3"
+  EXPECT_EQ(sam.MinEndpos(m.state), 3u);
+  EXPECT_EQ(sam.size(), 5u);
+  uint32_t out[4];
+  EXPECT_EQ(sam.Continuation(m, 4, false, out), 2u);  // "1 2", end of text
+  EXPECT_EQ(out[0], 1u);
+  EXPECT_EQ(out[1], 2u);
+  EXPECT_EQ(sam.Lookup(9).len, 0u);
+}
+
+}  // namespace
+}  // namespace sam::runtime

@@ -1,0 +1,308 @@
+// Sessions: incremental vs rebuilt, multi-index, selection decisions,
+// draft shapes, statistics, fallback drafters.
+#include "sam/runtime/session.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sam/format/index.h"
+#include "sam/indexer/builder.h"
+#include "sam/runtime/replay.h"
+
+namespace sam::runtime {
+namespace {
+
+using Text = std::vector<uint32_t>;
+
+std::string TempPath(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("sam_rt_session_" + std::to_string(::getpid()) + "_" + name))
+      .string();
+}
+
+struct BuiltIndex {
+  std::string path;
+  format::IndexFile file;
+  BuiltIndex(const std::vector<Text>& docs, uint32_t vocab, const std::string& name)
+      : path(TempPath(name)), file(Build(docs, vocab, path)) {}
+  ~BuiltIndex() { std::remove(path.c_str()); }
+  static format::IndexFile Build(const std::vector<Text>& docs, uint32_t vocab,
+                                 const std::string& path) {
+    indexer::BuildIndexFile(docs, vocab, path);
+    return format::IndexFile::Open(path);
+  }
+};
+
+bool SameTree(const DraftTree& a, const DraftTree& b) {
+  return a.tokens == b.tokens && a.parents == b.parents && a.source == b.source &&
+         a.match_len == b.match_len;
+}
+
+// ---------------------------------------------------------------- selection
+
+TEST(Selection, PaperRuleDecisions) {
+  SelectionOptions o;  // l_bias auto, l_threshold 5
+  // With a fallback: bias 5.
+  EXPECT_EQ(ChoosePaper(5, 0, true, o), Choice::kDynamic);
+  EXPECT_EQ(ChoosePaper(4, 9, true, o), Choice::kFallback);   // l_s' = 4 < 5
+  EXPECT_EQ(ChoosePaper(4, 10, true, o), Choice::kStatic);    // l_s' = 5 > 4
+  EXPECT_EQ(ChoosePaper(5, 10, true, o), Choice::kDynamic);   // tie goes to dynamic
+  EXPECT_EQ(ChoosePaper(0, 0, true, o), Choice::kFallback);
+  EXPECT_EQ(ChoosePaper(7, 20, true, o), Choice::kStatic);
+  // Without a fallback: bias 0 and any match drafts.
+  EXPECT_EQ(ChoosePaper(1, 0, false, o), Choice::kDynamic);
+  EXPECT_EQ(ChoosePaper(1, 2, false, o), Choice::kStatic);
+  EXPECT_EQ(ChoosePaper(2, 2, false, o), Choice::kDynamic);
+  EXPECT_EQ(ChoosePaper(0, 0, false, o), Choice::kNone);
+  // Explicit bias.
+  o.l_bias = 2;
+  EXPECT_EQ(ChoosePaper(3, 6, false, o), Choice::kStatic);
+  EXPECT_EQ(ChoosePaper(4, 6, false, o), Choice::kDynamic);
+  o.l_threshold = 8;
+  EXPECT_EQ(ChoosePaper(7, 9, true, o), Choice::kFallback);
+}
+
+TEST(Selection, AdaptiveLength) {
+  SelectionOptions o;
+  EXPECT_EQ(LinearDraftSize(1, o), 40u);
+  o.adaptive_length = true;
+  EXPECT_EQ(LinearDraftSize(1, o), 5u);
+  EXPECT_EQ(LinearDraftSize(3, o), 13u);
+  EXPECT_EQ(LinearDraftSize(100, o), 40u);
+  EXPECT_EQ(ParsePolicy("calibrated"), Policy::kCalibrated);
+  EXPECT_THROW(ParsePolicy("bogus"), std::invalid_argument);
+}
+
+// ---------------------------------------------------------------- sessions
+
+// Dynamic-only session over a constructed text: the draft copies what
+// followed the first occurrence, climbing links when it is short.
+TEST(Session, DynamicDraftCopiesFirstOccurrence) {
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = Policy::kDynamicOnly;
+  o.selection.draft_size = 5;
+  Session s(o);
+  s.Prefill(Text{1, 2, 3, 4, 5, 6, 9, 2, 3});
+  const DraftTree& t = s.Propose(4);  // "2 3 4" matched at 2..4
+  EXPECT_EQ(t.source, DraftSource::kDynamic);
+  EXPECT_EQ(t.match_len, 3u);
+  EXPECT_EQ(t.tokens, (Text{4, 5, 6, 9, 2}));
+  EXPECT_TRUE(t.IsLinear());
+  // Peek: nothing was committed.
+  EXPECT_EQ(s.dynamic_sam().size(), 9u);
+  s.Commit(Text{4, 5});
+  EXPECT_EQ(s.dynamic_sam().size(), 11u);
+  EXPECT_EQ(s.statistics().source(DraftSource::kDynamic).accepted_tokens, 1u);
+  // No match at all: root only.
+  const DraftTree& none = s.Propose(77);
+  EXPECT_EQ(none.size(), 1u);
+  EXPECT_EQ(none.source, DraftSource::kNone);
+}
+
+TEST(Session, StaticDraftStopsAtDocumentEnd) {
+  BuiltIndex index({{10, 11, 12, 13}, {11, 12, 20, 21, 22, 23, 24}}, 30, "docend.sam");
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = Policy::kStaticOnly;
+  Session s(o);
+  s.AttachIndex(&index.file.view());
+  s.Prefill(Text{10, 11});
+  const DraftTree& t = s.Propose(12);  // "10 11 12" in document 1
+  EXPECT_EQ(t.source, DraftSource::kStatic);
+  EXPECT_EQ(t.match_len, 3u);
+  EXPECT_EQ(t.tokens, (Text{12, 13}));  // stops at the end of document 1, no padding
+}
+
+TEST(Session, PaperRulePicksLongerMatch) {
+  BuiltIndex index({{1, 2, 3, 4, 5, 6, 7, 8, 20, 21}}, 30, "paper.sam");
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  Session s(o);  // paper rule, no fallback: bias 0
+  s.AttachIndex(&index.file.view());
+  s.Prefill(Text{9, 1, 2, 3, 4, 5, 6, 7, 25, 6, 7});  // dynamic "6 7 8"? no: "6 7" then 8 absent
+  const DraftTree& t = s.Propose(8);
+  // static: "5 6 7 8"? The context ends "25 6 7"; with 8: "6 7 8" (len 3) in the corpus;
+  // dynamic: "8" never occurred -> 0. Static wins.
+  EXPECT_EQ(t.source, DraftSource::kStatic);
+  EXPECT_EQ(t.match_len, 3u);
+  EXPECT_EQ(t.tokens, (Text{8, 20, 21}));
+  s.Commit(Text{8, 20});
+  // Now "25" follows "7" in the dynamic text; "6 7 25"... start 25 after "8 20":
+  const DraftTree& u = s.Propose(6);  // dynamic "6" (len 1, twice); static "20 6"? no -> "6" len 1
+  EXPECT_EQ(u.source, DraftSource::kDynamic);  // tie -> dynamic
+  EXPECT_EQ(u.tokens[1], 7u);
+}
+
+TEST(Session, IncrementalEqualsRebuilt) {
+  std::mt19937 rng(21);
+  std::vector<Text> docs(30);
+  for (auto& d : docs) {
+    d.resize(20 + rng() % 40);
+    for (auto& t : d) t = rng() % 12;
+  }
+  BuiltIndex index(docs, 12, "incr.sam");
+  for (Policy p : {Policy::kPaper, Policy::kTree, Policy::kStaticOnly, Policy::kDynamicOnly}) {
+    SessionOptions o;
+    o.max_dynamic_bytes = 1 << 20;
+    o.selection.policy = p;
+    Session inc(o);
+    inc.AttachIndex(&index.file.view());
+    Text prompt(30), gen(200);
+    for (auto& t : prompt) t = rng() % 12;
+    for (auto& t : gen) t = rng() % 12;
+    inc.Prefill(prompt);
+    Text context = prompt;
+    size_t i = 0;
+    while (i < gen.size()) {
+      const DraftTree inc_tree = inc.Propose(gen[i]);
+      Session fresh(o);
+      fresh.AttachIndex(&index.file.view());
+      fresh.Prefill(context);
+      ASSERT_TRUE(SameTree(inc_tree, fresh.Propose(gen[i]))) << PolicyName(p) << " step " << i;
+      size_t a = AcceptedLength(inc_tree, std::span<const uint32_t>(gen).subspan(i + 1));
+      Text commit(gen.begin() + i, gen.begin() + i + a + 1);
+      inc.Commit(commit);
+      context.insert(context.end(), commit.begin(), commit.end());
+      i += a + 1;
+    }
+  }
+}
+
+TEST(Session, MultipleIndexesUseTheLongestStaticMatch) {
+  BuiltIndex general({{1, 2, 3, 4, 5}}, 20, "general.sam");
+  BuiltIndex domain({{7, 8, 2, 3, 9, 10, 11}}, 20, "domain.sam");
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = Policy::kStaticOnly;
+  Session s(o);
+  s.AttachIndex(&general.file.view());
+  s.AttachIndex(&domain.file.view());
+  EXPECT_EQ(s.num_indexes(), 2u);
+  s.Prefill(Text{1, 2});
+  EXPECT_EQ(s.Propose(3).tokens, (Text{3, 4, 5}));  // general: "1 2 3" (len 3)
+  s.Reset();
+  s.Prefill(Text{8, 2});
+  EXPECT_EQ(s.Propose(3).tokens, (Text{3, 9, 10, 11}));  // domain: "8 2 3"
+  // Attaching after prefill catches the cursor up with the context.
+  Session late(o);
+  late.Prefill(Text{8, 2});
+  late.AttachIndex(&domain.file.view());
+  EXPECT_EQ(late.Propose(3).tokens, (Text{3, 9, 10, 11}));
+}
+
+TEST(Session, TreePolicyShapes) {
+  // "1 2" is followed by 3 (three times) and by 4 (once).
+  BuiltIndex index({{1, 2, 3, 5}, {1, 2, 3, 6}, {1, 2, 3, 5}, {1, 2, 4, 7}}, 10, "tree.sam");
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = Policy::kTree;
+  Session s(o);
+  s.AttachIndex(&index.file.view());
+  s.Prefill(Text{1});
+  const DraftTree& t = s.Propose(2);  // static match "1 2" (len 2): 1 + 4*2 = 9 nodes max
+  EXPECT_EQ(t.source, DraftSource::kStatic);
+  EXPECT_LE(t.size(), 9u);
+  ASSERT_GE(t.size(), 3u);
+  EXPECT_EQ(t.tokens[1], 3u);  // heaviest child first
+  EXPECT_EQ(t.tokens[2], 5u);  // then "3 5" (weight 2/4) before "4" (1/4)
+}
+
+TEST(Session, ResetForgetsRequestState) {
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = Policy::kDynamicOnly;
+  Session s(o);
+  s.Prefill(Text{1, 2, 3, 4});
+  EXPECT_GT(s.Propose(2).size(), 1u);
+  s.Reset();
+  s.Prefill(Text{5, 6});
+  EXPECT_EQ(s.Propose(2).size(), 1u);  // nothing from the previous request
+}
+
+// A fallback drafter that always proposes the same chain.
+class FixedDrafter : public Drafter {
+ public:
+  std::string_view name() const override { return "fixed"; }
+  bool Propose(uint32_t start, size_t max_nodes, DraftTree* out) override {
+    out->Reset(start, DraftSource::kRecycling);
+    for (uint32_t t = 100; t < 103 && out->size() < max_nodes; ++t) out->Add(out->size() - 1, t);
+    return true;
+  }
+  void Commit(std::span<const uint32_t> tokens) override { committed += tokens.size(); }
+  void Prefill(std::span<const uint32_t> p) override { prefilled += p.size(); }
+  size_t committed = 0, prefilled = 0;
+};
+
+TEST(Session, FallbackDrafterBelowThreshold) {
+  FixedDrafter fallback;
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.fallback = &fallback;
+  Session s(o);
+  s.Prefill(Text{1, 2, 3});
+  EXPECT_EQ(fallback.prefilled, 3u);
+  const DraftTree& t = s.Propose(2);  // dynamic len 1 < threshold 5
+  EXPECT_EQ(t.source, DraftSource::kRecycling);
+  EXPECT_EQ(t.tokens, (Text{2, 100, 101, 102}));
+  s.Commit(Text{2, 100});
+  EXPECT_EQ(fallback.committed, 2u);
+  EXPECT_EQ(s.statistics().source(DraftSource::kRecycling).accepted_tokens, 1u);
+}
+
+TEST(Session, CalibratedTreeIsWithinBudgetAndMergesSources) {
+  BuiltIndex index({{1, 2, 3, 5, 6}, {1, 2, 3, 6, 6}, {1, 2, 4, 7, 7}}, 10, "cal.sam");
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = Policy::kCalibrated;
+  o.selection.draft_size = 6;
+  Session s(o);
+  s.AttachIndex(&index.file.view());
+  s.Prefill(Text{1, 2, 8, 8, 1});
+  const DraftTree& t = s.Propose(2);  // dynamic "1 2" -> 8; static "1 2" -> 3 / 4
+  EXPECT_LE(t.size(), 6u);
+  EXPECT_EQ(t.source, DraftSource::kMerged);
+  bool has8 = false, has3 = false;
+  for (size_t i = 1; i < t.size(); ++i) {
+    EXPECT_LT(t.parents[i], static_cast<int32_t>(i));
+    if (t.depths[i] == 1) {
+      has8 |= t.tokens[i] == 8;
+      has3 |= t.tokens[i] == 3;
+    }
+  }
+  EXPECT_TRUE(has8 && has3);
+  s.Commit(Text{2, 8});
+  EXPECT_EQ(s.statistics().steps, 1u);
+  EXPECT_EQ(s.statistics().source(DraftSource::kMerged).accepted_tokens, 1u);
+}
+
+TEST(Session, StatisticsByDepthAndMatchLength) {
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = Policy::kDynamicOnly;
+  o.selection.draft_size = 4;
+  Session s(o);
+  s.Prefill(Text{1, 2, 3, 4, 5, 1, 2});
+  s.Propose(3);               // "1 2 3": draft 3 4 5 1
+  s.Commit(Text{3, 4, 5});    // two accepted
+  const SourceStatistics& d = s.statistics().source(DraftSource::kDynamic);
+  EXPECT_EQ(d.drafts, 1u);
+  EXPECT_EQ(d.draft_nodes, 3u);
+  EXPECT_EQ(d.accepted_tokens, 2u);
+  EXPECT_EQ(d.proposed_at_depth[2], 1u);
+  EXPECT_EQ(d.accepted_at_depth[1], 1u);
+  EXPECT_EQ(d.accepted_at_depth[2], 0u);
+  EXPECT_EQ(d.drafts_by_match_length[3], 1u);
+  EXPECT_EQ(d.accepted_by_match_length[3], 2u);
+  EXPECT_NE(s.statistics().ToJson().find("\"dynamic\""), std::string::npos);
+  s.ResetStatistics();
+  EXPECT_EQ(s.statistics().steps, 0u);
+}
+
+}  // namespace
+}  // namespace sam::runtime

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs the build and test dependencies from Debian 12 packages.
+set -euo pipefail
+pkgs=(cmake ninja-build g++ pkg-config python3
+      libsentencepiece-dev sentencepiece libzstd-dev libxxhash-dev libboost-dev libssl-dev
+      libcli11-dev libgtest-dev libbenchmark-dev libsimdjson-dev nlohmann-json3-dev
+      libtorch-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "installing: ${missing[*]}" >&2
+  SUDO=; [[ $(id -u) -ne 0 ]] && SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,441 @@
+// sam-replay: offline evaluation of drafters on recorded prompt/output traces
+// (exact greedy replay, DESIGN.md section 6), and `make-traces` to render
+// GSM8K and HumanEval reference traces from a data directory.
+//
+//   sam-replay --index all.sam --tokenizer llama-32k.model --traces t.jsonl
+//              --policy sam --policy pld --json
+//   sam-replay make-traces --data ../shared/data --out t.jsonl --template vicuna
+#include <sentencepiece_processor.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "sam/corpora/templates.h"
+#include "sam/format/error.h"
+#include "sam/format/index.h"
+#include "sam/format/sha256.h"
+#include "sam/runtime/pld.h"
+#include "sam/runtime/recycling.h"
+#include "sam/runtime/replay.h"
+#include "sam/runtime/session.h"
+
+namespace {
+
+namespace rt = sam::runtime;
+using nlohmann::json;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// ------------------------------------------------------------------ traces
+
+class Tokenizer {
+ public:
+  explicit Tokenizer(const std::string& path) {
+    const auto status = sp_.Load(path);
+    if (!status.ok())
+      throw std::runtime_error("cannot load tokenizer " + path + ": " + status.ToString());
+  }
+  std::vector<uint32_t> Encode(const std::string& text) const {
+    std::vector<int> ids;
+    const auto status = sp_.Encode(text, &ids);
+    if (!status.ok()) throw std::runtime_error("tokenization failed: " + status.ToString());
+    return std::vector<uint32_t>(ids.begin(), ids.end());
+  }
+  uint32_t bos() const { return static_cast<uint32_t>(sp_.bos_id()); }
+  uint32_t vocab_size() const { return static_cast<uint32_t>(sp_.GetPieceSize()); }
+
+ private:
+  sentencepiece::SentencePieceProcessor sp_;
+};
+
+std::vector<uint32_t> ReadIds(const json& j, const std::string& where, const char* field) {
+  if (!j.is_array()) throw std::runtime_error(where + ": \"" + field + "\" must be an array of ids");
+  std::vector<uint32_t> ids;
+  for (const json& v : j) {
+    if (!v.is_number_unsigned() || v.get<uint64_t>() > UINT32_MAX)
+      throw std::runtime_error(where + ": \"" + field + "\" holds a non-id value " + v.dump());
+    ids.push_back(v.get<uint32_t>());
+  }
+  return ids;
+}
+
+// Reads JSONL traces {"id","category","prompt","output"} (strings) or
+// {"prompt_ids","output_ids"}. Prompts start with BOS (added when missing).
+std::vector<rt::ReplayTrace> ReadTraces(const std::string& path, const Tokenizer* tokenizer,
+                                        uint32_t bos, uint32_t vocab_size) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open traces " + path);
+  std::vector<rt::ReplayTrace> traces;
+  std::string line;
+  for (size_t line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::parse_error& e) {
+      throw std::runtime_error(where + ": invalid JSON: " + e.what());
+    }
+    if (!j.is_object()) throw std::runtime_error(where + ": a trace must be a JSON object");
+    rt::ReplayTrace t;
+    t.id = j.contains("id") ? (j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump())
+                            : std::to_string(line_no);
+    t.category = j.value("category", std::string("all"));
+    auto text_or_ids = [&](const char* text_field, const char* ids_field) {
+      if (j.contains(ids_field)) return ReadIds(j[ids_field], where, ids_field);
+      if (!j.contains(text_field) || !j[text_field].is_string())
+        throw std::runtime_error(where + ": needs a string \"" + text_field + "\" or an id array \"" +
+                                 ids_field + "\"");
+      if (!tokenizer)
+        throw std::runtime_error(where + ": string \"" + text_field +
+                                 "\" needs --tokenizer (or give \"" + ids_field + "\")");
+      return tokenizer->Encode(j[text_field].get<std::string>());
+    };
+    t.prompt = text_or_ids("prompt", "prompt_ids");
+    t.output = text_or_ids("output", "output_ids");
+    if (t.prompt.empty() || t.prompt.front() != bos) t.prompt.insert(t.prompt.begin(), bos);
+    for (const auto* ids : {&t.prompt, &t.output})
+      for (uint32_t id : *ids)
+        if (id >= vocab_size)
+          throw std::runtime_error(where + ": token id " + std::to_string(id) +
+                                   " is outside the vocabulary (size " +
+                                   std::to_string(vocab_size) + ")");
+    if (t.output.empty()) continue;  // nothing to replay
+    traces.push_back(std::move(t));
+  }
+  if (traces.empty()) throw std::runtime_error(path + ": no traces with a non-empty output");
+  return traces;
+}
+
+// Renders GSM8K test (question -> reference answer) and HumanEval (prompt ->
+// canonical solution) traces.
+int MakeTraces(const std::string& data_dir, const std::string& out_path,
+               const std::string& template_name, size_t limit) {
+  const auto templ = sam::corpora::ParseTemplate(template_name);
+  auto render = [&](const std::string& prompt) {
+    return templ == sam::corpora::Template::kVicuna ? sam::corpora::RenderVicunaPrompt(prompt)
+                                                    : prompt + "\n";
+  };
+  std::ofstream out(out_path);
+  if (!out) throw std::runtime_error("cannot write " + out_path);
+  size_t written = 0;
+  auto convert = [&](const std::string& file, const char* category, const char* prompt_field,
+                     const char* output_field, const char* id_field) {
+    std::ifstream in(file);
+    if (!in) throw std::runtime_error("cannot open " + file);
+    std::string line;
+    size_t n = 0;
+    for (size_t line_no = 1; std::getline(in, line) && n < limit; ++line_no) {
+      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      json j;
+      try {
+        j = json::parse(line);
+      } catch (const json::parse_error& e) {
+        throw std::runtime_error(file + ":" + std::to_string(line_no) + ": " + e.what());
+      }
+      if (!j.contains(prompt_field) || !j.contains(output_field))
+        throw std::runtime_error(file + ":" + std::to_string(line_no) + ": missing \"" +
+                                 prompt_field + "\" or \"" + output_field + "\"");
+      json t;
+      t["id"] = j.contains(id_field) ? j[id_field].get<std::string>()
+                                     : std::string(category) + "/" + std::to_string(line_no);
+      t["category"] = category;
+      t["prompt"] = render(j[prompt_field].get<std::string>());
+      t["output"] = j[output_field].get<std::string>();
+      out << t.dump() << "\n";
+      ++n;
+    }
+    written += n;
+  };
+  convert(data_dir + "/gsm8k/test.jsonl", "gsm8k", "question", "answer", "id");
+  convert(data_dir + "/humaneval/HumanEval.jsonl", "humaneval", "prompt", "canonical_solution",
+          "task_id");
+  std::fprintf(stderr, "wrote %zu traces to %s\n", written, out_path.c_str());
+  return 0;
+}
+
+// ------------------------------------------------------------------ policies
+
+// A session with a Token Recycling fallback, fed from the recorded output.
+// Replay has no model logits: after each step the table learns, for every
+// committed token, the one token that followed it (top-1 instead of the
+// model's top-8, and only on the accepted path), so this under-estimates
+// Token Recycling.
+class RecordedRecyclingSession : public rt::Drafter {
+ public:
+  RecordedRecyclingSession(rt::SessionOptions options, uint32_t vocab_size)
+      : recycling_(vocab_size) {
+    options.fallback = &recycling_;
+    session_ = std::make_unique<rt::Session>(options);
+  }
+  rt::Session& session() { return *session_; }
+  std::string_view name() const override { return "sam-rec"; }
+  void Reset() override {
+    session_->Reset();
+    has_last_ = false;
+  }
+  void Prefill(std::span<const uint32_t> prompt) override {
+    session_->Prefill(prompt);
+    has_last_ = !prompt.empty();
+    if (has_last_) last_ = prompt.back();
+  }
+  bool Propose(uint32_t start, size_t max_nodes, rt::DraftTree* out) override {
+    return session_->Propose(start, max_nodes, out);
+  }
+  void Commit(std::span<const uint32_t> tokens) override {
+    session_->Commit(tokens);
+    pairs_.clear();
+    next_.clear();
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      if (i == 0 && !has_last_) continue;
+      pairs_.push_back(i == 0 ? last_ : tokens[i - 1]);
+      next_.push_back(tokens[i]);
+    }
+    session_->ObserveTopK(pairs_, next_, 1);
+    if (!tokens.empty()) {
+      last_ = tokens.back();
+      has_last_ = true;
+    }
+  }
+
+ private:
+  rt::RecyclingDrafter recycling_;
+  std::unique_ptr<rt::Session> session_;
+  std::vector<uint32_t> pairs_, next_;
+  uint32_t last_ = 0;
+  bool has_last_ = false;
+};
+
+struct PolicyRun {
+  std::string name;
+  std::unique_ptr<rt::Drafter> drafter;
+  size_t max_nodes = 1 << 16;
+};
+
+const char* kPolicyHelp =
+    "pld       prompt lookup decoding (n-gram 3..1, 10 tokens)\n"
+    "sam       paper rule, no fallback (l_bias 0), 40 tokens, linear\n"
+    "static    static SAM only, 40 tokens\n"
+    "dynamic   dynamic SAM only, 40 tokens\n"
+    "sam-tree  count-weighted static trees (min(60, 1+4l) nodes, <= 8 per depth) when the\n"
+    "          static match is longer, else the dynamic draft of that length\n"
+    "sam-rec   paper rule (l_bias 5, l_threshold 5) with Token Recycling fallback; the\n"
+    "          table learns only the recorded next tokens (no logits in replay)\n"
+    "sam-cal   calibrated merged trees (this project's policy), 40 nodes";
+
+struct Tuning {
+  size_t dynamic_bytes = size_t{64} << 20;
+  std::optional<size_t> draft_size;    // overrides 40
+  std::optional<double> min_path_probability;  // sam-cal
+};
+
+PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t vocab_size,
+                     const std::vector<const sam::format::IndexView*>& views) {
+  PolicyRun run;
+  run.name = name;
+  if (name == "pld") {
+    run.drafter = std::make_unique<rt::PldDrafter>(3, 10);
+    return run;
+  }
+  rt::SessionOptions o;
+  o.max_dynamic_bytes = tuning.dynamic_bytes;
+  if (tuning.draft_size) o.selection.draft_size = *tuning.draft_size;
+  if (tuning.min_path_probability) o.selection.min_path_probability = *tuning.min_path_probability;
+  if (name == "sam") {
+    o.selection.policy = rt::Policy::kPaper;
+  } else if (name == "static") {
+    o.selection.policy = rt::Policy::kStaticOnly;
+  } else if (name == "dynamic") {
+    o.selection.policy = rt::Policy::kDynamicOnly;
+  } else if (name == "sam-tree") {
+    o.selection.policy = rt::Policy::kTree;
+  } else if (name == "sam-cal") {
+    o.selection.policy = rt::Policy::kCalibrated;
+  } else if (name == "sam-rec") {
+    o.selection.policy = rt::Policy::kPaper;
+    auto rec = std::make_unique<RecordedRecyclingSession>(o, vocab_size);
+    for (const auto* v : views) rec->session().AttachIndex(v);
+    run.drafter = std::move(rec);
+    return run;
+  } else {
+    throw UsageError("unknown policy '" + name + "'; valid policies:\n" + kPolicyHelp);
+  }
+  auto session = std::make_unique<rt::Session>(o);
+  for (const auto* v : views) session->AttachIndex(v);
+  run.drafter = std::move(session);
+  return run;
+}
+
+json PolicyJson(const std::string& name, const rt::ReplayReport& r) {
+  json p;
+  p["name"] = name;
+  p["mat"] = r.total.Mat();
+  p["tokens_per_step"] = r.total.TokensPerStep();
+  p["draft_share"] = r.DraftShare();
+  p["steps"] = r.total.steps;
+  p["tokens"] = r.total.tokens;
+  p["propose_us_p50"] = rt::Percentile(r.propose_ns, 50) / 1000.0;
+  p["propose_us_p99"] = rt::Percentile(r.propose_ns, 99) / 1000.0;
+  p["commit_us_p50"] = rt::Percentile(r.commit_ns, 50) / 1000.0;
+  p["commit_us_p99"] = rt::Percentile(r.commit_ns, 99) / 1000.0;
+  json cats = json::object();
+  for (const auto& [cat, t] : r.by_category)
+    cats[cat] = {{"mat", t.Mat()}, {"tokens_per_step", t.TokensPerStep()}, {"steps", t.steps}};
+  p["by_category"] = cats;
+  json sources = json::object();
+  for (size_t s = 0; s < rt::kNumDraftSources; ++s) {
+    const rt::ReplayTotals& t = r.by_source[s];
+    if (t.steps == 0) continue;
+    sources[std::string(rt::DraftSourceName(static_cast<rt::DraftSource>(s)))] = {
+        {"share", static_cast<double>(t.steps) / r.total.steps}, {"mat", t.Mat()}};
+  }
+  p["by_source"] = sources;
+  json depth = json::array();
+  for (size_t d = 0; d < 16 && r.total.steps; ++d)
+    depth.push_back(static_cast<double>(r.accepted_at_depth[d]) / r.total.steps);
+  p["accepted_at_depth"] = depth;  // share of steps whose accepted path reached depth d+1
+  return p;
+}
+
+void PrintTable(const json& policies) {
+  std::vector<std::string> cats;
+  for (const auto& p : policies)
+    for (const auto& [c, _] : p["by_category"].items())
+      if (std::find(cats.begin(), cats.end(), c) == cats.end()) cats.push_back(c);
+  std::printf("%-10s %7s %9s %7s %12s %12s %10s", "policy", "MAT", "tok/step", "draft%",
+              "propose p50", "propose p99", "commit p50");
+  for (const auto& c : cats) std::printf(" %12s", ("MAT " + c.substr(0, 8)).c_str());
+  std::printf("\n");
+  for (const auto& p : policies) {
+    std::printf("%-10s %7.3f %9.2f %6.1f%% %10.1fus %10.1fus %8.1fus",
+                p["name"].get<std::string>().c_str(), p["mat"].get<double>(),
+                p["tokens_per_step"].get<double>(), 100 * p["draft_share"].get<double>(),
+                p["propose_us_p50"].get<double>(), p["propose_us_p99"].get<double>(),
+                p["commit_us_p50"].get<double>());
+    for (const auto& c : cats) {
+      if (p["by_category"].contains(c))
+        std::printf(" %12.3f", p["by_category"][c]["mat"].get<double>());
+      else
+        std::printf(" %12s", "-");
+    }
+    std::printf("\n    sources:");
+    for (const auto& [s, v] : p["by_source"].items())
+      std::printf("  %s %.1f%% (MAT %.2f)", s.c_str(), 100 * v["share"].get<double>(),
+                  v["mat"].get<double>());
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "sam-replay: replay recorded greedy outputs through drafters and report the mean\n"
+      "accepted tokens per step (MAT, bonus included: plain decoding = 1.00), tokens\n"
+      "verified per step, sources and timings. No model is needed: acceptance against\n"
+      "a recorded greedy output is exact.\n\nPolicies:\n" +
+          std::string(kPolicyHelp),
+      "sam-replay"};
+  std::vector<std::string> index_paths, policies;
+  std::string tokenizer_path, traces_path;
+  bool as_json = false;
+  size_t dynamic_mib = 64;
+  Tuning tuning;
+  app.add_option("--index", index_paths, "static index file (repeatable)");
+  app.add_option("--tokenizer", tokenizer_path,
+                 "SentencePiece model (string traces; checked against each index)");
+  app.add_option("--traces", traces_path, "JSONL traces {id, category, prompt, output}");
+  app.add_option("--policy", policies, "policy to replay (repeatable; default: all)");
+  app.add_option("--dynamic-mib", dynamic_mib, "memory bound of each dynamic automaton (MiB)")
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--draft-size", tuning.draft_size,
+                 "draft nodes incl. the start token for sam, static, dynamic, sam-rec, sam-cal "
+                 "(default 40)")
+      ->check(CLI::Range(1, 1 << 12));
+  app.add_option("--min-path-prob", tuning.min_path_probability,
+                 "sam-cal: leave out nodes whose estimated path probability is lower "
+                 "(default 0.01)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_flag("--json", as_json, "print one JSON object");
+
+  CLI::App* make = app.add_subcommand("make-traces", "render GSM8K test and HumanEval traces");
+  std::string data_dir, out_path, template_name = "vicuna";
+  size_t limit = SIZE_MAX;
+  make->add_option("--data", data_dir, "data directory (gsm8k/, humaneval/)")->required();
+  make->add_option("--out", out_path, "output JSONL")->required();
+  make->add_option("--template", template_name, "prompt template: vicuna or raw");
+  make->add_option("--limit", limit, "at most this many traces per category");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  try {
+    if (*make) return MakeTraces(data_dir, out_path, template_name, limit);
+    if (traces_path.empty()) throw UsageError("--traces is required");
+    if (policies.empty())
+      policies = {"pld", "sam", "static", "dynamic", "sam-tree", "sam-rec", "sam-cal"};
+
+    std::unique_ptr<Tokenizer> tokenizer;
+    sam::format::OpenOptions open;
+    if (!tokenizer_path.empty()) {
+      tokenizer = std::make_unique<Tokenizer>(tokenizer_path);
+      open.expected_tokenizer_sha256 = sam::format::Sha256File(tokenizer_path);
+      open.expected_vocab_size = tokenizer->vocab_size();
+    }
+    std::vector<sam::format::IndexFile> indexes;
+    std::vector<const sam::format::IndexView*> views;
+    for (const auto& p : index_paths) indexes.push_back(sam::format::IndexFile::Open(p, open));
+    for (const auto& f : indexes) views.push_back(&f.view());
+    uint32_t vocab = tokenizer ? tokenizer->vocab_size()
+                               : (indexes.empty() ? UINT32_MAX : indexes[0].header().vocab_size);
+    uint32_t bos = tokenizer ? tokenizer->bos()
+                             : (indexes.empty() ? 1 : indexes[0].header().bos_id);
+    for (const auto& f : indexes)
+      if (f.header().vocab_size != vocab && !tokenizer)
+        throw std::runtime_error(f.path() + ": vocabulary size " +
+                                 std::to_string(f.header().vocab_size) + " differs from " +
+                                 indexes[0].path());
+    const auto traces = ReadTraces(traces_path, tokenizer.get(), bos, vocab);
+
+    json out_policies = json::array();
+    for (const auto& name : policies) {
+      tuning.dynamic_bytes = dynamic_mib << 20;
+      PolicyRun run = MakePolicy(name, tuning, vocab == UINT32_MAX ? 1 << 20 : vocab, views);
+      const rt::ReplayReport report = rt::Replay(*run.drafter, traces, run.max_nodes);
+      out_policies.push_back(PolicyJson(name, report));
+    }
+    json out;
+    out["traces"] = traces.size();
+    out["policies"] = out_policies;
+    if (as_json) {
+      std::cout << out.dump(2) << "\n";
+    } else {
+      std::printf("%zu traces from %s\n", traces.size(), traces_path.c_str());
+      PrintTable(out_policies);
+    }
+    return 0;
+  } catch (const UsageError& e) {
+    std::cerr << "sam-replay: " << e.what() << "\n";
+    return 2;
+  } catch (const sam::format::FormatError& e) {
+    std::cerr << "sam-replay: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "sam-replay: " << e.what() << "\n";
+    return 1;
+  }
+}
