@@ -4,7 +4,7 @@ set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config python3
       libsentencepiece-dev sentencepiece libzstd-dev libxxhash-dev libboost-dev libssl-dev
       libcli11-dev libgtest-dev libbenchmark-dev libsimdjson-dev nlohmann-json3-dev
-      libtorch-dev)
+      libtorch-dev libopenblas0-pthread)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
