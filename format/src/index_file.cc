@@ -124,7 +124,7 @@ IndexFile IndexFile::Open(const std::string& path, const OpenOptions& options) {
   }
   f.data_ = static_cast<const uint8_t*>(f.storage_->region->get_address());
   f.size_ = f.storage_->region->get_size();
-  f.storage_->region->advise(bip::mapped_region::advice_willneed);
+  if (options.prefetch) f.storage_->region->advise(bip::mapped_region::advice_willneed);
   f.Init(options);
   return f;
 }

@@ -264,6 +264,10 @@ struct OpenOptions {
   std::optional<Sha256Digest> expected_tokenizer_sha256;
   // When set, an index with another vocabulary size is refused.
   std::optional<uint32_t> expected_vocab_size;
+  // Open(): ask the kernel to read the whole file ahead (madvise WILLNEED) so
+  // that the first queries do not fault pages in one by one. Off by default:
+  // opening stays O(1).
+  bool prefetch = false;
 };
 
 // An open index file. Movable, not copyable. Holds the mapping (or buffer).
