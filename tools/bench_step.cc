@@ -1,19 +1,36 @@
-// bench_step: per-step drafting cost (Propose + Commit) against context length.
+// bench_step: per-step drafting cost (Propose + Commit) against context length,
+// for the paper rule, the calibrated policy and the PLD baseline in one run.
 //
-//   bench_step --index all.sam [--contexts 1024,4096,...] [--steps 2000] [--draft 40]
+//   bench_step --index all.sam --traces raw.jsonl --tokenizer llama-32k.model
+//              [--contexts 1024,4096,...] [--steps 2000] [--draft 40] [--runs 5]
 //
-// For each context length L, a session is prefilled with L tokens taken from
-// the index's own text (documents concatenated, separators dropped), then
-// generates by replaying the corpus text that follows a random other position:
-// each step proposes a draft of --draft nodes (paper rule, no fallback),
-// accepts the longest matching prefix and commits it with its start token.
-// The same stream is replayed through the PLD baseline. Prints median and p99
-// per-step time (propose + commit), MAT, time per generated token, and the
-// prefill time. Since the generation is corpus text, static matches are long
-// and MAT is far above real decoding: read the figures as costs.
+// Streams (realistic acceptance): the traces (sam-replay make-traces: GSM8K
+// test questions -> reference answers, HumanEval prompts -> canonical
+// solutions) are shuffled; a context of L tokens is the concatenation of their
+// prompts (each BOS first) cut to L tokens, and the generation is the
+// concatenation of their recorded outputs. Each step proposes a draft of
+// --draft nodes rooted at the next generation token, accepts the longest
+// matching prefix (exact greedy replay) and commits the start token plus the
+// accepted ones. Without --traces, the old corpus-text streams are used (the
+// generation then copies the index's own text, so MAT is unrealistically high).
+//
+// Per context and policy: run 0 is a fresh session's first request ("cold":
+// nothing cached by the session); runs 1..R reuse the session (Reset, Prefill)
+// and their median p50 / p99 are reported. The step time is the time spent in
+// Propose plus the time spent in Commit (verification excluded), measured
+// outside the session (its own timing is off). MAT = committed tokens / steps;
+// ns/token = time per committed token over the steps at or below the p99
+// (median over the warm runs).
+#include <sys/mman.h>
+
 #include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -22,6 +39,7 @@
 #include "sam/runtime/pld.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
+#include "trace_io.h"
 
 namespace {
 
@@ -39,30 +57,62 @@ std::vector<uint32_t> CorpusTokens(const sam::format::IndexView& v, uint64_t fro
   return out;
 }
 
+// Concatenation of part(order[0]), part(order[1]), ... (cycling) cut to n tokens.
+template <typename Part>
+std::vector<uint32_t> Concatenate(const std::vector<size_t>& order, size_t n, Part part) {
+  std::vector<uint32_t> out;
+  out.reserve(n);
+  for (size_t k = 0; out.size() < n; k = (k + 1) % order.size()) {
+    const std::vector<uint32_t>& p = part(order[k]);
+    out.insert(out.end(), p.begin(), p.begin() + std::min(p.size(), n - out.size()));
+  }
+  return out;
+}
+
 struct Result {
   std::vector<uint32_t> step_ns;
+  std::vector<uint32_t> step_tokens;  // committed tokens per step
   uint64_t steps = 0, tokens = 0;
   double prefill_ms = 0;
+  // Time per committed token over the steps at or below the p99 step time:
+  // on a shared machine a few preempted steps would otherwise dominate.
+  double NsPerToken() const {
+    const double p99 = rt::Percentile(step_ns, 99);
+    double ns = 0, tok = 0;
+    for (size_t i = 0; i < step_ns.size(); ++i)
+      if (step_ns[i] <= p99) ns += step_ns[i], tok += step_tokens[i];
+    return tok > 0 ? ns / tok : 0;
+  }
 };
 
-Result Run(rt::Drafter& d, const std::vector<uint32_t>& context,
-           const std::vector<uint32_t>& generation, size_t steps, size_t max_nodes) {
+uint64_t Ns(Clock::time_point a, Clock::time_point b) {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
+}
+
+// One request: Reset, Prefill(context), then `steps` steps over `generation`.
+// propose(start) returns the draft tree.
+template <typename Propose>
+Result Run(rt::Drafter& d, Propose&& propose, const std::vector<uint32_t>& context,
+           const std::vector<uint32_t>& generation, size_t steps) {
   Result r;
-  rt::DraftTree tree;
+  r.step_ns.reserve(steps);
+  r.step_tokens.reserve(steps);
   d.Reset();
   auto t0 = Clock::now();
   d.Prefill(context);
-  r.prefill_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  r.prefill_ms = static_cast<double>(Ns(t0, Clock::now())) / 1e6;
+  const std::span<const uint32_t> gen(generation);
   size_t i = 0;
-  for (size_t s = 0; s < steps && i + 1 < generation.size(); ++s) {
+  for (size_t s = 0; s < steps && i + 1 < gen.size(); ++s) {
     t0 = Clock::now();
-    d.Propose(generation[i], max_nodes, &tree);
-    if (tree.size() == 0) tree.Reset(generation[i], rt::DraftSource::kNone);
-    const size_t a =
-        rt::AcceptedLength(tree, std::span<const uint32_t>(generation).subspan(i + 1));
-    d.Commit(std::span<const uint32_t>(generation).subspan(i, a + 1));
-    r.step_ns.push_back(static_cast<uint32_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count()));
+    const rt::DraftTree& tree = propose(gen[i]);
+    const auto t1 = Clock::now();
+    const size_t a = rt::AcceptedLength(tree, gen.subspan(i + 1));
+    const auto t2 = Clock::now();
+    d.Commit(gen.subspan(i, a + 1));
+    const uint64_t ns = Ns(t0, t1) + Ns(t2, Clock::now());
+    r.step_ns.push_back(static_cast<uint32_t>(std::min<uint64_t>(ns, UINT32_MAX)));
+    r.step_tokens.push_back(static_cast<uint32_t>(a + 1));
     ++r.steps;
     r.tokens += a + 1;
     i += a + 1;
@@ -70,22 +120,70 @@ Result Run(rt::Drafter& d, const std::vector<uint32_t>& context,
   return r;
 }
 
+// The index file read into memory backed by transparent huge pages (2 MiB),
+// so that random accesses into it miss the TLB far less than with 4 KiB pages.
+struct HugeBuffer {
+  void* data = nullptr;
+  size_t size = 0;
+  ~HugeBuffer() { std::free(data); }
+};
+
+sam::format::IndexFile OpenIndex(const std::string& path, const std::string& load,
+                                 HugeBuffer* huge) {
+  if (load == "mmap") return sam::format::IndexFile::Open(path);
+  if (load == "read") return sam::format::IndexFile::Read(path);
+  if (load != "huge") throw std::runtime_error("--load must be mmap, read or huge");
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw std::runtime_error("cannot open " + path);
+  huge->size = static_cast<size_t>(in.tellg());
+  constexpr size_t kHuge = size_t{2} << 20;
+  const size_t rounded = (huge->size + kHuge - 1) / kHuge * kHuge;
+  huge->data = std::aligned_alloc(kHuge, rounded);
+  if (huge->data == nullptr) throw std::runtime_error("out of memory");
+  madvise(huge->data, rounded, MADV_HUGEPAGE);  // a hint; ignored where unsupported
+  in.seekg(0);
+  in.read(static_cast<char*>(huge->data), static_cast<std::streamsize>(huge->size));
+  return sam::format::IndexFile::FromBuffer(huge->data, huge->size, path);
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_step: per-step propose + commit time vs context length, SAM vs PLD",
+  CLI::App app{"bench_step: per-step propose + commit time vs context length: paper rule, "
+               "calibrated policy and PLD",
                "bench_step"};
-  std::string index_path;
+  std::string index_path, traces_path, tokenizer_path;
   std::vector<size_t> contexts = {1024, 4096, 16384, 65536, 131072};
-  size_t steps = 2000, draft = 40;
+  std::vector<std::string> policies = {"paper", "calibrated", "pld"};
+  size_t steps = 2000, draft = 40, runs = 5;
   uint64_t seed = 1;
-  std::string policy_name = "paper";
+  bool share_index = true;
+  std::string load = "mmap";
+  rt::StaticIndex::Options hub_options;
   app.add_option("--index", index_path, "static index file")->required();
+  app.add_option("--traces", traces_path,
+                 "JSONL traces (sam-replay make-traces) for realistic streams");
+  app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (string traces)");
   app.add_option("--contexts", contexts, "context lengths in tokens")->delimiter(',');
-  app.add_option("--steps", steps, "steps per context");
+  app.add_option("--policies", policies, "session policies (paper, static, dynamic, tree, "
+                 "calibrated) and/or pld")->delimiter(',');
+  app.add_option("--steps", steps, "steps per request");
   app.add_option("--draft", draft, "draft nodes, start token included");
-  app.add_option("--policy", policy_name, "paper, static, dynamic, tree, calibrated");
+  app.add_option("--runs", runs, "warm runs per context and policy (medians reported)");
   app.add_option("--seed", seed, "random seed");
+  app.add_option("--share-index", share_index,
+                 "attach a shared StaticIndex (precomputed top children) instead of a bare view");
+  app.add_option("--hub-degree", hub_options.min_degree,
+                 "StaticIndex: explicit transitions that make a state a hub");
+  app.add_option("--load", load,
+                 "how the index is loaded: mmap (IndexFile::Open), read (IndexFile::Read) or "
+                 "huge (read into transparent huge pages, IndexFile::FromBuffer)");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -93,48 +191,93 @@ int main(int argc, char** argv) {
     return rc == 0 ? 0 : 2;
   }
   try {
-    const auto file = sam::format::IndexFile::Open(index_path);
+    HugeBuffer huge;
+    const auto file = OpenIndex(index_path, load, &huge);
     const auto& view = file.view();
     std::mt19937_64 rng(seed);
-    std::printf("index %s: %llu tokens; %zu steps per context, %zu-node drafts, policy %s\n",
-                index_path.c_str(), static_cast<unsigned long long>(view.num_tokens()), steps,
-                draft, policy_name.c_str());
-    std::printf("%9s | %10s %10s %6s %9s %10s | %10s %10s %6s %9s %10s\n", "context", "sam p50",
-                "sam p99", "MAT", "us/token", "prefill", "pld p50", "pld p99", "MAT", "us/token",
-                "prefill");
-    // The first context runs twice: its first run warms the mapping (page faults).
-    for (size_t i = 0, runs = 0; i < contexts.size(); ++runs) {
-      const size_t ctx = contexts[i];
-      const bool warm = runs > 0;
-      if (warm) ++i;
-      const auto context = CorpusTokens(view, 1 + rng() % view.num_tokens(), ctx);
-      const auto generation = CorpusTokens(view, 1 + rng() % view.num_tokens(), steps * draft + 1);
-      rt::SessionOptions o;
-      o.max_dynamic_bytes = rt::DynamicSam::BytesForCapacity(ctx + steps * draft + 1);
-      o.selection.policy = rt::ParsePolicy(policy_name);
-      o.selection.draft_size = draft;
-      rt::Session session(o);
-      session.AttachIndex(&view);
-      rt::PldDrafter pld(3, 10);
-      // Warm-up pass (page cache, allocations), then the measured pass.
-      Run(session, context, generation, steps / 4, draft);
-      const Result s = Run(session, context, generation, steps, draft);
-      Run(pld, context, generation, steps / 4, draft);
-      const Result p = Run(pld, context, generation, steps, draft);
-      if (!warm) continue;
-      auto us = [](const std::vector<uint32_t>& v, double pct) {
-        return rt::Percentile(v, pct) / 1000.0;
-      };
-      auto per_token = [](const Result& r) {
-        uint64_t total = 0;
-        for (uint32_t ns : r.step_ns) total += ns;
-        return total / 1000.0 / static_cast<double>(r.tokens);
-      };
-      std::printf(
-          "%9zu | %8.2fus %8.2fus %6.2f %9.3f %8.1fms | %8.2fus %8.2fus %6.2f %9.3f %8.1fms\n",
-          ctx, us(s.step_ns, 50), us(s.step_ns, 99), static_cast<double>(s.tokens) / s.steps,
-          per_token(s), s.prefill_ms, us(p.step_ns, 50), us(p.step_ns, 99),
-          static_cast<double>(p.tokens) / p.steps, per_token(p), p.prefill_ms);
+
+    std::vector<rt::ReplayTrace> traces;
+    if (!traces_path.empty()) {
+      std::unique_ptr<sam::tools::Tokenizer> tok;
+      if (!tokenizer_path.empty()) tok = std::make_unique<sam::tools::Tokenizer>(tokenizer_path);
+      traces = sam::tools::ReadTraces(traces_path, tok.get(), file.header().bos_id,
+                                      file.header().vocab_size);
+    }
+    const auto t_shared = Clock::now();
+    std::shared_ptr<const rt::StaticIndex> shared;
+    if (share_index) shared = rt::StaticIndex::Create(&view, hub_options);
+    const double shared_ms = static_cast<double>(Ns(t_shared, Clock::now())) / 1e6;
+
+    std::printf("index %s (%s): %llu tokens; streams: %s; %zu steps, %zu-node drafts, %zu warm runs\n",
+                index_path.c_str(), load.c_str(), static_cast<unsigned long long>(view.num_tokens()),
+                traces.empty() ? "corpus text" : traces_path.c_str(), steps, draft, runs);
+    if (shared)
+      std::printf("shared StaticIndex: %.1f ms to build, %.2f MiB\n", shared_ms,
+                  static_cast<double>(shared->memory_bytes()) / (1 << 20));
+    std::printf("%8s %-11s %9s %9s %10s %6s %9s %9s\n", "context", "policy", "p50 us", "p99 us",
+                "cold p99", "MAT", "ns/token", "prefill");
+    std::vector<size_t> order(traces.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    // The first context runs twice: its first pass warms the mapping (page faults).
+    for (size_t ci = 0, pass = 0; ci < contexts.size(); ++pass) {
+      const size_t ctx = contexts[ci];
+      const bool report = pass > 0;
+      if (report) ++ci;
+      std::vector<uint32_t> context, generation;
+      const size_t gen_tokens = steps * draft + 1;
+      if (traces.empty()) {
+        context = CorpusTokens(view, 1 + rng() % view.num_tokens(), ctx);
+        generation = CorpusTokens(view, 1 + rng() % view.num_tokens(), gen_tokens);
+      } else {
+        context = Concatenate(order, ctx, [&](size_t k) -> const std::vector<uint32_t>& {
+          return traces[k].prompt;
+        });
+        generation = Concatenate(order, gen_tokens, [&](size_t k) -> const std::vector<uint32_t>& {
+          return traces[k].output;
+        });
+      }
+      for (const std::string& name : policies) {
+        std::unique_ptr<rt::Drafter> drafter;
+        rt::Session* session = nullptr;
+        rt::DraftTree pld_tree;
+        if (name == "pld") {
+          drafter = std::make_unique<rt::PldDrafter>(3, 10);
+        } else {
+          rt::SessionOptions o;
+          o.max_dynamic_bytes = rt::DynamicSam::BytesForCapacity(ctx + gen_tokens);
+          o.selection.policy = rt::ParsePolicy(name);
+          o.selection.draft_size = draft;
+          o.collect_timing = false;
+          auto s = std::make_unique<rt::Session>(o);
+          if (shared) s->AttachIndex(shared); else s->AttachIndex(&view);
+          session = s.get();
+          drafter = std::move(s);
+        }
+        auto propose = [&](uint32_t start) -> const rt::DraftTree& {
+          if (session) return session->Propose(start);
+          drafter->Propose(start, draft, &pld_tree);
+          return pld_tree;
+        };
+        std::vector<double> p50, p99, per_token;
+        Result last;
+        double cold_p99 = 0;
+        for (size_t run = 0; run <= runs; ++run) {
+          last = Run(*drafter, propose, context, generation, steps);
+          if (run == 0) {
+            cold_p99 = rt::Percentile(last.step_ns, 99) / 1000.0;
+            continue;
+          }
+          p50.push_back(rt::Percentile(last.step_ns, 50) / 1000.0);
+          p99.push_back(rt::Percentile(last.step_ns, 99) / 1000.0);
+          per_token.push_back(last.NsPerToken());
+        }
+        if (!report) continue;
+        const double mat = static_cast<double>(last.tokens) / static_cast<double>(last.steps);
+        std::printf("%8zu %-11s %9.2f %9.2f %10.2f %6.2f %9.0f %7.1fms\n", ctx, name.c_str(),
+                    Median(p50), Median(p99), cold_p99, mat, Median(per_token), last.prefill_ms);
+        std::fflush(stdout);
+      }
     }
     return 0;
   } catch (const std::exception& e) {

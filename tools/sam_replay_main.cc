@@ -5,8 +5,6 @@
 //   sam-replay --index all.sam --tokenizer llama-32k.model --traces t.jsonl
 //              --policy sam --policy pld --json
 //   sam-replay make-traces --data ../shared/data --out t.jsonl --template vicuna
-#include <sentencepiece_processor.h>
-
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -27,96 +25,20 @@
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
+#include "trace_io.h"
 
 namespace {
 
 namespace rt = sam::runtime;
 using nlohmann::json;
+using sam::tools::ReadTraces;
+using sam::tools::Tokenizer;
 
 struct UsageError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
 // ------------------------------------------------------------------ traces
-
-class Tokenizer {
- public:
-  explicit Tokenizer(const std::string& path) {
-    const auto status = sp_.Load(path);
-    if (!status.ok())
-      throw std::runtime_error("cannot load tokenizer " + path + ": " + status.ToString());
-  }
-  std::vector<uint32_t> Encode(const std::string& text) const {
-    std::vector<int> ids;
-    const auto status = sp_.Encode(text, &ids);
-    if (!status.ok()) throw std::runtime_error("tokenization failed: " + status.ToString());
-    return std::vector<uint32_t>(ids.begin(), ids.end());
-  }
-  uint32_t bos() const { return static_cast<uint32_t>(sp_.bos_id()); }
-  uint32_t vocab_size() const { return static_cast<uint32_t>(sp_.GetPieceSize()); }
-
- private:
-  sentencepiece::SentencePieceProcessor sp_;
-};
-
-std::vector<uint32_t> ReadIds(const json& j, const std::string& where, const char* field) {
-  if (!j.is_array()) throw std::runtime_error(where + ": \"" + field + "\" must be an array of ids");
-  std::vector<uint32_t> ids;
-  for (const json& v : j) {
-    if (!v.is_number_unsigned() || v.get<uint64_t>() > UINT32_MAX)
-      throw std::runtime_error(where + ": \"" + field + "\" holds a non-id value " + v.dump());
-    ids.push_back(v.get<uint32_t>());
-  }
-  return ids;
-}
-
-// Reads JSONL traces {"id","category","prompt","output"} (strings) or
-// {"prompt_ids","output_ids"}. Prompts start with BOS (added when missing).
-std::vector<rt::ReplayTrace> ReadTraces(const std::string& path, const Tokenizer* tokenizer,
-                                        uint32_t bos, uint32_t vocab_size) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open traces " + path);
-  std::vector<rt::ReplayTrace> traces;
-  std::string line;
-  for (size_t line_no = 1; std::getline(in, line); ++line_no) {
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::parse_error& e) {
-      throw std::runtime_error(where + ": invalid JSON: " + e.what());
-    }
-    if (!j.is_object()) throw std::runtime_error(where + ": a trace must be a JSON object");
-    rt::ReplayTrace t;
-    t.id = j.contains("id") ? (j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump())
-                            : std::to_string(line_no);
-    t.category = j.value("category", std::string("all"));
-    auto text_or_ids = [&](const char* text_field, const char* ids_field) {
-      if (j.contains(ids_field)) return ReadIds(j[ids_field], where, ids_field);
-      if (!j.contains(text_field) || !j[text_field].is_string())
-        throw std::runtime_error(where + ": needs a string \"" + text_field + "\" or an id array \"" +
-                                 ids_field + "\"");
-      if (!tokenizer)
-        throw std::runtime_error(where + ": string \"" + text_field +
-                                 "\" needs --tokenizer (or give \"" + ids_field + "\")");
-      return tokenizer->Encode(j[text_field].get<std::string>());
-    };
-    t.prompt = text_or_ids("prompt", "prompt_ids");
-    t.output = text_or_ids("output", "output_ids");
-    if (t.prompt.empty() || t.prompt.front() != bos) t.prompt.insert(t.prompt.begin(), bos);
-    for (const auto* ids : {&t.prompt, &t.output})
-      for (uint32_t id : *ids)
-        if (id >= vocab_size)
-          throw std::runtime_error(where + ": token id " + std::to_string(id) +
-                                   " is outside the vocabulary (size " +
-                                   std::to_string(vocab_size) + ")");
-    if (t.output.empty()) continue;  // nothing to replay
-    traces.push_back(std::move(t));
-  }
-  if (traces.empty()) throw std::runtime_error(path + ": no traces with a non-empty output");
-  return traces;
-}
 
 // Renders GSM8K test (question -> reference answer) and HumanEval (prompt ->
 // canonical solution) traces.
@@ -240,8 +162,10 @@ struct Tuning {
   std::optional<double> min_path_probability;  // sam-cal
 };
 
+using SharedIndexes = std::vector<std::shared_ptr<const rt::StaticIndex>>;
+
 PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t vocab_size,
-                     const std::vector<const sam::format::IndexView*>& views) {
+                     const SharedIndexes& views) {
   PolicyRun run;
   run.name = name;
   if (name == "pld") {
@@ -265,14 +189,14 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   } else if (name == "sam-rec") {
     o.selection.policy = rt::Policy::kPaper;
     auto rec = std::make_unique<RecordedRecyclingSession>(o, vocab_size);
-    for (const auto* v : views) rec->session().AttachIndex(v);
+    for (const auto& v : views) rec->session().AttachIndex(v);
     run.drafter = std::move(rec);
     return run;
   } else {
     throw UsageError("unknown policy '" + name + "'; valid policies:\n" + kPolicyHelp);
   }
   auto session = std::make_unique<rt::Session>(o);
-  for (const auto* v : views) session->AttachIndex(v);
+  for (const auto& v : views) session->AttachIndex(v);
   run.drafter = std::move(session);
   return run;
 }
@@ -397,9 +321,10 @@ int main(int argc, char** argv) {
       open.expected_vocab_size = tokenizer->vocab_size();
     }
     std::vector<sam::format::IndexFile> indexes;
-    std::vector<const sam::format::IndexView*> views;
+    // One shared StaticIndex per file for all policies (same drafts, faster trees).
+    SharedIndexes views;
     for (const auto& p : index_paths) indexes.push_back(sam::format::IndexFile::Open(p, open));
-    for (const auto& f : indexes) views.push_back(&f.view());
+    for (const auto& f : indexes) views.push_back(rt::StaticIndex::Create(&f.view()));
     uint32_t vocab = tokenizer ? tokenizer->vocab_size()
                                : (indexes.empty() ? UINT32_MAX : indexes[0].header().vocab_size);
     uint32_t bos = tokenizer ? tokenizer->bos()

@@ -146,7 +146,11 @@ void DynamicSam::Append(uint32_t c) {
   const uint32_t pos = static_cast<uint32_t>(++n_);
   ++total_;
   const uint32_t cur = NewState(len_[last_] + 1, kRoot, pos);
+  // The state of the whole text (last_) never has transitions: add c to it
+  // without searching, then walk its suffix links.
   uint32_t p = last_;
+  Insert(p, c, cur);
+  p = link_[p];
   Slot* edge = nullptr;
   while (p != kNone && (edge = Find(p, c)) == nullptr) {
     Insert(p, c, cur);
@@ -187,9 +191,9 @@ void DynamicSam::Rebuild() {
 }
 
 DynamicSam::Match DynamicSam::Lookup(uint32_t token) const {
-  // The state of the whole text has no transitions; climbing from it finds
-  // the longest suffix that continues with `token`.
-  uint32_t v = last_;
+  // The state of the whole text has no transitions; climbing from its
+  // suffix link finds the longest suffix that continues with `token`.
+  uint32_t v = link_[last_];
   while (v != kNone) {
     if (const Slot* s = Find(v, token)) return Match{s->target, len_[v] + 1};
     v = link_[v];

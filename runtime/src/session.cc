@@ -151,12 +151,21 @@ Session::Session(const SessionOptions& options)
 
 Session::~Session() = default;
 
-void Session::AttachIndex(const format::IndexView* view) {
-  if (view == nullptr) throw std::invalid_argument("Session::AttachIndex: null index view");
-  StaticCursor cursor(view);
+void Session::AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index) {
   for (size_t p = 1; p <= dynamic_.size(); ++p) cursor.Advance(dynamic_.Token(p));
   cursors_.push_back(cursor);
+  shared_.push_back(std::move(index));
   peeked_.resize(cursors_.size());
+}
+
+void Session::AttachIndex(const format::IndexView* view) {
+  if (view == nullptr) throw std::invalid_argument("Session::AttachIndex: null index view");
+  AttachCursor(StaticCursor(view), nullptr);
+}
+
+void Session::AttachIndex(std::shared_ptr<const StaticIndex> index) {
+  if (index == nullptr) throw std::invalid_argument("Session::AttachIndex: null StaticIndex");
+  AttachCursor(StaticCursor(index.get()), index);
 }
 
 void Session::SetFallback(Drafter* fallback) { options_.fallback = fallback; }
@@ -212,6 +221,7 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
       best = i;
     }
   }
+  num_peeked_ = cursors_.size();
   last_dyn_len_ = dyn.len;
   last_static_len_ = static_cast<uint32_t>(std::min<uint64_t>(best_len, UINT32_MAX));
 
@@ -241,6 +251,7 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
         StaticTreeOptions opts;
         opts.max_nodes = tree_size(best_len);
         opts.max_width = sel.max_width;
+        opts.hubs = shared_[best].get();
         tree_builder_.Build(*cursors_[best].view(), peeked_[best].state, opts, tree);
         if (tree->size() > 1) {
           tree->source = DraftSource::kStatic;
@@ -258,8 +269,16 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
 }
 
 void Session::AppendChain(std::span<const uint32_t> tokens, DraftTree* tree) {
-  int parent = static_cast<int>(tree->size()) - 1;
-  for (uint32_t t : tokens) parent = tree->Add(parent, t);
+  // A chain under the last node, written in bulk (no per-node capacity checks).
+  const size_t base = tree->size();
+  const uint16_t depth = tree->depths[base - 1];
+  tree->tokens.insert(tree->tokens.end(), tokens.begin(), tokens.end());
+  tree->parents.resize(base + tokens.size());
+  tree->depths.resize(base + tokens.size());
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    tree->parents[base + k] = static_cast<int32_t>(base + k - 1);
+    tree->depths[base + k] = static_cast<uint16_t>(depth + 1 + k);
+  }
 }
 
 void Session::ProposeLinearDynamic(DynamicSam::Match m, size_t size, DraftTree* tree) {
@@ -332,6 +351,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   for (size_t i = 0; i < cursors_.size(); ++i) {
     if (peeked_[i].len == 0) continue;
     const format::IndexView& view = *cursors_[i].view();
+    opts.hubs = shared_[i].get();
     scratch_tree_.Reset(start_token, DraftSource::kStatic);
     tree_builder_.Build(view, peeked_[i].state, opts, &scratch_tree_, &weights_);
     const std::vector<uint64_t>& states = tree_builder_.node_states();
@@ -448,10 +468,16 @@ void Session::RecordAcceptance(std::span<const uint32_t> tokens) {
 void Session::Commit(std::span<const uint32_t> tokens) {
   const uint64_t t0 = options_.collect_timing ? NowNs() : 0;
   if (pending_ && !tokens.empty() && tokens[0] == tree_.tokens[0]) RecordAcceptance(tokens);
+  // The proposal peeked every cursor with its start token: reuse that match.
+  const bool peeked = pending_ && !tokens.empty() && tokens[0] == tree_.tokens[0];
   pending_ = false;
   dynamic_.Extend(tokens);
-  for (StaticCursor& c : cursors_)
-    for (uint32_t t : tokens) c.Advance(t);
+  for (size_t i = 0; i < cursors_.size(); ++i) {
+    StaticCursor& c = cursors_[i];
+    size_t k = 0;
+    if (peeked && i < num_peeked_) c.Set(peeked_[i]), k = 1;  // not if attached since
+    for (; k < tokens.size(); ++k) c.Advance(tokens[k]);
+  }
   if (options_.fallback) options_.fallback->Commit(tokens);
   stats_.committed_tokens += tokens.size();
   if (options_.collect_timing) stats_.commit_ns += NowNs() - t0;

@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "index_children.h"
 #include "sam/runtime/static_match.h"
 
 namespace sam::runtime {
@@ -19,73 +20,28 @@ size_t StaticContinuation(const format::IndexView& view, uint64_t state, size_t 
   return count;
 }
 
-namespace {
+using internal::ForEachChildOf;
 
-// v's explicit edge range, clamped so that a corrupt degree vector never
-// sends a read outside the edge section.
-std::pair<uint64_t, uint64_t> ExplicitEdges(const format::IndexView& view, uint64_t v) {
-  auto [lo, hi] = view.EdgeRange(v);
-  hi = std::min(hi, view.num_edges());
-  return {std::min(lo, hi), hi};
-}
-
-// Calls f(token, target) for the outgoing transitions of a non-root state v:
-// the implicit one first, then the explicit ones in token order.
-// Document-end transitions do not exist in the index.
-template <typename F>
-void ForEachChildOf(const format::IndexView& view, uint64_t v, F&& f) {
-  if (v < view.num_tokens()) {
-    const uint32_t t = view.Token(v + 1);
-    if (t < view.separator()) f(t, v + 1);
-  }
-  auto [lo, hi] = ExplicitEdges(view, v);
-  const uint64_t num_states = view.num_states();
-  for (; lo < hi; ++lo) {
-    const uint64_t target = view.edges().Get(lo);
-    if (target == format::kRoot || target >= num_states) continue;  // corrupt: skip
-    const uint32_t label = view.LastToken(target);
-    if (label >= view.separator()) continue;
-    f(label, target);
-  }
-}
-
-}  // namespace
-
-const StaticTreeBuilder::CachedChildren& StaticTreeBuilder::TopChildren(
-    const format::IndexView& view, uint64_t state) {
+std::span<const StaticIndex::Child> StaticTreeBuilder::TopChildren(const format::IndexView& view,
+                                                                   uint64_t state) {
   if (cache_.empty()) cache_.resize(kCacheEntries);
   const uint64_t h = (state ^ reinterpret_cast<uintptr_t>(&view)) * 0x9E3779B97F4A7C15ull;
   CachedChildren& e = cache_[h >> 51 & (kCacheEntries - 1)];
-  if (e.view == &view && e.state == state) return e;
-  e.view = &view;
-  e.state = state;
-  e.size = 0;
-  // Keep the kCachedChildren heaviest (count, then smaller token) by insertion.
-  ForEachChildOf(view, state, [&](uint32_t token, uint64_t target) {
-    const uint64_t count = view.Count(target);
-    uint32_t pos = e.size;
-    while (pos > 0 && (e.count[pos - 1] < count ||
-                       (e.count[pos - 1] == count && e.token[pos - 1] > token)))
-      --pos;
-    if (pos >= kCachedChildren) return;
-    const uint32_t last = std::min<uint32_t>(e.size, kCachedChildren - 1);
-    for (uint32_t i = last; i > pos; --i) {
-      e.count[i] = e.count[i - 1];
-      e.token[i] = e.token[i - 1];
-      e.target[i] = e.target[i - 1];
-    }
-    e.count[pos] = count;
-    e.token[pos] = token;
-    e.target[pos] = target;
-    if (e.size < kCachedChildren) ++e.size;
-  });
-  return e;
+  if (e.view != &view || e.state != state) {
+    e.view = &view;
+    e.state = state;
+    e.size = internal::TopChildrenOf(view, state, kCachedChildren, e.children.data());
+  }
+  return std::span<const StaticIndex::Child>(e.children.data(), e.size);
 }
 
 void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
                               const StaticTreeOptions& options, DraftTree* tree,
                               std::vector<double>* weights_out) {
   auto heavier = [](const Candidate& a, const Candidate& b) { return a.weight < b.weight; };
+  // The shared hub table answers for hubs of its own view only.
+  const StaticIndex* hubs =
+      options.hubs != nullptr && &options.hubs->view() == &view ? options.hubs : nullptr;
   heap_.clear();
   node_state_.assign(tree->size(), format::kRoot);
   node_state_[0] = state;
@@ -101,13 +57,25 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
     if (depth > options.max_depth) return;
     const double total = static_cast<double>(view.Count(v));
     if (total <= 0) return;
+    // The heaviest children of a hub: from the shared table, else from this
+    // builder's cache (a hub's thousands of transitions are scanned once, not
+    // at every step); other states are scanned.
     children_.clear();
-    auto [lo, hi] = ExplicitEdges(view, v);
-    if (hi - lo >= kCacheMinDegree && options.max_width <= kCachedChildren) {
-      const CachedChildren& top = TopChildren(view, v);
-      for (uint32_t i = 0; i < top.size; ++i)
-        children_.push_back(Candidate{weight * static_cast<double>(top.count[i]) / total, node,
-                                      top.target[i], top.token[i]});
+    std::span<const StaticIndex::Child> top;
+    bool ranked = false;
+    if (hubs != nullptr && options.max_width <= hubs->options().top_k) {
+      ranked = hubs->TopChildren(v, &top);
+    } else if (options.max_width <= kCachedChildren) {
+      const auto [lo, hi] = internal::ExplicitEdges(view, v);
+      if (hi - lo >= kCacheMinDegree) {
+        top = TopChildren(view, v);
+        ranked = true;
+      }
+    }
+    if (ranked) {
+      for (const StaticIndex::Child& c : top)
+        children_.push_back(
+            Candidate{weight * static_cast<double>(c.count) / total, node, c.target, c.token});
     } else {
       ForEachChildOf(view, v, [&](uint32_t token, uint64_t target) {
         children_.push_back(Candidate{weight * static_cast<double>(view.Count(target)) / total,
@@ -137,7 +105,7 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
     const int node = tree->Add(c.parent, c.token);
     node_state_.push_back(c.state);
     if (weights_out) weights_out->push_back(c.weight);
-    expand(node, c.weight);
+    if (tree->size() < options.max_nodes) expand(node, c.weight);  // else nothing more is added
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -20,13 +21,15 @@ namespace {
 using Text = std::vector<uint32_t>;
 
 // Replays `traces` with a fresh session and returns every proposed tree.
+// With `shared`, the session attaches it instead of the bare view.
 std::vector<DraftTree> Drafts(const format::IndexView* view, Policy policy,
-                              const std::vector<ReplayTrace>& traces) {
+                              const std::vector<ReplayTrace>& traces,
+                              std::shared_ptr<const StaticIndex> shared = nullptr) {
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
   o.selection.policy = policy;
   Session session(o);
-  session.AttachIndex(view);
+  if (shared) session.AttachIndex(shared); else session.AttachIndex(view);
   std::vector<DraftTree> out;
   for (const ReplayTrace& t : traces) {
     session.Reset();
@@ -68,12 +71,15 @@ TEST(Concurrency, SharedIndexSameDraftsAsOneThread) {
   std::vector<std::vector<DraftTree>> expected;
   for (Policy p : policies) expected.push_back(Drafts(&file.view(), p, traces));
 
+  // Odd threads share one StaticIndex (hub tables): same drafts.
+  const auto shared = StaticIndex::Create(&file.view(), {.min_degree = 4, .top_k = 8});
   constexpr int kThreads = 8;
   std::vector<std::vector<std::vector<DraftTree>>> got(kThreads);
   std::vector<std::thread> threads;
   for (int th = 0; th < kThreads; ++th) {
     threads.emplace_back([&, th] {
-      for (Policy p : policies) got[th].push_back(Drafts(&file.view(), p, traces));
+      for (Policy p : policies)
+        got[th].push_back(Drafts(&file.view(), p, traces, th % 2 ? shared : nullptr));
     });
   }
   for (auto& t : threads) t.join();

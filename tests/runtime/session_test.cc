@@ -196,6 +196,22 @@ TEST(Session, MultipleIndexesUseTheLongestStaticMatch) {
   EXPECT_EQ(late.Propose(3).tokens, (Text{3, 9, 10, 11}));
 }
 
+// Commit reuses the match that Propose peeked, except for a cursor attached
+// in between, which must advance on the start token itself.
+TEST(Session, AttachBetweenProposeAndCommit) {
+  BuiltIndex index({{1, 2, 3, 4, 5}}, 20, "attach_mid.sam");
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = Policy::kStaticOnly;
+  Session s(o);
+  s.Prefill(Text{1, 2});
+  s.Propose(3);
+  s.AttachIndex(&index.file.view());
+  s.Commit(Text{3});
+  EXPECT_EQ(s.cursor(0).match().len, 3u);  // "1 2 3"
+  EXPECT_EQ(s.Propose(4).tokens, (Text{4, 5}));
+}
+
 TEST(Session, TreePolicyShapes) {
   // "1 2" is followed by 3 (three times) and by 4 (once).
   BuiltIndex index({{1, 2, 3, 5}, {1, 2, 3, 6}, {1, 2, 3, 5}, {1, 2, 4, 7}}, 10, "tree.sam");
@@ -211,6 +227,44 @@ TEST(Session, TreePolicyShapes) {
   ASSERT_GE(t.size(), 3u);
   EXPECT_EQ(t.tokens[1], 3u);  // heaviest child first
   EXPECT_EQ(t.tokens[2], 5u);  // then "3 5" (weight 2/4) before "4" (1/4)
+}
+
+// kTree: at most max_width (8) nodes per depth and min(max_tree_nodes (60),
+// 1 + 4 l) nodes in all, on a corpus whose common states have many children.
+TEST(Session, TreePolicyBoundsWidthAndSize) {
+  std::mt19937 rng(5);
+  std::vector<Text> docs(300);
+  for (auto& d : docs) {
+    d.resize(10 + rng() % 30);
+    for (auto& t : d) t = rng() % 3 == 0 ? rng() % 4 : rng() % 40;  // a few very common tokens
+  }
+  BuiltIndex index(docs, 40, "treebound.sam");
+  for (bool shared : {false, true}) {
+    SessionOptions o;
+    o.max_dynamic_bytes = 1 << 20;
+    o.selection.policy = Policy::kTree;
+    Session s(o);
+    if (shared) s.AttachIndex(StaticIndex::Create(&index.file.view(), {.min_degree = 4}));
+    else s.AttachIndex(&index.file.view());
+    Text prompt(20);
+    for (auto& t : prompt) t = rng() % 40;
+    s.Prefill(prompt);
+    size_t trees = 0;
+    for (int step = 0; step < 400; ++step) {
+      const uint32_t start = rng() % 3 == 0 ? rng() % 4 : rng() % 40;
+      const DraftTree& t = s.Propose(start);
+      if (t.source == DraftSource::kStatic) {
+        ++trees;
+        std::vector<size_t> per_depth(t.size() + 1, 0);
+        for (uint16_t d : t.depths) ++per_depth[d];
+        for (size_t d = 1; d < per_depth.size(); ++d) ASSERT_LE(per_depth[d], 8u) << "depth " << d;
+        EXPECT_LE(t.size(), std::min<size_t>(60, 1 + 4 * size_t{t.match_len}));
+        EXPECT_EQ(t.match_len, s.last_static_length());
+      }
+      s.Commit(Text{start});
+    }
+    EXPECT_GT(trees, 50u);
+  }
 }
 
 TEST(Session, ResetForgetsRequestState) {

@@ -73,14 +73,14 @@ Docs RandomDocs(std::mt19937& rng, size_t num_docs, size_t max_len, uint32_t alp
   return docs;
 }
 
-class StaticIndex {
+class TestIndex {
  public:
-  StaticIndex(const Docs& docs, uint32_t vocab, const std::string& name)
+  TestIndex(const Docs& docs, uint32_t vocab, const std::string& name)
       : path_(TempPath(name + ".sam")), corpus_(docs, vocab) {
     indexer::BuildIndexFile(docs, vocab, path_);
     file_ = std::make_unique<format::IndexFile>(format::IndexFile::Open(path_));
   }
-  ~StaticIndex() { std::remove(path_.c_str()); }
+  ~TestIndex() { std::remove(path_.c_str()); }
   const format::IndexView& view() const { return file_->view(); }
   const Corpus& corpus() const { return corpus_; }
 
@@ -90,7 +90,7 @@ class StaticIndex {
   std::unique_ptr<format::IndexFile> file_;
 };
 
-void CheckCursorAgainstBruteForce(const StaticIndex& index, const Text& query) {
+void CheckCursorAgainstBruteForce(const TestIndex& index, const Text& query) {
   const Corpus& corpus = index.corpus();
   StaticCursor cursor(&index.view());
   Text prefix;
@@ -128,7 +128,7 @@ class StaticCursorRandom : public ::testing::TestWithParam<Shape> {};
 TEST_P(StaticCursorRandom, MatchesBruteForce) {
   const Shape shape = GetParam();
   std::mt19937 rng(99 + shape.alphabet);
-  StaticIndex index(RandomDocs(rng, shape.docs, shape.max_len, shape.alphabet), shape.alphabet,
+  TestIndex index(RandomDocs(rng, shape.docs, shape.max_len, shape.alphabet), shape.alphabet,
                     "cursor" + std::to_string(shape.alphabet));
   for (int q = 0; q < 5; ++q) {
     Text query(80);
@@ -159,7 +159,7 @@ TEST(StaticCursor, RepetitiveCorpus) {
     for (int i = 0; i < 40; ++i) doc.push_back(i % (3 + d % 3));
     docs.push_back(doc);
   }
-  StaticIndex index(docs, 8, "repetitive");
+  TestIndex index(docs, 8, "repetitive");
   Text q;
   for (int i = 0; i < 60; ++i) q.push_back(i % 4);
   CheckCursorAgainstBruteForce(index, q);
@@ -167,7 +167,7 @@ TEST(StaticCursor, RepetitiveCorpus) {
 
 TEST(StaticTree, RespectsBudgetsAndIsCountOrdered) {
   std::mt19937 rng(5);
-  StaticIndex index(RandomDocs(rng, 60, 50, 4), 4, "tree");
+  TestIndex index(RandomDocs(rng, 60, 50, 4), 4, "tree");
   const Corpus& corpus = index.corpus();
   StaticTreeBuilder builder;
   for (int trial = 0; trial < 30; ++trial) {
@@ -203,6 +203,44 @@ TEST(StaticTree, RespectsBudgetsAndIsCountOrdered) {
     // Siblings of a full-width-free tree with budget left: nothing is missing
     // at depth 1 that beats a chosen sibling.
   }
+}
+
+// The shared StaticIndex (hub label arrays, top children) gives the same
+// transitions, cursors and trees as the bare view.
+TEST(SharedStaticIndex, SameAnswersAsTheView) {
+  std::mt19937 rng(17);
+  Docs docs = RandomDocs(rng, 200, 60, 40);
+  for (auto& d : docs)
+    for (auto& t : d)
+      if (rng() % 3 == 0) t = rng() % 3;  // a few very common tokens: hub states
+  TestIndex index(docs, 40, "shared");
+  const format::IndexView& view = index.view();
+  const auto shared = sam::runtime::StaticIndex::Create(&view, {.min_degree = 4, .top_k = 8});
+  ASSERT_GT(shared->num_hubs(), 0u);
+  EXPECT_GT(shared->memory_bytes(), 0u);
+  for (uint64_t v = 0; v < view.num_states(); ++v)
+    for (uint32_t c = 0; c <= 41; ++c) ASSERT_EQ(shared->Next(v, c), view.Next(v, c)) << v;
+  StaticCursor plain(&view), fast(shared.get());
+  StaticTreeBuilder a, b;
+  for (int i = 0; i < 3000; ++i) {
+    const uint32_t t = rng() % 4 == 0 ? rng() % 3 : rng() % 40;
+    plain.Advance(t);
+    fast.Advance(t);
+    ASSERT_EQ(plain.match().state, fast.match().state);
+    ASSERT_EQ(plain.match().len, fast.match().len);
+    if (plain.match().len == 0) continue;
+    StaticTreeOptions opts;
+    opts.max_nodes = 40;
+    DraftTree ta, tb;
+    ta.Reset(t, DraftSource::kStatic);
+    tb.Reset(t, DraftSource::kStatic);
+    a.Build(view, plain.match().state, opts, &ta);
+    opts.hubs = shared.get();
+    b.Build(view, plain.match().state, opts, &tb);
+    ASSERT_EQ(ta.tokens, tb.tokens);
+    ASSERT_EQ(ta.parents, tb.parents);
+  }
+  EXPECT_THROW(sam::runtime::StaticIndex::Create(nullptr), std::invalid_argument);
 }
 
 TEST(CorruptIndex, FailsToOpenOrStaysSafe) {

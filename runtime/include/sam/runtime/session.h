@@ -4,6 +4,9 @@
 //   sam::runtime::SessionOptions options;                          // paper rule, 40 tokens
 //   sam::runtime::Session session(options);
 //   session.AttachIndex(&general.view());
+//   // or, sharing precomputed hub tables between sessions (static_index.h):
+//   //   auto shared = sam::runtime::StaticIndex::Create(&general.view());  // once
+//   //   session.AttachIndex(shared);
 //   session.Prefill(prompt_ids);                     // BOS first, like the index documents
 //   uint32_t start = first_token_from_prefill;
 //   while (!done) {
@@ -43,6 +46,7 @@
 #include "sam/runtime/drafter.h"
 #include "sam/runtime/dynamic_sam.h"
 #include "sam/runtime/selection.h"
+#include "sam/runtime/static_index.h"
 #include "sam/runtime/static_match.h"
 #include "sam/runtime/statistics.h"
 
@@ -57,8 +61,10 @@ struct SessionOptions {
   SelectionOptions selection;
   // Drafter used when the policy falls back (not owned; may be null).
   Drafter* fallback = nullptr;
-  // Measure drafting and update time (two clock reads per call).
-  bool collect_timing = true;
+  // Measure drafting and update time into the statistics (two clock reads,
+  // about 50 ns, per Propose and per Commit). Off by default: the per-step
+  // budget is about 1-2 us.
+  bool collect_timing = false;
 };
 
 class Session : public Drafter {
@@ -74,6 +80,10 @@ class Session : public Drafter {
   // Adds a static index (e.g. a general and a domain one); its cursor is
   // brought up to date with the current window. The view is borrowed.
   void AttachIndex(const format::IndexView* view);
+  // Same, with a shared StaticIndex (static_index.h), which tree-drafting
+  // policies (kTree, kCalibrated) read instead of scanning hub states
+  // themselves; the session keeps a reference to it.
+  void AttachIndex(std::shared_ptr<const StaticIndex> index);
   size_t num_indexes() const { return cursors_.size(); }
   // Replaces the fallback drafter (may be null). It is not reset or prefilled.
   void SetFallback(Drafter* fallback);
@@ -109,6 +119,7 @@ class Session : public Drafter {
  private:
   class Calibrator;
   struct MergedScratch;
+  void AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index);
   void ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tree);
   void ProposeLinearDynamic(DynamicSam::Match m, size_t size, DraftTree* tree);
   void ProposeLinearStatic(size_t index, StaticMatch m, size_t size, DraftTree* tree);
@@ -121,6 +132,7 @@ class Session : public Drafter {
   SessionOptions options_;
   DynamicSam dynamic_;
   std::vector<StaticCursor> cursors_;
+  std::vector<std::shared_ptr<const StaticIndex>> shared_;  // per cursor; may be null
   std::vector<StaticMatch> peeked_;
   StaticTreeBuilder tree_builder_;
   std::unique_ptr<Calibrator> calibrator_;
@@ -132,6 +144,7 @@ class Session : public Drafter {
   std::vector<std::array<int, 3>> node_cells_;  // calibration cells of tree_'s nodes
   std::vector<uint8_t> on_path_;
   bool pending_ = false;  // a proposal awaits its Commit
+  size_t num_peeked_ = 0;  // cursors peeked by that proposal (peeked_[0..n))
   uint64_t pending_ns_ = 0;
   uint32_t last_dyn_len_ = 0;
   uint32_t last_static_len_ = 0;

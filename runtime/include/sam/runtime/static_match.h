@@ -20,10 +20,12 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "sam/format/index.h"
 #include "sam/runtime/draft.h"
+#include "sam/runtime/static_index.h"
 
 namespace sam::runtime {
 
@@ -32,15 +34,19 @@ struct StaticMatch {
   uint64_t len = 0;
 };
 
-// One transfer step of the matching rule.
-inline StaticMatch Transfer(const format::IndexView& view, StaticMatch m, uint32_t token) {
+// One transfer step of the matching rule. With `hubs` (a StaticIndex of the
+// same view), transitions of hub states are looked up in its label arrays;
+// the result is the same.
+inline StaticMatch Transfer(const format::IndexView& view, StaticMatch m, uint32_t token,
+                            const StaticIndex* hubs = nullptr) {
+  auto next_of = [&](uint64_t v) { return hubs ? hubs->Next(v, token) : view.Next(v, token); };
   uint64_t state = m.state;
   uint64_t len = m.len;
-  uint64_t next = view.Next(state, token);
+  uint64_t next = next_of(state);
   while (next == format::kNoState && state != format::kRoot) {
     state = view.Link(state);
     len = view.Len(state);
-    next = view.Next(state, token);
+    next = next_of(state);
   }
   if (next == format::kNoState) return StaticMatch{};
   return StaticMatch{next, len + 1};
@@ -50,17 +56,22 @@ class StaticCursor {
  public:
   StaticCursor() = default;
   explicit StaticCursor(const format::IndexView* view) : view_(view) {}
+  // A cursor over index->view() that uses its hub tables (borrowed).
+  explicit StaticCursor(const StaticIndex* index) : view_(&index->view()), hubs_(index) {}
 
   void Reset() { match_ = StaticMatch{}; }
-  void Advance(uint32_t token) { match_ = Transfer(*view_, match_, token); }
+  void Advance(uint32_t token) { match_ = Transfer(*view_, match_, token, hubs_); }
   // The match after `token` without moving the cursor.
-  StaticMatch Peek(uint32_t token) const { return Transfer(*view_, match_, token); }
+  StaticMatch Peek(uint32_t token) const { return Transfer(*view_, match_, token, hubs_); }
+  // Moves to a match obtained from Peek() at the current position.
+  void Set(StaticMatch m) { match_ = m; }
 
   const StaticMatch& match() const { return match_; }
   const format::IndexView* view() const { return view_; }
 
  private:
   const format::IndexView* view_ = nullptr;
+  const StaticIndex* hubs_ = nullptr;
   StaticMatch match_;
 };
 
@@ -75,12 +86,18 @@ struct StaticTreeOptions {
   size_t max_nodes = 60;   // root (start token) included
   size_t max_width = 8;    // nodes per depth
   size_t max_depth = 64;
+  // Shared top children of hub states (borrowed; may be null). Used when it
+  // belongs to the view being drafted from and max_width <= its top_k;
+  // otherwise the builder's own cache is used. The trees are the same.
+  const StaticIndex* hubs = nullptr;
 };
 
 // Reusable scratch space: building a tree allocates nothing once warm. The
 // heaviest children of high-degree states (short, common matches, whose
-// transitions are many and stored in token order) are cached per builder, so
-// a state's transitions are scanned once, not at every step.
+// transitions are many and stored in token order) come from the shared
+// StaticIndex when one is given (StaticTreeOptions::hubs), else from a cache
+// per builder, so that a state's transitions are scanned at most once per
+// builder, not at every step.
 class StaticTreeBuilder {
  public:
   // Grows `tree` (whose node 0, the start token, already corresponds to
@@ -104,7 +121,7 @@ class StaticTreeBuilder {
     uint32_t token;
   };
   // Top children of one high-degree state (direct-mapped cache entry; the
-  // cache takes about 1.5 MiB, allocated when first needed).
+  // cache takes about 1.7 MiB, allocated when first needed).
   static constexpr size_t kCachedChildren = 8;
   static constexpr size_t kCacheEntries = 8192;
   static constexpr uint64_t kCacheMinDegree = 32;
@@ -112,11 +129,9 @@ class StaticTreeBuilder {
     const format::IndexView* view = nullptr;
     uint64_t state = 0;
     uint32_t size = 0;
-    std::array<uint32_t, kCachedChildren> token;
-    std::array<uint64_t, kCachedChildren> target;
-    std::array<uint64_t, kCachedChildren> count;
+    std::array<StaticIndex::Child, kCachedChildren> children;
   };
-  const CachedChildren& TopChildren(const format::IndexView& view, uint64_t state);
+  std::span<const StaticIndex::Child> TopChildren(const format::IndexView& view, uint64_t state);
 
   std::vector<CachedChildren> cache_;
   std::vector<Candidate> heap_;

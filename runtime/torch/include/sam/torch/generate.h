@@ -1,0 +1,169 @@
+// The generation loop of SAM-Decoding: draft (runtime Session), verify (one forward pass of the
+// draft tree), accept (greedy or lossless sampling), compact the KV cache, repeat.
+//
+//   namespace tb = sam::torch_backend;
+//   tb::Model model = tb::Model::Load("/models/vicuna-7b", {.device = "cuda"});
+//   auto index = sam::format::IndexFile::Open("general.sam");
+//   tb::Generator generator(model, {.recycling_fallback = true});   // paper rule + Token Recycling
+//   generator.AttachIndex(&index.view());
+//   tb::GenerateOptions options{.max_new_tokens = 256, .stop_tokens = {2}};
+//   tb::GenerateResult r = generator.Generate(prompt_ids, options,
+//       [](std::span<const uint32_t> tokens) { print(tokens); return true; });
+//   // r.output_ids, r.steps, r.mat, r.tokens_per_s, r.by_source
+//
+// One request, step by step:
+//   * prefill: one forward pass over the prompt (BOS included by the caller), committed to the
+//     KV cache; the first new token is chosen from the last prompt position;
+//   * each step: the session proposes a draft tree rooted at the last emitted token (the "start"
+//     token, not yet in the cache); one forward pass scores every node (node i attends to the
+//     cache and its ancestors, rotary position = cache length + depth); verification accepts a
+//     root path and a bonus token; the KV cache keeps exactly the accepted path, compacted to
+//     contiguous positions; the session commits start + accepted tokens;
+//   * with Token Recycling, the top-8 next tokens of every evaluated position (prompt positions
+//     and every tree node, accepted or not) update its table after each forward pass;
+//   * stop: a stop token (emitted, then generation ends) or max_new_tokens (the last step's
+//     tokens are truncated), or the callback returning false.
+// Greedy (temperature 0): accepted tokens are the longest tree path agreeing with the model's
+// argmax (VerifyGreedy): the output equals plain greedy decoding token for token (up to
+// floating-point near-ties between the tree pass and a one-token pass).
+// Sampling (temperature > 0): every position's logits go through the same ApplySampling
+// (temperature, top-k, top-p) — the first token after prefill, every draft node, every bonus
+// token — and VerifySampling's recursive rejection (deterministic drafts) makes the emitted
+// tokens distributed exactly as plain sampling. The Rng is seeded per request by
+// GenerateOptions::seed.
+// Without speculation (GenerateOptions::speculative = false) every step's tree is the start token
+// alone: plain autoregressive decoding through the same code path.
+//
+// Errors: Error(kInvalidArgument) for an empty prompt, max_new_tokens < 1, bad sampling
+// parameters, prompt ids outside the model's vocabulary or an index with a bigger vocabulary;
+// model errors propagate (model.h). Never prints.
+// Thread safety: a Generator is used by one thread at a time; several Generators may share one
+// Model and one IndexView. Lifetime: the model and attached views are borrowed and must outlive
+// the Generator.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "sam/format/index.h"
+#include "sam/runtime/draft.h"
+#include "sam/runtime/recycling.h"
+#include "sam/runtime/selection.h"
+#include "sam/runtime/session.h"
+#include "sam/runtime/statistics.h"
+#include "sam/runtime/verify.h"
+#include "sam/torch/model.h"
+
+namespace sam::torch_backend {
+
+// How drafts are made; fixed for the Generator's lifetime.
+struct GeneratorOptions {
+  // Selection policy and draft shape (runtime/selection.h); the paper's rule by default.
+  runtime::SelectionOptions selection;
+  // Token Recycling as the session's fallback drafter; its table is kept across requests.
+  bool recycling_fallback = false;
+  // Memory bound of the per-request dynamic suffix automaton.
+  size_t max_dynamic_bytes = size_t{64} << 20;
+};
+
+// Generator options for a policy as sam-replay and sam-generate name it:
+//   sam       paper rule, no fallback (l_bias 0), linear drafts
+//   sam-rec   paper rule (l_bias 5, l_threshold 5) with Token Recycling fallback
+//   static    static SAM only;  dynamic   dynamic SAM only
+//   sam-tree  Policy::kTree;    sam-cal   Policy::kCalibrated
+// Throws Error(kInvalidArgument) naming the valid names (GeneratorPolicyHelp()).
+GeneratorOptions GeneratorOptionsForPolicy(std::string_view name);
+// One line per policy name, for --help texts.
+std::string_view GeneratorPolicyHelp();
+
+// One request's parameters.
+struct GenerateOptions {
+  int64_t max_new_tokens = 256;
+  // Generation ends after emitting any of these (e.g. the tokenizer's EOS).
+  std::vector<uint32_t> stop_tokens{};
+  // false: plain autoregressive decoding (one token per forward pass), for comparison.
+  bool speculative = true;
+  // temperature 0 = greedy (argmax); otherwise lossless speculative sampling.
+  runtime::SamplingParams sampling{.temperature = 0.0f, .top_k = 0, .top_p = 1.0f};
+  uint64_t seed = 0;
+};
+
+enum class StopReason { kMaxNewTokens, kStopToken, kCallback };
+std::string_view StopReasonName(StopReason reason);  // "max_new_tokens", "stop_token", "callback"
+
+// Per-draft-source counts of one request (runtime::DraftSource order).
+struct SourceCounts {
+  uint64_t steps = 0;            // steps whose draft came from this source
+  uint64_t draft_tokens = 0;     // draft nodes proposed, start token excluded
+  uint64_t accepted_tokens = 0;  // draft tokens accepted, bonus excluded
+  // Mean accepted tokens per step of this source, bonus included (0 without steps).
+  double Mat() const { return steps ? 1.0 + static_cast<double>(accepted_tokens) / steps : 0.0; }
+};
+
+struct GenerateResult {
+  std::vector<uint32_t> output_ids;  // new tokens, a final stop token included
+  int64_t prompt_tokens = 0;
+  // Forward passes after the prefill (one per step).
+  int64_t steps = 0;
+  // Tree nodes evaluated by those passes (= steps without speculation).
+  int64_t verified_tokens = 0;
+  // Mean tokens emitted per step (accepted + bonus, after truncation); 1.00 for plain decoding;
+  // 0 when no step ran (max_new_tokens 1 or a stop token first).
+  double mat = 0.0;
+  double prefill_seconds = 0.0;
+  double decode_seconds = 0.0;
+  // output_ids.size() / (prefill_seconds + decode_seconds).
+  double tokens_per_s = 0.0;
+  StopReason stop_reason = StopReason::kMaxNewTokens;
+  std::array<SourceCounts, runtime::kNumDraftSources> by_source{};
+};
+
+// Called with the tokens each step emits (in order, at least one); return false to stop.
+using TokenCallback = std::function<bool(std::span<const uint32_t> tokens)>;
+
+class Generator {
+ public:
+  // Throws Error(kInvalidArgument) for unusable selection options.
+  explicit Generator(const Model& model, const GeneratorOptions& options = {});
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  // Adds a static index (borrowed). The caller checks that it was built with the model's
+  // tokenizer (format::OpenOptions); an index whose vocabulary is larger than the model's is
+  // refused here (Error(kInvalidArgument)).
+  void AttachIndex(const format::IndexView* view);
+
+  // Generates up to options.max_new_tokens tokens after `prompt` (which must be non-empty and
+  // start with BOS if the model expects one). See the file comment.
+  GenerateResult Generate(std::span<const uint32_t> prompt, const GenerateOptions& options,
+                          const TokenCallback& on_tokens = {});
+
+  const Model& model() const { return model_; }
+  const GeneratorOptions& options() const { return options_; }
+  // The drafting session (cumulative statistics across requests) and the Token Recycling
+  // drafter (null without recycling_fallback).
+  const runtime::Session& session() const { return *session_; }
+  const runtime::RecyclingDrafter* recycling() const { return recycling_.get(); }
+
+  // The most nodes a draft may have, start token included (sizes the KV cache).
+  size_t max_draft_nodes() const { return max_draft_nodes_; }
+
+ private:
+  struct Scratch;
+  const Model& model_;
+  GeneratorOptions options_;
+  std::unique_ptr<runtime::RecyclingDrafter> recycling_;
+  std::unique_ptr<runtime::Session> session_;
+  size_t max_draft_nodes_ = 1;
+  KvCache cache_;  // reused across requests when large enough
+  std::unique_ptr<Scratch> scratch_;
+};
+
+}  // namespace sam::torch_backend

@@ -1,0 +1,289 @@
+// The generation loop: prefill, then propose / verify / accept / compact per step (generate.h).
+#include "sam/torch/generate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+#include <torch/torch.h>
+
+namespace sam::torch_backend {
+
+namespace rt = sam::runtime;
+
+namespace {
+
+// Top-k feedback width for Token Recycling (its table width).
+constexpr int64_t kFeedbackWidth = static_cast<int64_t>(rt::RecyclingDrafter::kCandidates);
+
+double SecondsSince(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void ValidateOptions(const GenerateOptions& options) {
+  if (options.max_new_tokens < 1)
+    throw Error(ErrorCode::kInvalidArgument,
+                "generate: max_new_tokens must be >= 1, got " + std::to_string(options.max_new_tokens));
+  const rt::SamplingParams& s = options.sampling;
+  if (!std::isfinite(s.temperature) || s.temperature < 0.0f)
+    throw Error(ErrorCode::kInvalidArgument,
+                "generate: temperature must be finite and >= 0, got " + std::to_string(s.temperature));
+  if (!(s.top_p > 0.0f && s.top_p <= 1.0f))
+    throw Error(ErrorCode::kInvalidArgument,
+                "generate: top_p must be in (0, 1], got " + std::to_string(s.top_p));
+}
+
+// A CPU int64 tensor's values as uint32 ids.
+void CopyIds(const torch::Tensor& cpu_ids, std::vector<uint32_t>* out) {
+  const torch::Tensor ids = cpu_ids.to(torch::kInt64).contiguous();
+  const int64_t* data = ids.data_ptr<int64_t>();
+  out->assign(data, data + ids.numel());
+}
+
+}  // namespace
+
+std::string_view GeneratorPolicyHelp() {
+  return "sam       paper rule (Hu et al. 2024), no fallback (l_bias 0), linear drafts\n"
+         "sam-rec   paper rule (l_bias 5, l_threshold 5) with Token Recycling fallback\n"
+         "static    static SAM (the indexes) only\n"
+         "dynamic   dynamic SAM (prompt + generation) only\n"
+         "sam-tree  count-weighted static trees when the static match is longer, else dynamic\n"
+         "sam-cal   calibrated merged trees (this project's policy)";
+}
+
+GeneratorOptions GeneratorOptionsForPolicy(std::string_view name) {
+  GeneratorOptions o;
+  if (name == "sam" || name == "sam-rec") {
+    o.selection.policy = rt::Policy::kPaper;
+    o.recycling_fallback = name == "sam-rec";
+  } else if (name == "static") {
+    o.selection.policy = rt::Policy::kStaticOnly;
+  } else if (name == "dynamic") {
+    o.selection.policy = rt::Policy::kDynamicOnly;
+  } else if (name == "sam-tree") {
+    o.selection.policy = rt::Policy::kTree;
+  } else if (name == "sam-cal") {
+    o.selection.policy = rt::Policy::kCalibrated;
+  } else {
+    throw Error(ErrorCode::kInvalidArgument, "unknown policy '" + std::string(name) +
+                                                 "'; valid policies:\n" + std::string(GeneratorPolicyHelp()));
+  }
+  return o;
+}
+
+std::string_view StopReasonName(StopReason reason) {
+  switch (reason) {
+    case StopReason::kMaxNewTokens: return "max_new_tokens";
+    case StopReason::kStopToken: return "stop_token";
+    case StopReason::kCallback: return "callback";
+  }
+  return "unknown";
+}
+
+// Buffers reused across steps and requests.
+struct Generator::Scratch {
+  rt::DraftTree tree;
+  TreeInput input;
+  std::vector<uint32_t> argmax;
+  std::vector<uint32_t> topk;
+  rt::VerifyResult verified;
+  std::vector<uint32_t> committed;  // start + accepted tokens
+  std::vector<uint32_t> emitted;    // this step's new tokens
+  // Sampling: the processed distribution of each tree node, filled on demand.
+  std::vector<std::vector<float>> rows;
+  std::vector<uint8_t> have_row;
+};
+
+Generator::Generator(const Model& model, const GeneratorOptions& options)
+    : model_(model), options_(options), scratch_(std::make_unique<Scratch>()) {
+  const uint32_t vocab = static_cast<uint32_t>(model.config().vocab_size);
+  rt::SessionOptions session_options;
+  session_options.max_dynamic_bytes = options.max_dynamic_bytes;
+  session_options.selection = options.selection;
+  if (options.recycling_fallback) {
+    recycling_ = std::make_unique<rt::RecyclingDrafter>(vocab);
+    session_options.fallback = recycling_.get();
+  }
+  try {
+    session_ = std::make_unique<rt::Session>(session_options);
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorCode::kInvalidArgument, std::string("generate: bad selection options: ") + e.what());
+  }
+  // Every policy bounds its drafts by draft_size, except kTree's trees (max_tree_nodes); the
+  // bound passed to Propose makes this a hard limit.
+  max_draft_nodes_ = std::max<size_t>(
+      1, options.selection.policy == rt::Policy::kTree
+             ? std::max(options.selection.draft_size, options.selection.max_tree_nodes)
+             : options.selection.draft_size);
+}
+
+Generator::~Generator() = default;
+
+void Generator::AttachIndex(const format::IndexView* view) {
+  if (view->vocab_size() > model_.config().vocab_size)
+    throw Error(ErrorCode::kInvalidArgument,
+                "generate: an index with vocabulary size " + std::to_string(view->vocab_size()) +
+                    " cannot draft for a model with " + std::to_string(model_.config().vocab_size) +
+                    " tokens (was it built with another tokenizer?)");
+  session_->AttachIndex(view);
+}
+
+GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const GenerateOptions& options,
+                                   const TokenCallback& on_tokens) {
+  ValidateOptions(options);
+  if (prompt.empty()) throw Error(ErrorCode::kInvalidArgument, "generate: the prompt is empty");
+  torch::NoGradGuard no_grad;
+  Scratch& s = *scratch_;
+  const bool greedy = options.sampling.temperature == 0.0f;
+  const bool feedback = options.speculative && recycling_ != nullptr;
+  const int64_t vocab = model_.config().vocab_size;
+  const int64_t feedback_k = std::min<int64_t>(kFeedbackWidth, vocab);
+  rt::Rng rng(options.seed);
+
+  GenerateResult result;
+  result.prompt_tokens = static_cast<int64_t>(prompt.size());
+  const auto start_time = std::chrono::steady_clock::now();
+
+  // The cache holds the prompt, every emitted token but the last, and one step's draft.
+  const int64_t needed = result.prompt_tokens + options.max_new_tokens +
+                         static_cast<int64_t>(max_draft_nodes_);
+  if (cache_.capacity() < needed) {
+    cache_ = KvCache();  // release the old storage before allocating the new one
+    cache_ = model_.NewCache(needed);
+  } else {
+    cache_.Truncate(0);
+  }
+
+  // Feeds Token Recycling the top-k next tokens of every row of `logits` (evaluated `tokens`).
+  auto observe = [&](const torch::Tensor& logits, std::span<const uint32_t> tokens) {
+    if (!feedback) return;
+    CopyIds(std::get<1>(logits.topk(feedback_k, -1)).cpu(), &s.topk);
+    session_->ObserveTopK(tokens, s.topk, static_cast<size_t>(feedback_k));
+  };
+  // The processed sampling distribution after row `row` of `logits` (same rule everywhere).
+  auto distribution = [&](const torch::Tensor& logits, int32_t row) -> std::span<const float> {
+    if (!s.have_row[row]) {
+      const torch::Tensor cpu = logits[row].to(torch::kCPU, torch::kFloat32).contiguous();
+      s.rows[row].assign(cpu.data_ptr<float>(), cpu.data_ptr<float>() + vocab);
+      try {
+        rt::ApplySampling(s.rows[row], options.sampling);
+      } catch (const std::invalid_argument& e) {
+        throw Error(ErrorCode::kInvalidArgument, std::string("generate: sampling: ") + e.what());
+      }
+      s.have_row[row] = 1;
+    }
+    return s.rows[row];
+  };
+  auto reset_rows = [&](size_t n) {
+    if (s.rows.size() < n) s.rows.resize(n);
+    s.have_row.assign(n, 0);
+  };
+
+  // Emits this step's tokens: truncated after a stop token and at max_new_tokens.
+  bool done = false;
+  auto emit = [&](std::span<const uint32_t> tokens) {
+    s.emitted.clear();
+    for (const uint32_t t : tokens) {
+      if (static_cast<int64_t>(result.output_ids.size()) >= options.max_new_tokens) break;
+      result.output_ids.push_back(t);
+      s.emitted.push_back(t);
+      if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), t) !=
+          options.stop_tokens.end()) {
+        result.stop_reason = StopReason::kStopToken;
+        done = true;
+        break;
+      }
+    }
+    if (!done && static_cast<int64_t>(result.output_ids.size()) >= options.max_new_tokens) {
+      result.stop_reason = StopReason::kMaxNewTokens;
+      done = true;
+    }
+    if (on_tokens && !s.emitted.empty() && !on_tokens(s.emitted) && !done) {
+      result.stop_reason = StopReason::kCallback;
+      done = true;
+    }
+  };
+
+  // ---- Prefill: one pass over the prompt; the first token comes from its last position.
+  if (options.speculative) {
+    session_->Reset();
+    session_->Prefill(prompt);
+  }
+  {
+    s.input.tokens.assign(prompt.begin(), prompt.end());
+    s.input.parents.resize(prompt.size());
+    for (size_t i = 0; i < prompt.size(); ++i) s.input.parents[i] = static_cast<int32_t>(i) - 1;
+    const torch::Tensor logits = model_.Forward(cache_, s.input);
+    cache_.CommitPrefix(result.prompt_tokens);
+    observe(logits, prompt);
+    uint32_t first;
+    if (greedy) {
+      first = static_cast<uint32_t>(logits[result.prompt_tokens - 1].argmax().item<int64_t>());
+    } else {
+      reset_rows(1);
+      first = rt::SampleToken(distribution(logits.slice(0, result.prompt_tokens - 1), 0), rng);
+    }
+    result.prefill_seconds = SecondsSince(start_time);
+    emit(std::span<const uint32_t>(&first, 1));
+  }
+
+  // ---- Steps: propose, verify in one pass, accept, compact.
+  const auto decode_start = std::chrono::steady_clock::now();
+  int64_t step_tokens = 0;
+  while (!done) {
+    const uint32_t start = result.output_ids.back();
+    const int64_t remaining = options.max_new_tokens - static_cast<int64_t>(result.output_ids.size());
+    if (options.speculative) {
+      // No deeper than the tokens still wanted: remaining - 1 accepted plus the bonus.
+      const size_t max_nodes = std::min<size_t>(max_draft_nodes_, static_cast<size_t>(remaining));
+      session_->Propose(start, max_nodes, &s.tree);
+    } else {
+      s.tree.Reset(start, rt::DraftSource::kNone);
+    }
+    const rt::DraftTree& tree = s.tree;
+    s.input.tokens.assign(tree.tokens.begin(), tree.tokens.end());
+    s.input.parents.assign(tree.parents.begin(), tree.parents.end());
+    const torch::Tensor logits = model_.Forward(cache_, s.input);
+    observe(logits, tree.tokens);
+
+    if (greedy) {
+      CopyIds(logits.argmax(-1).cpu(), &s.argmax);
+      rt::VerifyGreedy(tree, s.argmax, &s.verified);
+    } else {
+      reset_rows(tree.size());
+      s.verified = rt::VerifySampling(
+          tree, [&](int32_t node) { return distribution(logits, node); }, rng);
+    }
+    cache_.Commit(s.verified.accepted_nodes);
+    if (options.speculative) {
+      s.committed.assign(1, start);
+      s.committed.insert(s.committed.end(), s.verified.accepted_tokens.begin(),
+                         s.verified.accepted_tokens.end());
+      session_->Commit(s.committed);
+    }
+
+    ++result.steps;
+    result.verified_tokens += static_cast<int64_t>(tree.size());
+    SourceCounts& counts = result.by_source[static_cast<size_t>(tree.source)];
+    ++counts.steps;
+    counts.draft_tokens += tree.size() - 1;
+    counts.accepted_tokens += s.verified.accepted_tokens.size();
+
+    s.committed.assign(s.verified.accepted_tokens.begin(), s.verified.accepted_tokens.end());
+    s.committed.push_back(s.verified.bonus_token);
+    const size_t before = result.output_ids.size();
+    emit(s.committed);
+    step_tokens += static_cast<int64_t>(result.output_ids.size() - before);
+  }
+
+  result.decode_seconds = SecondsSince(decode_start);
+  result.mat = result.steps ? static_cast<double>(step_tokens) / static_cast<double>(result.steps) : 0.0;
+  const double seconds = result.prefill_seconds + result.decode_seconds;
+  result.tokens_per_s = seconds > 0 ? static_cast<double>(result.output_ids.size()) / seconds : 0.0;
+  return result;
+}
+
+}  // namespace sam::torch_backend

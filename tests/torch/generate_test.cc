@@ -1,0 +1,460 @@
+// Tests of the generation loop (sam/torch/generate.h) on tiny random checkpoints.
+//
+// Oracles:
+//   * greedy: plain autoregressive decoding through the same Generator (speculative = false),
+//     itself checked against greedy decoding by full recomputation (a fresh cache per token);
+//     speculative greedy output must equal it token for token, for every policy, with linear
+//     drafts, trees and Token Recycling. Acceptance is made to happen by building the static
+//     index from the model's own greedy outputs (so MAT > 1.5 is asserted there);
+//   * sampling: the exact distribution of length-3 continuations, enumerated from one-token
+//     forward passes through the same ApplySampling; the empirical distribution of speculative
+//     and of plain sampling must both pass a chi-square test at p >= 1e-4.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <torch/cuda.h>
+#include <torch/types.h>
+
+#include "sam/format/index.h"
+#include "sam/indexer/builder.h"
+#include "sam/runtime/verify.h"
+#include "sam/torch/error.h"
+#include "sam/torch/generate.h"
+#include "sam/torch/model.h"
+
+namespace tb = sam::torch_backend;
+namespace rt = sam::runtime;
+namespace fs = std::filesystem;
+
+namespace {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "sam_generate_test_XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+tb::LlamaConfig TinyConfig(int64_t vocab) {
+  tb::LlamaConfig c;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 2;
+  c.head_dim = 8;
+  c.rms_norm_eps = 1e-5;
+  c.vocab_size = vocab;
+  c.max_position_embeddings = 512;
+  return c;
+}
+
+tb::Model TinyModel(int64_t vocab, uint64_t seed, const std::string& device = "cpu") {
+  const tb::LlamaConfig c = TinyConfig(vocab);
+  return tb::Model::FromTensors(c, tb::MakeRandomLlamaWeights(c, seed), {.device = device, .dtype = "fp32"});
+}
+
+std::vector<uint32_t> RandomPrompt(std::mt19937& gen, uint32_t vocab, size_t length) {
+  std::vector<uint32_t> p{1};  // a BOS-like first token
+  std::uniform_int_distribution<uint32_t> token(3, vocab - 1);
+  while (p.size() < length) p.push_back(token(gen));
+  return p;
+}
+
+// Greedy decoding by full recomputation: a fresh cache and the whole sequence at every token.
+std::vector<uint32_t> GreedyByRecomputation(const tb::Model& model, const std::vector<uint32_t>& prompt,
+                                            int64_t n) {
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  std::vector<uint32_t> out;
+  for (int64_t i = 0; i < n; ++i) {
+    tb::KvCache cache = model.NewCache(static_cast<int64_t>(seq.size()));
+    const torch::Tensor logits = model.Forward(cache, seq);
+    const uint32_t next = static_cast<uint32_t>(logits[logits.size(0) - 1].argmax().item<int64_t>());
+    out.push_back(next);
+    seq.push_back(next);
+  }
+  return out;
+}
+
+// Gap between the logits of tokens a and b after prompt + prefix (one plain forward pass).
+double LogitGap(const tb::Model& model, const std::vector<uint32_t>& prompt,
+                const std::vector<uint32_t>& prefix, uint32_t a, uint32_t b) {
+  torch::NoGradGuard no_grad;
+  std::vector<int64_t> seq(prompt.begin(), prompt.end());
+  seq.insert(seq.end(), prefix.begin(), prefix.end());
+  tb::KvCache cache = model.NewCache(static_cast<int64_t>(seq.size()));
+  const torch::Tensor row = model.Forward(cache, seq)[static_cast<int64_t>(seq.size()) - 1].cpu();
+  return std::abs(row[a].item<double>() - row[b].item<double>());
+}
+
+struct PolicyCase {
+  std::string name;
+  rt::Policy policy;
+  bool recycling;
+  bool attach_index;
+  bool expect_long_acceptance;  // MAT > 1.5 expected (drafts from the model's own outputs)
+};
+
+std::vector<PolicyCase> AllPolicyCases() {
+  return {
+      {"paper", rt::Policy::kPaper, false, true, true},
+      {"paper+recycling", rt::Policy::kPaper, true, true, true},
+      {"static", rt::Policy::kStaticOnly, false, true, true},
+      {"dynamic", rt::Policy::kDynamicOnly, false, true, false},
+      {"tree", rt::Policy::kTree, false, true, true},
+      {"calibrated", rt::Policy::kCalibrated, false, true, true},
+      {"calibrated+recycling", rt::Policy::kCalibrated, true, true, true},
+      {"recycling-only", rt::Policy::kPaper, true, false, false},
+  };
+}
+
+// The fixture: a tiny model, 24 prompts, their plain greedy outputs, and an index built from
+// half of them (prompt + greedy output as one document) so drafts are long and accepted there.
+class GreedyExactness : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kVocab = 256;
+  static constexpr int64_t kNewTokens = 40;
+
+  void SetUp() override { Prepare("cpu"); }
+
+  void Prepare(const std::string& device) {
+    model_ = std::make_unique<tb::Model>(TinyModel(kVocab, 7, device));
+    std::mt19937 gen(2024);
+    for (int i = 0; i < 24; ++i) prompts_.push_back(RandomPrompt(gen, kVocab, 6 + i % 9));
+    tb::Generator plain(*model_);
+    tb::GenerateOptions options{.max_new_tokens = kNewTokens, .speculative = false};
+    std::vector<std::vector<uint32_t>> documents;
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+      const tb::GenerateResult r = plain.Generate(prompts_[i], options);
+      ASSERT_EQ(r.output_ids.size(), static_cast<size_t>(kNewTokens));
+      ASSERT_EQ(r.steps, kNewTokens - 1);
+      ASSERT_DOUBLE_EQ(r.mat, 1.0);
+      expected_.push_back(r.output_ids);
+      if (i % 2 == 0) {  // half the prompts are "copied from the index's documents"
+        std::vector<uint32_t> doc = prompts_[i];
+        doc.insert(doc.end(), r.output_ids.begin(), r.output_ids.end());
+        documents.push_back(doc);
+      }
+    }
+    index_path_ = (dir_.path() / "own_outputs.sam").string();
+    sam::indexer::BuildIndexFile(documents, kVocab, index_path_);
+    index_ = std::make_unique<sam::format::IndexFile>(sam::format::IndexFile::Open(index_path_));
+  }
+
+  // Runs every prompt through a Generator for `c`; returns the MAT over the indexed prompts.
+  double CheckPolicy(const PolicyCase& c, int* near_ties) {
+    tb::GeneratorOptions go;
+    go.selection.policy = c.policy;
+    go.recycling_fallback = c.recycling;
+    tb::Generator generator(*model_, go);
+    if (c.attach_index) generator.AttachIndex(&index_->view());
+    tb::GenerateOptions options{.max_new_tokens = kNewTokens};
+    int64_t steps = 0, step_tokens = 0;
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+      const tb::GenerateResult r = generator.Generate(prompts_[i], options);
+      EXPECT_EQ(r.output_ids.size(), static_cast<size_t>(kNewTokens)) << c.name << " prompt " << i;
+      const auto mismatch = std::mismatch(r.output_ids.begin(), r.output_ids.end(), expected_[i].begin());
+      if (mismatch.first != r.output_ids.end()) {
+        // The tree pass and the one-token pass round differently: a divergence is tolerated
+        // only at a floating-point near-tie of the two tokens' logits.
+        const size_t at = static_cast<size_t>(mismatch.first - r.output_ids.begin());
+        const std::vector<uint32_t> prefix(expected_[i].begin(), expected_[i].begin() + at);
+        const double gap = LogitGap(*model_, prompts_[i], prefix, *mismatch.first, *mismatch.second);
+        EXPECT_LT(gap, 1e-4) << c.name << " prompt " << i << " diverges at " << at;
+        ++*near_ties;
+        continue;
+      }
+      if (i % 2 == 0) {
+        steps += r.steps;
+        step_tokens += static_cast<int64_t>(r.output_ids.size()) - 1;
+      }
+      // Per-source counts add up to the steps.
+      uint64_t source_steps = 0;
+      for (const tb::SourceCounts& s : r.by_source) source_steps += s.steps;
+      EXPECT_EQ(source_steps, static_cast<uint64_t>(r.steps));
+    }
+    return steps ? static_cast<double>(step_tokens) / static_cast<double>(steps) : 0.0;
+  }
+
+  void CheckAllPolicies() {
+    int near_ties = 0;
+    for (const PolicyCase& c : AllPolicyCases()) {
+      const double mat = CheckPolicy(c, &near_ties);
+      std::printf("  %-22s MAT on indexed prompts %.2f\n", c.name.c_str(), mat);
+      if (c.expect_long_acceptance) {
+        EXPECT_GT(mat, 1.5) << c.name;
+      }
+    }
+    // 8 policies x 24 prompts x 40 tokens: near-ties are rare; many would mean a real bug.
+    EXPECT_LE(near_ties, 3);
+  }
+
+  TempDir dir_;
+  std::unique_ptr<tb::Model> model_;
+  std::vector<std::vector<uint32_t>> prompts_;
+  std::vector<std::vector<uint32_t>> expected_;
+  std::string index_path_;
+  std::unique_ptr<sam::format::IndexFile> index_;
+};
+
+TEST_F(GreedyExactness, PlainDecodingEqualsRecomputation) {
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(GreedyByRecomputation(*model_, prompts_[i], kNewTokens), expected_[i]) << "prompt " << i;
+}
+
+TEST_F(GreedyExactness, SpeculativeEqualsPlainForEveryPolicy) { CheckAllPolicies(); }
+
+TEST_F(GreedyExactness, StopTokenMaxTokensAndStreaming) {
+  tb::GeneratorOptions go;
+  go.recycling_fallback = true;
+  tb::Generator generator(*model_, go);
+  generator.AttachIndex(&index_->view());
+  const std::vector<uint32_t>& expected = expected_[0];
+  // A stop token in the middle of an accepted run: output ends with it.
+  const uint32_t stop = expected[17];
+  const size_t first_stop = std::find(expected.begin(), expected.end(), stop) - expected.begin();
+  std::vector<uint32_t> streamed;
+  int calls = 0;
+  const tb::GenerateResult r = generator.Generate(
+      prompts_[0], {.max_new_tokens = kNewTokens, .stop_tokens = {stop}},
+      [&](std::span<const uint32_t> t) {
+        ++calls;
+        EXPECT_FALSE(t.empty());
+        streamed.insert(streamed.end(), t.begin(), t.end());
+        return true;
+      });
+  EXPECT_EQ(r.stop_reason, tb::StopReason::kStopToken);
+  EXPECT_EQ(r.output_ids, std::vector<uint32_t>(expected.begin(), expected.begin() + first_stop + 1));
+  EXPECT_EQ(streamed, r.output_ids);
+  EXPECT_EQ(calls, r.steps + 1);  // the prefill's token, then one call per step
+  // max_new_tokens cuts inside a long accepted draft.
+  for (int64_t n : {1, 2, 5, 13}) {
+    const tb::GenerateResult m = generator.Generate(prompts_[0], {.max_new_tokens = n});
+    EXPECT_EQ(m.stop_reason, tb::StopReason::kMaxNewTokens);
+    EXPECT_EQ(m.output_ids, std::vector<uint32_t>(expected.begin(), expected.begin() + n));
+    if (n == 1) {
+      EXPECT_EQ(m.steps, 0);
+    }
+  }
+  // The callback stops generation.
+  const tb::GenerateResult c = generator.Generate(prompts_[0], {.max_new_tokens = kNewTokens},
+                                                  [](std::span<const uint32_t>) { return false; });
+  EXPECT_EQ(c.stop_reason, tb::StopReason::kCallback);
+  EXPECT_EQ(c.steps, 0);
+  EXPECT_EQ(c.output_ids.size(), 1u);
+}
+
+TEST_F(GreedyExactness, InvalidArguments) {
+  tb::Generator generator(*model_);
+  EXPECT_THROW(generator.Generate({}, {}), tb::Error);
+  const std::vector<uint32_t> prompt = {1, 2, 3};
+  EXPECT_THROW(generator.Generate(prompt, {.max_new_tokens = 0}), tb::Error);
+  EXPECT_THROW(generator.Generate(prompt, {.sampling = {.temperature = -1.0f}}), tb::Error);
+  EXPECT_THROW(generator.Generate(prompt, {.sampling = {.temperature = 1.0f, .top_p = 0.0f}}), tb::Error);
+  const std::vector<uint32_t> bad = {1, kVocab};
+  EXPECT_THROW(generator.Generate(bad, {}), tb::Error);
+  // An index with a bigger vocabulary is refused.
+  const std::string big = (dir_.path() / "big.sam").string();
+  sam::indexer::BuildIndexFile({{1, 5, kVocab + 3, 9}}, kVocab + 10, big);
+  auto big_index = sam::format::IndexFile::Open(big);
+  EXPECT_THROW(generator.AttachIndex(&big_index.view()), tb::Error);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sampling: the distribution of length-3 continuations.
+
+// Upper tail probability of a chi-square variable with `df` degrees of freedom (Wilson-Hilferty
+// cube-root normal approximation; accurate to well under 1e-4 absolute for df >= 3).
+double ChiSquareTail(double x, double df) {
+  const double z = (std::cbrt(x / df) - (1.0 - 2.0 / (9.0 * df))) / std::sqrt(2.0 / (9.0 * df));
+  return 0.5 * std::erfc(z / std::sqrt(2.0));
+}
+
+class SamplingDistribution : public ::testing::Test {
+ protected:
+  static constexpr uint32_t kVocab = 6;
+  static constexpr int kLength = 3;
+
+  void SetUp() override {
+    prompt_ = {1, 3, 4, 3, 4, 3};
+    // A random model's logits over 6 tokens are often very peaked: scale the output layer so
+    // that the logits after the prompt have standard deviation 1 and several tokens survive
+    // top-k/top-p.
+    const tb::LlamaConfig config = TinyConfig(kVocab);
+    tb::NamedTensors weights = tb::MakeRandomLlamaWeights(config, 11);
+    {
+      const tb::Model unscaled = tb::Model::FromTensors(config, weights);
+      torch::NoGradGuard no_grad;
+      tb::KvCache cache = unscaled.NewCache(static_cast<int64_t>(prompt_.size()));
+      const torch::Tensor row =
+          unscaled.Forward(cache, std::vector<int64_t>(prompt_.begin(), prompt_.end()))[-1];
+      const double scale = 1.0 / row.std().item<double>();
+      for (auto& [name, t] : weights)
+        if (name == "lm_head.weight") t = t * scale;
+    }
+    model_ = std::make_unique<tb::Model>(tb::Model::FromTensors(config, weights));
+    params_ = {.temperature = 0.8f, .top_k = 4, .top_p = 0.9f};
+    EnumerateExact({}, 1.0);
+    // An index of sequences sampled from the model so that static drafts are sometimes right.
+    tb::Generator plain(*model_);
+    std::vector<std::vector<uint32_t>> documents;
+    for (uint64_t s = 0; s < 200; ++s) {
+      tb::GenerateResult r = plain.Generate(
+          prompt_, {.max_new_tokens = 8, .speculative = false, .sampling = params_, .seed = 1000000 + s});
+      std::vector<uint32_t> doc = prompt_;
+      doc.insert(doc.end(), r.output_ids.begin(), r.output_ids.end());
+      documents.push_back(doc);
+    }
+    sam::indexer::BuildIndexFile(documents, kVocab, (dir_.path() / "samples.sam").string());
+    index_ = std::make_unique<sam::format::IndexFile>(
+        sam::format::IndexFile::Open((dir_.path() / "samples.sam").string()));
+  }
+
+  // exact_[sequence] = its probability under plain sampling (one-token forward passes).
+  void EnumerateExact(std::vector<uint32_t> prefix, double p) {
+    if (static_cast<int>(prefix.size()) == kLength) {
+      exact_[prefix] = p;
+      return;
+    }
+    torch::NoGradGuard no_grad;
+    std::vector<int64_t> seq(prompt_.begin(), prompt_.end());
+    seq.insert(seq.end(), prefix.begin(), prefix.end());
+    tb::KvCache cache = model_->NewCache(static_cast<int64_t>(seq.size()));
+    const torch::Tensor row = model_->Forward(cache, seq)[static_cast<int64_t>(seq.size()) - 1].cpu().contiguous();
+    std::vector<float> probs(row.data_ptr<float>(), row.data_ptr<float>() + kVocab);
+    rt::ApplySampling(probs, params_);
+    for (uint32_t t = 0; t < kVocab; ++t) {
+      if (probs[t] <= 0.0f) continue;
+      prefix.push_back(t);
+      EnumerateExact(prefix, p * probs[t]);
+      prefix.pop_back();
+    }
+  }
+
+  // Samples `runs` continuations; returns the chi-square p-value against exact_ and checks the
+  // drafts' acceptance.
+  double Sample(tb::Generator& generator, bool speculative, int runs, double* accepted_share) {
+    std::map<std::vector<uint32_t>, int> counts;
+    int64_t steps = 0, accepted = 0;
+    for (int i = 0; i < runs; ++i) {
+      const tb::GenerateResult r = generator.Generate(
+          prompt_, {.max_new_tokens = kLength, .speculative = speculative, .sampling = params_,
+                    .seed = static_cast<uint64_t>(i)});
+      EXPECT_EQ(r.output_ids.size(), static_cast<size_t>(kLength));
+      ++counts[r.output_ids];
+      steps += r.steps;
+      for (const tb::SourceCounts& s : r.by_source) accepted += static_cast<int64_t>(s.accepted_tokens);
+    }
+    *accepted_share = steps ? static_cast<double>(accepted) / static_cast<double>(steps) : 0.0;
+    // Chi-square over sequences with expected count >= 5; the rest pooled into one cell.
+    double chi2 = 0.0, pooled_expected = 0.0, pooled_observed = 0.0, tv = 0.0;
+    int cells = 0;
+    for (const auto& [seq, p] : exact_) {
+      const double e = p * runs;
+      const double o = counts.count(seq) ? counts[seq] : 0;
+      tv += std::abs(o / runs - p);
+      if (e >= 5.0) {
+        chi2 += (o - e) * (o - e) / e;
+        ++cells;
+      } else {
+        pooled_expected += e;
+        pooled_observed += o;
+      }
+    }
+    for (const auto& entry : counts)
+      EXPECT_TRUE(exact_.count(entry.first)) << "a sequence outside the support of top-k/top-p";
+    if (pooled_expected > 0.0) {
+      chi2 += (pooled_observed - pooled_expected) * (pooled_observed - pooled_expected) / pooled_expected;
+      ++cells;
+    }
+    const double p_value = ChiSquareTail(chi2, cells - 1);
+    std::printf("  %s: %zu sequences, %d cells, chi2 %.1f, p %.3g, TV %.4f, accepted/step %.2f\n",
+                speculative ? "speculative" : "plain", exact_.size(), cells, chi2, p_value, tv / 2,
+                *accepted_share);
+    return p_value;
+  }
+
+  TempDir dir_;
+  std::unique_ptr<tb::Model> model_;
+  rt::SamplingParams params_;
+  std::vector<uint32_t> prompt_;
+  std::map<std::vector<uint32_t>, double> exact_;
+  std::unique_ptr<sam::format::IndexFile> index_;
+};
+
+// Each chi-square check fails with probability 1e-4 when the implementation is right (the seeds
+// are fixed, so the outcome is deterministic).
+constexpr double kFalseFailure = 1e-4;
+constexpr int kRuns = 3000;
+
+TEST_F(SamplingDistribution, PlainSamplingMatchesExact) {
+  tb::Generator plain(*model_);
+  double share = 0;
+  EXPECT_GT(Sample(plain, false, kRuns, &share), kFalseFailure);
+}
+
+TEST_F(SamplingDistribution, SpeculativeSamplingMatchesExactWithStaticDrafts) {
+  tb::Generator generator(*model_);  // paper rule without fallback: any match drafts
+  generator.AttachIndex(&index_->view());
+  double share = 0;
+  EXPECT_GT(Sample(generator, true, kRuns, &share), kFalseFailure);
+  EXPECT_GT(share, 0.1);  // drafts are sometimes right
+}
+
+TEST_F(SamplingDistribution, SpeculativeSamplingMatchesExactWithTreesAndRecycling) {
+  tb::GeneratorOptions go;
+  go.selection.policy = rt::Policy::kCalibrated;
+  go.recycling_fallback = true;
+  tb::Generator generator(*model_, go);
+  generator.AttachIndex(&index_->view());
+  double share = 0;
+  EXPECT_GT(Sample(generator, true, kRuns, &share), kFalseFailure);
+  EXPECT_GT(share, 0.2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// CUDA (skipped without it).
+
+class Gpu : public GreedyExactness {
+ protected:
+  void SetUp() override {
+    if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+    Prepare("cuda");
+  }
+};
+
+TEST_F(Gpu, SpeculativeEqualsPlainForEveryPolicy) { CheckAllPolicies(); }
+
+TEST_F(Gpu, SamplingRunsAndIsSeeded) {
+  tb::GeneratorOptions go;
+  go.recycling_fallback = true;
+  tb::Generator generator(*model_, go);
+  generator.AttachIndex(&index_->view());
+  const tb::GenerateOptions options{.max_new_tokens = 20, .sampling = {.temperature = 0.7f, .top_k = 20, .top_p = 0.9f},
+                                    .seed = 5};
+  const tb::GenerateResult a = generator.Generate(prompts_[0], options);
+  const tb::GenerateResult b = generator.Generate(prompts_[0], options);
+  EXPECT_EQ(a.output_ids.size(), 20u);
+  EXPECT_EQ(a.output_ids, b.output_ids);
+}
+
+}  // namespace

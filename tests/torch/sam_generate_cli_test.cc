@@ -1,0 +1,166 @@
+// Runs the sam-generate binary, which uses libtorch and SentencePiece in one process. Their
+// protobuf copies clash (a crash at start-up, or a fatal protobuf version check when the
+// tokenizer model is parsed) unless SentencePiece is isolated (tools/tokenizer_shim.h): --help
+// proves the program starts; with the data folder present, the tests load the real tokenizer
+// next to a random checkpoint of its vocabulary, generate, and check the errors for mismatched
+// indexes, vocabularies and bad flags.
+//
+// SAM_GENERATE_PATH and SAM_TEST_DATA_DIR are set by CMake.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sam/indexer/builder.h"
+#include "sam/indexer/tokenizer.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct ProcessResult {
+  int exit_code = -1;
+  std::string output;  // stdout (and stderr when merged)
+};
+
+// Runs sam-generate with `args` (shell-quoted by the caller); stderr goes to stdout when
+// `merge_stderr`, else to /dev/null.
+ProcessResult RunGenerate(const std::string& args, bool merge_stderr = true) {
+  const std::string command = std::string("'") + SAM_GENERATE_PATH + "' " + args +
+                              (merge_stderr ? " 2>&1" : " 2>/dev/null");
+  ProcessResult run;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return run;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
+  const int status = pclose(pipe);
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return run;
+}
+
+std::string Quote(const fs::path& p) { return "'" + p.string() + "'"; }
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "sam_generate_cli_XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+TEST(SamGenerateCli, HelpRunsWithTorchAndSentencePieceLinked) {
+  const ProcessResult run = RunGenerate("--help");
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("sam-generate"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("--make-random-model"), std::string::npos);
+}
+
+TEST(SamGenerateCli, BadFlagsExitWithUsageError) {
+  EXPECT_EQ(RunGenerate("--no-such-flag").exit_code, 2);
+  EXPECT_EQ(RunGenerate("--temperature -1 --model x --tokenizer y --prompt hi").exit_code, 2);
+  EXPECT_EQ(RunGenerate("--prompt a --prompt-file b").exit_code, 2);
+  const ProcessResult no_model = RunGenerate("--prompt hi");
+  EXPECT_EQ(no_model.exit_code, 2);
+  EXPECT_NE(no_model.output.find("--model"), std::string::npos) << no_model.output;
+}
+
+class WithTokenizer : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    tokenizer_path_ = fs::path(SAM_TEST_DATA_DIR) / "tokenizer" / "llama-32k.model";
+    if (!fs::exists(tokenizer_path_)) GTEST_SKIP() << "no tokenizer at " << tokenizer_path_;
+    model_dir_ = dir_.path() / "model";
+    const ProcessResult made = RunGenerate("--make-random-model " + Quote(model_dir_) + " --tokenizer " +
+                                 Quote(tokenizer_path_) + " --random-layers 1 --random-hidden 32");
+    ASSERT_EQ(made.exit_code, 0) << made.output;
+    ASSERT_TRUE(fs::exists(model_dir_ / "config.json"));
+    ASSERT_TRUE(fs::exists(model_dir_ / "model.safetensors"));
+  }
+
+  std::string Base() const {
+    return "--model " + Quote(model_dir_) + " --tokenizer " + Quote(tokenizer_path_);
+  }
+
+  TempDir dir_;
+  fs::path tokenizer_path_, model_dir_;
+};
+
+TEST_F(WithTokenizer, GeneratesJsonWithAnIndex) {
+  // A small index built with the same tokenizer (fingerprint recorded).
+  const auto tokenizer = sam::indexer::Tokenizer::Load(tokenizer_path_.string());
+  std::vector<uint32_t> doc{tokenizer.bos_id()};
+  tokenizer.Encode("The quick brown fox jumps over the lazy dog. The quick brown fox.", &doc);
+  sam::indexer::IndexInfo info;
+  info.tokenizer_sha256 = tokenizer.sha256();
+  info.bos_id = tokenizer.bos_id();
+  info.eos_id = tokenizer.eos_id();
+  const fs::path index = dir_.path() / "small.sam";
+  sam::indexer::BuildIndexFile({doc}, tokenizer.vocab_size(), index.string(), info);
+
+  for (const std::string mode : {"", " --no-spec", " --temperature 0.8 --top-k 40 --top-p 0.9 --seed 3",
+                                 " --policy sam-tree --template vicuna"}) {
+    const ProcessResult run = RunGenerate(Base() + " --index " + Quote(index) +
+                                    " --prompt 'The quick brown fox' --max-new-tokens 12 --json" + mode,
+                                /*merge_stderr=*/false);
+    ASSERT_EQ(run.exit_code, 0) << mode << ": " << run.output;
+    const nlohmann::json j = nlohmann::json::parse(run.output);
+    const size_t n = j["new_tokens"].get<size_t>();
+    EXPECT_GE(n, 1u);
+    EXPECT_LE(n, 12u);
+    EXPECT_EQ(j["output_ids"].size(), n);
+    EXPECT_TRUE(j["text"].is_string());
+    EXPECT_TRUE(j["by_source"].is_object());
+    EXPECT_GE(j["steps"].get<int64_t>(), 0);
+    EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
+    if (mode == " --no-spec" && n > 1) {
+      EXPECT_DOUBLE_EQ(j["mat"].get<double>(), 1.0);
+    }
+  }
+  // Streaming text mode.
+  const ProcessResult text = RunGenerate(Base() + " --prompt hello --max-new-tokens 4");
+  EXPECT_EQ(text.exit_code, 0) << text.output;
+  EXPECT_NE(text.output.find("tokens/s"), std::string::npos) << text.output;
+}
+
+TEST_F(WithTokenizer, RefusesAnIndexOfAnotherTokenizer) {
+  const fs::path index = dir_.path() / "raw.sam";  // built from raw ids: no fingerprint
+  sam::indexer::BuildIndexFile({{1, 5, 6, 7}}, 32000, index.string());
+  const ProcessResult run = RunGenerate(Base() + " --index " + Quote(index) + " --prompt hi");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("tokenizer"), std::string::npos) << run.output;
+}
+
+TEST_F(WithTokenizer, RefusesAVocabularyMismatch) {
+  const fs::path small = dir_.path() / "small_model";
+  ASSERT_EQ(RunGenerate("--make-random-model " + Quote(small) + " --random-vocab 100").exit_code, 0);
+  const ProcessResult run = RunGenerate("--model " + Quote(small) + " --tokenizer " + Quote(tokenizer_path_) +
+                              " --prompt hi");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("vocabulary size mismatch"), std::string::npos) << run.output;
+}
+
+TEST_F(WithTokenizer, RefusesAMissingModelDirectory) {
+  const ProcessResult run = RunGenerate("--model " + Quote(dir_.path() / "nowhere") + " --tokenizer " +
+                              Quote(tokenizer_path_) + " --prompt hi");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find("does not exist"), std::string::npos) << run.output;
+  const ProcessResult bad_policy = RunGenerate(Base() + " --prompt hi --policy bogus");
+  EXPECT_EQ(bad_policy.exit_code, 2) << bad_policy.output;
+}
+
+}  // namespace

@@ -1,0 +1,226 @@
+// bench_generate: what speculative decoding buys on this machine, measured and projected.
+//
+//   bench_generate --tokenizer llama-32k.model --data-dir ../shared/data --index all.sam
+//                  [--replay replay.json] [--layers 8 --hidden 1024 --prefix 512 --prompts 6]
+//
+// 1. Cost curve: the time of one forward pass for 1, 2, 4, ..., 64 chained tokens after a
+//    cached prefix (random Llama of the given shape, vocabulary = the tokenizer's).
+// 2. End to end: greedy generation on GSM8K test questions (Vicuna template), plain decoding
+//    vs speculation (each --policy), in the same run, prompts interleaved; tokens/s and ratio.
+//    A random model's outputs are not the corpus, so acceptance from the index is near zero:
+//    this measures the overhead side of the trade.
+// 3. Projection: for each policy of a sam-replay --json report (MAT and tokens verified per step
+//    on recorded outputs of a real model), speedup = MAT * t(1) / t(tokens per step), with t
+//    interpolated on the measured curve. A projection, not a measurement.
+//
+// Prints a table and one "JSON {...}" line per figure.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
+
+#include "sam/corpora/templates.h"
+#include "sam/format/index.h"
+#include "sam/torch/generate.h"
+#include "sam/torch/model.h"
+#include "tokenizer_shim.h"
+
+namespace {
+
+namespace tb = sam::torch_backend;
+using nlohmann::json;
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// t(n) by linear interpolation between measured sizes (clamped at the ends).
+double Interpolate(const std::vector<std::pair<double, double>>& curve, double n) {
+  if (n <= curve.front().first) return curve.front().second;
+  for (size_t i = 1; i < curve.size(); ++i) {
+    if (n <= curve[i].first) {
+      const auto [x0, y0] = curve[i - 1];
+      const auto [x1, y1] = curve[i];
+      return y0 + (y1 - y0) * (n - x0) / (x1 - x0);
+    }
+  }
+  return curve.back().second;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_generate: forward cost curve, plain vs speculative tokens/s, projection"};
+  std::string tokenizer_path, data_dir, replay_path, device = "cpu", dtype;
+  std::vector<std::string> index_paths, policies = {"sam-rec"};
+  int64_t layers = 8, hidden = 1024, heads = 16, intermediate = 2816, prefix = 512, repeats = 5;
+  int64_t prompts = 6, max_new_tokens = 64;
+  app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (vocabulary of the model)")->required();
+  app.add_option("--data-dir", data_dir, "data folder with gsm8k/test.jsonl")->required();
+  app.add_option("--index", index_paths, "static index (repeatable)");
+  app.add_option("--policy", policies, "speculative policies to compare (default sam-rec)");
+  app.add_option("--replay", replay_path, "sam-replay --json report for the projection");
+  app.add_option("--layers", layers);
+  app.add_option("--hidden", hidden);
+  app.add_option("--heads", heads);
+  app.add_option("--intermediate", intermediate);
+  app.add_option("--prefix", prefix, "cached prefix of the cost curve (default 512)");
+  app.add_option("--repeats", repeats, "timed repeats per cost-curve point (default 5)");
+  app.add_option("--prompts", prompts, "GSM8K test questions generated from (default 6)");
+  app.add_option("--max-new-tokens", max_new_tokens, "tokens generated per prompt (default 64)");
+  app.add_option("--device", device);
+  app.add_option("--dtype", dtype);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    torch::NoGradGuard no_grad;
+    const IsolatedTokenizer tokenizer(tokenizer_path);
+    tb::LlamaConfig config;
+    config.hidden_size = hidden;
+    config.intermediate_size = intermediate;
+    config.num_hidden_layers = layers;
+    config.num_attention_heads = heads;
+    config.num_key_value_heads = heads;
+    config.head_dim = hidden / heads;
+    config.vocab_size = tokenizer.vocab_size();
+    config.max_position_embeddings = 4096;
+    config.Validate("flags");
+    const tb::Model model = tb::Model::FromTensors(config, tb::MakeRandomLlamaWeights(config, 1),
+                                                   {.device = device, .dtype = dtype});
+    std::printf("bench_generate: random Llama layers=%lld hidden=%lld heads=%lld intermediate=%lld "
+                "vocab=%lld device=%s threads=%d\n",
+                (long long)layers, (long long)hidden, (long long)heads, (long long)intermediate,
+                (long long)config.vocab_size, device.c_str(), at::get_num_threads());
+
+    // ---- 1. Cost curve.
+    auto sync = [&] {
+      if (model.device().is_cuda()) torch::cuda::synchronize();
+    };
+    std::vector<std::pair<double, double>> curve;  // (tokens, ms)
+    {
+      tb::KvCache cache = model.NewCache(prefix + 64);
+      std::vector<int64_t> text(prefix);
+      for (int64_t i = 0; i < prefix; ++i) text[i] = (i * 7919 + 13) % config.vocab_size;
+      if (prefix > 0) {
+        model.Forward(cache, text);
+        cache.CommitPrefix(prefix);
+      }
+      std::printf("\ncost curve (chain after a %lld-token prefix):\n%8s %10s %10s\n", (long long)prefix,
+                  "tokens", "median_ms", "vs t(1)");
+      for (int64_t n = 1; n <= 64; n *= 2) {
+        std::vector<int64_t> input(n);
+        for (int64_t i = 0; i < n; ++i) input[i] = (i * 31 + 5) % config.vocab_size;
+        model.Forward(cache, input);  // warm-up; nothing is committed
+        sync();
+        std::vector<double> ms;
+        for (int64_t r = 0; r < repeats; ++r) {
+          const auto t0 = std::chrono::steady_clock::now();
+          model.Forward(cache, input);
+          sync();
+          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+        }
+        curve.emplace_back(static_cast<double>(n), Median(ms));
+        std::printf("%8lld %10.2f %10.2f\n", (long long)n, curve.back().second,
+                    curve.back().second / curve.front().second);
+        std::printf("JSON {\"bench\":\"cost_curve\",\"tokens\":%lld,\"prefix\":%lld,\"median_ms\":%.3f}\n",
+                    (long long)n, (long long)prefix, curve.back().second);
+        std::fflush(stdout);
+      }
+    }
+
+    // ---- 2. End to end on GSM8K test questions.
+    sam::format::OpenOptions open;
+    open.expected_tokenizer_sha256 = tokenizer.sha256();
+    open.expected_vocab_size = tokenizer.vocab_size();
+    std::vector<sam::format::IndexFile> indexes;
+    for (const auto& p : index_paths) indexes.push_back(sam::format::IndexFile::Open(p, open));
+    std::vector<std::vector<uint32_t>> prompt_ids;
+    {
+      const std::string path = data_dir + "/gsm8k/test.jsonl";
+      std::ifstream in(path);
+      if (!in) throw std::runtime_error("cannot open " + path);
+      std::string line;
+      while (static_cast<int64_t>(prompt_ids.size()) < prompts && std::getline(in, line)) {
+        if (line.empty()) continue;
+        std::vector<uint32_t> ids{tokenizer.bos_id()};
+        tokenizer.Encode(sam::corpora::RenderVicunaPrompt(json::parse(line).at("question").get<std::string>()), &ids);
+        prompt_ids.push_back(std::move(ids));
+      }
+    }
+    struct Run {
+      std::string name;
+      std::unique_ptr<tb::Generator> generator;
+      bool speculative;
+      double seconds = 0;
+      int64_t tokens = 0, steps = 0, step_tokens = 0, verified = 0;
+    };
+    std::vector<Run> runs;
+    runs.push_back({"plain", std::make_unique<tb::Generator>(model), false});
+    for (const auto& p : policies) {
+      runs.push_back({p, std::make_unique<tb::Generator>(model, tb::GeneratorOptionsForPolicy(p)), true});
+      for (const auto& f : indexes) runs.back().generator->AttachIndex(&f.view());
+    }
+    const tb::GenerateOptions base{.max_new_tokens = max_new_tokens, .stop_tokens = {}};
+    for (const auto& ids : prompt_ids) {
+      for (Run& run : runs) {  // interleaved: machine load affects every mode alike
+        tb::GenerateOptions options = base;
+        options.speculative = run.speculative;
+        const tb::GenerateResult r = run.generator->Generate(ids, options);
+        run.seconds += r.prefill_seconds + r.decode_seconds;
+        run.tokens += static_cast<int64_t>(r.output_ids.size());
+        run.steps += r.steps;
+        run.step_tokens += static_cast<int64_t>(r.output_ids.size()) - 1;
+        run.verified += r.verified_tokens;
+      }
+    }
+    std::printf("\nend to end: %zu GSM8K test prompts, %lld new tokens each, greedy, no stop token\n"
+                "%-10s %10s %8s %10s %10s\n",
+                prompt_ids.size(), (long long)max_new_tokens, "mode", "tokens/s", "MAT", "tok/step", "vs plain");
+    const double plain_rate = runs[0].tokens / runs[0].seconds;
+    for (const Run& run : runs) {
+      const double rate = run.tokens / run.seconds;
+      const double mat = run.steps ? static_cast<double>(run.step_tokens) / run.steps : 0.0;
+      const double verified = run.steps ? static_cast<double>(run.verified) / run.steps : 0.0;
+      std::printf("%-10s %10.2f %8.2f %10.2f %10.3f\n", run.name.c_str(), rate, mat, verified, rate / plain_rate);
+      std::printf("JSON {\"bench\":\"end_to_end\",\"mode\":\"%s\",\"tokens_per_s\":%.3f,\"mat\":%.3f,"
+                  "\"tokens_per_step\":%.2f,\"ratio_vs_plain\":%.3f,\"prompts\":%zu,\"max_new_tokens\":%lld}\n",
+                  run.name.c_str(), rate, mat, verified, rate / plain_rate, prompt_ids.size(),
+                  (long long)max_new_tokens);
+    }
+
+    // ---- 3. Projection from replay MAT.
+    if (!replay_path.empty()) {
+      std::ifstream in(replay_path);
+      if (!in) throw std::runtime_error("cannot open " + replay_path);
+      const json replay = json::parse(in);
+      std::printf("\nprojection (replay MAT on a real model's outputs x this cost curve):\n"
+                  "%-10s %8s %10s %12s %10s\n", "policy", "MAT", "tok/step", "t(step)/t(1)", "speedup");
+      for (const json& p : replay.at("policies")) {
+        const double mat = p.at("mat").get<double>();
+        const double per_step = p.at("tokens_per_step").get<double>();
+        const double cost = Interpolate(curve, per_step) / curve.front().second;
+        std::printf("%-10s %8.2f %10.2f %12.2f %10.2f\n", p.at("name").get<std::string>().c_str(), mat,
+                    per_step, cost, mat / cost);
+        std::printf("JSON {\"bench\":\"projection\",\"policy\":\"%s\",\"mat\":%.3f,\"tokens_per_step\":%.2f,"
+                    "\"relative_step_cost\":%.3f,\"projected_speedup\":%.3f}\n",
+                    p.at("name").get<std::string>().c_str(), mat, per_step, cost, mat / cost);
+      }
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_generate: %s\n", e.what());
+    return 1;
+  }
+}

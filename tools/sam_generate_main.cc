@@ -1,0 +1,284 @@
+// sam-generate: generate text with a Llama-family checkpoint, SAM-Decoding drafts and
+// speculative verification (greedy or lossless sampling).
+//
+//   sam-generate --model /models/vicuna-7b --tokenizer llama-32k.model --index all.sam
+//                --template vicuna --prompt "Name three colours." --max-new-tokens 128
+//   sam-generate ... --temperature 0.7 --top-p 0.9 --seed 1 --json
+//   sam-generate --make-random-model /tmp/rnd --tokenizer llama-32k.model   # testing only
+//
+// Exit codes: 0 success, 1 runtime error (unreadable model, tokenizer/index mismatch, ...),
+// 2 bad flags.
+//
+// The tokenizer (SentencePiece) is loaded from a module isolated from libtorch's protobuf
+// (tokenizer_shim.h).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <torch/cuda.h>
+
+#include "sam/corpora/templates.h"
+#include "sam/format/error.h"
+#include "sam/format/index.h"
+#include "sam/torch/error.h"
+#include "sam/torch/generate.h"
+#include "sam/torch/llama_config.h"
+#include "sam/torch/model.h"
+#include "tokenizer_shim.h"
+#include "sam/torch/safetensors.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace rt = sam::runtime;
+namespace tb = sam::torch_backend;
+using nlohmann::json;
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// A random checkpoint (config.json + model.safetensors) for tests and demos: its output is noise.
+void MakeRandomModel(const fs::path& dir, int64_t vocab, int64_t layers, int64_t hidden, uint64_t seed) {
+  tb::LlamaConfig c;
+  c.hidden_size = hidden;
+  c.head_dim = hidden >= 256 ? 64 : 16;
+  if (hidden % c.head_dim != 0)
+    throw UsageError("--random-hidden must be a multiple of " + std::to_string(c.head_dim));
+  c.num_attention_heads = hidden / c.head_dim;
+  c.num_key_value_heads = c.num_attention_heads;
+  c.intermediate_size = (hidden * 11 / 4 + 15) / 16 * 16;
+  c.num_hidden_layers = layers;
+  c.vocab_size = vocab;
+  c.max_position_embeddings = 4096;
+  c.rms_norm_eps = 1e-5;
+  c.torch_dtype = "float32";
+  c.Validate("random model flags");
+  fs::create_directories(dir);
+  {
+    std::ofstream out(dir / "config.json", std::ios::binary);
+    out << c.ToJsonText();
+    if (!out) throw std::runtime_error("cannot write " + (dir / "config.json").string());
+  }
+  tb::WriteSafetensors(dir / "model.safetensors", tb::MakeRandomLlamaWeights(c, seed),
+                       {{"format", "pt"}, {"note", "random weights made by sam-generate, for testing only"}});
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot open prompt file " + path);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Prints the text of `ids` incrementally: each call prints what decoding all ids so far adds.
+class TextStreamer {
+ public:
+  explicit TextStreamer(const IsolatedTokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  void Add(std::span<const uint32_t> tokens) {
+    ids_.insert(ids_.end(), tokens.begin(), tokens.end());
+    const std::string text = tokenizer_.Decode(ids_);
+    // A piece can change how earlier bytes decode (byte fallback); print only a stable suffix.
+    if (text.compare(0, printed_.size(), printed_) == 0) {
+      std::fwrite(text.data() + printed_.size(), 1, text.size() - printed_.size(), stdout);
+      std::fflush(stdout);
+      printed_ = text;
+    }
+  }
+
+ private:
+  const IsolatedTokenizer& tokenizer_;
+  std::vector<uint32_t> ids_;
+  std::string printed_;
+};
+
+json BySourceJson(const tb::GenerateResult& r) {
+  json sources = json::object();
+  for (size_t i = 0; i < r.by_source.size(); ++i) {
+    const tb::SourceCounts& c = r.by_source[i];
+    if (c.steps == 0) continue;
+    sources[std::string(rt::DraftSourceName(static_cast<rt::DraftSource>(i)))] = {
+        {"steps", c.steps}, {"draft_tokens", c.draft_tokens},
+        {"accepted_tokens", c.accepted_tokens}, {"mat", c.Mat()}};
+  }
+  return sources;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "sam-generate: generate text with a Llama-family checkpoint (HF config.json +\n"
+      "safetensors), SAM-Decoding drafts (static indexes, dynamic SAM, Token Recycling) and\n"
+      "speculative verification in one forward pass per step. Greedy output equals plain greedy\n"
+      "decoding; sampling (--temperature > 0) is lossless.\n\nPolicies:\n" +
+          std::string(tb::GeneratorPolicyHelp()),
+      "sam-generate"};
+  std::string model_dir, tokenizer_path, prompt, prompt_file, template_name = "raw";
+  std::string policy = "sam-rec", device = "cpu", dtype;
+  std::vector<std::string> index_paths;
+  std::optional<size_t> draft_size;
+  int64_t max_new_tokens = 128;
+  float temperature = 0.0f, top_p = 1.0f;
+  int top_k = 0;
+  uint64_t seed = 0;
+  bool no_spec = false, as_json = false;
+  std::string random_dir;
+  int64_t random_vocab = 0, random_layers = 2, random_hidden = 64;
+  uint64_t random_seed = 1;
+
+  app.add_option("--model", model_dir, "checkpoint directory (config.json + *.safetensors)");
+  app.add_option("--tokenizer", tokenizer_path, "SentencePiece model of the checkpoint");
+  app.add_option("--index", index_paths, "static index file (repeatable; checked against the tokenizer)");
+  auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text");
+  auto* file_opt = app.add_option("--prompt-file", prompt_file, "file holding the prompt text");
+  prompt_opt->excludes(file_opt);
+  app.add_option("--template", template_name, "prompt template: raw or vicuna (default raw)")
+      ->check(CLI::IsMember({"raw", "vicuna"}));
+  app.add_option("--max-new-tokens", max_new_tokens, "most tokens to generate (default 128)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
+  app.add_option("--temperature", temperature, "0 = greedy (default); > 0 samples")
+      ->check(CLI::Range(0.0f, 100.0f));
+  app.add_option("--top-k", top_k, "keep the k most probable tokens (0 = off)")->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", top_p, "nucleus sampling mass in (0, 1] (1 = off)")
+      ->check(CLI::Range(0.0f, 1.0f));
+  app.add_option("--seed", seed, "sampling seed (default 0)");
+  app.add_flag("--no-spec", no_spec, "plain autoregressive decoding (no drafts), for comparison");
+  app.add_option("--policy", policy, "draft policy (default sam-rec; see above)");
+  app.add_option("--draft-size", draft_size, "draft nodes incl. the start token (default 40)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 12));
+  app.add_option("--device", device, "cpu, cuda or cuda:N (default cpu)");
+  app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default: fp32 on cpu, fp16/bf16 on cuda)");
+  app.add_flag("--json", as_json, "print one JSON object instead of streaming the text");
+  app.add_option("--make-random-model", random_dir,
+                 "write a random checkpoint to DIR and exit (FOR TESTING ONLY: its output is noise)");
+  app.add_option("--random-vocab", random_vocab,
+                 "vocabulary of the random model (default: the --tokenizer's)")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
+  app.add_option("--random-layers", random_layers, "layers of the random model (default 2)")
+      ->check(CLI::Range(int64_t{1}, int64_t{256}));
+  app.add_option("--random-hidden", random_hidden, "hidden size of the random model (default 64)")
+      ->check(CLI::Range(int64_t{16}, int64_t{16384}));
+  app.add_option("--random-seed", random_seed, "seed of the random weights (default 1)");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+
+  try {
+    std::unique_ptr<IsolatedTokenizer> tokenizer;
+    if (!tokenizer_path.empty())
+      tokenizer = std::make_unique<IsolatedTokenizer>(tokenizer_path);
+
+    if (!random_dir.empty()) {
+      if (random_vocab == 0) {
+        if (!tokenizer) throw UsageError("--make-random-model needs --random-vocab or --tokenizer");
+        random_vocab = tokenizer->vocab_size();
+      }
+      MakeRandomModel(random_dir, random_vocab, random_layers, random_hidden, random_seed);
+      std::cerr << "sam-generate: wrote a random model (vocab " << random_vocab << ", "
+                << random_layers << " layers, hidden " << random_hidden << ") to " << random_dir
+                << " -- for testing only\n";
+      return 0;
+    }
+
+    if (model_dir.empty()) throw UsageError("--model is required");
+    if (!(top_p > 0.0f)) throw UsageError("--top-p must be in (0, 1]");
+    if (!tokenizer) throw UsageError("--tokenizer is required");
+    if (prompt_opt->count() == 0 && file_opt->count() == 0)
+      throw UsageError("one of --prompt or --prompt-file is required");
+    if (!fs::is_directory(model_dir))
+      throw std::runtime_error("model directory " + model_dir + " does not exist");
+    if (!fs::exists(fs::path(model_dir) / "config.json"))
+      throw std::runtime_error("model directory " + model_dir +
+                               " has no config.json (expected a Hugging Face checkpoint)");
+    tb::GeneratorOptions generator_options;
+    try {
+      generator_options = tb::GeneratorOptionsForPolicy(policy);
+    } catch (const tb::Error& e) {
+      throw UsageError(e.what());
+    }
+    if (draft_size) generator_options.selection.draft_size = *draft_size;
+    if (device.rfind("cuda", 0) == 0 && !torch::cuda::is_available())
+      throw std::runtime_error("--device " + device + ": this libtorch has no usable CUDA device");
+
+    // Indexes first: cheap, and a mismatch should fail before loading a large model.
+    sam::format::OpenOptions open;
+    open.expected_tokenizer_sha256 = tokenizer->sha256();
+    open.expected_vocab_size = tokenizer->vocab_size();
+    std::vector<sam::format::IndexFile> indexes;
+    for (const auto& p : index_paths) indexes.push_back(sam::format::IndexFile::Open(p, open));
+
+    const tb::Model model = tb::Model::Load(model_dir, {.device = device, .dtype = dtype});
+    if (model.config().vocab_size != static_cast<int64_t>(tokenizer->vocab_size()))
+      throw std::runtime_error("vocabulary size mismatch: the model " + model_dir + " has " +
+                               std::to_string(model.config().vocab_size) + " tokens, the tokenizer " +
+                               tokenizer_path + " has " + std::to_string(tokenizer->vocab_size()) +
+                               "; use the checkpoint's own tokenizer");
+
+    const std::string text = prompt_opt->count() ? prompt : ReadFile(prompt_file);
+    const std::string rendered = sam::corpora::ParseTemplate(template_name) == sam::corpora::Template::kVicuna
+                                     ? sam::corpora::RenderVicunaPrompt(text)
+                                     : text;
+    std::vector<uint32_t> prompt_ids;
+    if (tokenizer->bos_id() != sam::format::kNoToken) prompt_ids.push_back(tokenizer->bos_id());
+    tokenizer->Encode(rendered, &prompt_ids);
+
+    tb::Generator generator(model, generator_options);
+    for (const auto& f : indexes) generator.AttachIndex(&f.view());
+    tb::GenerateOptions options;
+    options.max_new_tokens = max_new_tokens;
+    if (tokenizer->eos_id() != sam::format::kNoToken) options.stop_tokens = {tokenizer->eos_id()};
+    options.speculative = !no_spec;
+    options.sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
+    options.seed = seed;
+
+    TextStreamer streamer(*tokenizer);
+    tb::TokenCallback stream;
+    if (!as_json) stream = [&](std::span<const uint32_t> tokens) { streamer.Add(tokens); return true; };
+    const tb::GenerateResult r = generator.Generate(prompt_ids, options, stream);
+
+    if (as_json) {
+      json out;
+      out["output_ids"] = r.output_ids;
+      out["text"] = tokenizer->Decode(r.output_ids);
+      out["prompt_tokens"] = r.prompt_tokens;
+      out["new_tokens"] = r.output_ids.size();
+      out["steps"] = r.steps;
+      out["verified_tokens"] = r.verified_tokens;
+      out["mat"] = r.mat;
+      out["tokens_per_s"] = r.tokens_per_s;
+      out["prefill_seconds"] = r.prefill_seconds;
+      out["decode_seconds"] = r.decode_seconds;
+      out["stop_reason"] = std::string(tb::StopReasonName(r.stop_reason));
+      out["policy"] = no_spec ? "none" : policy;
+      out["by_source"] = BySourceJson(r);
+      std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+    } else {
+      std::printf("\n");
+      std::fprintf(stderr, "[%zu tokens, %lld steps, MAT %.2f, %.1f tokens/s, %s]\n",
+                   r.output_ids.size(), static_cast<long long>(r.steps), r.mat, r.tokens_per_s,
+                   std::string(tb::StopReasonName(r.stop_reason)).c_str());
+    }
+    return 0;
+  } catch (const UsageError& e) {
+    std::cerr << "sam-generate: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "sam-generate: " << e.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,93 @@
+#include "trace_io.h"
+
+#include <sentencepiece_processor.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+namespace sam::tools {
+
+using nlohmann::json;
+
+Tokenizer::Tokenizer(const std::string& path)
+    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
+  const auto status = sp_->Load(path);
+  if (!status.ok())
+    throw std::runtime_error("cannot load tokenizer " + path + ": " + status.ToString());
+}
+
+Tokenizer::~Tokenizer() = default;
+
+std::vector<uint32_t> Tokenizer::Encode(const std::string& text) const {
+  std::vector<int> ids;
+  const auto status = sp_->Encode(text, &ids);
+  if (!status.ok()) throw std::runtime_error("tokenization failed: " + status.ToString());
+  return std::vector<uint32_t>(ids.begin(), ids.end());
+}
+
+uint32_t Tokenizer::bos() const { return static_cast<uint32_t>(sp_->bos_id()); }
+uint32_t Tokenizer::vocab_size() const { return static_cast<uint32_t>(sp_->GetPieceSize()); }
+
+namespace {
+
+std::vector<uint32_t> ReadIds(const json& j, const std::string& where, const char* field) {
+  if (!j.is_array()) throw std::runtime_error(where + ": \"" + field + "\" must be an array of ids");
+  std::vector<uint32_t> ids;
+  for (const json& v : j) {
+    if (!v.is_number_unsigned() || v.get<uint64_t>() > UINT32_MAX)
+      throw std::runtime_error(where + ": \"" + field + "\" holds a non-id value " + v.dump());
+    ids.push_back(v.get<uint32_t>());
+  }
+  return ids;
+}
+
+}  // namespace
+
+std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const Tokenizer* tokenizer,
+                                             uint32_t bos, uint32_t vocab_size) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot open traces " + path);
+  std::vector<runtime::ReplayTrace> traces;
+  std::string line;
+  for (size_t line_no = 1; std::getline(in, line); ++line_no) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = path + ":" + std::to_string(line_no);
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const json::parse_error& e) {
+      throw std::runtime_error(where + ": invalid JSON: " + e.what());
+    }
+    if (!j.is_object()) throw std::runtime_error(where + ": a trace must be a JSON object");
+    runtime::ReplayTrace t;
+    t.id = j.contains("id") ? (j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump())
+                            : std::to_string(line_no);
+    t.category = j.value("category", std::string("all"));
+    auto text_or_ids = [&](const char* text_field, const char* ids_field) {
+      if (j.contains(ids_field)) return ReadIds(j[ids_field], where, ids_field);
+      if (!j.contains(text_field) || !j[text_field].is_string())
+        throw std::runtime_error(where + ": needs a string \"" + text_field + "\" or an id array \"" +
+                                 ids_field + "\"");
+      if (!tokenizer)
+        throw std::runtime_error(where + ": string \"" + text_field +
+                                 "\" needs --tokenizer (or give \"" + ids_field + "\")");
+      return tokenizer->Encode(j[text_field].get<std::string>());
+    };
+    t.prompt = text_or_ids("prompt", "prompt_ids");
+    t.output = text_or_ids("output", "output_ids");
+    if (t.prompt.empty() || t.prompt.front() != bos) t.prompt.insert(t.prompt.begin(), bos);
+    for (const auto* ids : {&t.prompt, &t.output})
+      for (uint32_t id : *ids)
+        if (id >= vocab_size)
+          throw std::runtime_error(where + ": token id " + std::to_string(id) +
+                                   " is outside the vocabulary (size " +
+                                   std::to_string(vocab_size) + ")");
+    if (t.output.empty()) continue;  // nothing to replay
+    traces.push_back(std::move(t));
+  }
+  if (traces.empty()) throw std::runtime_error(path + ": no traces with a non-empty output");
+  return traces;
+}
+
+}  // namespace sam::tools
