@@ -60,6 +60,11 @@ bool IndexHeader::has_tokenizer() const {
 
 // ---- IndexView out-of-line parts -------------------------------------------
 
+// POPCNT is not in the x86-64 baseline that Debian targets; without it
+// popcount is a library call. Clone the select loop for CPUs that have it.
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+__attribute__((target_clones("popcnt", "default")))
+#endif
 uint64_t IndexView::Select1(uint64_t k) const {
   const uint64_t j = k >> select_rate_log2_;
   if (j >= select_samples_.size()) return degree_bit_count_;
