@@ -176,24 +176,18 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   o.max_dynamic_bytes = tuning.dynamic_bytes;
   if (tuning.draft_size) o.selection.draft_size = *tuning.draft_size;
   if (tuning.min_path_probability) o.selection.min_path_probability = *tuning.min_path_probability;
-  if (name == "sam") {
-    o.selection.policy = rt::Policy::kPaper;
-  } else if (name == "static") {
-    o.selection.policy = rt::Policy::kStaticOnly;
-  } else if (name == "dynamic") {
-    o.selection.policy = rt::Policy::kDynamicOnly;
-  } else if (name == "sam-tree") {
-    o.selection.policy = rt::Policy::kTree;
-  } else if (name == "sam-cal") {
-    o.selection.policy = rt::Policy::kCalibrated;
-  } else if (name == "sam-rec") {
-    o.selection.policy = rt::Policy::kPaper;
+  rt::NamedPolicy named;
+  try {
+    named = rt::PolicyFromToolName(name);
+  } catch (const std::invalid_argument&) {
+    throw UsageError("unknown policy '" + name + "'; valid policies:\n" + kPolicyHelp);
+  }
+  o.selection.policy = named.policy;
+  if (named.recycling_fallback) {
     auto rec = std::make_unique<RecordedRecyclingSession>(o, vocab_size);
     for (const auto& v : views) rec->session().AttachIndex(v);
     run.drafter = std::move(rec);
     return run;
-  } else {
-    throw UsageError("unknown policy '" + name + "'; valid policies:\n" + kPolicyHelp);
   }
   auto session = std::make_unique<rt::Session>(o);
   for (const auto& v : views) session->AttachIndex(v);

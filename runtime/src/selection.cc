@@ -25,6 +25,17 @@ Policy ParsePolicy(std::string_view name) {
                               "' (valid: paper, static, dynamic, tree, calibrated)");
 }
 
+NamedPolicy PolicyFromToolName(std::string_view name) {
+  if (name == "sam") return {Policy::kPaper, false};
+  if (name == "sam-rec") return {Policy::kPaper, true};
+  if (name == "static") return {Policy::kStaticOnly, false};
+  if (name == "dynamic") return {Policy::kDynamicOnly, false};
+  if (name == "sam-tree") return {Policy::kTree, false};
+  if (name == "sam-cal") return {Policy::kCalibrated, false};
+  throw std::invalid_argument("unknown policy '" + std::string(name) +
+                              "' (valid: sam, sam-rec, static, dynamic, sam-tree, sam-cal)");
+}
+
 Choice ChoosePaper(uint32_t l_dyn, uint32_t l_static, bool has_fallback,
                    const SelectionOptions& options) {
   const int64_t bias = options.l_bias.value_or(has_fallback ? 5 : 0);

@@ -23,6 +23,7 @@
 #include <torch/cuda.h>
 #include <torch/types.h>
 
+#include "temp_dir.h"
 #include "sam/format/index.h"
 #include "sam/indexer/builder.h"
 #include "sam/runtime/verify.h"
@@ -36,22 +37,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "sam_generate_test_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using sam::testing::TempDir;
 
 tb::LlamaConfig TinyConfig(int64_t vocab) {
   tb::LlamaConfig c;

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
 #include "sam/indexer/builder.h"
 #include "sam/indexer/tokenizer.h"
 
@@ -46,22 +47,7 @@ ProcessResult RunGenerate(const std::string& args, bool merge_stderr = true) {
 
 std::string Quote(const fs::path& p) { return "'" + p.string() + "'"; }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "sam_generate_cli_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using sam::testing::TempDir;
 
 TEST(SamGenerateCli, HelpRunsWithTorchAndSentencePieceLinked) {
   const ProcessResult run = RunGenerate("--help");

@@ -19,6 +19,7 @@
 #include <torch/cuda.h>
 #include <torch/types.h>
 
+#include "temp_dir.h"
 #include "sam/torch/error.h"
 #include "sam/torch/llama_config.h"
 #include "sam/torch/model.h"
@@ -32,22 +33,7 @@ namespace {
 // ---------------------------------------------------------------------------------------------
 // Helpers
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "sam_torch_test_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using sam::testing::TempDir;
 
 void WriteText(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);

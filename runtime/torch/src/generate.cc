@@ -56,18 +56,11 @@ std::string_view GeneratorPolicyHelp() {
 
 GeneratorOptions GeneratorOptionsForPolicy(std::string_view name) {
   GeneratorOptions o;
-  if (name == "sam" || name == "sam-rec") {
-    o.selection.policy = rt::Policy::kPaper;
-    o.recycling_fallback = name == "sam-rec";
-  } else if (name == "static") {
-    o.selection.policy = rt::Policy::kStaticOnly;
-  } else if (name == "dynamic") {
-    o.selection.policy = rt::Policy::kDynamicOnly;
-  } else if (name == "sam-tree") {
-    o.selection.policy = rt::Policy::kTree;
-  } else if (name == "sam-cal") {
-    o.selection.policy = rt::Policy::kCalibrated;
-  } else {
+  try {
+    const rt::NamedPolicy p = rt::PolicyFromToolName(name);
+    o.selection.policy = p.policy;
+    o.recycling_fallback = p.recycling_fallback;
+  } catch (const std::invalid_argument&) {
     throw Error(ErrorCode::kInvalidArgument, "unknown policy '" + std::string(name) +
                                                  "'; valid policies:\n" + std::string(GeneratorPolicyHelp()));
   }

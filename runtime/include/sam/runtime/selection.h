@@ -42,6 +42,16 @@ enum class Policy { kPaper, kStaticOnly, kDynamicOnly, kTree, kCalibrated };
 std::string_view PolicyName(Policy policy);
 Policy ParsePolicy(std::string_view name);
 
+// The policies by the names the tools use (sam-replay, sam-generate): "sam"
+// (the paper's rule), "sam-rec" (the paper's rule with a Token Recycling
+// fallback), "static", "dynamic", "sam-tree", "sam-cal" (calibrated). Throws
+// std::invalid_argument naming the valid names.
+struct NamedPolicy {
+  Policy policy = Policy::kPaper;
+  bool recycling_fallback = false;
+};
+NamedPolicy PolicyFromToolName(std::string_view name);
+
 struct SelectionOptions {
   Policy policy = Policy::kPaper;
   // Draft size in nodes, start token included (the paper: 40; 16 for code).
