@@ -62,7 +62,9 @@ bool IndexHeader::has_tokenizer() const {
 
 // POPCNT is not in the x86-64 baseline that Debian targets; without it
 // popcount is a library call. Clone the select loop for CPUs that have it.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+// (Not under sanitizers: their runtimes are not ready when ifunc resolvers run.)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && \
+    !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
 __attribute__((target_clones("popcnt", "default")))
 #endif
 uint64_t IndexView::Select1(uint64_t k) const {
