@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "cli_exit.h"
 #include "sam/corpora/corpora.h"
 #include "sam/indexer/builder.h"
 #include "sam/indexer/pipeline.h"
@@ -44,7 +45,7 @@ int main(int argc, char** argv) {
   app.add_option("--preset", preset, "corpus set: default or gsm8k")->capture_default_str();
   app.add_option("--repeats", repeats, "runs per measurement")->check(CLI::Range(1, 50));
   app.add_option("-o,--output", out, "scratch index path")->capture_default_str();
-  CLI11_PARSE(app, argc, argv);
+  if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   namespace fs = std::filesystem;
   try {
     // The corpus set of sam-build's presets.

@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_exit.h"
 #include "sam/format/index.h"
 #include "sam/runtime/pld.h"
 #include "sam/runtime/replay.h"
@@ -184,12 +185,7 @@ int main(int argc, char** argv) {
   app.add_option("--load", load,
                  "how the index is loaded: mmap (IndexFile::Open), read (IndexFile::Read) or "
                  "huge (read into transparent huge pages, IndexFile::FromBuffer)");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   try {
     HugeBuffer huge;
     const auto file = OpenIndex(index_path, load, &huge);

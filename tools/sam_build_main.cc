@@ -8,6 +8,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli_exit.h"
 #include "sam/format/error.h"
 #include "sam/indexer/pipeline.h"
 
@@ -162,12 +163,7 @@ int main(int argc, char** argv) {
   app.add_option("-o,--output", cfg.output_path, "output index file")->required();
   app.add_flag("--json", json, "print the build report as one JSON object on stdout");
   app.add_flag("-q,--quiet", quiet, "no progress on stderr");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   cfg.add_bos = !no_bos;
   cfg.tool_version = "sam-build " SAM_VERSION;
   if (cfg.threads > 1024) {

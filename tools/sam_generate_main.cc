@@ -26,6 +26,7 @@
 
 #include <torch/cuda.h>
 
+#include "cli_exit.h"
 #include "sam/corpora/templates.h"
 #include "sam/format/error.h"
 #include "sam/format/index.h"
@@ -171,12 +172,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{16}, int64_t{16384}));
   app.add_option("--random-seed", random_seed, "seed of the random weights (default 1)");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
 
   try {
     std::unique_ptr<IsolatedTokenizer> tokenizer;

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "cli_exit.h"
 #include "sam/format/error.h"
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
@@ -33,12 +34,7 @@ int main(int argc, char** argv) {
   app.add_flag("--verify", verify, "deep check: checksums, structure, self-test samples");
   app.add_option("--top", top, "also list the N most frequent tokens (needs VOCB)")
       ->check(CLI::Range(0, 1000));
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   try {
     const auto t0 = std::chrono::steady_clock::now();
     IndexFile f = IndexFile::Open(path);
@@ -56,9 +52,9 @@ int main(int argc, char** argv) {
     const auto& v = f.view();
     uint64_t root_edges = 0;
     for (uint32_t c = 0; c < h.vocab_size; ++c) root_edges += v.root_table().Get(c) != 0;
-    // Implicit transitions: i -> i+1 for every position whose successor is not
-    // a document end (the separator sits at position >= 2 of every document).
-    const uint64_t implicit = h.num_tokens - 1 - (h.num_documents - 1) - 1;
+    // Implicit transitions i -> i+1 (1 <= i < N) whose target is not a document
+    // end: every separator sits at a position >= 2, so N - 1 - documents.
+    const uint64_t implicit = h.num_tokens - 1 - h.num_documents;
     const uint64_t transitions = root_edges + implicit + h.num_edges;
     const double tokens = static_cast<double>(h.num_tokens);
     std::vector<std::pair<uint64_t, uint32_t>> frequent;

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "cli_exit.h"
 #include "sam/corpora/templates.h"
 #include "sam/format/error.h"
 #include "sam/format/index.h"
@@ -295,12 +296,7 @@ int main(int argc, char** argv) {
   make->add_option("--template", template_name, "prompt template: vicuna or raw");
   make->add_option("--limit", limit, "at most this many traces per category");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
-  }
+  if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   try {
     if (*make) return MakeTraces(data_dir, out_path, template_name, limit);
     if (traces_path.empty()) throw UsageError("--traces is required");
