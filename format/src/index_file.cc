@@ -13,7 +13,12 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "layout.h"
+#include "sam/format/huge_buffer.h"
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
 
@@ -104,10 +109,26 @@ uint64_t IndexView::Degree(uint64_t v) const {
 
 // ---- IndexFile ---------------------------------------------------------------
 
+namespace {
+
+// Maps every page of a read-only mapping (OpenOptions::populate).
+void Populate(void* address, size_t size) {
+  if (size == 0) return;
+#if defined(__linux__) && defined(MADV_POPULATE_READ)
+  if (madvise(address, size, MADV_POPULATE_READ) == 0) return;
+#endif
+  const volatile uint8_t* p = static_cast<const volatile uint8_t*>(address);
+  uint8_t sink = 0;
+  for (size_t i = 0; i < size; i += 4096) sink ^= p[i];
+  (void)sink;
+}
+
+}  // namespace
+
 struct IndexFile::Storage {
   std::unique_ptr<bip::file_mapping> mapping;
   std::unique_ptr<bip::mapped_region> region;
-  std::vector<uint64_t> buffer;  // owned copy (Read), 8-byte aligned
+  HugeBuffer buffer;  // owned copy (Read), 2 MiB aligned
 };
 
 IndexFile::IndexFile() : storage_(std::make_unique<Storage>()) {}
@@ -131,7 +152,9 @@ IndexFile IndexFile::Open(const std::string& path, const OpenOptions& options) {
   }
   f.data_ = static_cast<const uint8_t*>(f.storage_->region->get_address());
   f.size_ = f.storage_->region->get_size();
-  if (options.prefetch) f.storage_->region->advise(bip::mapped_region::advice_willneed);
+  if (options.prefetch || options.populate)
+    f.storage_->region->advise(bip::mapped_region::advice_willneed);
+  if (options.populate) Populate(f.storage_->region->get_address(), f.size_);
   f.Init(options);
   return f;
 }
@@ -141,14 +164,25 @@ IndexFile IndexFile::Read(const std::string& path, const OpenOptions& options) {
   f.path_ = path;
   std::FILE* fp = std::fopen(path.c_str(), "rb");
   if (!fp) Fail(ErrorCode::kIo, path, std::string("cannot open: ") + std::strerror(errno));
-  std::fseek(fp, 0, SEEK_END);
-  const long size = std::ftell(fp);
-  std::fseek(fp, 0, SEEK_SET);
-  f.storage_->buffer.resize((static_cast<uint64_t>(size) + 7) / 8);
-  const size_t got = std::fread(f.storage_->buffer.data(), 1, static_cast<size_t>(size), fp);
+  long size = -1;
+  if (std::fseek(fp, 0, SEEK_END) == 0) size = std::ftell(fp);
+  if (size < 0 || std::fseek(fp, 0, SEEK_SET) != 0) {
+    std::fclose(fp);
+    Fail(ErrorCode::kIo, path, "cannot determine the file size (not a regular file?)");
+  }
+  try {
+    f.storage_->buffer = HugeBuffer(static_cast<size_t>(size));
+  } catch (const std::bad_alloc&) {
+    std::fclose(fp);
+    Fail(ErrorCode::kIo, path, "out of memory reading " + std::to_string(size) + " bytes");
+  }
+  const size_t got =
+      size == 0 ? 0 : std::fread(f.storage_->buffer.data(), 1, static_cast<size_t>(size), fp);
   std::fclose(fp);
   if (got != static_cast<size_t>(size)) Fail(ErrorCode::kIo, path, "short read");
-  f.data_ = reinterpret_cast<const uint8_t*>(f.storage_->buffer.data());
+  static const uint64_t kEmpty = 0;  // Init reports an empty file as truncated
+  f.data_ = size == 0 ? reinterpret_cast<const uint8_t*>(&kEmpty)
+                      : static_cast<const uint8_t*>(f.storage_->buffer.data());
   f.size_ = static_cast<uint64_t>(size);
   f.Init(options);
   return f;
