@@ -23,6 +23,7 @@ constexpr size_t kMinCapacity = 4;
 constexpr size_t kMaxCapacity = size_t{1} << 30;
 
 size_t StatesFor(size_t capacity) { return 2 * capacity + 1; }
+size_t TextBytes(size_t capacity) { return capacity * sizeof(uint32_t); }
 
 // A suffix automaton over n >= 3 tokens has at most 3n - 4 transitions; the
 // table keeps the load factor at or below 3/4 even then.
@@ -44,8 +45,7 @@ inline size_t HashSlot(uint32_t state, uint32_t token, size_t mask) {
 
 size_t DynamicSam::BytesForCapacity(size_t capacity_tokens) {
   size_t cap = std::max(capacity_tokens, kMinCapacity);
-  return cap * sizeof(uint32_t) + StatesFor(cap) * 4 * sizeof(uint32_t) +
-         SlotsFor(cap) * sizeof(Slot);
+  return TextBytes(cap) + StatesFor(cap) * sizeof(State) + SlotsFor(cap) * sizeof(Slot);
 }
 
 size_t DynamicSam::CapacityForBytes(size_t bytes) {
@@ -65,12 +65,12 @@ DynamicSam::DynamicSam(size_t capacity_tokens) {
   capacity_ = std::max(capacity_tokens, kMinCapacity);
   const size_t states = StatesFor(capacity_);
   const size_t slots = SlotsFor(capacity_);
-  text_.reset(new uint32_t[capacity_]);
-  len_.reset(new uint32_t[states]);
-  link_.reset(new uint32_t[states]);
-  min_endpos_.reset(new uint32_t[states]);
-  first_edge_.reset(new uint32_t[states]);
-  slots_.reset(new Slot[slots]);
+  // Slots first (16-byte aligned at the block's start), then states, then text.
+  memory_ = std::make_unique<format::HugeBuffer>(BytesForCapacity(capacity_));
+  auto* base = static_cast<uint8_t*>(memory_->data());
+  slots_ = reinterpret_cast<Slot*>(base);
+  states_ = reinterpret_cast<State*>(base + slots * sizeof(Slot));
+  text_ = reinterpret_cast<uint32_t*>(base + slots * sizeof(Slot) + states * sizeof(State));
   slot_mask_ = slots - 1;
   for (size_t i = 0; i < slots; ++i) slots_[i].state = kNone;
   num_states_ = 0;
@@ -85,7 +85,7 @@ DynamicSam::~DynamicSam() = default;
 void DynamicSam::Reset() {
   // Clear only the slots in use: O(transitions), not O(table).
   for (size_t v = 0; v < num_states_; ++v) {
-    for (uint32_t s = first_edge_[v]; s != kNone;) {
+    for (uint32_t s = states_[v].first_edge; s != kNone;) {
       uint32_t next = slots_[s].next;
       slots_[s].state = kNone;
       s = next;
@@ -101,10 +101,7 @@ void DynamicSam::Reset() {
 
 uint32_t DynamicSam::NewState(uint32_t len, uint32_t link, uint32_t min_endpos) {
   uint32_t v = static_cast<uint32_t>(num_states_++);
-  len_[v] = len;
-  link_[v] = link;
-  min_endpos_[v] = min_endpos;
-  first_edge_[v] = kNone;
+  states_[v] = State{len, link, min_endpos, kNone};
   return v;
 }
 
@@ -119,8 +116,8 @@ DynamicSam::Slot* DynamicSam::Find(uint32_t v, uint32_t token) const {
 void DynamicSam::Insert(uint32_t v, uint32_t token, uint32_t target) {
   size_t i = HashSlot(v, token, slot_mask_);
   while (slots_[i].state != kNone) i = (i + 1) & slot_mask_;
-  slots_[i] = Slot{v, token, target, first_edge_[v]};
-  first_edge_[v] = static_cast<uint32_t>(i);
+  slots_[i] = Slot{v, token, target, states_[v].first_edge};
+  states_[v].first_edge = static_cast<uint32_t>(i);
   ++num_edges_;
 }
 
@@ -145,33 +142,33 @@ void DynamicSam::Extend(std::span<const uint32_t> tokens) {
 void DynamicSam::Append(uint32_t c) {
   const uint32_t pos = static_cast<uint32_t>(++n_);
   ++total_;
-  const uint32_t cur = NewState(len_[last_] + 1, kRoot, pos);
+  const uint32_t cur = NewState(states_[last_].len + 1, kRoot, pos);
   // The state of the whole text (last_) never has transitions: add c to it
   // without searching, then walk its suffix links.
   uint32_t p = last_;
   Insert(p, c, cur);
-  p = link_[p];
+  p = states_[p].link;
   Slot* edge = nullptr;
   while (p != kNone && (edge = Find(p, c)) == nullptr) {
     Insert(p, c, cur);
-    p = link_[p];
+    p = states_[p].link;
   }
   if (p != kNone) {
     const uint32_t q = edge->target;
-    if (len_[p] + 1 == len_[q]) {
-      link_[cur] = q;
+    if (states_[p].len + 1 == states_[q].len) {
+      states_[cur].link = q;
     } else {
-      const uint32_t clone = NewState(len_[p] + 1, link_[q], min_endpos_[q]);
-      for (uint32_t s = first_edge_[q]; s != kNone; s = slots_[s].next)
+      const uint32_t clone = NewState(states_[p].len + 1, states_[q].link, states_[q].min_endpos);
+      for (uint32_t s = states_[q].first_edge; s != kNone; s = slots_[s].next)
         Insert(clone, slots_[s].token, slots_[s].target);
       while (p != kNone) {
         Slot* e = Find(p, c);
         if (e == nullptr || e->target != q) break;
         e->target = clone;
-        p = link_[p];
+        p = states_[p].link;
       }
-      link_[q] = clone;
-      link_[cur] = clone;
+      states_[q].link = clone;
+      states_[cur].link = clone;
     }
   }
   last_ = cur;
@@ -181,7 +178,7 @@ void DynamicSam::Rebuild() {
   const size_t keep = capacity_ / 2;
   const size_t drop = n_ - keep;
   const uint64_t total = total_;
-  std::memmove(text_.get(), text_.get() + drop, keep * sizeof(uint32_t));
+  std::memmove(text_, text_ + drop, keep * sizeof(uint32_t));
   Reset();
   for (size_t i = 0; i < keep; ++i) {
     text_[n_] = text_[i];  // n_ == i: the token stays where it is
@@ -193,10 +190,10 @@ void DynamicSam::Rebuild() {
 DynamicSam::Match DynamicSam::Lookup(uint32_t token) const {
   // The state of the whole text has no transitions; climbing from its
   // suffix link finds the longest suffix that continues with `token`.
-  uint32_t v = link_[last_];
+  uint32_t v = states_[last_].link;
   while (v != kNone) {
-    if (const Slot* s = Find(v, token)) return Match{s->target, len_[v] + 1};
-    v = link_[v];
+    if (const Slot* s = Find(v, token)) return Match{s->target, states_[v].len + 1};
+    v = states_[v].link;
   }
   return Match{kRoot, 0};
 }
@@ -210,11 +207,11 @@ size_t DynamicSam::Continuation(Match match, size_t want, bool climb_links, uint
   }
   // A shorter suffix occurs at least wherever a longer one does, so its first
   // end position is never later: climbing can only lengthen the continuation.
-  while (climb_links && n_ - min_endpos_[v] < want && link_[v] != kRoot && link_[v] != kNone)
-    v = link_[v];
-  const size_t begin = min_endpos_[v];  // 1-based end = 0-based index of the next token
+  while (climb_links && n_ - states_[v].min_endpos < want && states_[v].link != kRoot && states_[v].link != kNone)
+    v = states_[v].link;
+  const size_t begin = states_[v].min_endpos;  // 1-based end = 0-based index of the next token
   const size_t count = std::min(want, n_ - begin);
-  std::copy(text_.get() + begin, text_.get() + begin + count, out);
+  std::copy(text_ + begin, text_ + begin + count, out);
   if (used_state) *used_state = v;
   return count;
 }

@@ -30,6 +30,8 @@
 #include <memory>
 #include <span>
 
+#include "sam/format/huge_buffer.h"
+
 namespace sam::runtime {
 
 class DynamicSam {
@@ -84,12 +86,19 @@ class DynamicSam {
   size_t num_states() const { return num_states_; }
   size_t num_transitions() const { return num_edges_; }
   uint32_t last() const { return last_; }
-  uint32_t Len(uint32_t v) const { return len_[v]; }
-  uint32_t Link(uint32_t v) const { return link_[v]; }  // kNone for the root
-  uint32_t MinEndpos(uint32_t v) const { return min_endpos_[v]; }  // 0 for the root
-  uint32_t Next(uint32_t v, uint32_t token) const;                // kNone if absent
+  uint32_t Len(uint32_t v) const { return states_[v].len; }
+  uint32_t Link(uint32_t v) const { return states_[v].link; }  // kNone for the root
+  uint32_t MinEndpos(uint32_t v) const { return states_[v].min_endpos; }  // 0 for the root
+  uint32_t Next(uint32_t v, uint32_t token) const;                        // kNone if absent
 
  private:
+  // A state's fields together: one cache line holds all a step reads of it.
+  struct State {
+    uint32_t len;
+    uint32_t link;
+    uint32_t min_endpos;
+    uint32_t first_edge;  // slot of its first transition, kNone if none
+  };
   struct Slot;
   void Append(uint32_t token);  // Blumer step; requires n_ < capacity_
   void Rebuild();               // keep the last half of the window
@@ -104,9 +113,12 @@ class DynamicSam {
   size_t num_states_ = 0;
   size_t num_edges_ = 0;
   size_t slot_mask_ = 0;
-  std::unique_ptr<uint32_t[]> text_;
-  std::unique_ptr<uint32_t[]> len_, link_, min_endpos_, first_edge_;
-  std::unique_ptr<Slot[]> slots_;
+  // One block (format::HugeBuffer: 2 MiB pages where available) holding the
+  // text, the states and the transition table.
+  std::unique_ptr<format::HugeBuffer> memory_;
+  uint32_t* text_ = nullptr;
+  State* states_ = nullptr;
+  Slot* slots_ = nullptr;
 };
 
 }  // namespace sam::runtime
