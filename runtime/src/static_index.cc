@@ -9,6 +9,9 @@ namespace sam::runtime {
 
 namespace {
 
+// Label table slots of a hub of `degree` explicit transitions.
+inline uint64_t LabelSlotsFor(uint64_t degree) { return degree + degree / 2 + 1; }
+
 inline uint64_t HashState(uint64_t state, uint64_t mask) {
   uint64_t x = state * 0x9E3779B97F4A7C15ull;
   x ^= x >> 29;
@@ -22,86 +25,120 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
   if (view == nullptr) throw std::invalid_argument("StaticIndex::Create: null index view");
   if (options.top_k == 0 || options.top_k > 255)
     throw std::invalid_argument("StaticIndex::Create: top_k must be in 1..255");
+  if (options.filter_bits_per_edge > 64)
+    throw std::invalid_argument("StaticIndex::Create: filter_bits_per_edge must be at most 64");
   std::shared_ptr<StaticIndex> index(new StaticIndex());
   index->view_ = view;
   index->options_ = options;
   const uint64_t min_degree = std::max<uint64_t>(options.min_degree, 1);
 
-  // Hubs: consecutive states' explicit edge ranges are adjacent, so one pass
-  // over the states finds them. (The root has its own table and is no hub.)
+  if (options.filter_bits_per_edge > 0 && view->num_edges() > 0) {
+    const uint64_t bits = view->num_edges() * options.filter_bits_per_edge;
+    index->filter_blocks_ = std::max<uint64_t>(1, (bits + 511) / 512);
+    index->filter_memory_ = format::HugeBuffer(index->filter_blocks_ * 64);
+    index->filter_ = static_cast<uint64_t*>(index->filter_memory_.data());
+  }
+  // Hubs and the filter: consecutive states' explicit edge ranges are
+  // adjacent, so one pass over the states finds them. (The root has its own
+  // table and is no hub.) Labels are those IndexView::Next compares; corrupt
+  // targets and document ends, which it never returns, are left out.
   std::vector<uint64_t> hubs;
-  for (uint64_t v = 1; v < view->num_states(); ++v) {
+  const uint64_t num_states = view->num_states();
+  for (uint64_t v = 1; v < num_states; ++v) {
     const auto [lo, hi] = internal::ExplicitEdges(*view, v);
     if (hi - lo >= min_degree) hubs.push_back(v);
+    if (index->filter_blocks_ == 0) continue;
+    for (uint64_t e = lo; e < hi; ++e) {
+      const uint64_t t = view->edges().Get(e);
+      if (t == format::kRoot || t >= num_states) continue;
+      const uint32_t label = view->LastToken(t);
+      if (label < view->vocab_size()) index->AddEdge(v, label);
+    }
   }
   index->num_hubs_ = hubs.size();
-  uint64_t slots = 16;
-  while (slots < 2 * hubs.size()) slots *= 2;
-  index->mask_ = slots - 1;
-  index->hub_bits_.assign((view->num_states() + 63) / 64, 0);
-  index->edge_begin_.reserve(hubs.size());
-  index->label_begin_.reserve(hubs.size() + 1);
-  index->label_begin_.push_back(0);
-  for (uint64_t v : hubs) {
-    index->hub_bits_[v >> 6] |= uint64_t{1} << (v & 63);
-    const auto [lo, hi] = internal::ExplicitEdges(*view, v);
-    index->edge_begin_.push_back(lo);
-    for (uint64_t e = lo; e < hi; ++e) {
-      // The label IndexView::Next compares: kNoToken for a corrupt target.
-      const uint64_t t = view->edges().Get(e);
-      index->labels_.push_back(t == format::kRoot || t >= view->num_states() ? format::kNoToken
-                                                                             : view->LastToken(t));
-    }
-    index->label_begin_.push_back(index->labels_.size());
+  uint64_t table_size = 16;
+  while (table_size < 2 * hubs.size()) table_size *= 2;
+  index->mask_ = table_size - 1;
+  index->hub_table_.assign(table_size, HubEntry{});
+  index->hub_bits_.assign((num_states + 63) / 64, 0);
+  // Label tables: per hub, open addressing over degree * 3/2 slots (at least
+  // one empty, so that a search for an absent label ends).
+  uint64_t total_slots = 0;
+  std::vector<uint64_t> slot_begin(hubs.size() + 1, 0);
+  for (size_t h = 0; h < hubs.size(); ++h) {
+    const auto [lo, hi] = internal::ExplicitEdges(*view, hubs[h]);
+    slot_begin[h] = total_slots;
+    total_slots += LabelSlotsFor(hi - lo);
   }
-  index->keys_.assign(slots, 0);
-  index->hub_of_slot_.assign(slots, 0);
+  slot_begin[hubs.size()] = total_slots;
+  index->num_label_slots_ = total_slots;
+  index->label_memory_ = format::HugeBuffer(total_slots * sizeof(LabelSlot));
+  index->label_slots_ = static_cast<LabelSlot*>(index->label_memory_.data());
+  for (uint64_t i = 0; i < total_slots; ++i) index->label_slots_[i] = LabelSlot{format::kNoToken, 0};
   index->sizes_.assign(hubs.size(), 0);
   index->children_.resize(hubs.size() * options.top_k);
   for (uint32_t h = 0; h < hubs.size(); ++h) {
-    uint64_t i = HashState(hubs[h], index->mask_);
-    while (index->keys_[i] != 0) i = (i + 1) & index->mask_;
-    index->keys_[i] = hubs[h] + 1;
-    index->hub_of_slot_[i] = h;
+    const uint64_t v = hubs[h];
+    index->hub_bits_[v >> 6] |= uint64_t{1} << (v & 63);
+    const auto [lo, hi] = internal::ExplicitEdges(*view, v);
+    const uint64_t m = slot_begin[h + 1] - slot_begin[h];
+    LabelSlot* table = index->label_slots_ + slot_begin[h];
+    for (uint64_t e = lo; e < hi; ++e) {
+      // The labels IndexView::Next compares; corrupt targets (kNoToken) and
+      // repeated labels (only in a corrupt index) are left out.
+      const uint64_t t = view->edges().Get(e);
+      if (t == format::kRoot || t >= num_states) continue;
+      const uint32_t label = view->LastToken(t);
+      if (label == format::kNoToken) continue;
+      uint64_t i = LabelSlotOf(label, m);
+      while (table[i].label != format::kNoToken && table[i].label != label) i = i + 1 == m ? 0 : i + 1;
+      if (table[i].label == format::kNoToken)
+        table[i] = LabelSlot{label, static_cast<uint32_t>(e - lo)};
+    }
+    uint64_t i = HashState(v, index->mask_);
+    while (index->hub_table_[i].key != 0) i = (i + 1) & index->mask_;
+    index->hub_table_[i] = HubEntry{v + 1, lo, slot_begin[h], static_cast<uint32_t>(m), h};
     index->sizes_[h] = static_cast<uint8_t>(internal::TopChildrenOf(
-        *view, hubs[h], static_cast<uint32_t>(options.top_k), &index->children_[h * options.top_k]));
+        *view, v, static_cast<uint32_t>(options.top_k), &index->children_[h * options.top_k]));
   }
   return index;
 }
 
-uint32_t StaticIndex::HubOf(uint64_t state) const {
+void StaticIndex::AddEdge(uint64_t v, uint32_t c) {
+  const uint64_t h = EdgeHash(v, c);
+  uint64_t* block = filter_ + FilterBlock(h) * kFilterWords;
+  uint64_t bits = h * 0x9E3779B97F4A7C15ull;
+  for (size_t w = 0; w < kFilterWords; ++w, bits >>= 6) block[w] |= uint64_t{1} << (bits & 63);
+}
+
+const StaticIndex::HubEntry& StaticIndex::HubOf(uint64_t state) const {
   uint64_t i = HashState(state, mask_);
-  while (keys_[i] != state + 1) i = (i + 1) & mask_;
-  return hub_of_slot_[i];
+  while (hub_table_[i].key != state + 1) i = (i + 1) & mask_;
+  return hub_table_[i];
 }
 
 bool StaticIndex::TopChildren(uint64_t state, std::span<const Child>* children) const {
   if (state >= hub_bits_.size() * 64 || !(hub_bits_[state >> 6] >> (state & 63) & 1))
     return false;
-  const uint32_t h = HubOf(state);
+  const uint32_t h = HubOf(state).hub;
   *children = std::span<const Child>(&children_[h * options_.top_k], sizes_[h]);
   return true;
 }
 
 uint64_t StaticIndex::HubNext(uint64_t v, uint32_t c) const {
-  // As IndexView::Next: out-of-vocabulary tokens, then the implicit v -> v+1.
-  const format::IndexView& view = *view_;
-  if (c >= view.vocab_size()) return format::kNoState;
-  if (v < view.num_tokens() && view.Token(v + 1) == c) return v + 1;
-  const uint32_t h = HubOf(v);
-  const uint32_t* begin = labels_.data() + label_begin_[h];
-  const uint32_t* end = labels_.data() + label_begin_[h + 1];
-  const uint32_t* it = std::lower_bound(begin, end, c);
-  if (it == end || *it != c) return format::kNoState;
-  return view.edges().Get(edge_begin_[h] + static_cast<uint64_t>(it - begin));
+  // Next() has ruled out the root, out-of-vocabulary tokens and v -> v+1.
+  const HubEntry& hub = HubOf(v);
+  const LabelSlot* table = label_slots_ + hub.slot_begin;
+  for (uint64_t i = LabelSlotOf(c, hub.num_slots);; i = i + 1 == hub.num_slots ? 0 : i + 1) {
+    if (table[i].label == c) return view_->edges().Get(hub.edge_begin + table[i].offset);
+    if (table[i].label == format::kNoToken) return format::kNoState;
+  }
 }
 
 size_t StaticIndex::memory_bytes() const {
-  return sizeof(*this) + keys_.capacity() * sizeof(uint64_t) +
-         hub_bits_.capacity() * sizeof(uint64_t) + edge_begin_.capacity() * sizeof(uint64_t) +
-         label_begin_.capacity() * sizeof(uint64_t) + labels_.capacity() * sizeof(uint32_t) +
-         hub_of_slot_.capacity() * sizeof(uint32_t) + sizes_.capacity() +
-         children_.capacity() * sizeof(Child);
+  return sizeof(*this) + hub_table_.capacity() * sizeof(HubEntry) +
+         hub_bits_.capacity() * sizeof(uint64_t) + num_label_slots_ * sizeof(LabelSlot) +
+         sizes_.capacity() + children_.capacity() * sizeof(Child) + filter_bytes();
 }
 
 }  // namespace sam::runtime

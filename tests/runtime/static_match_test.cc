@@ -215,11 +215,23 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
       if (rng() % 3 == 0) t = rng() % 3;  // a few very common tokens: hub states
   TestIndex index(docs, 40, "shared");
   const format::IndexView& view = index.view();
+  // Every transition, with and without hubs and edge filters (1 bit per edge:
+  // many false positives; 10: few), including out-of-vocabulary tokens.
+  for (const sam::runtime::StaticIndex::Options o :
+       {sam::runtime::StaticIndex::Options{.min_degree = 4, .top_k = 8, .filter_bits_per_edge = 0},
+        sam::runtime::StaticIndex::Options{.min_degree = 2, .top_k = 3, .filter_bits_per_edge = 1},
+        sam::runtime::StaticIndex::Options{.min_degree = 1000, .top_k = 8},
+        sam::runtime::StaticIndex::Options{.min_degree = 4, .top_k = 8}}) {
+    const auto s = sam::runtime::StaticIndex::Create(&view, o);
+    EXPECT_EQ(s->num_hubs() > 0, o.min_degree < 1000);
+    EXPECT_EQ(s->filter_bytes() > 0, o.filter_bits_per_edge > 0);
+    for (uint64_t v = 0; v < view.num_states(); ++v)
+      for (uint32_t c = 0; c <= 41; ++c)
+        ASSERT_EQ(s->Next(v, c), view.Next(v, c)) << v << " " << c << " " << o.min_degree;
+  }
   const auto shared = sam::runtime::StaticIndex::Create(&view, {.min_degree = 4, .top_k = 8});
   ASSERT_GT(shared->num_hubs(), 0u);
-  EXPECT_GT(shared->memory_bytes(), 0u);
-  for (uint64_t v = 0; v < view.num_states(); ++v)
-    for (uint32_t c = 0; c <= 41; ++c) ASSERT_EQ(shared->Next(v, c), view.Next(v, c)) << v;
+  EXPECT_GT(shared->memory_bytes(), shared->filter_bytes());
   StaticCursor plain(&view), fast(shared.get());
   StaticTreeBuilder a, b;
   for (int i = 0; i < 3000; ++i) {
@@ -241,6 +253,35 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
     ASSERT_EQ(ta.parents, tb.parents);
   }
   EXPECT_THROW(sam::runtime::StaticIndex::Create(nullptr), std::invalid_argument);
+}
+
+// The edge filter never denies an existing explicit transition, and at 10
+// bits per edge denies almost all absent ones (brute force over all pairs).
+TEST(SharedStaticIndex, EdgeFilterHasNoFalseNegativesAndFewFalsePositives) {
+  std::mt19937 rng(29);
+  Docs docs = RandomDocs(rng, 300, 80, 200);
+  TestIndex index(docs, 200, "filter");
+  const format::IndexView& view = index.view();
+  const auto s = sam::runtime::StaticIndex::Create(&view);
+  size_t absent = 0, maybe_absent = 0, present = 0;
+  for (uint64_t v = 1; v < view.num_states(); ++v) {
+    std::vector<bool> explicit_label(200, false);
+    view.ForEachChild(v, [&](uint32_t c, uint64_t t) {
+      if (t != v + 1 || v >= view.num_tokens()) explicit_label[c] = true;
+    });
+    for (uint32_t c = 0; c < 200; ++c) {
+      if (explicit_label[c]) {
+        ++present;
+        ASSERT_TRUE(s->MayHaveEdge(v, c)) << v << " " << c;
+      } else if (view.Next(v, c) == format::kNoState) {
+        ++absent;
+        maybe_absent += s->MayHaveEdge(v, c);
+      }
+    }
+  }
+  ASSERT_GT(present, 1000u);
+  const double fpr = static_cast<double>(maybe_absent) / static_cast<double>(absent);
+  EXPECT_LT(fpr, 0.03) << maybe_absent << " of " << absent;
 }
 
 TEST(CorruptIndex, FailsToOpenOrStaysSafe) {

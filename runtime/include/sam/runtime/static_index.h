@@ -15,16 +15,28 @@
 //    every step. Without the table each session finds them by scanning all
 //    the transitions the first time it meets a hub (milliseconds for a fresh
 //    session on a 6.8M-token index); with it every session reads them in O(1).
-//  - its transition labels in one contiguous sorted array, so that Next() on
-//    a hub is a binary search over 4-byte labels instead of one over edge
-//    targets whose labels are read from the text (two cache misses a probe).
-//    Matching mostly climbs through hubs, so this is most of the cursor's
-//    cost.
+//  - its transition labels in a small hash table (label -> edge offset,
+//    1.5 slots per transition), so that Next() on a hub reads one or two
+//    cache lines instead of binary searching edge targets whose labels are
+//    read from the text (two dependent cache misses a probe). Matching
+//    mostly climbs through hubs.
 //
-// Cost: Create() visits every state once (O(states + edges); about 0.7 s for
-// the 6.8M-token index: 9.2M states, 17.8K hubs of >= 32 transitions holding
-// 1.6M edges) and keeps one bit per state, and per hub about 28 + 24 top_k
-// bytes plus 4 bytes per transition (memory_bytes(): about 12 MiB there).
+// And for every state, an edge filter: a blocked Bloom filter over the
+// (state, token) pairs of all explicit transitions (Options::filter_bits_per_edge
+// bits per transition; about 1% false positives at 10). Matching after a
+// rejected draft mostly asks for transitions that do not exist, climbing
+// suffix links; without the filter each such question costs a select on the
+// degree bit vector and a scan of the state's edges, whose labels are read
+// from the text (two dependent cache misses per edge); with it, one cache
+// line answers "no" and only the rare "maybe" takes the full path. Answers
+// are identical either way.
+//
+// Cost: Create() visits every state and every transition once (O(states +
+// edges); about 1 s for the 6.8M-token index: 9.2M states, 14.5M transitions,
+// 17.8K hubs of >= 32 transitions holding 1.6M of them). It keeps one bit per
+// state, per hub about 28 + 24 top_k bytes plus 4 bytes per transition, and
+// the filter (memory_bytes(): about 31 MiB there, 18 of them the filter).
+// The filter lives in 2 MiB pages where available (format::HugeBuffer).
 //
 // Lifetime and threads: immutable after Create(), so any number of threads
 // may use one concurrently. It borrows the view, which must outlive it (and
@@ -38,6 +50,7 @@
 #include <span>
 #include <vector>
 
+#include "sam/format/huge_buffer.h"
 #include "sam/format/index.h"
 
 namespace sam::runtime {
@@ -47,6 +60,9 @@ class StaticIndex {
   struct Options {
     uint64_t min_degree = 32;  // explicit transitions that make a state a hub
     size_t top_k = 8;          // children kept per hub (trees use at most max_width)
+    // Edge filter size in bits per explicit transition (0: no filter; at most
+    // 64). 10 gives about 1% false positives.
+    unsigned filter_bits_per_edge = 10;
   };
   // One child of a hub: the transition token, its target and the target's count.
   struct Child {
@@ -69,36 +85,86 @@ class StaticIndex {
   // heaviest children, heaviest first (count descending, then token ascending;
   // document-end transitions excluded).
   bool TopChildren(uint64_t state, std::span<const Child>* children) const;
-  // Same result as view().Next(v, c), faster on hubs.
+  // Same result as view().Next(v, c): transitions that the edge filter rules
+  // out cost one cache line, hubs a search of their label array.
   uint64_t Next(uint64_t v, uint32_t c) const {
+    const format::IndexView& view = *view_;
+    if (v == format::kRoot || c >= view.vocab_size()) return view.Next(v, c);
+    if (v < view.num_tokens() && view.Token(v + 1) == c) return v + 1;  // implicit v -> v+1
+    if (!MayHaveEdge(v, c)) return format::kNoState;
     if (v >= hub_bits_.size() * 64 || !(hub_bits_[v >> 6] >> (v & 63) & 1))
-      return view_->Next(v, c);
+      return view.Next(v, c);
     return HubNext(v, c);
   }
+  // False when v certainly has no explicit transition on c (the filter);
+  // true when it may have one, or when there is no filter.
+  bool MayHaveEdge(uint64_t v, uint32_t c) const {
+    if (filter_blocks_ == 0) return true;
+    const uint64_t h = EdgeHash(v, c);
+    const uint64_t* block = filter_ + FilterBlock(h) * kFilterWords;
+    uint64_t bits = h * 0x9E3779B97F4A7C15ull;
+    bool all = true;
+    for (size_t w = 0; w < kFilterWords; ++w, bits >>= 6) all &= (block[w] >> (bits & 63)) & 1;
+    return all;
+  }
   size_t num_hubs() const { return num_hubs_; }
+  // Bytes of the edge filter (0 without one) and bytes of everything.
+  size_t filter_bytes() const { return filter_blocks_ * kFilterWords * sizeof(uint64_t); }
   size_t memory_bytes() const;
 
  private:
+  // Filter blocks are one 64-byte cache line: one bit set in each word.
+  static constexpr size_t kFilterWords = 8;
+  static uint64_t EdgeHash(uint64_t v, uint32_t c) {
+    uint64_t x = v * 0xD6E8FEB86659FD93ull + c;
+    x ^= x >> 32;
+    x *= 0xD6E8FEB86659FD93ull;
+    x ^= x >> 29;
+    return x;
+  }
+  uint64_t FilterBlock(uint64_t h) const {
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * filter_blocks_) >> 64);
+  }
+  void AddEdge(uint64_t v, uint32_t c);
+
+  // A hub: where its transitions and label table are.
+  struct HubEntry {
+    uint64_t key = 0;  // state + 1; 0: empty entry
+    uint64_t edge_begin = 0;  // its explicit transitions: edges()[edge_begin, + degree)
+    uint64_t slot_begin = 0;  // its label table: label_slots_[slot_begin, + num_slots)
+    uint32_t num_slots = 0;
+    uint32_t hub = 0;         // hub number (top children)
+  };
+  // A label table slot: label (kNoToken: empty) and its edge's offset.
+  struct LabelSlot {
+    uint32_t label;
+    uint32_t offset;
+  };
+  static uint64_t LabelSlotOf(uint32_t label, uint64_t num_slots) {
+    const uint64_t x = (uint64_t{label} + 1) * 0x9E3779B97F4A7C15ull;
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(x) * num_slots) >> 64);
+  }
+
   StaticIndex() = default;
-  uint32_t HubOf(uint64_t state) const;  // requires a hub
+  const HubEntry& HubOf(uint64_t state) const;  // requires a hub
   uint64_t HubNext(uint64_t v, uint32_t c) const;
 
   const format::IndexView* view_ = nullptr;
   Options options_;
   size_t num_hubs_ = 0;
-  // Open addressing: keys_[i] = state + 1 (0: empty) of hub h =
-  // hub_of_slot_[i], whose children are children_[h * top_k, + sizes_[h]).
-  std::vector<uint64_t> keys_;
-  std::vector<uint32_t> hub_of_slot_;
+  // Open addressing by state (mask_ + 1 entries); hub h's children are
+  // children_[h * top_k, + sizes_[h]).
+  std::vector<HubEntry> hub_table_;
+  uint64_t mask_ = 0;
   std::vector<uint8_t> sizes_;
   std::vector<Child> children_;
   std::vector<uint64_t> hub_bits_;  // bit v: state v is a hub
-  // Hub h's explicit transitions: targets edges()[edge_begin_[h], +degree),
-  // labels labels_[label_begin_[h], label_begin_[h + 1]).
-  std::vector<uint64_t> edge_begin_;
-  std::vector<uint64_t> label_begin_;
-  std::vector<uint32_t> labels_;
-  uint64_t mask_ = 0;
+  format::HugeBuffer label_memory_;
+  LabelSlot* label_slots_ = nullptr;
+  uint64_t num_label_slots_ = 0;
+  format::HugeBuffer filter_memory_;
+  uint64_t* filter_ = nullptr;
+  uint64_t filter_blocks_ = 0;
 };
 
 }  // namespace sam::runtime

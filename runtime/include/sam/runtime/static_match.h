@@ -42,9 +42,11 @@ inline StaticMatch Transfer(const format::IndexView& view, StaticMatch m, uint32
   auto next_of = [&](uint64_t v) { return hubs ? hubs->Next(v, token) : view.Next(v, token); };
   uint64_t state = m.state;
   uint64_t len = m.len;
+  if (state != format::kRoot) view.PrefetchLink(state);
   uint64_t next = next_of(state);
   while (next == format::kNoState && state != format::kRoot) {
     state = view.Link(state);
+    if (state != format::kRoot) view.PrefetchLink(state);
     len = view.Len(state);
     next = next_of(state);
   }
