@@ -21,7 +21,6 @@
 // outside the session (its own timing is off). MAT = committed tokens / steps;
 // ns/token = time per committed token over the steps at or below the p99
 // (median over the warm runs).
-#include <sys/mman.h>
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -121,30 +120,15 @@ Result Run(rt::Drafter& d, Propose&& propose, const std::vector<uint32_t>& conte
   return r;
 }
 
-// The index file read into memory backed by transparent huge pages (2 MiB),
-// so that random accesses into it miss the TLB far less than with 4 KiB pages.
-struct HugeBuffer {
-  void* data = nullptr;
-  size_t size = 0;
-  ~HugeBuffer() { std::free(data); }
-};
-
-sam::format::IndexFile OpenIndex(const std::string& path, const std::string& load,
-                                 HugeBuffer* huge) {
-  if (load == "mmap") return sam::format::IndexFile::Open(path);
-  if (load == "read") return sam::format::IndexFile::Read(path);
-  if (load != "huge") throw std::runtime_error("--load must be mmap, read or huge");
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw std::runtime_error("cannot open " + path);
-  huge->size = static_cast<size_t>(in.tellg());
-  constexpr size_t kHuge = size_t{2} << 20;
-  const size_t rounded = (huge->size + kHuge - 1) / kHuge * kHuge;
-  huge->data = std::aligned_alloc(kHuge, rounded);
-  if (huge->data == nullptr) throw std::runtime_error("out of memory");
-  madvise(huge->data, rounded, MADV_HUGEPAGE);  // a hint; ignored where unsupported
-  in.seekg(0);
-  in.read(static_cast<char*>(huge->data), static_cast<std::streamsize>(huge->size));
-  return sam::format::IndexFile::FromBuffer(huge->data, huge->size, path);
+sam::format::IndexFile OpenIndex(const std::string& path, const std::string& load) {
+  sam::format::OpenOptions options;
+  if (load == "mmap") return sam::format::IndexFile::Open(path, options);
+  if (load == "populate") {
+    options.populate = true;
+    return sam::format::IndexFile::Open(path, options);
+  }
+  if (load == "read") return sam::format::IndexFile::Read(path, options);
+  throw std::runtime_error("--load must be mmap, populate or read");
 }
 
 double Median(std::vector<double> v) {
@@ -183,12 +167,12 @@ int main(int argc, char** argv) {
   app.add_option("--hub-degree", hub_options.min_degree,
                  "StaticIndex: explicit transitions that make a state a hub");
   app.add_option("--load", load,
-                 "how the index is loaded: mmap (IndexFile::Open), read (IndexFile::Read) or "
-                 "huge (read into transparent huge pages, IndexFile::FromBuffer)");
+                 "how the index is loaded: mmap (IndexFile::Open), populate (Open with "
+                 "OpenOptions::populate: every page mapped up front) or read (IndexFile::Read: "
+                 "a private copy on huge pages)");
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   try {
-    HugeBuffer huge;
-    const auto file = OpenIndex(index_path, load, &huge);
+    const auto file = OpenIndex(index_path, load);
     const auto& view = file.view();
     std::mt19937_64 rng(seed);
 
