@@ -42,19 +42,45 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
   // adjacent, so one pass over the states finds them. (The root has its own
   // table and is no hub.) Labels are those IndexView::Next compares; corrupt
   // targets and document ends, which it never returns, are left out.
+  // Edges go through the filter in batches, each stage prefetching what the
+  // next one reads (a clone's first end position, the token there, the filter
+  // block), so that the random reads of a batch overlap.
   std::vector<uint64_t> hubs;
   const uint64_t num_states = view->num_states();
+  const uint64_t n = view->num_tokens();
+  const format::PackedView& edges = view->edges();
+  constexpr size_t kBatch = 256;
+  std::vector<std::pair<uint64_t, uint64_t>> batch;  // (state, target)
+  std::vector<uint64_t> hashes;
+  batch.reserve(kBatch + 4096);
+  auto flush = [&] {
+    for (const auto& [v, t] : batch)
+      if (t > n) view->clone_min_endpos().Prefetch(t - n - 1);
+    for (const auto& [v, t] : batch) {
+      const uint64_t end = view->MinEndpos(t);
+      if (end != 0) view->text().Prefetch(end - 1);
+    }
+    hashes.clear();
+    for (const auto& [v, t] : batch) {
+      const uint32_t label = view->LastToken(t);
+      if (label >= view->vocab_size()) continue;
+      hashes.push_back(EdgeHash(v, label));
+      __builtin_prefetch(index->filter_ + index->FilterBlock(hashes.back()) * kFilterWords, 1);
+    }
+    for (uint64_t h : hashes) index->AddHash(h);
+    batch.clear();
+  };
   for (uint64_t v = 1; v < num_states; ++v) {
     const auto [lo, hi] = internal::ExplicitEdges(*view, v);
     if (hi - lo >= min_degree) hubs.push_back(v);
     if (index->filter_blocks_ == 0) continue;
     for (uint64_t e = lo; e < hi; ++e) {
-      const uint64_t t = view->edges().Get(e);
-      if (t == format::kRoot || t >= num_states) continue;
-      const uint32_t label = view->LastToken(t);
-      if (label < view->vocab_size()) index->AddEdge(v, label);
+      const uint64_t t = edges.Get(e);
+      if (t != format::kRoot && t < num_states) batch.emplace_back(v, t);
     }
+    if (batch.size() >= kBatch) flush();
   }
+  flush();
   index->num_hubs_ = hubs.size();
   uint64_t table_size = 16;
   while (table_size < 2 * hubs.size()) table_size *= 2;
@@ -104,8 +130,7 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
   return index;
 }
 
-void StaticIndex::AddEdge(uint64_t v, uint32_t c) {
-  const uint64_t h = EdgeHash(v, c);
+void StaticIndex::AddHash(uint64_t h) {
   uint64_t* block = filter_ + FilterBlock(h) * kFilterWords;
   uint64_t bits = h * 0x9E3779B97F4A7C15ull;
   for (size_t w = 0; w < kFilterWords; ++w, bits >>= 6) block[w] |= uint64_t{1} << (bits & 63);

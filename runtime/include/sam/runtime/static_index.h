@@ -125,7 +125,7 @@ class StaticIndex {
   uint64_t FilterBlock(uint64_t h) const {
     return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * filter_blocks_) >> 64);
   }
-  void AddEdge(uint64_t v, uint32_t c);
+  void AddHash(uint64_t edge_hash);  // adds EdgeHash(v, c) to the filter
 
   // A hub: where its transitions and label table are.
   struct HubEntry {
