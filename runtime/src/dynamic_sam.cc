@@ -25,11 +25,13 @@ constexpr size_t kMaxCapacity = size_t{1} << 30;
 size_t StatesFor(size_t capacity) { return 2 * capacity + 1; }
 size_t TextBytes(size_t capacity) { return capacity * sizeof(uint32_t); }
 
-// A suffix automaton over n >= 3 tokens has at most 3n - 4 transitions; the
-// table keeps the load factor at or below 3/4 even then.
+// A suffix automaton over n >= 3 tokens has at most 3n - 4 transitions and
+// at least n + 1 states, every one of which but the last holds its first
+// transition inline, so the table holds at most 2n; it keeps the load factor
+// at or below 3/4 even then.
 size_t SlotsFor(size_t capacity) {
   size_t slots = 16;
-  while (slots < 4 * capacity) slots *= 2;
+  while (slots < (8 * capacity + 2) / 3) slots *= 2;
   return slots;
 }
 
@@ -101,29 +103,39 @@ void DynamicSam::Reset() {
 
 uint32_t DynamicSam::NewState(uint32_t len, uint32_t link, uint32_t min_endpos) {
   uint32_t v = static_cast<uint32_t>(num_states_++);
-  states_[v] = State{len, link, min_endpos, kNone};
+  states_[v] = State{len, link, min_endpos, kNone, 0, kNone, 0, 0};
   return v;
 }
 
-DynamicSam::Slot* DynamicSam::Find(uint32_t v, uint32_t token) const {
+uint32_t* DynamicSam::Find(uint32_t v, uint32_t token) const {
+  State& st = states_[v];
+  if (st.target0 == kNone) return nullptr;  // no transitions at all
+  if (st.token0 == token) return &st.target0;
+  if (st.first_edge == kNone) return nullptr;  // only the inline one
   for (size_t i = HashSlot(v, token, slot_mask_);; i = (i + 1) & slot_mask_) {
     Slot& s = slots_[i];
     if (s.state == kNone) return nullptr;
-    if (s.state == v && s.token == token) return &s;
+    if (s.state == v && s.token == token) return &s.target;
   }
 }
 
 void DynamicSam::Insert(uint32_t v, uint32_t token, uint32_t target) {
+  ++num_edges_;
+  State& st = states_[v];
+  if (st.target0 == kNone) {
+    st.token0 = token;
+    st.target0 = target;
+    return;
+  }
   size_t i = HashSlot(v, token, slot_mask_);
   while (slots_[i].state != kNone) i = (i + 1) & slot_mask_;
-  slots_[i] = Slot{v, token, target, states_[v].first_edge};
-  states_[v].first_edge = static_cast<uint32_t>(i);
-  ++num_edges_;
+  slots_[i] = Slot{v, token, target, st.first_edge};
+  st.first_edge = static_cast<uint32_t>(i);
 }
 
 uint32_t DynamicSam::Next(uint32_t v, uint32_t token) const {
-  const Slot* s = Find(v, token);
-  return s ? s->target : kNone;
+  const uint32_t* target = Find(v, token);
+  return target ? *target : kNone;
 }
 
 void DynamicSam::Extend(uint32_t token) {
@@ -148,23 +160,24 @@ void DynamicSam::Append(uint32_t c) {
   uint32_t p = last_;
   Insert(p, c, cur);
   p = states_[p].link;
-  Slot* edge = nullptr;
+  uint32_t* edge = nullptr;
   while (p != kNone && (edge = Find(p, c)) == nullptr) {
     Insert(p, c, cur);
     p = states_[p].link;
   }
   if (p != kNone) {
-    const uint32_t q = edge->target;
+    const uint32_t q = *edge;
     if (states_[p].len + 1 == states_[q].len) {
       states_[cur].link = q;
     } else {
       const uint32_t clone = NewState(states_[p].len + 1, states_[q].link, states_[q].min_endpos);
+      if (states_[q].target0 != kNone) Insert(clone, states_[q].token0, states_[q].target0);
       for (uint32_t s = states_[q].first_edge; s != kNone; s = slots_[s].next)
         Insert(clone, slots_[s].token, slots_[s].target);
       while (p != kNone) {
-        Slot* e = Find(p, c);
-        if (e == nullptr || e->target != q) break;
-        e->target = clone;
+        uint32_t* e = Find(p, c);
+        if (e == nullptr || *e != q) break;
+        *e = clone;
         p = states_[p].link;
       }
       states_[q].link = clone;
@@ -192,7 +205,7 @@ DynamicSam::Match DynamicSam::Lookup(uint32_t token) const {
   // suffix link finds the longest suffix that continues with `token`.
   uint32_t v = states_[last_].link;
   while (v != kNone) {
-    if (const Slot* s = Find(v, token)) return Match{s->target, states_[v].len + 1};
+    if (const uint32_t* target = Find(v, token)) return Match{*target, states_[v].len + 1};
     v = states_[v].link;
   }
   return Match{kRoot, 0};

@@ -10,10 +10,11 @@
 //
 // Construction is Blumer et al.'s online algorithm with the first end position
 // (min_endpos, 1-based) of every state: a new state's is its position, a clone
-// copies the original's. Transitions live in one open-addressing hash table
-// keyed by (state, token), sized at construction for the worst case (2n states,
-// 3n transitions), and chained per state so that clones can copy them: Extend
-// never allocates. Amortised O(1) expected time per token.
+// copies the original's. A state's first transition is stored with the state;
+// the others live in one open-addressing hash table keyed by (state, token),
+// sized at construction for the worst case (2n states, 3n transitions), and
+// chained per state so that clones can copy them: Extend never allocates.
+// Amortised O(1) expected time per token.
 //
 // Capacity: when the text reaches capacity_tokens, the automaton is rebuilt
 // over the most recent half of the text (positions then restart at 1), so the
@@ -92,18 +93,24 @@ class DynamicSam {
   uint32_t Next(uint32_t v, uint32_t token) const;                        // kNone if absent
 
  private:
-  // A state's fields together: one cache line holds all a step reads of it.
+  // A state's fields together, with its first transition inline (most
+  // states have one or two): one cache line holds all a step reads of it,
+  // and only further transitions go to the hash table.
   struct State {
     uint32_t len;
     uint32_t link;
     uint32_t min_endpos;
-    uint32_t first_edge;  // slot of its first transition, kNone if none
+    uint32_t first_edge;  // slot of its first hashed transition, kNone if none
+    uint32_t token0;      // the inline transition (target0 == kNone: none)
+    uint32_t target0;
+    uint32_t unused[2];   // 32 bytes: two states a cache line, none straddling
   };
   struct Slot;
   void Append(uint32_t token);  // Blumer step; requires n_ < capacity_
   void Rebuild();               // keep the last half of the window
   uint32_t NewState(uint32_t len, uint32_t link, uint32_t min_endpos);
-  Slot* Find(uint32_t v, uint32_t token) const;
+  // The target field of v's transition on token (inline or hashed), or null.
+  uint32_t* Find(uint32_t v, uint32_t token) const;
   void Insert(uint32_t v, uint32_t token, uint32_t target);
 
   size_t capacity_ = 0;

@@ -54,7 +54,7 @@ namespace sam::runtime {
 
 struct SessionOptions {
   // Memory bound of the dynamic automaton (text, states, transitions). The
-  // default (64 MiB) holds a window of 512K tokens (100-164 bytes a token);
+  // default (64 MiB) holds a window of about 490K tokens (111-153 bytes a token);
   // when the context outgrows it, the window keeps the most recent half
   // (dynamic_sam.h).
   size_t max_dynamic_bytes = size_t{64} << 20;
