@@ -196,6 +196,11 @@ class IndexView {
     }
     return kNoState;
   }
+  // Starts loading the select sample that EdgeRange(v) reads first.
+  void PrefetchEdgeRange(uint64_t v) const {
+    const uint64_t j = v >> select_rate_log2_;
+    if (j < select_samples_.size()) select_samples_.Prefetch(j);
+  }
   // Starts loading what a suffix-link step from v reads (its link and, for a
   // clone, its length): matching climbs links while other lookups are in flight.
   void PrefetchLink(uint64_t v) const {

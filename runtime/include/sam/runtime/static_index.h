@@ -91,6 +91,7 @@ class StaticIndex {
     const format::IndexView& view = *view_;
     if (v == format::kRoot || c >= view.vocab_size()) return view.Next(v, c);
     if (v < view.num_tokens() && view.Token(v + 1) == c) return v + 1;  // implicit v -> v+1
+    view.PrefetchEdgeRange(v);  // overlaps the filter's cache miss; used if it says maybe
     if (!MayHaveEdge(v, c)) return format::kNoState;
     if (v >= hub_bits_.size() * 64 || !(hub_bits_[v >> 6] >> (v & 63) & 1))
       return view.Next(v, c);
