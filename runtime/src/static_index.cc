@@ -98,6 +98,7 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
   }
   slot_begin[hubs.size()] = total_slots;
   index->num_label_slots_ = total_slots;
+  index->slots_hold_targets_ = num_states <= uint64_t{UINT32_MAX};
   index->label_memory_ = format::HugeBuffer(total_slots * sizeof(LabelSlot));
   index->label_slots_ = static_cast<LabelSlot*>(index->label_memory_.data());
   for (uint64_t i = 0; i < total_slots; ++i) index->label_slots_[i] = LabelSlot{format::kNoToken, 0};
@@ -119,7 +120,7 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
       uint64_t i = LabelSlotOf(label, m);
       while (table[i].label != format::kNoToken && table[i].label != label) i = i + 1 == m ? 0 : i + 1;
       if (table[i].label == format::kNoToken)
-        table[i] = LabelSlot{label, static_cast<uint32_t>(e - lo)};
+        table[i] = LabelSlot{label, static_cast<uint32_t>(index->slots_hold_targets_ ? t : e - lo)};
     }
     uint64_t i = HashState(v, index->mask_);
     while (index->hub_table_[i].key != 0) i = (i + 1) & index->mask_;
@@ -143,8 +144,7 @@ const StaticIndex::HubEntry& StaticIndex::HubOf(uint64_t state) const {
 }
 
 bool StaticIndex::TopChildren(uint64_t state, std::span<const Child>* children) const {
-  if (state >= hub_bits_.size() * 64 || !(hub_bits_[state >> 6] >> (state & 63) & 1))
-    return false;
+  if (!IsHub(state)) return false;
   const uint32_t h = HubOf(state).hub;
   *children = std::span<const Child>(&children_[h * options_.top_k], sizes_[h]);
   return true;
@@ -155,7 +155,9 @@ uint64_t StaticIndex::HubNext(uint64_t v, uint32_t c) const {
   const HubEntry& hub = HubOf(v);
   const LabelSlot* table = label_slots_ + hub.slot_begin;
   for (uint64_t i = LabelSlotOf(c, hub.num_slots);; i = i + 1 == hub.num_slots ? 0 : i + 1) {
-    if (table[i].label == c) return view_->edges().Get(hub.edge_begin + table[i].offset);
+    if (table[i].label == c)
+      return slots_hold_targets_ ? table[i].value
+                                 : view_->edges().Get(hub.edge_begin + table[i].value);
     if (table[i].label == format::kNoToken) return format::kNoState;
   }
 }

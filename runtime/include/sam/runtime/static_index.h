@@ -91,11 +91,13 @@ class StaticIndex {
     const format::IndexView& view = *view_;
     if (v == format::kRoot || c >= view.vocab_size()) return view.Next(v, c);
     if (v < view.num_tokens() && view.Token(v + 1) == c) return v + 1;  // implicit v -> v+1
+    if (IsHub(v)) return HubNext(v, c);  // its label table answers as fast as the filter
     view.PrefetchEdgeRange(v);  // overlaps the filter's cache miss; used if it says maybe
     if (!MayHaveEdge(v, c)) return format::kNoState;
-    if (v >= hub_bits_.size() * 64 || !(hub_bits_[v >> 6] >> (v & 63) & 1))
-      return view.Next(v, c);
-    return HubNext(v, c);
+    return view.Next(v, c);
+  }
+  bool IsHub(uint64_t v) const {
+    return v < hub_bits_.size() * 64 && (hub_bits_[v >> 6] >> (v & 63) & 1);
   }
   // False when v certainly has no explicit transition on c (the filter);
   // true when it may have one, or when there is no filter.
@@ -136,10 +138,12 @@ class StaticIndex {
     uint32_t num_slots = 0;
     uint32_t hub = 0;         // hub number (top children)
   };
-  // A label table slot: label (kNoToken: empty) and its edge's offset.
+  // A label table slot: label (kNoToken: empty) and the transition's target
+  // when every state id fits in 32 bits (slots_hold_targets_), else its
+  // offset among the hub's edges.
   struct LabelSlot {
     uint32_t label;
-    uint32_t offset;
+    uint32_t value;
   };
   static uint64_t LabelSlotOf(uint32_t label, uint64_t num_slots) {
     const uint64_t x = (uint64_t{label} + 1) * 0x9E3779B97F4A7C15ull;
@@ -163,6 +167,7 @@ class StaticIndex {
   format::HugeBuffer label_memory_;
   LabelSlot* label_slots_ = nullptr;
   uint64_t num_label_slots_ = 0;
+  bool slots_hold_targets_ = false;
   format::HugeBuffer filter_memory_;
   uint64_t* filter_ = nullptr;
   uint64_t filter_blocks_ = 0;
