@@ -17,10 +17,12 @@
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
+#include "sam/runtime/static_index.h"
 #include "sam/sam.h"
 
 struct sam_index {
   std::shared_ptr<const sam::format::IndexFile> file;
+  std::shared_ptr<const sam::runtime::StaticIndex> prepared;  // SAM_OPEN_PREPARE; else null
 };
 
 struct sam_session {
@@ -138,15 +140,27 @@ const char* sam_last_error(void) { return last_error.c_str(); }
 // ---- Index files ------------------------------------------------------------
 
 int sam_index_open(const char* path, const char* expected_tokenizer_sha256, sam_index** out) {
+  return sam_index_open_ex(path, expected_tokenizer_sha256, 0, out);
+}
+
+int sam_index_open_ex(const char* path, const char* expected_tokenizer_sha256, unsigned flags,
+                      sam_index** out) {
   return Guard([&] {
     Require(path != nullptr, "sam_index_open", "path is NULL");
     Require(out != nullptr, "sam_index_open", "out is NULL");
+    constexpr unsigned kKnown = SAM_OPEN_READ | SAM_OPEN_PREPARE | SAM_OPEN_VERIFY;
+    Require((flags & ~kKnown) == 0, "sam_index_open_ex",
+            ("unknown flag bits " + std::to_string(flags & ~kKnown)).c_str());
     sam::format::OpenOptions options;
+    options.verify = (flags & SAM_OPEN_VERIFY) != 0;
     if (expected_tokenizer_sha256 != nullptr)
       options.expected_tokenizer_sha256 = sam::format::DigestFromHex(expected_tokenizer_sha256);
     auto index = std::make_unique<sam_index>();
-    index->file =
-        std::make_shared<const sam::format::IndexFile>(sam::format::IndexFile::Open(path, options));
+    index->file = std::make_shared<const sam::format::IndexFile>(
+        (flags & SAM_OPEN_READ) ? sam::format::IndexFile::Read(path, options)
+                                : sam::format::IndexFile::Open(path, options));
+    if (flags & SAM_OPEN_PREPARE)
+      index->prepared = sam::runtime::StaticIndex::Create(&index->file->view());
     *out = index.release();
   });
 }
@@ -218,7 +232,8 @@ int sam_session_attach_index(sam_session* session, sam_index* index) {
     Require(session != nullptr, "sam_session_attach_index", "session is NULL");
     Require(index != nullptr, "sam_session_attach_index", "index is NULL");
     session->indexes.reserve(session->indexes.size() + 1);  // no throw after attaching
-    session->session->AttachIndex(&index->file->view());
+    if (index->prepared) session->session->AttachIndex(index->prepared);
+    else session->session->AttachIndex(&index->file->view());
     session->indexes.push_back(index->file);
   });
 }

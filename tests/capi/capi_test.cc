@@ -185,10 +185,12 @@ std::string WithoutTimings(const std::string& json) {
 
 // The same request script through the C API and through sam::runtime::Session
 // gives the same drafts, step by step.
+// The C side opens the index with `flags` (sam_index_open_ex); the C++ side
+// always uses the bare view.
 void ExpectSameDraftsAsSession(const std::string& path, const std::vector<uint32_t>& text,
-                               int policy, bool recycling) {
+                               int policy, bool recycling, unsigned flags = 0) {
   sam_index* index = nullptr;
-  ASSERT_EQ(sam_index_open(path.c_str(), nullptr, &index), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_index_open_ex(path.c_str(), nullptr, flags, &index), SAM_OK) << sam_last_error();
   sam_session_options c_options;
   sam_session_options_default(&c_options);
   c_options.policy = policy;
@@ -270,19 +272,39 @@ TEST_F(CapiTest, DraftsEqualTheSessionsWithTokenRecycling) {
   ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[5], rng), SAM_POLICY_TREE, true);
 }
 
-TEST_F(CapiTest, SessionKeepsAClosedIndexAlive) {
+// Reading into memory, preparing the shared accelerations (StaticIndex) and
+// verifying change nothing in the drafts.
+TEST_F(CapiTest, DraftsEqualTheSessionsWhateverTheOpenFlags) {
+  for (const unsigned flags : {unsigned{SAM_OPEN_READ}, unsigned{SAM_OPEN_PREPARE},
+                               unsigned{SAM_OPEN_READ | SAM_OPEN_PREPARE | SAM_OPEN_VERIFY}}) {
+    sam::runtime::Rng rng(10 + flags);
+    for (const int policy : {SAM_POLICY_PAPER, SAM_POLICY_TREE, SAM_POLICY_CALIBRATED}) {
+      SCOPED_TRACE("flags " + std::to_string(flags) + " policy " + std::to_string(policy));
+      ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[policy], rng), policy, false, flags);
+    }
+  }
   sam_index* index = nullptr;
-  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &index), SAM_OK);
-  sam_session* session = nullptr;
-  ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
-  ASSERT_EQ(sam_session_attach_index(session, index), SAM_OK);
-  sam_index_close(index);  // before the session: the session still holds it
-  const std::vector<uint32_t>& doc = (*documents_)[0];
-  ASSERT_EQ(sam_session_prefill(session, doc.data(), 10), SAM_OK);
-  sam_draft d;
-  ASSERT_EQ(sam_session_propose(session, doc[10], &d), SAM_OK);
-  EXPECT_GT(d.count, 1u);  // an 11-token match: the index was read
-  sam_session_free(session);
+  EXPECT_EQ(sam_index_open_ex(path_->c_str(), nullptr, 8, &index), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(index, nullptr);
+  EXPECT_NE(std::string(sam_last_error()).find("unknown flag bits 8"), std::string::npos)
+      << sam_last_error();
+}
+
+TEST_F(CapiTest, SessionKeepsAClosedIndexAlive) {
+  for (const unsigned flags : {0u, unsigned{SAM_OPEN_PREPARE | SAM_OPEN_READ}}) {
+    sam_index* index = nullptr;
+    ASSERT_EQ(sam_index_open_ex(path_->c_str(), nullptr, flags, &index), SAM_OK);
+    sam_session* session = nullptr;
+    ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
+    ASSERT_EQ(sam_session_attach_index(session, index), SAM_OK);
+    sam_index_close(index);  // before the session: the session still holds it
+    const std::vector<uint32_t>& doc = (*documents_)[0];
+    ASSERT_EQ(sam_session_prefill(session, doc.data(), 10), SAM_OK);
+    sam_draft d;
+    ASSERT_EQ(sam_session_propose(session, doc[10], &d), SAM_OK);
+    EXPECT_GT(d.count, 1u);  // an 11-token match: the index was read
+    sam_session_free(session);
+  }
 }
 
 TEST(Capi, ErrorsInsideTheRuntimeBecomeCodes) {
