@@ -424,8 +424,12 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
 
 void Session::RecordAcceptance(std::span<const uint32_t> tokens) {
   const DraftTree& t = tree_;
-  on_path_.assign(t.size(), 0);
-  on_path_[0] = 1;
+  // The accepted path; its nodes are marked only for calibration.
+  const bool calibrating = node_cells_.size() == t.size();
+  if (calibrating) {
+    on_path_.assign(t.size(), 0);
+    on_path_[0] = 1;
+  }
   int32_t node = 0;
   size_t accepted = 0;
   for (size_t k = 1; k < tokens.size(); ++k) {
@@ -437,7 +441,7 @@ void Session::RecordAcceptance(std::span<const uint32_t> tokens) {
       }
     }
     if (next < 0) break;
-    on_path_[next] = 1;
+    if (calibrating) on_path_[next] = 1;
     node = next;
     ++accepted;
   }
@@ -456,7 +460,7 @@ void Session::RecordAcceptance(std::span<const uint32_t> tokens) {
   ++stats_.steps;
 
   // Calibration: every node whose parent was accepted was a trial.
-  if (node_cells_.size() == t.size()) {
+  if (calibrating) {
     for (size_t i = 1; i < t.size(); ++i) {
       if (!on_path_[t.parents[i]]) continue;
       for (int cell : node_cells_[i])

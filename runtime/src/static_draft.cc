@@ -10,11 +10,14 @@ size_t StaticContinuation(const format::IndexView& view, uint64_t state, size_t 
   if (state == format::kRoot) return 0;
   const uint64_t end = view.MinEndpos(state);
   if (end == 0) return 0;
-  const uint64_t n = view.num_tokens();
+  // Local copies: stores through `out` could otherwise alias the view's fields.
+  const format::PackedView text = view.text();
+  const uint32_t separator = view.separator();
+  const uint64_t stop = std::min<uint64_t>(view.num_tokens(), end + want);
   size_t count = 0;
-  for (uint64_t p = end + 1; count < want && p <= n; ++p) {
-    const uint32_t t = view.Token(p);
-    if (t >= view.separator()) break;  // document end (or a corrupt id): stop, never pad
+  for (uint64_t p = end + 1; p <= stop; ++p) {
+    const uint32_t t = static_cast<uint32_t>(text.Get(p - 1));
+    if (t >= separator) break;  // document end (or a corrupt id): stop, never pad
     out[count++] = t;
   }
   return count;
