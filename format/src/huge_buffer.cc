@@ -12,13 +12,13 @@
 
 namespace sam::format {
 
-// Blocks of at least one huge page are mapped anonymously (zeroed, aligned by
+// Blocks of at least half a huge page are mapped anonymously (zeroed, aligned by
 // over-mapping and trimming) and advised MADV_HUGEPAGE; smaller ones come
 // from calloc. Pages are faulted in when first touched, as with malloc.
 HugeBuffer::HugeBuffer(size_t bytes) : size_(bytes) {
   if (bytes == 0) return;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (bytes >= kHugePage) {
+  if (bytes >= kHugePage / 2) {
     const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
     const size_t span = rounded + kHugePage;
     void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

@@ -163,8 +163,8 @@ uint64_t StaticIndex::HubNext(uint64_t v, uint32_t c) const {
 }
 
 size_t StaticIndex::memory_bytes() const {
-  return sizeof(*this) + hub_table_.capacity() * sizeof(HubEntry) +
-         hub_bits_.capacity() * sizeof(uint64_t) + num_label_slots_ * sizeof(LabelSlot) +
+  return sizeof(*this) + hub_table_.bytes() + hub_bits_.bytes() +
+         num_label_slots_ * sizeof(LabelSlot) +
          sizes_.capacity() + children_.capacity() * sizeof(Child) + filter_bytes();
 }
 

@@ -159,11 +159,11 @@ class StaticIndex {
   size_t num_hubs_ = 0;
   // Open addressing by state (mask_ + 1 entries); hub h's children are
   // children_[h * top_k, + sizes_[h]).
-  std::vector<HubEntry> hub_table_;
+  format::HugeArray<HubEntry> hub_table_;
   uint64_t mask_ = 0;
   std::vector<uint8_t> sizes_;
   std::vector<Child> children_;
-  std::vector<uint64_t> hub_bits_;  // bit v: state v is a hub
+  format::HugeArray<uint64_t> hub_bits_;  // bit v: state v is a hub
   format::HugeBuffer label_memory_;
   LabelSlot* label_slots_ = nullptr;
   uint64_t num_label_slots_ = 0;
