@@ -210,6 +210,7 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
   const SelectionOptions& sel = options_.selection;
   tree->Reset(start_token, DraftSource::kNone);
   node_cells_.clear();
+  linear_static_cursor_ = SIZE_MAX;
 
   const DynamicSam::Match dyn = dynamic_.Lookup(start_token);
   size_t best = 0;
@@ -300,6 +301,7 @@ void Session::ProposeLinearStatic(size_t index, StaticMatch m, size_t size, Draf
   AppendChain(std::span<const uint32_t>(chain_.data(), n), tree);
   tree->source = DraftSource::kStatic;
   tree->match_len = static_cast<uint32_t>(std::min<uint64_t>(m.len, UINT32_MAX));
+  if (tree == &tree_) linear_static_cursor_ = index;
 }
 
 void Session::ProposeFallback(uint32_t start_token, size_t max_nodes, DraftTree* tree) {
@@ -476,12 +478,24 @@ void Session::Commit(std::span<const uint32_t> tokens) {
   const bool peeked = pending_ && !tokens.empty() && tokens[0] == tree_.tokens[0];
   pending_ = false;
   dynamic_.Extend(tokens);
+  // Accepted tokens of a linear static draft are the corpus text after the
+  // drafting cursor's match: that cursor jumps over them in one climb.
+  size_t along = 0;
+  if (peeked && linear_static_cursor_ < num_peeked_) {
+    const size_t n = std::min(tokens.size(), tree_.size());
+    while (along + 1 < n && tokens[along + 1] == tree_.tokens[along + 1]) ++along;
+  }
   for (size_t i = 0; i < cursors_.size(); ++i) {
     StaticCursor& c = cursors_[i];
     size_t k = 0;
     if (peeked && i < num_peeked_) c.Set(peeked_[i]), k = 1;  // not if attached since
+    if (i == linear_static_cursor_ && along > 0) {
+      c.Set(AdvanceAlongFirstOccurrence(*c.view(), peeked_[i], along));
+      k = 1 + along;
+    }
     for (; k < tokens.size(); ++k) c.Advance(tokens[k]);
   }
+  linear_static_cursor_ = SIZE_MAX;
   if (options_.fallback) options_.fallback->Commit(tokens);
   stats_.committed_tokens += tokens.size();
   if (options_.collect_timing) stats_.commit_ns += NowNs() - t0;

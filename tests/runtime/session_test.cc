@@ -174,6 +174,55 @@ TEST(Session, IncrementalEqualsRebuilt) {
   }
 }
 
+// Streams that mostly copy corpus text accept long static drafts, over which
+// Commit moves the drafting cursor in one climb: the cursors equal cursors
+// advanced token by token, and the drafts equal a rebuilt session's.
+TEST(Session, CursorsEqualTokenByTokenAfterAcceptedStaticDrafts) {
+  std::mt19937 rng(23);
+  std::vector<Text> docs(30);
+  for (auto& d : docs) {
+    d.resize(30 + rng() % 40);
+    for (auto& t : d) t = rng() % 9;
+  }
+  BuiltIndex index(docs, 9, "jump.sam");
+  BuiltIndex other({docs[3], docs[7]}, 9, "jump2.sam");
+  for (Policy p : {Policy::kPaper, Policy::kStaticOnly}) {
+    SessionOptions o;
+    o.max_dynamic_bytes = 1 << 20;
+    o.selection.policy = p;
+    Session s(o);
+    s.AttachIndex(&index.file.view());
+    s.AttachIndex(&other.file.view());
+    StaticCursor ref0(&index.file.view()), ref1(&other.file.view());
+    // Generation: corpus fragments with a changed token now and then.
+    Text gen;
+    while (gen.size() < 600) {
+      const Text& d = docs[rng() % docs.size()];
+      const size_t from = rng() % d.size();
+      for (size_t j = from; j < d.size() && j < from + 25; ++j)
+        gen.push_back(rng() % 10 == 0 ? rng() % 9 : d[j]);
+    }
+    Text prompt(gen.begin(), gen.begin() + 20);
+    s.Prefill(prompt);
+    for (uint32_t t : prompt) ref0.Advance(t), ref1.Advance(t);
+    size_t i = prompt.size(), accepted_static = 0;
+    while (i + 1 < gen.size()) {
+      const DraftTree tree = s.Propose(gen[i]);
+      const size_t a = AcceptedLength(tree, std::span<const uint32_t>(gen).subspan(i + 1));
+      if (tree.source == DraftSource::kStatic) accepted_static += a;
+      Text commit(gen.begin() + i, gen.begin() + i + a + 1);
+      s.Commit(commit);
+      for (uint32_t t : commit) ref0.Advance(t), ref1.Advance(t);
+      ASSERT_EQ(s.cursor(0).match().state, ref0.match().state) << PolicyName(p) << " at " << i;
+      ASSERT_EQ(s.cursor(0).match().len, ref0.match().len);
+      ASSERT_EQ(s.cursor(1).match().state, ref1.match().state);
+      ASSERT_EQ(s.cursor(1).match().len, ref1.match().len);
+      i += a + 1;
+    }
+    EXPECT_GT(accepted_static, 100u) << PolicyName(p);
+  }
+}
+
 TEST(Session, MultipleIndexesUseTheLongestStaticMatch) {
   BuiltIndex general({{1, 2, 3, 4, 5}}, 20, "general.sam");
   BuiltIndex domain({{7, 8, 2, 3, 9, 10, 11}}, 20, "domain.sam");

@@ -165,6 +165,34 @@ TEST(StaticCursor, RepetitiveCorpus) {
   CheckCursorAgainstBruteForce(index, q);
 }
 
+// Jumping over the tokens after a match's first occurrence equals
+// transferring on them one by one, for every reachable match and every k.
+TEST(StaticCursor, AdvanceAlongFirstOccurrenceEqualsTransfers) {
+  for (const uint32_t alphabet : {2u, 4u, 30u}) {
+    std::mt19937 rng(40 + alphabet);
+    Docs docs = RandomDocs(rng, 40, 50, alphabet);
+    TestIndex index(docs, alphabet, "jump");
+    const format::IndexView& view = index.view();
+    size_t checked = 0;
+    StaticCursor cursor(&view);
+    for (int step = 0; step < 3000; ++step) {
+      cursor.Advance(rng() % alphabet);
+      const StaticMatch m = cursor.match();
+      if (m.state == format::kRoot) continue;
+      const uint64_t e = view.MinEndpos(m.state);
+      StaticMatch slow = m;
+      for (uint64_t k = 1; e + k <= view.num_tokens() && !view.IsDocumentEnd(e + k); ++k) {
+        slow = sam::runtime::Transfer(view, slow, view.Token(e + k));
+        const StaticMatch fast = sam::runtime::AdvanceAlongFirstOccurrence(view, m, k);
+        ASSERT_EQ(fast.state, slow.state) << "alphabet " << alphabet << " k " << k;
+        ASSERT_EQ(fast.len, slow.len);
+        ++checked;
+      }
+    }
+    EXPECT_GT(checked, 1000u);
+  }
+}
+
 TEST(StaticTree, RespectsBudgetsAndIsCountOrdered) {
   std::mt19937 rng(5);
   TestIndex index(RandomDocs(rng, 60, 50, 4), 4, "tree");

@@ -144,6 +144,9 @@ class Session : public Drafter {
   std::vector<std::array<int, 3>> node_cells_;  // calibration cells of tree_'s nodes
   std::vector<uint8_t> on_path_;
   bool pending_ = false;  // a proposal awaits its Commit
+  // The pending proposal is a linear static draft from this cursor (else
+  // SIZE_MAX): Commit moves it over the accepted tokens in one climb.
+  size_t linear_static_cursor_ = SIZE_MAX;
   size_t num_peeked_ = 0;  // cursors peeked by that proposal (peeked_[0..n))
   uint64_t pending_ns_ = 0;
   uint32_t last_dyn_len_ = 0;

@@ -54,6 +54,31 @@ inline StaticMatch Transfer(const format::IndexView& view, StaticMatch m, uint32
   return StaticMatch{next, len + 1};
 }
 
+// The match after the k tokens that follow the first occurrence of m's
+// strings, i.e. k transfers on Token(e + 1), ..., Token(e + k) where
+// e = MinEndpos(m.state): the length-(m.len + k) suffix of the corpus prefix
+// ending at e + k, whose state is found by climbing suffix links from the
+// non-clone state e + k (usually one or two links) instead of k lookups.
+// Requires m.state != root, k >= 1, e + k <= num_tokens() and no document
+// end among those k tokens (what StaticContinuation copies). On a corrupt
+// index the climb stops where lengths stop decreasing.
+inline StaticMatch AdvanceAlongFirstOccurrence(const format::IndexView& view, StaticMatch m,
+                                               uint64_t k) {
+  const uint64_t end = view.MinEndpos(m.state) + k;
+  const uint64_t length = m.len + k;
+  uint64_t v = end;
+  uint64_t v_len = end;  // a non-clone state's length is its id
+  for (;;) {
+    const uint64_t u = view.Link(v);
+    if (u == format::kRoot) break;
+    const uint64_t u_len = view.Len(u);
+    if (u_len < length || u_len >= v_len) break;
+    v = u;
+    v_len = u_len;
+  }
+  return StaticMatch{v, length};
+}
+
 class StaticCursor {
  public:
   StaticCursor() = default;
