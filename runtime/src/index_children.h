@@ -19,6 +19,33 @@ inline std::pair<uint64_t, uint64_t> ExplicitEdges(const format::IndexView& view
   return {std::min(lo, hi), hi};
 }
 
+// Starts loading what enumerating and weighing the targets of edges
+// [lo, hi) reads (their labels: a clone's first end position, then the token
+// there; their occurrence counts), in stages, so that the cache misses of all
+// the children overlap instead of following one another.
+inline void PrefetchChildren(const format::IndexView& view, uint64_t lo, uint64_t hi) {
+  const uint64_t n = view.num_tokens();
+  const uint64_t num_states = view.num_states();
+  const uint64_t prefix_counts = view.prefix_counts().size();
+  for (uint64_t e = lo; e < hi; ++e) {
+    const uint64_t t = view.edges().Get(e);
+    if (t == format::kRoot || t >= num_states) continue;
+    if (t > n) {
+      view.clone_min_endpos().Prefetch(t - n - 1);
+      view.clone_counts().Prefetch(t - n - 1);
+    } else {
+      view.text().Prefetch(t - 1);
+      if (t <= prefix_counts) view.prefix_counts().Prefetch(t - 1);
+    }
+  }
+  for (uint64_t e = lo; e < hi; ++e) {
+    const uint64_t t = view.edges().Get(e);
+    if (t <= n || t >= num_states) continue;
+    const uint64_t end = view.MinEndpos(t);
+    if (end != 0) view.text().Prefetch(end - 1);
+  }
+}
+
 // Calls f(token, target) for the outgoing transitions of a non-root state v:
 // the implicit one first, then the explicit ones in token order.
 // Document-end transitions do not exist in the index; corrupt targets are skipped.
@@ -30,6 +57,7 @@ void ForEachChildOf(const format::IndexView& view, uint64_t v, F&& f) {
   }
   auto [lo, hi] = ExplicitEdges(view, v);
   const uint64_t num_states = view.num_states();
+  PrefetchChildren(view, lo, hi);
   for (; lo < hi; ++lo) {
     const uint64_t target = view.edges().Get(lo);
     if (target == format::kRoot || target >= num_states) continue;  // corrupt: skip
