@@ -70,16 +70,16 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
     for (uint64_t h : hashes) index->AddHash(h);
     batch.clear();
   };
-  for (uint64_t v = 1; v < num_states; ++v) {
-    const auto [lo, hi] = internal::ExplicitEdges(*view, v);
+  view->ForEachEdgeRange([&](uint64_t v, uint64_t lo, uint64_t hi) {
+    if (v == format::kRoot) return;
     if (hi - lo >= min_degree) hubs.push_back(v);
-    if (index->filter_blocks_ == 0) continue;
+    if (index->filter_blocks_ == 0) return;
     for (uint64_t e = lo; e < hi; ++e) {
       const uint64_t t = edges.Get(e);
       if (t != format::kRoot && t < num_states) batch.emplace_back(v, t);
     }
     if (batch.size() >= kBatch) flush();
-  }
+  });
   flush();
   index->num_hubs_ = hubs.size();
   uint64_t table_size = 16;

@@ -165,6 +165,23 @@ TEST(StaticCursor, RepetitiveCorpus) {
   CheckCursorAgainstBruteForce(index, q);
 }
 
+// The sequential scan of the degree bit vector gives every state's EdgeRange.
+TEST(IndexView, ForEachEdgeRangeEqualsEdgeRange) {
+  for (const uint32_t alphabet : {2u, 7u, 300u}) {
+    std::mt19937 rng(50 + alphabet);
+    TestIndex index(RandomDocs(rng, 60, 70, alphabet), alphabet, "ranges");
+    const format::IndexView& view = index.view();
+    uint64_t expected = 0;
+    view.ForEachEdgeRange([&](uint64_t v, uint64_t lo, uint64_t hi) {
+      ASSERT_EQ(v, expected++);
+      const auto [elo, ehi] = view.EdgeRange(v);
+      ASSERT_EQ(lo, elo) << v;
+      ASSERT_EQ(hi, ehi) << v;
+    });
+    EXPECT_EQ(expected, view.num_states());
+  }
+}
+
 // Jumping over the tokens after a match's first occurrence equals
 // transferring on them one by one, for every reachable match and every k.
 TEST(StaticCursor, AdvanceAlongFirstOccurrenceEqualsTransfers) {

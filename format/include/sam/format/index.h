@@ -248,6 +248,33 @@ class IndexView {
     return {begin, end};
   }
 
+  // Calls f(v, begin, end) for every state v in increasing order with
+  // EdgeRange(v), reading the degree bit vector once from start to end
+  // (O(states + edges) in all, instead of a select per state). A corrupt
+  // vector gives clamped, possibly empty ranges, as EdgeRange does.
+  template <typename F>
+  void ForEachEdgeRange(F&& f) const {
+    const uint64_t num_edges = edges_.size();
+    const uint64_t nwords = (degree_bit_count_ + 63) / 64;
+    uint64_t v = 0, begin = 0;
+    for (uint64_t w = 0; w < nwords && v < s_; ++w) {
+      uint64_t word = degree_bits_[w];
+      if (w + 1 == nwords && degree_bit_count_ % 64 != 0)
+        word &= (uint64_t{1} << (degree_bit_count_ % 64)) - 1;
+      while (word != 0 && v < s_) {
+        const uint64_t pos = (w << 6) + static_cast<unsigned>(__builtin_ctzll(word));
+        word &= word - 1;
+        uint64_t end = pos >= v ? pos - v : 0;  // zeros before this one
+        if (end > num_edges) end = num_edges;
+        if (begin > end) begin = end;
+        f(v, begin, end);
+        begin = end;
+        ++v;
+      }
+    }
+    for (; v < s_; ++v) f(v, num_edges, num_edges);  // ones missing: corrupt
+  }
+
   // Raw sections, for verification and tools.
   const PackedView& text() const { return text_; }
   const PackedView& links() const { return link_; }
