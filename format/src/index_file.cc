@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -162,6 +163,9 @@ IndexFile IndexFile::Open(const std::string& path, const OpenOptions& options) {
 IndexFile IndexFile::Read(const std::string& path, const OpenOptions& options) {
   IndexFile f;
   f.path_ = path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    Fail(ErrorCode::kIo, path, "is a directory, not an index file");
   std::FILE* fp = std::fopen(path.c_str(), "rb");
   if (!fp) Fail(ErrorCode::kIo, path, std::string("cannot open: ") + std::strerror(errno));
   long size = -1;

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 
+#include "sam/format/huge_buffer.h"
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
 #include "sam/format/writer.h"
@@ -158,6 +159,56 @@ TEST_F(FormatTest, TruncatedFilesFail) {
     const auto p = Write(b, "trunc.sam");
     EXPECT_EQ(OpenCode(p), ErrorCode::kTruncated) << "kept " << keep << ": " << last_message_;
     EXPECT_NE(last_message_.find("trunc.sam"), std::string::npos) << last_message_;
+  }
+}
+
+// IndexFile::Read (into huge-page memory) and Open with populate report the
+// same errors as Open, naming the file.
+TEST_F(FormatTest, ReadAndPopulateFailLikeOpen) {
+  auto code_of = [&](auto&& open) {
+    try {
+      open();
+    } catch (const FormatError& e) {
+      last_message_ = e.what();
+      return e.code();
+    }
+    return ErrorCode::kOk;
+  };
+  OpenOptions populate;
+  populate.populate = true;
+  for (size_t keep : {size_t{0}, size_t{100}, bytes_.size() / 2}) {
+    const auto p = Write(Bytes(bytes_.begin(), bytes_.begin() + keep), "short.sam");
+    EXPECT_EQ(code_of([&] { IndexFile::Read(p); }), ErrorCode::kTruncated) << keep;
+    EXPECT_NE(last_message_.find("short.sam"), std::string::npos) << last_message_;
+    EXPECT_EQ(code_of([&] { IndexFile::Open(p, populate); }), ErrorCode::kTruncated) << keep;
+  }
+  const std::string missing = (dir_ / "missing.sam").string();
+  EXPECT_EQ(code_of([&] { IndexFile::Read(missing); }), ErrorCode::kIo);
+  EXPECT_NE(last_message_.find("missing.sam"), std::string::npos) << last_message_;
+  EXPECT_EQ(code_of([&] { IndexFile::Read(dir_.string()); }), ErrorCode::kIo) << last_message_;
+  EXPECT_NE(last_message_.find("directory"), std::string::npos) << last_message_;
+  // A valid file: populate maps it whole and answers as usual.
+  IndexFile f = IndexFile::Open(path_, populate);
+  EXPECT_EQ(f.view().num_tokens(), IndexFile::Read(path_).view().num_tokens());
+}
+
+// HugeBuffer: zeroed, writable, movable, at every size class.
+TEST(HugeBuffer, ZeroedWritableMovable) {
+  for (size_t bytes : {size_t{0}, size_t{24}, size_t{1} << 20, (size_t{3} << 20) + 5}) {
+    sam::format::HugeBuffer b(bytes);
+    EXPECT_EQ(b.size(), bytes);
+    auto* p = static_cast<uint8_t*>(b.data());
+    for (size_t i = 0; i < bytes; i += 4093) ASSERT_EQ(p[i], 0) << bytes;
+    if (bytes >= sam::format::HugeBuffer::kHugePage / 2)
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % sam::format::HugeBuffer::kHugePage, 0u);
+    if (bytes > 0) p[bytes - 1] = 7;
+    sam::format::HugeBuffer moved(std::move(b));
+    EXPECT_EQ(moved.data(), p);
+    EXPECT_EQ(b.data(), nullptr);
+    if (bytes > 0) EXPECT_EQ(static_cast<uint8_t*>(moved.data())[bytes - 1], 7);
+    sam::format::HugeBuffer other(16);
+    other = std::move(moved);
+    EXPECT_EQ(other.data(), p);
   }
 }
 
