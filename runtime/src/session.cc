@@ -269,36 +269,41 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
   pending_ns_ = options_.collect_timing ? NowNs() - t0 : 0;
 }
 
-void Session::AppendChain(std::span<const uint32_t> tokens, DraftTree* tree) {
-  // A chain under the last node, written in bulk (no per-node capacity checks).
-  const size_t base = tree->size();
+void Session::ChainLinks(size_t base, DraftTree* tree) {
+  // Parents and depths of tokens [base, size) hanging as a chain under node base - 1.
+  const size_t size = tree->tokens.size();
   const uint16_t depth = tree->depths[base - 1];
-  tree->tokens.insert(tree->tokens.end(), tokens.begin(), tokens.end());
-  tree->parents.resize(base + tokens.size());
-  tree->depths.resize(base + tokens.size());
-  for (size_t k = 0; k < tokens.size(); ++k) {
-    tree->parents[base + k] = static_cast<int32_t>(base + k - 1);
-    tree->depths[base + k] = static_cast<uint16_t>(depth + 1 + k);
+  tree->parents.resize(size);
+  tree->depths.resize(size);
+  for (size_t k = base; k < size; ++k) {
+    tree->parents[k] = static_cast<int32_t>(k - 1);
+    tree->depths[k] = static_cast<uint16_t>(depth + 1 + (k - base));
   }
 }
 
 void Session::ProposeLinearDynamic(DynamicSam::Match m, size_t size, DraftTree* tree) {
   if (size < 2) return;
-  chain_.resize(size - 1);
+  // The continuation is copied straight into the tree (after its root).
+  const size_t base = tree->size();
+  tree->tokens.resize(base + size - 1);
   const size_t n = dynamic_.Continuation(m, size - 1, options_.selection.dynamic_link_fallback,
-                                         chain_.data());
+                                         tree->tokens.data() + base);
+  tree->tokens.resize(base + n);
   if (n == 0) return;  // nothing to draft: the tree stays the start token alone
-  AppendChain(std::span<const uint32_t>(chain_.data(), n), tree);
+  ChainLinks(base, tree);
   tree->source = DraftSource::kDynamic;
   tree->match_len = m.len;
 }
 
 void Session::ProposeLinearStatic(size_t index, StaticMatch m, size_t size, DraftTree* tree) {
   if (size < 2) return;
-  chain_.resize(size - 1);
-  const size_t n = StaticContinuation(*cursors_[index].view(), m.state, size - 1, chain_.data());
+  const size_t base = tree->size();
+  tree->tokens.resize(base + size - 1);
+  const size_t n =
+      StaticContinuation(*cursors_[index].view(), m.state, size - 1, tree->tokens.data() + base);
+  tree->tokens.resize(base + n);
   if (n == 0) return;
-  AppendChain(std::span<const uint32_t>(chain_.data(), n), tree);
+  ChainLinks(base, tree);
   tree->source = DraftSource::kStatic;
   tree->match_len = static_cast<uint32_t>(std::min<uint64_t>(m.len, UINT32_MAX));
   if (tree == &tree_) linear_static_cursor_ = index;

@@ -115,7 +115,7 @@ enum {
   SAM_OPEN_READ = 1,
   /* Build the drafting accelerations once (hub tables and an edge filter,
    * sam/runtime/static_index.h), shared by every session that attaches the
-   * index: O(index size) (about 1 s and 34 MiB for a 6.8M-token index),
+   * index: O(index size) (about 0.8 s and 34 MiB for a 6.8M-token index),
    * after which every Propose/Commit is about twice as fast. */
   SAM_OPEN_PREPARE = 2,
   /* Deep-check the file at open, as sam_index_verify. */

@@ -126,7 +126,7 @@ class Session : public Drafter {
   void ProposeFallback(uint32_t start_token, size_t max_nodes, DraftTree* tree);
   void ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, size_t max_nodes,
                          DraftTree* tree);
-  void AppendChain(std::span<const uint32_t> tokens, DraftTree* tree);
+  void ChainLinks(size_t base, DraftTree* tree);
   void RecordAcceptance(std::span<const uint32_t> tokens);
 
   SessionOptions options_;

@@ -32,11 +32,11 @@
 // are identical either way.
 //
 // Cost: Create() visits every state and every transition once (O(states +
-// edges); about 1 s for the 6.8M-token index: 9.2M states, 14.5M transitions,
+// edges); about 0.8 s for the 6.8M-token index: 9.2M states, 14.5M transitions,
 // 17.8K hubs of >= 32 transitions holding 1.6M of them). It keeps one bit per
-// state, per hub about 28 + 24 top_k bytes plus 4 bytes per transition, and
-// the filter (memory_bytes(): about 31 MiB there, 18 of them the filter).
-// The filter lives in 2 MiB pages where available (format::HugeBuffer).
+// state, per hub 64 + 24 top_k bytes plus 12 bytes per transition, and the
+// filter (memory_bytes(): 33.7 MiB there, 18 of them the filter), all on
+// 2 MiB pages where available (format::HugeBuffer).
 //
 // Lifetime and threads: immutable after Create(), so any number of threads
 // may use one concurrently. It borrows the view, which must outlive it (and
