@@ -30,7 +30,7 @@ HugeBuffer::HugeBuffer(size_t bytes) : size_(bytes) {
     if (tail > 0) munmap(reinterpret_cast<void*>(aligned + rounded), tail);
     data_ = reinterpret_cast<void*>(aligned);
     mapped_ = rounded;
-    advised_ = madvise(data_, rounded, MADV_HUGEPAGE) == 0;
+    madvise(data_, rounded, MADV_HUGEPAGE);  // a hint: refused, the block is ordinary memory
     return;
   }
 #endif
@@ -41,8 +41,7 @@ HugeBuffer::HugeBuffer(size_t bytes) : size_(bytes) {
 HugeBuffer::HugeBuffer(HugeBuffer&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      mapped_(std::exchange(other.mapped_, 0)),
-      advised_(std::exchange(other.advised_, false)) {}
+      mapped_(std::exchange(other.mapped_, 0)) {}
 
 HugeBuffer& HugeBuffer::operator=(HugeBuffer&& other) noexcept {
   if (this != &other) {
@@ -50,7 +49,6 @@ HugeBuffer& HugeBuffer::operator=(HugeBuffer&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     mapped_ = std::exchange(other.mapped_, 0);
-    advised_ = std::exchange(other.advised_, false);
   }
   return *this;
 }

@@ -20,29 +20,17 @@ inline std::pair<uint64_t, uint64_t> ExplicitEdges(const format::IndexView& view
 }
 
 // Starts loading what enumerating and weighing the targets of edges
-// [lo, hi) reads (their labels: a clone's first end position, then the token
-// there; their occurrence counts), in stages, so that the cache misses of all
-// the children overlap instead of following one another.
+// [lo, hi) reads: their labels (IndexView::PrefetchLabels) and their
+// occurrence counts, so that the cache misses of all the children overlap.
 inline void PrefetchChildren(const format::IndexView& view, uint64_t lo, uint64_t hi) {
+  view.PrefetchLabels(lo, hi);
   const uint64_t n = view.num_tokens();
-  const uint64_t num_states = view.num_states();
   const uint64_t prefix_counts = view.prefix_counts().size();
   for (uint64_t e = lo; e < hi; ++e) {
     const uint64_t t = view.edges().Get(e);
-    if (t == format::kRoot || t >= num_states) continue;
-    if (t > n) {
-      view.clone_min_endpos().Prefetch(t - n - 1);
-      view.clone_counts().Prefetch(t - n - 1);
-    } else {
-      view.text().Prefetch(t - 1);
-      if (t <= prefix_counts) view.prefix_counts().Prefetch(t - 1);
-    }
-  }
-  for (uint64_t e = lo; e < hi; ++e) {
-    const uint64_t t = view.edges().Get(e);
-    if (t <= n || t >= num_states) continue;
-    const uint64_t end = view.MinEndpos(t);
-    if (end != 0) view.text().Prefetch(end - 1);
+    if (t == format::kRoot || t >= view.num_states()) continue;
+    if (t > n) view.clone_counts().Prefetch(t - n - 1);
+    else if (t <= prefix_counts) view.prefix_counts().Prefetch(t - 1);
   }
 }
 

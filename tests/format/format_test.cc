@@ -199,13 +199,16 @@ TEST(HugeBuffer, ZeroedWritableMovable) {
     EXPECT_EQ(b.size(), bytes);
     auto* p = static_cast<uint8_t*>(b.data());
     for (size_t i = 0; i < bytes; i += 4093) ASSERT_EQ(p[i], 0) << bytes;
-    if (bytes >= sam::format::HugeBuffer::kHugePage / 2)
+    if (bytes >= sam::format::HugeBuffer::kHugePage / 2) {
       EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % sam::format::HugeBuffer::kHugePage, 0u);
+    }
     if (bytes > 0) p[bytes - 1] = 7;
     sam::format::HugeBuffer moved(std::move(b));
     EXPECT_EQ(moved.data(), p);
     EXPECT_EQ(b.data(), nullptr);
-    if (bytes > 0) EXPECT_EQ(static_cast<uint8_t*>(moved.data())[bytes - 1], 7);
+    if (bytes > 0) {
+      EXPECT_EQ(static_cast<uint8_t*>(moved.data())[bytes - 1], 7);
+    }
     sam::format::HugeBuffer other(16);
     other = std::move(moved);
     EXPECT_EQ(other.data(), p);

@@ -31,14 +31,11 @@ class HugeBuffer {
 
   void* data() const { return data_; }
   size_t size() const { return size_; }
-  // True when the kernel accepted the huge-page advice for this block.
-  bool huge_pages_advised() const { return advised_; }
 
  private:
   void* data_ = nullptr;
   size_t size_ = 0;
   size_t mapped_ = 0;  // bytes mapped (size rounded up), 0 for malloc'd blocks
-  bool advised_ = false;
 };
 
 // A fixed-size array of trivially copyable T in a HugeBuffer.

@@ -170,9 +170,20 @@ class IndexView {
       if (label == c) return t;
       if (label < c) lo = mid + 1; else hi = mid;
     }
-    // A label costs one or two dependent cache misses (a clone's first end
-    // position, then the token there): start them for every candidate
-    // first, so that they overlap instead of following one another.
+    PrefetchLabels(lo, hi);
+    for (; lo < hi; ++lo) {
+      uint64_t t = edges_.Get(lo);
+      uint32_t label = LabelOfTarget(t);
+      if (label == c) return t;
+      if (label > c) break;
+    }
+    return kNoState;
+  }
+  // Starts loading the labels of the targets of edges [lo, hi). A label costs
+  // one or two dependent cache misses (a clone's first end position, then the
+  // token there): started for every edge first, in two stages, they overlap
+  // instead of following one another.
+  void PrefetchLabels(uint64_t lo, uint64_t hi) const {
     for (uint64_t e = lo; e < hi; ++e) {
       const uint64_t t = edges_.Get(e);
       if (t > n_) {
@@ -188,13 +199,6 @@ class IndexView {
         if (end != 0) text_.Prefetch(end - 1);
       }
     }
-    for (; lo < hi; ++lo) {
-      uint64_t t = edges_.Get(lo);
-      uint32_t label = LabelOfTarget(t);
-      if (label == c) return t;
-      if (label > c) break;
-    }
-    return kNoState;
   }
   // Starts loading the select sample that EdgeRange(v) reads first.
   void PrefetchEdgeRange(uint64_t v) const {
