@@ -34,9 +34,7 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
 
   if (options.filter_bits_per_edge > 0 && view->num_edges() > 0) {
     const uint64_t bits = view->num_edges() * options.filter_bits_per_edge;
-    index->filter_blocks_ = std::max<uint64_t>(1, (bits + 511) / 512);
-    index->filter_memory_ = format::HugeBuffer(index->filter_blocks_ * 64);
-    index->filter_ = static_cast<uint64_t*>(index->filter_memory_.data());
+    index->filter_.assign(std::max<uint64_t>(1, (bits + 511) / 512) * kFilterWords, 0);
   }
   // Hubs and the filter: consecutive states' explicit edge ranges are
   // adjacent, so one pass over the states finds them. (The root has its own
@@ -65,7 +63,7 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
       const uint32_t label = view->LastToken(t);
       if (label >= view->vocab_size()) continue;
       hashes.push_back(EdgeHash(v, label));
-      __builtin_prefetch(index->filter_ + index->FilterBlock(hashes.back()) * kFilterWords, 1);
+      __builtin_prefetch(&index->filter_[index->FilterBlock(hashes.back()) * kFilterWords], 1);
     }
     for (uint64_t h : hashes) index->AddHash(h);
     batch.clear();
@@ -73,7 +71,7 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
   view->ForEachEdgeRange([&](uint64_t v, uint64_t lo, uint64_t hi) {
     if (v == format::kRoot) return;
     if (hi - lo >= min_degree) hubs.push_back(v);
-    if (index->filter_blocks_ == 0) return;
+    if (index->filter_.size() == 0) return;
     for (uint64_t e = lo; e < hi; ++e) {
       const uint64_t t = edges.Get(e);
       if (t != format::kRoot && t < num_states) batch.emplace_back(v, t);
@@ -97,11 +95,8 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
     total_slots += LabelSlotsFor(hi - lo);
   }
   slot_begin[hubs.size()] = total_slots;
-  index->num_label_slots_ = total_slots;
   index->slots_hold_targets_ = num_states <= uint64_t{UINT32_MAX};
-  index->label_memory_ = format::HugeBuffer(total_slots * sizeof(LabelSlot));
-  index->label_slots_ = static_cast<LabelSlot*>(index->label_memory_.data());
-  for (uint64_t i = 0; i < total_slots; ++i) index->label_slots_[i] = LabelSlot{format::kNoToken, 0};
+  index->label_slots_.assign(total_slots, LabelSlot{format::kNoToken, 0});
   index->sizes_.assign(hubs.size(), 0);
   index->children_.resize(hubs.size() * options.top_k);
   for (uint32_t h = 0; h < hubs.size(); ++h) {
@@ -109,7 +104,7 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
     index->hub_bits_[v >> 6] |= uint64_t{1} << (v & 63);
     const auto [lo, hi] = internal::ExplicitEdges(*view, v);
     const uint64_t m = slot_begin[h + 1] - slot_begin[h];
-    LabelSlot* table = index->label_slots_ + slot_begin[h];
+    LabelSlot* table = &index->label_slots_[slot_begin[h]];
     for (uint64_t e = lo; e < hi; ++e) {
       // The labels IndexView::Next compares; corrupt targets (kNoToken) and
       // repeated labels (only in a corrupt index) are left out.
@@ -132,7 +127,7 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
 }
 
 void StaticIndex::AddHash(uint64_t h) {
-  uint64_t* block = filter_ + FilterBlock(h) * kFilterWords;
+  uint64_t* block = &filter_[FilterBlock(h) * kFilterWords];
   uint64_t bits = h * 0x9E3779B97F4A7C15ull;
   for (size_t w = 0; w < kFilterWords; ++w, bits >>= 6) block[w] |= uint64_t{1} << (bits & 63);
 }
@@ -153,7 +148,7 @@ bool StaticIndex::TopChildren(uint64_t state, std::span<const Child>* children) 
 uint64_t StaticIndex::HubNext(uint64_t v, uint32_t c) const {
   // Next() has ruled out the root, out-of-vocabulary tokens and v -> v+1.
   const HubEntry& hub = HubOf(v);
-  const LabelSlot* table = label_slots_ + hub.slot_begin;
+  const LabelSlot* table = &label_slots_[hub.slot_begin];
   for (uint64_t i = LabelSlotOf(c, hub.num_slots);; i = i + 1 == hub.num_slots ? 0 : i + 1) {
     if (table[i].label == c)
       return slots_hold_targets_ ? table[i].value
@@ -163,8 +158,7 @@ uint64_t StaticIndex::HubNext(uint64_t v, uint32_t c) const {
 }
 
 size_t StaticIndex::memory_bytes() const {
-  return sizeof(*this) + hub_table_.bytes() + hub_bits_.bytes() +
-         num_label_slots_ * sizeof(LabelSlot) +
+  return sizeof(*this) + hub_table_.bytes() + hub_bits_.bytes() + label_slots_.bytes() +
          sizes_.capacity() + children_.capacity() * sizeof(Child) + filter_bytes();
 }
 

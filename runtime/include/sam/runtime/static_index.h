@@ -15,7 +15,7 @@
 //    every step. Without the table each session finds them by scanning all
 //    the transitions the first time it meets a hub (milliseconds for a fresh
 //    session on a 6.8M-token index); with it every session reads them in O(1).
-//  - its transition labels in a small hash table (label -> edge offset,
+//  - its transition labels in a small hash table (label -> target,
 //    1.5 slots per transition), so that Next() on a hub reads one or two
 //    cache lines instead of binary searching edge targets whose labels are
 //    read from the text (two dependent cache misses a probe). Matching
@@ -86,7 +86,7 @@ class StaticIndex {
   // document-end transitions excluded).
   bool TopChildren(uint64_t state, std::span<const Child>* children) const;
   // Same result as view().Next(v, c): transitions that the edge filter rules
-  // out cost one cache line, hubs a search of their label array.
+  // out cost one cache line, hubs a probe of their label table.
   uint64_t Next(uint64_t v, uint32_t c) const {
     const format::IndexView& view = *view_;
     if (v == format::kRoot || c >= view.vocab_size()) return view.Next(v, c);
@@ -102,9 +102,9 @@ class StaticIndex {
   // False when v certainly has no explicit transition on c (the filter);
   // true when it may have one, or when there is no filter.
   bool MayHaveEdge(uint64_t v, uint32_t c) const {
-    if (filter_blocks_ == 0) return true;
+    if (filter_.size() == 0) return true;
     const uint64_t h = EdgeHash(v, c);
-    const uint64_t* block = filter_ + FilterBlock(h) * kFilterWords;
+    const uint64_t* block = &filter_[FilterBlock(h) * kFilterWords];
     uint64_t bits = h * 0x9E3779B97F4A7C15ull;
     bool all = true;
     for (size_t w = 0; w < kFilterWords; ++w, bits >>= 6) all &= (block[w] >> (bits & 63)) & 1;
@@ -112,7 +112,7 @@ class StaticIndex {
   }
   size_t num_hubs() const { return num_hubs_; }
   // Bytes of the edge filter (0 without one) and bytes of everything.
-  size_t filter_bytes() const { return filter_blocks_ * kFilterWords * sizeof(uint64_t); }
+  size_t filter_bytes() const { return filter_.bytes(); }
   size_t memory_bytes() const;
 
  private:
@@ -126,7 +126,8 @@ class StaticIndex {
     return x;
   }
   uint64_t FilterBlock(uint64_t h) const {
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * filter_blocks_) >> 64);
+    const uint64_t blocks = filter_.size() / kFilterWords;
+    return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * blocks) >> 64);
   }
   void AddHash(uint64_t edge_hash);  // adds EdgeHash(v, c) to the filter
 
@@ -164,13 +165,9 @@ class StaticIndex {
   std::vector<uint8_t> sizes_;
   std::vector<Child> children_;
   format::HugeArray<uint64_t> hub_bits_;  // bit v: state v is a hub
-  format::HugeBuffer label_memory_;
-  LabelSlot* label_slots_ = nullptr;
-  uint64_t num_label_slots_ = 0;
+  format::HugeArray<LabelSlot> label_slots_;
   bool slots_hold_targets_ = false;
-  format::HugeBuffer filter_memory_;
-  uint64_t* filter_ = nullptr;
-  uint64_t filter_blocks_ = 0;
+  format::HugeArray<uint64_t> filter_;  // kFilterWords words a block; empty: no filter
 };
 
 }  // namespace sam::runtime
