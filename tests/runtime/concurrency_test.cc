@@ -2,8 +2,6 @@
 // the same drafts as one thread. Labelled `tsan` for ThreadSanitizer builds.
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
@@ -11,14 +9,14 @@
 #include <vector>
 
 #include "sam/format/index.h"
-#include "sam/indexer/builder.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
+#include "test_index.h"
 
 namespace sam::runtime {
 namespace {
 
-using Text = std::vector<uint32_t>;
+using test_util::Text;
 
 // Replays `traces` with a fresh session and returns every proposed tree.
 // With `shared`, the session attaches it instead of the bare view.
@@ -48,15 +46,9 @@ std::vector<DraftTree> Drafts(const format::IndexView* view, Policy policy,
 
 TEST(Concurrency, SharedIndexSameDraftsAsOneThread) {
   std::mt19937 rng(77);
-  std::vector<Text> docs(200);
-  for (auto& d : docs) {
-    d.resize(30 + rng() % 60);
-    for (auto& t : d) t = rng() % 50;
-  }
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("sam_rt_conc_" + std::to_string(::getpid()) + ".sam")).string();
-  indexer::BuildIndexFile(docs, 50, path);
-  format::IndexFile file = format::IndexFile::Open(path);
+  const std::vector<Text> docs = test_util::RandomTexts(rng, 200, 30, 60, 50);
+  const test_util::BuiltIndex index(docs, 50, "conc.sam");
+  const format::IndexFile& file = index.file;
   std::vector<ReplayTrace> traces(6);
   for (auto& t : traces) {
     // Outputs copy corpus pieces so that drafts get accepted.
@@ -92,7 +84,6 @@ TEST(Concurrency, SharedIndexSameDraftsAsOneThread) {
       }
     }
   }
-  std::remove(path.c_str());
 }
 
 }  // namespace

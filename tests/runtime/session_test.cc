@@ -4,39 +4,20 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdio>
-#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "sam/format/index.h"
-#include "sam/indexer/builder.h"
 #include "sam/runtime/replay.h"
+#include "test_index.h"
 
 namespace sam::runtime {
 namespace {
 
-using Text = std::vector<uint32_t>;
-
-std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("sam_rt_session_" + std::to_string(::getpid()) + "_" + name))
-      .string();
-}
-
-struct BuiltIndex {
-  std::string path;
-  format::IndexFile file;
-  BuiltIndex(const std::vector<Text>& docs, uint32_t vocab, const std::string& name)
-      : path(TempPath(name)), file(Build(docs, vocab, path)) {}
-  ~BuiltIndex() { std::remove(path.c_str()); }
-  static format::IndexFile Build(const std::vector<Text>& docs, uint32_t vocab,
-                                 const std::string& path) {
-    indexer::BuildIndexFile(docs, vocab, path);
-    return format::IndexFile::Open(path);
-  }
-};
+using test_util::BuiltIndex;
+using test_util::RandomTexts;
+using test_util::Text;
 
 bool SameTree(const DraftTree& a, const DraftTree& b) {
   return a.tokens == b.tokens && a.parents == b.parents && a.source == b.source &&
@@ -137,17 +118,6 @@ TEST(Session, PaperRulePicksLongerMatch) {
   const DraftTree& u = s.Propose(6);  // dynamic "6" (len 1, twice); static "20 6"? no -> "6" len 1
   EXPECT_EQ(u.source, DraftSource::kDynamic);  // tie -> dynamic
   EXPECT_EQ(u.tokens[1], 7u);
-}
-
-// `count` texts of min_len + [0, spread) tokens drawn uniformly from [0, alphabet).
-std::vector<Text> RandomTexts(std::mt19937& rng, size_t count, size_t min_len, size_t spread,
-                              uint32_t alphabet) {
-  std::vector<Text> texts(count);
-  for (auto& d : texts) {
-    d.resize(min_len + rng() % spread);
-    for (auto& t : d) t = rng() % alphabet;
-  }
-  return texts;
 }
 
 TEST(Session, IncrementalEqualsRebuilt) {

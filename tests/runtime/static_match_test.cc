@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
@@ -15,18 +14,14 @@
 #include "sam/format/index.h"
 #include "sam/indexer/builder.h"
 #include "sam/runtime/session.h"
+#include "test_index.h"
 
 namespace sam::runtime {
 namespace {
 
-using Docs = std::vector<std::vector<uint32_t>>;
-using Text = std::vector<uint32_t>;
-
-std::string TempPath(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("sam_rt_" + std::to_string(::getpid()) + "_" + name))
-      .string();
-}
+using test_util::TempPath;
+using test_util::Text;
+using Docs = std::vector<Text>;
 
 // The corpus as the index sees it: documents each followed by a separator.
 struct Corpus {
@@ -64,30 +59,22 @@ struct Corpus {
   }
 };
 
+// 1 to max_len tokens each.
 Docs RandomDocs(std::mt19937& rng, size_t num_docs, size_t max_len, uint32_t alphabet) {
-  Docs docs(num_docs);
-  for (auto& d : docs) {
-    d.resize(1 + rng() % max_len);
-    for (auto& t : d) t = rng() % alphabet;
-  }
-  return docs;
+  return test_util::RandomTexts(rng, num_docs, 1, max_len, alphabet);
 }
 
+// A built index with its brute-force oracle.
 class TestIndex {
  public:
   TestIndex(const Docs& docs, uint32_t vocab, const std::string& name)
-      : path_(TempPath(name + ".sam")), corpus_(docs, vocab) {
-    indexer::BuildIndexFile(docs, vocab, path_);
-    file_ = std::make_unique<format::IndexFile>(format::IndexFile::Open(path_));
-  }
-  ~TestIndex() { std::remove(path_.c_str()); }
-  const format::IndexView& view() const { return file_->view(); }
+      : index_(docs, vocab, name + ".sam"), corpus_(docs, vocab) {}
+  const format::IndexView& view() const { return index_.view(); }
   const Corpus& corpus() const { return corpus_; }
 
  private:
-  std::string path_;
+  test_util::BuiltIndex index_;
   Corpus corpus_;
-  std::unique_ptr<format::IndexFile> file_;
 };
 
 void CheckCursorAgainstBruteForce(const TestIndex& index, const Text& query) {
