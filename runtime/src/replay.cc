@@ -7,20 +7,9 @@
 namespace sam::runtime {
 
 size_t AcceptedLength(const DraftTree& tree, std::span<const uint32_t> next) {
-  int32_t node = 0;
+  int node = 0;
   size_t depth = 0;
-  while (depth < next.size()) {
-    int32_t child = -1;
-    for (size_t i = static_cast<size_t>(node) + 1; i < tree.size(); ++i) {
-      if (tree.parents[i] == node && tree.tokens[i] == next[depth]) {
-        child = static_cast<int32_t>(i);
-        break;
-      }
-    }
-    if (child < 0) break;
-    node = child;
-    ++depth;
-  }
+  while (depth < next.size() && (node = tree.Child(node, next[depth])) >= 0) ++depth;
   return depth;
 }
 

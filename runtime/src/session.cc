@@ -429,7 +429,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   tree->match_len = std::max(dyn.len, last_static_len_);
 }
 
-void Session::RecordAcceptance(std::span<const uint32_t> tokens) {
+size_t Session::RecordAcceptance(std::span<const uint32_t> tokens) {
   const DraftTree& t = tree_;
   // The accepted path; its nodes are marked only for calibration.
   const bool calibrating = node_cells_.size() == t.size();
@@ -437,19 +437,12 @@ void Session::RecordAcceptance(std::span<const uint32_t> tokens) {
     on_path_.assign(t.size(), 0);
     on_path_[0] = 1;
   }
-  int32_t node = 0;
+  int node = 0;
   size_t accepted = 0;
   for (size_t k = 1; k < tokens.size(); ++k) {
-    int32_t next = -1;
-    for (size_t i = static_cast<size_t>(node) + 1; i < t.size(); ++i) {
-      if (t.parents[i] == node && t.tokens[i] == tokens[k]) {
-        next = static_cast<int32_t>(i);
-        break;
-      }
-    }
-    if (next < 0) break;
-    if (calibrating) on_path_[next] = 1;
-    node = next;
+    node = t.Child(node, tokens[k]);
+    if (node < 0) break;
+    if (calibrating) on_path_[node] = 1;
     ++accepted;
   }
   size_t max_depth = 0;
@@ -474,22 +467,19 @@ void Session::RecordAcceptance(std::span<const uint32_t> tokens) {
         if (cell >= 0) calibrator_->Observe(cell, on_path_[i] != 0);
     }
   }
+  return accepted;
 }
 
 void Session::Commit(std::span<const uint32_t> tokens) {
   const uint64_t t0 = options_.collect_timing ? NowNs() : 0;
-  if (pending_ && !tokens.empty() && tokens[0] == tree_.tokens[0]) RecordAcceptance(tokens);
   // The proposal peeked every cursor with its start token: reuse that match.
   const bool peeked = pending_ && !tokens.empty() && tokens[0] == tree_.tokens[0];
+  const size_t accepted = peeked ? RecordAcceptance(tokens) : 0;
   pending_ = false;
   dynamic_.Extend(tokens);
   // Accepted tokens of a linear static draft are the corpus text after the
   // drafting cursor's match: that cursor jumps over them in one climb.
-  size_t along = 0;
-  if (peeked && linear_static_cursor_ < num_peeked_) {
-    const size_t n = std::min(tokens.size(), tree_.size());
-    while (along + 1 < n && tokens[along + 1] == tree_.tokens[along + 1]) ++along;
-  }
+  const size_t along = linear_static_cursor_ < num_peeked_ ? accepted : 0;
   for (size_t i = 0; i < cursors_.size(); ++i) {
     StaticCursor& c = cursors_[i];
     size_t k = 0;

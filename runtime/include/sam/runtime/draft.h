@@ -58,6 +58,13 @@ struct DraftTree {
     return static_cast<int>(tokens.size() - 1);
   }
   size_t size() const { return tokens.size(); }
+  // The first child of `node` whose token is `token`, or -1 (children come
+  // after their parent, so the search starts there).
+  int Child(int node, uint32_t token) const {
+    for (size_t i = static_cast<size_t>(node) + 1; i < tokens.size(); ++i)
+      if (parents[i] == node && tokens[i] == token) return static_cast<int>(i);
+    return -1;
+  }
   // True when every node's parent is the node before it (a chain).
   bool IsLinear() const {
     for (size_t i = 1; i < parents.size(); ++i)

@@ -127,7 +127,9 @@ class Session : public Drafter {
   void ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, size_t max_nodes,
                          DraftTree* tree);
   void ChainLinks(size_t base, DraftTree* tree);
-  void RecordAcceptance(std::span<const uint32_t> tokens);
+  // Statistics and calibration of the pending proposal; returns how many of
+  // its nodes `tokens` accepted (the longest matching root path).
+  size_t RecordAcceptance(std::span<const uint32_t> tokens);
 
   SessionOptions options_;
   DynamicSam dynamic_;
