@@ -4,8 +4,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <utility>
 
@@ -119,6 +119,9 @@ bool IsBlank(std::string_view text) {
 }
 
 size_t InvalidUtf8Offset(std::string_view text) {
+  // simdjson's vectorised check first (the common case: valid); the scalar scan only locates
+  // the first bad byte.
+  if (simdjson::validate_utf8(text.data(), text.size())) return std::string_view::npos;
   const auto* bytes = reinterpret_cast<const unsigned char*>(text.data());
   const size_t size = text.size();
   size_t i = 0;
