@@ -164,6 +164,9 @@ int main(int argc, char** argv) {
       for (const auto& c : resolved.corpora)
         cfg.corpora.push_back({std::string(sam::corpora::KindName(c.kind)), c.path});
     }
+    for (const auto& c : cfg.corpora)  // a named FIFO (not a pipe such as /dev/fd/N) may wait
+      if (std::error_code ec; !quiet && fs::is_fifo(fs::symlink_status(c.path, ec)))
+        std::cerr << "sam-build: note: " << c.path << " is a FIFO: waiting for its writer\n";
     if (cfg.tokenizer_path.empty() && !data_dir.empty()) {
       bool all_ids = true;
       for (const auto& c : cfg.corpora) all_ids = all_ids && c.kind == "ids";
