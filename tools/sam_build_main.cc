@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_exit.h"
+#include "sam/corpora/presets.h"
 #include "sam/format/error.h"
 #include "sam/indexer/pipeline.h"
 
@@ -27,36 +28,6 @@ std::string Human(double v) {
   return buf;
 }
 
-// The default corpus set of a data folder laid out as corpora/README.md says.
-std::vector<sam::indexer::CorpusSpec> PresetCorpora(const std::string& preset,
-                                                    const fs::path& data) {
-  std::vector<sam::indexer::CorpusSpec> out;
-  auto add_if = [&](const std::string& kind, const fs::path& p) {
-    if (fs::exists(p)) out.push_back({kind, p.string()});
-  };
-  if (preset == "gsm8k") {
-    add_if("gsm8k", data / "gsm8k/train.jsonl");
-  } else if (preset == "default") {
-    add_if("alpaca", data / "alpaca/alpaca_data.json");
-    if (fs::is_directory(data / "code_alpaca")) {
-      std::vector<fs::path> files;
-      for (const auto& e : fs::directory_iterator(data / "code_alpaca"))
-        if (e.path().extension() == ".json") files.push_back(e.path());
-      std::sort(files.begin(), files.end());
-      for (const auto& f : files) out.push_back({"alpaca", f.string()});
-    }
-    add_if("python18k", data / "python18k/python_code_instructions_18k_alpaca.json");
-    add_if("gsm8k", data / "gsm8k/train.jsonl");
-    add_if("hagrid", data / "hagrid/train.jsonl");
-  } else {
-    throw sam::indexer::BuildError("unknown --preset '" + preset + "' (use default or gsm8k)");
-  }
-  if (out.empty())
-    throw sam::indexer::BuildError("no corpus of preset '" + preset + "' found under " +
-                                   data.string() + " (see corpora/README.md for the layout)");
-  return out;
-}
-
 void PrintSummary(const BuildReport& r, const std::string& path) {
   const double tokens = static_cast<double>(r.tokens);
   std::printf("wrote %s\n", path.c_str());
@@ -67,7 +38,9 @@ void PrintSummary(const BuildReport& r, const std::string& path) {
                 (unsigned long long)c.records, (unsigned long long)c.documents,
                 (unsigned long long)c.skipped, Human(static_cast<double>(c.tokens)).c_str());
   for (const auto& c : r.corpora)
-    for (const auto& ex : c.skip_examples) std::printf("  skipped: %s\n", ex.c_str());
+    if (!c.skip_summary.empty())
+      std::printf("  %s=%s: %s\n", c.spec.kind.c_str(), c.spec.path.c_str(),
+                  c.skip_summary.c_str());
   std::printf("documents %llu, tokens %llu (separators and BOS included)\n",
               (unsigned long long)r.documents, (unsigned long long)r.tokens);
   std::printf("states %llu (%.3f/token; clones %.3f/token), transitions %llu (%.3f/token), "
@@ -138,15 +111,19 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", cfg.tokenizer_path,
                  "SentencePiece model of the target model (default with --data-dir: "
                  "DATA/tokenizer/llama-32k.model)");
+  std::string kinds;
+  for (const auto& k : sam::indexer::CorpusKindNames()) kinds += (kinds.empty() ? "" : ", ") + k;
   app.add_option("--corpus", corpus_args,
-                 "KIND=PATH, repeatable. KIND: alpaca, python18k, gsm8k, hagrid, jsonl, text, ids");
+                 "KIND=PATH, repeatable. KIND: " + kinds +
+                     ". PATH may be a pipe or FIFO (read once into memory)");
   app.add_option("--data-dir", data_dir,
                  "data folder (corpora/README.md layout); env SAM_DATA_DIR. Relative corpus "
                  "paths are looked up there too")
       ->envname("SAM_DATA_DIR");
   app.add_option("--preset", preset,
-                 "corpus set from --data-dir: 'default' (Alpaca, CodeAlpaca, python18k and "
-                 "HAGRID if present, GSM8K train) or 'gsm8k'");
+                 "corpus set from --data-dir: 'default' (alpaca/alpaca_data.json, "
+                 "code_alpaca/*.json, gsm8k/train.jsonl; python18k/train.jsonl and "
+                 "hagrid/train.jsonl if present, with a note when absent) or 'gsm8k'");
   app.add_option("--template", cfg.template_name, "document template: raw or vicuna")
       ->capture_default_str();
   app.add_option("--text-field", cfg.text_field, "string field of `jsonl` records")
@@ -182,8 +159,14 @@ int main(int argc, char** argv) {
     }
     if (!preset.empty()) {
       if (data_dir.empty()) throw sam::indexer::BuildError("--preset needs --data-dir");
-      for (auto& c : PresetCorpora(preset, data_dir)) cfg.corpora.push_back(c);
+      const auto resolved = sam::corpora::ResolvePreset(preset, data_dir);
+      for (const auto& note : resolved.notes) std::cerr << "sam-build: note: " << note << "\n";
+      for (const auto& c : resolved.corpora)
+        cfg.corpora.push_back({std::string(sam::corpora::KindName(c.kind)), c.path});
     }
+    for (const auto& c : cfg.corpora)  // a named FIFO (not a pipe such as /dev/fd/N) may wait
+      if (std::error_code ec; !quiet && fs::is_fifo(fs::symlink_status(c.path, ec)))
+        std::cerr << "sam-build: note: " << c.path << " is a FIFO: waiting for its writer\n";
     if (cfg.tokenizer_path.empty() && !data_dir.empty()) {
       bool all_ids = true;
       for (const auto& c : cfg.corpora) all_ids = all_ids && c.kind == "ids";
@@ -225,6 +208,11 @@ int main(int argc, char** argv) {
       if (tty && final_line) std::fputc('\n', stderr);
     };
     const BuildReport r = sam::indexer::BuildIndex(cfg, progress);
+    for (const auto& c : r.corpora)
+      if (c.documents == 0)
+        std::cerr << "sam-build: warning: " << c.spec.kind << "=" << c.spec.path
+                  << " gave no documents (" << c.records << " records"
+                  << (c.skip_summary.empty() ? "" : "; " + c.skip_summary) << ")\n";
     if (json) std::cout << ReportJson(r, cfg.output_path).dump(2) << "\n";
     else PrintSummary(r, cfg.output_path);
     return 0;

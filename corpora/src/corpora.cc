@@ -70,14 +70,55 @@ void HagridTurns(element record, std::vector<Turn>& turns) {
 
 }  // namespace
 
+std::span<const Kind> AllKinds() { return kAllKinds; }
+
+std::string KindNames() {
+  std::string names;
+  for (Kind kind : kAllKinds) names.append(names.empty() ? "" : ", ").append(KindName(kind));
+  return names;
+}
+
 Kind ParseKind(std::string_view name) {
   for (Kind kind : kAllKinds) {
     if (name == KindName(kind)) return kind;
   }
-  std::string valid;
-  for (Kind kind : kAllKinds) valid.append(valid.empty() ? "" : ", ").append(KindName(kind));
   throw CorpusError(CorpusError::Code::kInvalidArgument,
-                    "unknown corpus kind '" + std::string(name) + "' (valid: " + valid + ")");
+                    "unknown corpus kind '" + std::string(name) + "' (valid: " + KindNames() + ")");
+}
+
+std::string_view ReasonName(CorpusError::Code code) {
+  switch (code) {
+    case CorpusError::Code::kIo:
+      return "I/O error";
+    case CorpusError::Code::kInvalidJson:
+      return "invalid JSON";
+    case CorpusError::Code::kBadRecord:
+      return "bad record";
+    case CorpusError::Code::kBadValue:
+      return "bad value";
+    case CorpusError::Code::kInvalidArgument:
+      return "invalid argument";
+  }
+  return "other";
+}
+
+std::string DescribeSkips(const ReadStats& stats) {
+  if (stats.skipped == 0) return "";
+  std::string text = "skipped " + std::to_string(stats.skipped) + " of " +
+                     std::to_string(stats.records) + " records (";
+  bool first = true;
+  for (const auto& [code, count] : stats.skipped_by_code) {
+    text.append(first ? "" : ", ").append(ReasonName(code)).append(": ").append(
+        std::to_string(count));
+    first = false;
+  }
+  text += ")";
+  for (size_t i = 0; i < stats.skip_examples.size(); ++i) {
+    text.append(i == 0 ? ", e.g. " : "; ").append(stats.skip_examples[i]);
+  }
+  const uint64_t shown = stats.skip_examples.size();
+  if (stats.skipped > shown) text += "; and " + std::to_string(stats.skipped - shown) + " more";
+  return text;
 }
 
 std::string_view KindName(Kind kind) {
@@ -100,7 +141,15 @@ std::string_view KindName(Kind kind) {
 
 ReadStats ReadCorpus(Kind kind, const std::string& path, const ReadOptions& options,
                      const std::function<void(std::string&& document)>& sink) {
-  if (kind == Kind::kText) return internal::ReadTextCorpus(path, options.text_split, sink);
+  Input input = Input::Open(path);
+  return ReadCorpus(kind, input, options, sink);
+}
+
+ReadStats ReadCorpus(Kind kind, Input& input, const ReadOptions& options,
+                     const std::function<void(std::string&& document)>& sink) {
+  if (kind == Kind::kText) {
+    return internal::ReadTextCorpus(input, options.text_split, options.skip_bad, sink);
+  }
 
   ReadStats stats;
   auto emit = [&](std::string&& document) {
@@ -110,7 +159,7 @@ ReadStats ReadCorpus(Kind kind, const std::string& path, const ReadOptions& opti
   };
   std::vector<Turn> turns;
   internal::ForEachJsonRecord(
-      path, internal::JsonLayout::kDetect, options.skip_bad, stats, [&](element record) {
+      input, internal::JsonLayout::kDetect, options.skip_bad, stats, [&](element record) {
         // Every turn of the record is extracted (and so validated) before the first is emitted: a
         // malformed record contributes no document even when it is skipped.
         turns.clear();

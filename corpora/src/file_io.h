@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "sam/corpora/corpora.h"
+
 namespace sam::corpora::internal {
 
 inline constexpr size_t kPadding = simdjson::SIMDJSON_PADDING;
@@ -31,25 +33,47 @@ struct FileCloser {
 };
 using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
-// Opens `path` for reading. Throws CorpusError (kIo) naming the file and the reason when it is
-// missing, unreadable or a directory.
-FilePtr OpenForReading(const std::string& path);
+// What Input::Open found (see corpora.h). `file` is open for a regular file; `bytes` holds a
+// stream's content (padded) for a stream.
+struct InputState {
+  std::string path;
+  Input::Type type = Input::Type::kFile;
+  FilePtr file;
+  simdjson::padded_string bytes;
+};
 
-// The whole content of `path`, padded. Throws CorpusError (kIo).
-simdjson::padded_string ReadWholeFile(const std::string& path);
+// The state behind `input`.
+InputState& StateOf(Input& input);
 
-// The first byte of `path` that is neither whitespace nor part of a leading UTF-8 BOM, or '\0'
-// for a file with no such byte. Reads only as far as that byte. Throws CorpusError (kIo).
-char FirstSignificantByte(const std::string& path);
+// `input` as a file (a regular file or a stream); throws CorpusError (kIo) "is a directory,
+// expected a file" for a directory.
+InputState& ExpectFile(Input& input);
 
-// Streams the lines of a file with bounded memory (one block plus the longest line).
-//   LineReader reader(path);
+// The whole content of `input` (not a directory), padded: read from disk into `storage` for a
+// regular file, the stream's bytes otherwise. The view is followed by at least kPadding readable
+// bytes and is valid while `input` and `storage` are. Throws CorpusError (kIo).
+std::string_view WholeContent(Input& input, simdjson::padded_string& storage);
+
+// The first byte of `input` that is neither whitespace nor part of a leading UTF-8 BOM, or '\0'
+// for an input with no such byte. Reads a regular file only as far as that byte and rewinds it.
+// Throws CorpusError (kIo).
+char FirstSignificantByte(Input& input);
+
+// The 0-based offset of the first byte of `text` that does not start or continue a valid UTF-8
+// sequence (RFC 3629: no overlong forms, no surrogates, nothing above U+10FFFF), or npos when
+// `text` is valid UTF-8.
+size_t InvalidUtf8Offset(std::string_view text);
+
+// Streams the lines of an input with bounded memory (one block plus the longest line) for a
+// regular file; a stream's lines are views into its bytes.
+//   LineReader reader(input);
 //   std::string_view line;
 //   while (reader.Next(line)) Use(reader.line_number(), line);
 class LineReader {
  public:
-  // Opens `path`; throws CorpusError (kIo).
-  explicit LineReader(const std::string& path);
+  // Reads `input` (not a directory; throws CorpusError (kIo) otherwise) from its start.
+  // `input` must outlive the reader.
+  explicit LineReader(Input& input);
 
   LineReader(const LineReader&) = delete;
   LineReader& operator=(const LineReader&) = delete;
@@ -69,8 +93,9 @@ class LineReader {
   void Refill();
 
   std::string path_;
-  FilePtr file_;
-  std::unique_ptr<char[]> buffer_;
+  std::FILE* file_ = nullptr;       // null for a stream
+  std::unique_ptr<char[]> buffer_;  // a regular file's read buffer
+  const char* base_ = nullptr;      // buffer_ or the stream's bytes
   size_t capacity_ = 0;  // usable bytes; kPadding more are allocated behind them
   size_t begin_ = 0;     // first unread byte
   size_t end_ = 0;       // one past the last byte read

@@ -51,11 +51,21 @@ ReadStats ReadIdDocuments(const std::string& path, uint32_t vocab_size, bool ski
     throw CorpusError(CorpusError::Code::kInvalidArgument,
                       path + ": vocab size must be positive to read token ids");
   }
+  Input input = Input::Open(path);
+  return ReadIdDocuments(input, vocab_size, skip_bad, sink);
+}
+
+ReadStats ReadIdDocuments(Input& input, uint32_t vocab_size, bool skip_bad,
+                          const std::function<void(std::vector<uint32_t>&& ids)>& sink) {
+  if (vocab_size == 0) {
+    throw CorpusError(CorpusError::Code::kInvalidArgument,
+                      input.path() + ": vocab size must be positive to read token ids");
+  }
   ReadStats stats;
   std::vector<uint32_t> ids;
   // Always JSONL: a line of ids starts with '[' too, so the layout cannot be detected.
   internal::ForEachJsonRecord(
-      path, internal::JsonLayout::kLines, skip_bad, stats, [&](element record) {
+      input, internal::JsonLayout::kLines, skip_bad, stats, [&](element record) {
         simdjson::dom::array array;
         if (record.get_array().get(array)) {
           throw RecordProblem(CorpusError::Code::kBadRecord,

@@ -123,10 +123,11 @@ void VisitRecord(const std::string& path, std::string_view unit, uint64_t number
   }
 }
 
-void ForEachArrayRecord(const std::string& path, bool skip_bad, ReadStats& stats,
+void ForEachArrayRecord(Input& input, bool skip_bad, ReadStats& stats,
                         const std::function<void(element)>& visit) {
-  const simdjson::padded_string content = ReadWholeFile(path);
-  const std::string_view text = StripBom(std::string_view(content.data(), content.size()));
+  const std::string& path = input.path();
+  simdjson::padded_string storage;
+  const std::string_view text = StripBom(WholeContent(input, storage));
   simdjson::dom::parser parser;
   element root;
   if (auto error = parser.parse(text.data(), text.size(), false).get(root)) {
@@ -153,9 +154,10 @@ void ForEachArrayRecord(const std::string& path, bool skip_bad, ReadStats& stats
   }
 }
 
-void ForEachLineRecord(const std::string& path, bool skip_bad, ReadStats& stats,
+void ForEachLineRecord(Input& input, bool skip_bad, ReadStats& stats,
                        const std::function<void(element)>& visit) {
-  LineReader reader(path);
+  const std::string& path = input.path();
+  LineReader reader(input);
   simdjson::dom::parser parser;
   std::string_view line;
   while (reader.Next(line)) {
@@ -205,17 +207,18 @@ void HandleProblem(const std::string& path, std::string_view location, CorpusErr
   std::string message = path + ": " + std::string(location) + ": " + std::string(problem);
   if (!skip_bad) throw CorpusError(code, message);
   ++stats.skipped;
+  ++stats.skipped_by_code[code];
   if (stats.skip_examples.size() < ReadStats::kMaxSkipExamples) {
     stats.skip_examples.push_back(std::move(message));
   }
 }
 
-void ForEachJsonRecord(const std::string& path, JsonLayout layout, bool skip_bad, ReadStats& stats,
+void ForEachJsonRecord(Input& input, JsonLayout layout, bool skip_bad, ReadStats& stats,
                        const std::function<void(simdjson::dom::element record)>& visit) {
-  if (layout == JsonLayout::kDetect && FirstSignificantByte(path) == '[') {
-    ForEachArrayRecord(path, skip_bad, stats, visit);
+  if (layout == JsonLayout::kDetect && FirstSignificantByte(input) == '[') {
+    ForEachArrayRecord(input, skip_bad, stats, visit);
   } else {
-    ForEachLineRecord(path, skip_bad, stats, visit);
+    ForEachLineRecord(input, skip_bad, stats, visit);
   }
 }
 

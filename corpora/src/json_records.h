@@ -29,7 +29,7 @@ class RecordProblem : public std::runtime_error {
 };
 
 // Formats "path: location: problem". With `skip_bad`, counts the record as skipped in `stats`
-// (keeping the first few messages); otherwise throws it as a CorpusError.
+// (by `code`, keeping the first few messages); otherwise throws it as a CorpusError.
 void HandleProblem(const std::string& path, std::string_view location, CorpusError::Code code,
                    std::string_view problem, bool skip_bad, ReadStats& stats);
 
@@ -39,13 +39,13 @@ enum class JsonLayout {
   kLines,   // JSONL: one value per non-blank line
 };
 
-// Calls visit(record) for every record of the JSON file `path`: the elements of its top-level
+// Calls visit(record) for every record of the JSON input (a file or a stream): the elements of its top-level
 // array or the values of its non-blank lines, as `layout` says. Counts stats.records. A
 // RecordProblem thrown by `visit`, or a JSONL line that does not parse, goes through HandleProblem
 // with the location "record N" (0-based) or "line N" (1-based). A JSON array file that does not
 // parse throws CorpusError (kInvalidJson) naming the record, line and column where parsing failed,
 // whatever `skip_bad` says. The element is valid only during the call.
-void ForEachJsonRecord(const std::string& path, JsonLayout layout, bool skip_bad, ReadStats& stats,
+void ForEachJsonRecord(Input& input, JsonLayout layout, bool skip_bad, ReadStats& stats,
                        const std::function<void(simdjson::dom::element record)>& visit);
 
 // "an object", "a string", "null", ... for messages.

@@ -7,36 +7,66 @@
 #include <vector>
 
 #include "file_io.h"
+#include "json_records.h"
 
 namespace sam::corpora::internal {
 namespace {
 
 using Sink = std::function<void(std::string&& document)>;
 
-void ReadWholeFileDocument(const std::string& path, ReadStats& stats, const Sink& sink) {
-  const simdjson::padded_string content = ReadWholeFile(path);
-  std::string_view text = StripBom(std::string_view(content.data(), content.size()));
+// "invalid UTF-8 at column C (byte 0xNN)" for the bad byte at `offset` in `line`.
+std::string Utf8Problem(std::string_view line, size_t offset) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  const auto byte = static_cast<unsigned char>(line[offset]);
+  return "invalid UTF-8 at column " + std::to_string(offset + 1) + " (byte 0x" +
+         kHex[byte >> 4] + kHex[byte & 15] + ")";
+}
+
+void ReadWholeFileDocument(Input& input, bool skip_bad, ReadStats& stats, const Sink& sink) {
+  simdjson::padded_string storage;
+  std::string_view text = StripBom(WholeContent(input, storage));
   while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) text.remove_suffix(1);
   ++stats.records;
+  if (const size_t bad = InvalidUtf8Offset(text); bad != std::string_view::npos) {
+    const std::string_view before = text.substr(0, bad);
+    const size_t line_start = before.rfind('\n') + 1;  // npos + 1 == 0
+    const auto line = 1 + std::count(before.begin(), before.end(), '\n');
+    HandleProblem(input.path(), "line " + std::to_string(line), CorpusError::Code::kBadValue,
+                  Utf8Problem(text.substr(line_start), bad - line_start), skip_bad, stats);
+    return;
+  }
   if (IsBlank(text)) return;
   ++stats.documents;
   sink(std::string(text));
 }
 
-void ReadBlankLineDocuments(const std::string& path, ReadStats& stats, const Sink& sink) {
-  LineReader reader(path);
+void ReadBlankLineDocuments(Input& input, bool skip_bad, ReadStats& stats, const Sink& sink) {
+  LineReader reader(input);
   std::string block;
+  bool block_bad = false;  // the block has an invalid line, already reported
   auto flush = [&] {
-    if (block.empty()) return;
+    if (block.empty() && !block_bad) return;
     ++stats.records;
-    ++stats.documents;
-    sink(std::move(block));
+    if (!block_bad) {
+      ++stats.documents;
+      sink(std::move(block));
+    }
     block.clear();  // a moved-from string is valid but unspecified
+    block_bad = false;
   };
   std::string_view line;
   while (reader.Next(line)) {
     if (IsBlank(line)) {
       flush();
+      continue;
+    }
+    if (block_bad) continue;
+    if (const size_t bad = InvalidUtf8Offset(line); bad != std::string_view::npos) {
+      // Throws unless skip_bad; then the whole block is one skipped record.
+      HandleProblem(input.path(), "line " + std::to_string(reader.line_number()),
+                    CorpusError::Code::kBadValue, Utf8Problem(line, bad), skip_bad, stats);
+      block_bad = true;
+      block.clear();
       continue;
     }
     if (!block.empty()) block.push_back('\n');
@@ -45,13 +75,14 @@ void ReadBlankLineDocuments(const std::string& path, ReadStats& stats, const Sin
   flush();
 }
 
-void ReadTextFile(const std::string& path, TextSplit split, ReadStats& stats, const Sink& sink) {
+void ReadTextFile(Input& input, TextSplit split, bool skip_bad, ReadStats& stats,
+                  const Sink& sink) {
   switch (split) {
     case TextSplit::kPerFile:
-      ReadWholeFileDocument(path, stats, sink);
+      ReadWholeFileDocument(input, skip_bad, stats, sink);
       return;
     case TextSplit::kBlankLine:
-      ReadBlankLineDocuments(path, stats, sink);
+      ReadBlankLineDocuments(input, skip_bad, stats, sink);
       return;
   }
 }
@@ -82,19 +113,22 @@ std::vector<std::string> ListTextFiles(const std::string& directory) {
 
 }  // namespace
 
-ReadStats ReadTextCorpus(const std::string& path, TextSplit split, const Sink& sink) {
+ReadStats ReadTextCorpus(Input& input, TextSplit split, bool skip_bad, const Sink& sink) {
   ReadStats stats;
-  std::error_code error;
-  if (!std::filesystem::is_directory(path, error)) {
-    ReadTextFile(path, split, stats, sink);
+  if (input.type() != Input::Type::kDirectory) {
+    ReadTextFile(input, split, skip_bad, stats, sink);
     return stats;
   }
+  const std::string& path = input.path();
   const std::vector<std::string> files = ListTextFiles(path);
   if (files.empty()) {
     throw CorpusError(CorpusError::Code::kInvalidArgument,
                       path + ": directory contains no *.txt files");
   }
-  for (const std::string& file : files) ReadTextFile(file, split, stats, sink);
+  for (const std::string& file : files) {
+    Input file_input = Input::Open(file);
+    ReadTextFile(file_input, split, skip_bad, stats, sink);
+  }
   return stats;
 }
 

@@ -9,11 +9,13 @@
 
 namespace sam::corpora::internal {
 
-// Reads `path`, a text file or a directory whose regular *.txt files are read in byte-wise
-// sorted name order (not recursively), and calls sink(document) per non-blank document cut
-// according to `split`. stats.records counts files (kPerFile) or blocks (kBlankLine). Throws
-// CorpusError: kIo for an unreadable path, kInvalidArgument for a directory without *.txt files.
-ReadStats ReadTextCorpus(const std::string& path, TextSplit split,
+// Reads `input`, a text file, a stream, or a directory whose regular *.txt files are read in
+// byte-wise sorted name order (not recursively), and calls sink(document) per non-blank document
+// cut according to `split`. stats.records counts files (kPerFile) or blocks (kBlankLine). A file
+// or block with invalid UTF-8 is a malformed record (kBadValue, naming the line and column):
+// thrown, or skipped with `skip_bad`. Throws CorpusError: kIo for an unreadable path,
+// kInvalidArgument for a directory without *.txt files.
+ReadStats ReadTextCorpus(Input& input, TextSplit split, bool skip_bad,
                          const std::function<void(std::string&& document)>& sink);
 
 }  // namespace sam::corpora::internal

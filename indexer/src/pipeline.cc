@@ -51,7 +51,65 @@ std::string UtcNow() {
   return buf;
 }
 
+// "PATH: document N of M: WHAT" for an exception thrown while document `index`
+// (0-based) of a corpus of `count` documents was being handled.
+std::string DocumentContext(const std::string& path, uint64_t index, uint64_t count,
+                            const std::exception& e) {
+  std::string what = e.what();
+  if (dynamic_cast<const std::bad_alloc*>(&e)) what = "out of memory (" + what + ")";
+  return path + ": document " + std::to_string(index + 1) + " of " + std::to_string(count) +
+         ": " + what;
+}
+
+// Tokenizer threads, stopped and joined however the scope is left: an
+// exception on the calling thread never meets a joinable std::thread.
+class WorkerPool {
+ public:
+  WorkerPool(std::mutex& mu, std::condition_variable& cv, bool& stop)
+      : mu_(mu), cv_(cv), stop_(stop) {}
+  WorkerPool(const WorkerPool&) = delete;
+  WorkerPool& operator=(const WorkerPool&) = delete;
+  ~WorkerPool() { Join(); }
+
+  template <typename Fn>
+  void Start(unsigned n, Fn fn) {
+    for (unsigned w = 0; w < n; ++w) threads_.emplace_back(fn, w);
+  }
+
+  void Join() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_)
+      if (t.joinable()) t.join();
+    threads_.clear();
+  }
+
+ private:
+  std::mutex& mu_;
+  std::condition_variable& cv_;
+  bool& stop_;
+  std::vector<std::thread> threads_;
+};
+
 }  // namespace
+
+std::vector<std::string> CorpusKindNames() {
+  std::vector<std::string> names;
+  for (corpora::Kind kind : corpora::AllKinds()) names.emplace_back(corpora::KindName(kind));
+  names.emplace_back(kIdsKind);
+  return names;
+}
+
+void CheckCorpusKind(const std::string& kind) {
+  const std::vector<std::string> names = CorpusKindNames();
+  if (std::find(names.begin(), names.end(), kind) != names.end()) return;
+  std::string valid;
+  for (const auto& name : names) valid.append(valid.empty() ? "" : ", ").append(name);
+  throw BuildError("unknown corpus kind '" + kind + "' (valid: " + valid + ")");
+}
 
 uint64_t PeakRssBytes() {
   std::ifstream in("/proc/self/status");
@@ -69,9 +127,8 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   if (cfg.output_path.empty()) throw BuildError("no output file given");
   if (cfg.corpora.empty()) throw BuildError("no corpus given (use --corpus KIND=PATH)");
   bool all_ids = true;
-  for (const auto& c : cfg.corpora) all_ids = all_ids && c.kind == "ids";
-  for (const auto& c : cfg.corpora)
-    if (c.kind != "ids") corpora::ParseKind(c.kind);  // validates the name early
+  for (const auto& c : cfg.corpora) all_ids = all_ids && c.kind == kIdsKind;
+  for (const auto& c : cfg.corpora) CheckCorpusKind(c.kind);  // validates the names early
 
   std::optional<Tokenizer> tok;
   uint32_t vocab = cfg.vocab_size;
@@ -132,129 +189,217 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   }
   const uint64_t reserve_tokens = std::min<uint64_t>(input_bytes / 3 + 1024, uint64_t{1} << 30);
 
+  // Backpressure: workers claim chunks of `chunk` documents, at most `window`
+  // chunks beyond the last one built, so at most window * chunk <= max_pending
+  // documents are tokenized ahead of construction.
+  const uint64_t max_pending =
+      cfg.max_pending_documents ? cfg.max_pending_documents : kDefaultMaxPendingDocuments;
+  const size_t chunk = static_cast<size_t>(
+      std::clamp<uint64_t>(max_pending / (2 * uint64_t{threads}), 1, 256));
+  const size_t window = static_cast<size_t>(std::max<uint64_t>(1, max_pending / chunk));
+  rep.max_pending_documents = max_pending;
+  auto new_builder = [&] {
+    if (!builder) builder = std::make_unique<SuffixAutomatonBuilder>(vocab, reserve_tokens);
+  };
+
   for (size_t ci = 0; ci < cfg.corpora.size(); ++ci) {
     const CorpusSpec& spec = cfg.corpora[ci];
     CorpusReport cr;
     cr.spec = spec;
+    // Opened once: a pipe or FIFO is read into memory here, hashed from those
+    // bytes and parsed from them (reading it twice would find it empty).
+    auto t = Clock::now();
+    std::optional<corpora::Input> input;
     try {
-      cr.source_sha256 = SourceHash(spec.path);
+      input = corpora::Input::Open(spec.path);
+      if (input->type() == corpora::Input::Type::kStream) {
+        const std::string_view bytes = input->stream_bytes();
+        cr.source_sha256 = format::DigestToHex(format::Sha256(bytes.data(), bytes.size()));
+      } else {
+        cr.source_sha256 = SourceHash(spec.path);
+      }
     } catch (const std::exception& e) {
       throw BuildError(e.what());
     }
     // Read all documents of this corpus.
-    auto t = Clock::now();
     std::vector<std::string> texts;
     std::vector<std::vector<uint32_t>> ids;
     corpora::ReadStats rs;
     try {
-      if (spec.kind == "ids") {
-        rs = corpora::ReadIdDocuments(spec.path, vocab, cfg.skip_bad,
+      if (spec.kind == kIdsKind) {
+        rs = corpora::ReadIdDocuments(*input, vocab, cfg.skip_bad,
                                       [&](std::vector<uint32_t>&& d) { ids.push_back(std::move(d)); });
       } else {
-        rs = corpora::ReadCorpus(corpora::ParseKind(spec.kind), spec.path, ropts,
+        rs = corpora::ReadCorpus(corpora::ParseKind(spec.kind), *input, ropts,
                                  [&](std::string&& d) { texts.push_back(std::move(d)); });
       }
     } catch (const corpora::CorpusError& e) {
       throw BuildError(e.what());
     }
+    input.reset();
     cr.records = rs.records;
     cr.skipped = rs.skipped;
+    for (const auto& [code, count] : rs.skipped_by_code)
+      cr.skipped_by_reason.emplace_back(corpora::ReasonName(code), count);
     cr.skip_examples = rs.skip_examples;
+    cr.skip_summary = corpora::DescribeSkips(rs);
     rep.read_seconds += Since(t);
     report_progress({"read", spec.path, rs.documents, rs.documents, tokens_added, ci,
                      cfg.corpora.size()});
 
-    // Tokenize in parallel (chunks handed out by an atomic counter), and feed
-    // the builder in document order as chunks complete.
     t = Clock::now();
-    if (spec.kind != "ids") {
-      ids.assign(texts.size(), {});
-      constexpr size_t kChunk = 256;
-      const size_t nchunks = (texts.size() + kChunk - 1) / kChunk;
-      std::atomic<size_t> next{0};
-      std::vector<std::atomic<bool>> done(nchunks);
+    if (spec.kind != kIdsKind) {
+      // Tokenize in parallel (chunks claimed in order, within the window), and
+      // feed the builder in document order as chunks complete.
+      const size_t ndocs = texts.size();
+      ids.assign(ndocs, {});
+      const size_t nchunks = (ndocs + chunk - 1) / chunk;
+      auto chunk_end = [&](size_t c) { return std::min(ndocs, (c + 1) * chunk); };
       std::mutex mu;
       std::condition_variable cv;
+      bool stop = false;             // set on an error or when the pool is joined
+      size_t next_chunk = 0;         // the next chunk a worker claims
+      size_t built_chunks = 0;       // chunks handed to the builder
+      uint64_t pending = 0;          // documents claimed but not yet built
+      std::vector<char> done(nchunks, 0);
       std::string worker_error;
       auto work = [&](unsigned w) {
         for (;;) {
-          const size_t c = next.fetch_add(1);
-          if (c >= nchunks) return;
+          size_t c;
+          {
+            std::unique_lock<std::mutex> lock(mu);
+            cv.wait(lock, [&] {
+              return stop || next_chunk >= nchunks || next_chunk < built_chunks + window;
+            });
+            if (stop || next_chunk >= nchunks) return;
+            c = next_chunk++;
+            pending += chunk_end(c) - c * chunk;
+            rep.peak_pending_documents = std::max(rep.peak_pending_documents, pending);
+          }
+          size_t d = c * chunk;
           try {
-            for (size_t d = c * kChunk; d < std::min(texts.size(), (c + 1) * kChunk); ++d) {
+            for (; d < chunk_end(c); ++d) {
               auto& out = ids[d];
               if (bos != format::kNoToken) out.push_back(bos);
               tok->Encode(texts[d], &out, &caches[w]);
               std::string().swap(texts[d]);
+              if (cfg.hooks.after_tokenize) cfg.hooks.after_tokenize(ci, d);
             }
           } catch (const std::exception& e) {
             std::lock_guard<std::mutex> lock(mu);
-            if (worker_error.empty()) worker_error = spec.path + ": " + e.what();
+            if (worker_error.empty()) worker_error = DocumentContext(spec.path, d, ndocs, e);
+            stop = true;
+          } catch (...) {
+            std::lock_guard<std::mutex> lock(mu);
+            if (worker_error.empty())
+              worker_error = spec.path + ": document " + std::to_string(d + 1) + " of " +
+                             std::to_string(ndocs) + ": unknown exception while tokenizing";
+            stop = true;
           }
           {
             std::lock_guard<std::mutex> lock(mu);
-            done[c].store(true);
+            done[c] = 1;
           }
           cv.notify_all();
         }
       };
-      std::vector<std::thread> pool;
-      for (unsigned w = 0; w < threads; ++w) pool.emplace_back(work, w);
-      // Construction overlaps tokenization: the main thread builds chunk c
-      // as soon as it is tokenized.
       double waited = 0;
-      for (size_t c = 0; c < nchunks; ++c) {
-        {
-          auto tw = Clock::now();
-          std::unique_lock<std::mutex> lock(mu);
-          cv.wait(lock, [&] { return done[c].load() || !worker_error.empty(); });
-          waited += Since(tw);
-          if (!worker_error.empty()) break;
-        }
-        if (!builder) builder = std::make_unique<SuffixAutomatonBuilder>(vocab, reserve_tokens);
-        for (size_t d = c * kChunk; d < std::min(texts.size(), (c + 1) * kChunk); ++d) {
-          if (ids[d].size() > (bos != format::kNoToken ? 1u : 0u)) {
-            builder->AddDocument(ids[d]);
-            ++cr.documents;
-            cr.tokens += ids[d].size() + 1;
+      {
+        WorkerPool pool(mu, cv, stop);
+        pool.Start(threads, work);
+        // Construction overlaps tokenization: this thread builds chunk c as
+        // soon as it is tokenized, then lets the workers claim one more.
+        uint64_t d = 0;  // the document being handled, for messages
+        try {
+          for (size_t c = 0; c < nchunks; ++c) {
+            {
+              auto tw = Clock::now();
+              std::unique_lock<std::mutex> lock(mu);
+              cv.wait(lock, [&] { return done[c] || !worker_error.empty(); });
+              waited += Since(tw);
+              if (!worker_error.empty()) break;
+            }
+            new_builder();
+            for (d = c * chunk; d < chunk_end(c); ++d) {
+              if (cfg.hooks.before_add) cfg.hooks.before_add(ci, d);
+              if (ids[d].size() > (bos != format::kNoToken ? 1u : 0u)) {
+                builder->AddDocument(ids[d]);
+                ++cr.documents;
+                cr.tokens += ids[d].size() + 1;
+              }
+              std::vector<uint32_t>().swap(ids[d]);
+            }
+            d = chunk_end(c) - 1;
+            {
+              std::lock_guard<std::mutex> lock(mu);
+              built_chunks = c + 1;
+              pending -= chunk_end(c) - c * chunk;
+            }
+            cv.notify_all();
+            tokens_added = builder->num_tokens();
+            try {
+              report_progress({"construct", spec.path, chunk_end(c), ndocs, tokens_added, ci,
+                               cfg.corpora.size()});
+            } catch (const std::exception& e) {
+              throw BuildError(spec.path + ": progress callback failed after document " +
+                               std::to_string(d + 1) + " of " + std::to_string(ndocs) + ": " +
+                               e.what());
+            }
           }
-          std::vector<uint32_t>().swap(ids[d]);
+        } catch (const BuildError&) {
+          throw;
+        } catch (const std::exception& e) {
+          throw BuildError(DocumentContext(spec.path, d, ndocs, e));
         }
-        tokens_added = builder->num_tokens();
-        report_progress({"construct", spec.path, std::min(texts.size(), (c + 1) * kChunk),
-                         texts.size(), tokens_added, ci, cfg.corpora.size()});
+        pool.Join();
       }
-      for (auto& th : pool) th.join();
       if (!worker_error.empty()) throw BuildError(worker_error);
       const double total = Since(t);
       // Time the main thread spent waiting is tokenization; the rest is construction.
       rep.tokenize_seconds += waited;
       rep.construct_seconds += total - waited;
     } else {
-      if (!builder) builder = std::make_unique<SuffixAutomatonBuilder>(vocab, reserve_tokens);
+      const uint64_t ndocs = ids.size();
+      uint64_t d = 0;
       try {
-        for (auto& d : ids) {
-          if (!d.empty()) {
-            builder->AddDocument(d);
+        new_builder();
+        for (d = 0; d < ndocs; ++d) {
+          if (cfg.hooks.before_add) cfg.hooks.before_add(ci, d);
+          if (!ids[d].empty()) {
+            builder->AddDocument(ids[d]);
             ++cr.documents;
-            cr.tokens += d.size() + 1;
+            cr.tokens += ids[d].size() + 1;
           }
-          std::vector<uint32_t>().swap(d);
+          std::vector<uint32_t>().swap(ids[d]);
         }
-      } catch (const format::FormatError& e) {
-        throw BuildError(spec.path + ": " + e.what());
+      } catch (const std::exception& e) {
+        throw BuildError(DocumentContext(spec.path, d, ndocs, e));
       }
       rep.construct_seconds += Since(t);
       tokens_added = builder->num_tokens();
-      report_progress({"construct", spec.path, ids.size(), ids.size(), tokens_added, ci,
-                       cfg.corpora.size()});
+      try {
+        report_progress({"construct", spec.path, ndocs, ndocs, tokens_added, ci,
+                         cfg.corpora.size()});
+      } catch (const std::exception& e) {
+        throw BuildError(spec.path + ": progress callback failed after document " +
+                         std::to_string(ndocs) + " of " + std::to_string(ndocs) + ": " +
+                         e.what());
+      }
     }
     rep.documents += cr.documents;
     rep.tokens += cr.tokens;
     rep.corpora.push_back(std::move(cr));
   }
-  if (!builder || builder->num_documents() == 0)
-    throw BuildError("the corpora contain no documents; nothing to index");
+  if (!builder || builder->num_documents() == 0) {
+    // Say why: per corpus, what was read and, when records were skipped, why.
+    std::string why;
+    for (const auto& c : rep.corpora) {
+      why += "\n  " + c.spec.kind + "=" + c.spec.path + ": " + std::to_string(c.records) +
+             " records, " + std::to_string(c.documents) + " documents";
+      if (!c.skip_summary.empty()) why += "; " + c.skip_summary;
+    }
+    throw BuildError("the corpora contain no documents; nothing to index:" + why);
+  }
 
   // Metadata.
   nlohmann::json meta;

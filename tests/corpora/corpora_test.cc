@@ -3,7 +3,9 @@
 // token-id documents, and (when present) the real data under SAM_DATA_DIR.
 #include "sam/corpora/corpora.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,11 +16,16 @@
 #include <functional>
 #include <initializer_list>
 #include <iostream>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "sam/corpora/presets.h"
 #include "sam/corpora/templates.h"
 
 namespace sam::corpora {
@@ -105,6 +112,19 @@ TEST(NamesTest, KindsRoundTrip) {
   }
   ExpectError([] { ParseKind("Alpaca"); }, Code::kInvalidArgument,
               {"'Alpaca'", "alpaca, python18k, gsm8k, hagrid, jsonl, text"});
+  // The oracle is the kind table: every kind parses from its name and is listed in the message.
+  ASSERT_EQ(AllKinds().size(), 6u);
+  std::string message;
+  try {
+    ParseKind("nosuchkind");
+  } catch (const CorpusError& error) {
+    message = error.what();
+  }
+  for (Kind kind : AllKinds()) {
+    EXPECT_EQ(ParseKind(KindName(kind)), kind);
+    EXPECT_NE(message.find(std::string(KindName(kind))), std::string::npos) << message;
+    EXPECT_NE(KindNames().find(std::string(KindName(kind))), std::string::npos);
+  }
 }
 
 TEST(NamesTest, TemplatesRoundTrip) {
@@ -393,6 +413,32 @@ TEST_F(CorporaTest, SkipBadCountsAndKeepsFirstFiveMessages) {
                                 array + ": record 2: record is a number, expected an object"}));
 }
 
+TEST_F(CorporaTest, SkipReasonsAreCountedAndDescribed) {
+  // 9 records, all bad: 3 invalid JSON (lines 1, 4, 7), 6 without an answer.
+  std::string jsonl;
+  for (int i = 0; i < 9; ++i) jsonl += i % 3 == 0 ? "{bad\n" : "{\"question\": \"q\"}\n";
+  const std::string path = Write("allbad.jsonl", jsonl);
+  ReadOptions options;
+  options.skip_bad = true;
+  const ReadResult result = Read(Kind::kGsm8k, path, options);
+  EXPECT_TRUE(result.documents.empty());
+  EXPECT_EQ(result.stats.skipped, 9u);
+  EXPECT_EQ(result.stats.skipped_by_code,
+            (std::map<Code, uint64_t>{{Code::kInvalidJson, 3}, {Code::kBadRecord, 6}}));
+  const std::string& e = result.stats.skip_examples[0];  // the JSON detail is nlohmann's
+  EXPECT_EQ(e.rfind(path + ": line 1: invalid JSON at column ", 0), 0u) << e;
+  EXPECT_EQ(DescribeSkips(result.stats),
+            "skipped 9 of 9 records (invalid JSON: 3, bad record: 6), e.g. " + e + "; " + path +
+                ": line 2: field 'answer' missing; " + path + ": line 3: field 'answer' missing; " +
+                result.stats.skip_examples[3] + "; " + path +
+                ": line 5: field 'answer' missing; and 4 more");
+  EXPECT_EQ(result.stats.skip_examples[3].rfind(path + ": line 4: invalid JSON", 0), 0u);
+  EXPECT_EQ(DescribeSkips(Read(Kind::kGsm8k, Write("ok.jsonl", "{\"question\": \"q\", "
+                                                               "\"answer\": \"a\"}\n"))
+                              .stats),
+            "");
+}
+
 TEST_F(CorporaTest, SinkExceptionsPropagateUnchanged) {
   ReadOptions options;
   options.skip_bad = true;
@@ -409,6 +455,313 @@ TEST_F(CorporaTest, MissingFileAndDirectory) {
   ExpectCorpusError(Kind::kGsm8k, dir_.string(), Code::kIo, {dir_.string(), "is a directory"});
   ExpectError([&] { ReadIdDocuments(missing, 10, false, [](std::vector<uint32_t>&&) {}); },
               Code::kIo, {"nope.json"});
+  // Every kind but text refuses a directory by name; ids too.
+  for (Kind kind : AllKinds()) {
+    if (kind == Kind::kText) continue;
+    ExpectCorpusError(kind, dir_.string(), Code::kIo,
+                      {dir_.string() + ": is a directory, expected a file"});
+  }
+  ExpectError([&] { ReadIdDocuments(dir_.string(), 10, false, [](std::vector<uint32_t>&&) {}); },
+              Code::kIo, {dir_.string() + ": is a directory, expected a file"});
+  // Devices are refused, not read (reading /dev/zero would never end).
+  for (Kind kind : AllKinds()) {
+    ExpectCorpusError(kind, "/dev/zero", Code::kIo,
+                      {"/dev/zero: is a character device, expected a file or a pipe"});
+  }
+}
+
+// Streams: the same bytes through an anonymous pipe (named /dev/fd/N, as `<(cat f)` names it)
+// and through a FIFO give the same documents as the regular file.
+class StreamTest : public CorporaTest {
+ protected:
+  // Reads `content` as `kind` from a pipe written by another thread.
+  ReadResult ReadFromPipe(Kind kind, const std::string& content, const ReadOptions& options) {
+    int fds[2];
+    EXPECT_EQ(::pipe(fds), 0);
+    std::thread writer([&] { WriteAll(fds[1], content); });
+    ReadResult result;
+    try {
+      result = Read(kind, "/dev/fd/" + std::to_string(fds[0]), options);
+    } catch (...) {
+      writer.join();
+      ::close(fds[0]);
+      throw;
+    }
+    writer.join();
+    ::close(fds[0]);
+    return result;
+  }
+  ReadResult ReadFromFifo(Kind kind, const std::string& content, const ReadOptions& options) {
+    const std::string fifo = (dir_ / ("f" + std::to_string(fifo_count_++))).string();
+    EXPECT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    std::thread writer([&] {
+      const int fd = ::open(fifo.c_str(), O_WRONLY);
+      if (fd >= 0) WriteAll(fd, content);
+    });
+    ReadResult result = Read(kind, fifo, options);
+    writer.join();
+    return result;
+  }
+  static void WriteAll(int fd, const std::string& content) {
+    for (size_t at = 0; at < content.size();) {
+      const ssize_t n = ::write(fd, content.data() + at, content.size() - at);
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+    ::close(fd);
+  }
+  int fifo_count_ = 0;
+};
+
+TEST_F(StreamTest, PipesAndFifosReadLikeFiles) {
+  // Large enough (> 64 KiB) that the writer blocks until the reader drains the pipe.
+  std::string jsonl, array = "[", text;
+  for (int i = 0; i < 3000; ++i) {
+    const std::string record = R"({"instruction": "task )" + std::to_string(i) +
+                               R"(", "input": "", "output": "done )" + std::to_string(i) + "\"}";
+    jsonl += record + "\n";
+    array += (i ? ",\n" : "\n") + record;
+    text += "block " + std::to_string(i) + "\nsecond line\n\n";
+  }
+  array += "]";
+  ReadOptions blank_line;
+  blank_line.text_split = TextSplit::kBlankLine;
+  const struct {
+    Kind kind;
+    std::string content;
+    ReadOptions options;
+  } cases[] = {{Kind::kAlpaca, jsonl, {}},
+               {Kind::kAlpaca, "\xEF\xBB\xBF  " + array, {}},
+               {Kind::kText, text, blank_line},
+               {Kind::kText, text, {}}};
+  for (const auto& c : cases) {
+    const ReadResult want = Read(c.kind, Write("regular", c.content), c.options);
+    ASSERT_GT(want.documents.size(), 0u);
+    const ReadResult piped = ReadFromPipe(c.kind, c.content, c.options);
+    EXPECT_EQ(piped.documents, want.documents);
+    EXPECT_EQ(piped.stats.records, want.stats.records);
+    const ReadResult fifo = ReadFromFifo(c.kind, c.content, c.options);
+    EXPECT_EQ(fifo.documents, want.documents);
+  }
+  // Token ids from a pipe.
+  std::string ids;
+  for (int i = 0; i < 20000; ++i) ids += "[1, 2, " + std::to_string(i % 10) + "]\n";
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::thread writer([&] { WriteAll(fds[1], ids); });
+  uint64_t documents = 0;
+  const ReadStats stats = ReadIdDocuments("/dev/fd/" + std::to_string(fds[0]), 10, false,
+                                          [&](std::vector<uint32_t>&&) { ++documents; });
+  writer.join();
+  ::close(fds[0]);
+  EXPECT_EQ(documents, 20000u);
+  EXPECT_EQ(stats.records, 20000u);
+  // Input::Open classifies and keeps a stream's bytes.
+  ASSERT_EQ(::pipe(fds), 0);
+  std::thread small_writer([&] { WriteAll(fds[1], "[1]\n"); });
+  Input input = Input::Open("/dev/fd/" + std::to_string(fds[0]));
+  small_writer.join();
+  ::close(fds[0]);
+  EXPECT_EQ(input.type(), Input::Type::kStream);
+  EXPECT_EQ(input.stream_bytes(), "[1]\n");
+  EXPECT_EQ(Input::Open(dir_.string()).type(), Input::Type::kDirectory);
+  EXPECT_EQ(Input::Open(Write("x", "")).type(), Input::Type::kFile);
+}
+
+// ---------------------------------------------------------------------------------------------
+// One UTF-8 policy: every kind rejects invalid UTF-8 (as a malformed record) and accepts valid.
+
+TEST_F(CorporaTest, InvalidUtf8IsRejectedByEveryKindAndValidAccepted) {
+  // Independent oracle: RFC 3629's table, written out case by case.
+  const struct {
+    std::string bytes;
+    bool valid;
+  } cases[] = {
+      {"\xE2\x82\xAC", true},          // U+20AC
+      {"\xF0\x9D\x84\x9E", true},      // U+1D11E
+      {"\xF4\x8F\xBF\xBF", true},      // U+10FFFF, the last code point
+      {"\xED\x9F\xBF", true},          // U+D7FF, just below the surrogates
+      {"\xC3\xA9", true},              // U+00E9
+      {"\xC0\x80", false},             // overlong NUL
+      {"\xC1\xBF", false},             // overlong
+      {"\xE0\x80\x80", false},         // overlong
+      {"\xED\xA0\x80", false},         // surrogate U+D800
+      {"\xF4\x90\x80\x80", false},     // above U+10FFFF
+      {"\xF5\x80\x80\x80", false},     // invalid lead
+      {"\x80", false},                 // lone continuation
+      {"\xE2\x82", false},             // truncated
+      {"\xE2\x82x", false},            // truncated before ASCII
+      {"\xFF", false},
+  };
+  ReadOptions skip;
+  skip.skip_bad = true;
+  ReadOptions blank_skip = skip;
+  blank_skip.text_split = TextSplit::kBlankLine;
+  for (const auto& c : cases) {
+    SCOPED_TRACE(testing::PrintToString(c.bytes));
+    const std::string text_doc = "ok\nab" + c.bytes + "c";
+    const std::string text = Write("t.txt", text_doc);
+    const std::string json = Write("g.jsonl", "{\"question\": \"q\", \"answer\": \"ab" +
+                                                  c.bytes + "c\"}\n");
+    const std::string array = Write("a.json", "[{\"instruction\": \"ab" + c.bytes +
+                                                  "c\", \"output\": \"o\"}]");
+    if (c.valid) {
+      EXPECT_EQ(Read(Kind::kText, text).documents, std::vector<std::string>{text_doc});
+      EXPECT_EQ(Read(Kind::kGsm8k, json).documents,
+                std::vector<std::string>{"q\nab" + c.bytes + "c"});
+      EXPECT_EQ(Read(Kind::kAlpaca, array).documents,
+                std::vector<std::string>{"ab" + c.bytes + "c\no"});
+      continue;
+    }
+    // Rejected, naming the file and the line (text: and the column of the bad byte).
+    ExpectCorpusError(Kind::kText, text, Code::kBadValue,
+                      {text + ": line 2: invalid UTF-8 at column 3 (byte 0x"});
+    ReadOptions blank_line;
+    blank_line.text_split = TextSplit::kBlankLine;
+    ExpectCorpusError(Kind::kText, text, Code::kBadValue,
+                      {text + ": line 2: invalid UTF-8 at column 3"}, blank_line);
+    ExpectCorpusError(Kind::kGsm8k, json, Code::kInvalidJson, {json + ": line 1: invalid JSON"});
+    ExpectCorpusError(Kind::kAlpaca, array, Code::kInvalidJson, {array + ": "});
+    // With skip_bad, a skipped record, like any malformed record (a JSON array that does not
+    // parse stays an error: its record boundaries are unknown).
+    const ReadResult text_skipped = Read(Kind::kText, text, skip);
+    EXPECT_TRUE(text_skipped.documents.empty());
+    EXPECT_EQ(text_skipped.stats.skipped_by_code, (std::map<Code, uint64_t>{{Code::kBadValue, 1}}));
+    const std::string blocks = Write("b.txt", "good one\n\nbad" + c.bytes + "\nmore\n\nlast");
+    const ReadResult block_skipped = Read(Kind::kText, blocks, blank_skip);
+    EXPECT_EQ(block_skipped.documents, (std::vector<std::string>{"good one", "last"}));
+    EXPECT_EQ(block_skipped.stats.records, 3u);
+    EXPECT_EQ(block_skipped.stats.skipped, 1u);
+    const ReadResult json_skipped = Read(Kind::kGsm8k, json, skip);
+    EXPECT_TRUE(json_skipped.documents.empty());
+    EXPECT_EQ(json_skipped.stats.skipped, 1u);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Presets, on a data folder laid out exactly as corpora/fetch.sh lays it out.
+
+// The layout paths corpora/fetch.sh writes: the LAYOUT_PATH of every `fetch URL LAYOUT_PATH` and
+// `fetch_gz URL LAYOUT_PATH` call, and the target of every `mv -f "$dest/X.part" "$dest/X"`.
+std::set<std::string> FetchShLayout() {
+  std::ifstream in(std::string(SAM_CORPORA_SOURCE_DIR) + "/fetch.sh");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string script = std::regex_replace(buffer.str(), std::regex("\\\\\n\\s*"), " ");
+  std::set<std::string> paths;
+  const std::regex fetch_call("(^|\n)(fetch|fetch_gz) +\\S+ +(\\S+)");
+  for (std::sregex_iterator it(script.begin(), script.end(), fetch_call), end; it != end; ++it) {
+    paths.insert((*it)[3]);
+  }
+  const std::regex converted("mv -f \"\\$dest/[^\"]+\\.part\" \"\\$dest/([^\"]+)\"");
+  for (std::sregex_iterator it(script.begin(), script.end(), converted), end; it != end; ++it) {
+    paths.insert((*it)[1]);
+  }
+  return paths;
+}
+
+class PresetTest : public CorporaTest {
+ protected:
+  // One small valid file per fetch.sh layout path, by the schema its folder holds.
+  void WriteFetchedLayout(const std::set<std::string>& layout) {
+    for (const std::string& rel : layout) {
+      const std::string folder = rel.substr(0, rel.find('/'));
+      std::string content = "licence or binary data";
+      if (rel.ends_with(".json") && (folder == "alpaca" || folder == "code_alpaca")) {
+        content = kAlpacaArray;
+      } else if (folder == "gsm8k" && rel.ends_with(".jsonl")) {
+        content = R"({"question": "q", "answer": "a"})" "\n";
+      } else if (folder == "python18k" && rel.ends_with(".jsonl")) {
+        content = R"({"instruction": "i", "input": "", "output": "o", "prompt": "p"})" "\n";
+      } else if (folder == "hagrid" && rel.ends_with(".jsonl")) {
+        content = kHagrid;
+      } else if (rel.ends_with(".jsonl")) {
+        content = R"({"text": "t"})" "\n";
+      }
+      Write("data/" + rel, content);
+    }
+  }
+  std::string data() const { return (dir_ / "data").string(); }
+};
+
+TEST_F(PresetTest, DefaultPresetFindsEveryCorpusFetchShLaysOut) {
+  const std::set<std::string> layout = FetchShLayout();
+  // The script's layout, as corpora/README.md documents it (a sanity check of the parsing).
+  for (const char* rel : {"alpaca/alpaca_data.json", "code_alpaca/code_alpaca_2k.json",
+                          "code_alpaca/new_codealpaca.json", "gsm8k/train.jsonl",
+                          "python18k/train.jsonl", "python18k/train.parquet",
+                          "hagrid/train.jsonl", "tokenizer/llama-32k.model"}) {
+    EXPECT_TRUE(layout.count(rel)) << rel << " not written by fetch.sh";
+  }
+  // Every preset entry is a path fetch.sh writes (or, for a pattern, matches one).
+  for (std::string_view preset : PresetNames()) {
+    for (const PresetEntry& entry : PresetTable(preset)) {
+      const std::string rel(entry.relative_path);
+      const size_t star = rel.find("/*");
+      const bool written =
+          star == std::string::npos
+              ? layout.count(rel) > 0
+              : std::any_of(layout.begin(), layout.end(), [&](const std::string& path) {
+                  return path.rfind(rel.substr(0, star + 1), 0) == 0 &&
+                         path.ends_with(rel.substr(star + 2));
+                });
+      EXPECT_TRUE(written) << "preset " << preset << ": " << rel << " is not in fetch.sh";
+    }
+  }
+  WriteFetchedLayout(layout);
+  const ResolvedPreset resolved = ResolvePreset("default", data());
+  EXPECT_TRUE(resolved.notes.empty());
+  std::vector<std::pair<Kind, std::string>> got;
+  for (const auto& corpus : resolved.corpora) got.emplace_back(corpus.kind, corpus.path);
+  const std::string d = data() + "/";
+  EXPECT_EQ(got, (std::vector<std::pair<Kind, std::string>>{
+                     {Kind::kAlpaca, d + "alpaca/alpaca_data.json"},
+                     {Kind::kAlpaca, d + "code_alpaca/code_alpaca_2k.json"},
+                     {Kind::kAlpaca, d + "code_alpaca/new_codealpaca.json"},
+                     {Kind::kPython18k, d + "python18k/train.jsonl"},
+                     {Kind::kGsm8k, d + "gsm8k/train.jsonl"},
+                     {Kind::kHagrid, d + "hagrid/train.jsonl"}}));
+  // Each resolved corpus reads as its kind.
+  for (const auto& corpus : resolved.corpora) {
+    EXPECT_GT(Read(corpus.kind, corpus.path).documents.size(), 0u) << corpus.path;
+  }
+  const ResolvedPreset gsm8k = ResolvePreset("gsm8k", data());
+  ASSERT_EQ(gsm8k.corpora.size(), 1u);
+  EXPECT_EQ(gsm8k.corpora[0].path, d + "gsm8k/train.jsonl");
+}
+
+TEST_F(PresetTest, MissingCorporaAreReportedNotSilentlyLeftOut) {
+  WriteFetchedLayout(FetchShLayout());
+  // Optional corpora: left out with a note; the unconverted parquet file is pointed out.
+  fs::remove(dir_ / "data/python18k/train.jsonl");
+  fs::remove(dir_ / "data/hagrid/train.jsonl");
+  const ResolvedPreset resolved = ResolvePreset("default", data());
+  EXPECT_EQ(resolved.corpora.size(), 4u);
+  ASSERT_EQ(resolved.notes.size(), 2u);
+  EXPECT_EQ(resolved.notes[0].rfind("preset 'default': optional python18k/train.jsonl not found "
+                                    "under " + data() + "; left out (python18k/train.parquet is "
+                                    "there but was not converted",
+                                    0),
+            0u)
+      << resolved.notes[0];
+  EXPECT_EQ(resolved.notes[1],
+            "preset 'default': optional hagrid/train.jsonl not found under " + data() +
+                "; left out");
+  fs::remove(dir_ / "data/python18k/train.parquet");
+  EXPECT_EQ(ResolvePreset("default", data()).notes[0],
+            "preset 'default': optional python18k/train.jsonl not found under " + data() +
+                "; left out");
+  // Required corpora: an error naming every one missing.
+  fs::remove(dir_ / "data/gsm8k/train.jsonl");
+  fs::remove_all(dir_ / "data/code_alpaca");
+  ExpectError([&] { ResolvePreset("default", data()); }, Code::kIo,
+              {data() + ": preset 'default' needs code_alpaca/*.json, gsm8k/train.jsonl, missing"});
+  ExpectError([&] { ResolvePreset("gsm8k", data()); }, Code::kIo,
+              {"preset 'gsm8k' needs gsm8k/train.jsonl"});
+  ExpectError([&] { ResolvePreset("default", (dir_ / "absent").string()); }, Code::kIo,
+              {"absent: data folder not found"});
+  ExpectError([&] { ResolvePreset("everything", data()); }, Code::kInvalidArgument,
+              {"unknown preset 'everything' (valid: default, gsm8k)"});
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -44,7 +44,23 @@ import sys
 b = bytearray(open(sys.argv[1], 'rb').read()); b[8192 + 3] ^= 0xFF; open(sys.argv[2], 'wb').write(b)
 PY
 expect 1 "checksum" -- "$inspect" --verify "$tmp/flip.sam"
+# Streams as corpora: a pipe (process substitution) is read once; skipping every record says why.
+expect 0 "documents 2" -- "$build" -q -o "$tmp/pipe.sam" --vocab-size 10 --corpus ids=<(cat "$tmp/ok.jsonl")
+printf '[1,99]\n[-1]\n' > "$tmp/allbad.jsonl"
+expect 1 "skipped 2 of 2 records (bad value: 2), e.g. $tmp/allbad.jsonl: line 1" -- "$build" -q -o "$tmp/allbad.sam" --skip-bad --vocab-size 10 --corpus ids="$tmp/allbad.jsonl"
+expect 1 "is a directory" -- "$build" -q -o "$tmp/dir.sam" --vocab-size 10 --corpus ids="$tmp"
 if [[ -n "$data" && -f "$data/tokenizer/llama-32k.model" ]]; then
+  # --preset default on a folder laid out as fetch.sh lays it out, without the optional HAGRID.
+  lay=$tmp/layout
+  mkdir -p "$lay/alpaca" "$lay/code_alpaca" "$lay/gsm8k" "$lay/python18k"
+  echo '[{"instruction": "a", "output": "b"}]' > "$lay/alpaca/alpaca_data.json"
+  echo '[{"instruction": "c", "output": "d"}]' > "$lay/code_alpaca/code_alpaca_2k.json"
+  echo '{"question": "q", "answer": "a"}' > "$lay/gsm8k/train.jsonl"
+  echo '{"instruction": "i", "input": "", "output": "o", "prompt": "p"}' > "$lay/python18k/train.jsonl"
+  expect 0 '"kind": "python18k"' -- "$build" -q --json --data-dir "$lay" --preset default --tokenizer "$data/tokenizer/llama-32k.model" -o "$tmp/preset.sam"
+  expect 0 "note: preset 'default': optional hagrid/train.jsonl not found" -- "$build" -q --data-dir "$lay" --preset default --tokenizer "$data/tokenizer/llama-32k.model" -o "$tmp/preset.sam"
+  rm "$lay/gsm8k/train.jsonl"
+  expect 1 "needs gsm8k/train.jsonl, missing" -- "$build" -q --data-dir "$lay" --preset default --tokenizer "$data/tokenizer/llama-32k.model" -o "$tmp/preset2.sam"
   expect 1 "not a SentencePiece model" -- "$build" -o "$tmp/t.sam" --tokenizer "$data/gsm8k/test.jsonl" --corpus gsm8k="$data/gsm8k/test.jsonl"
 fi
 [[ $fail -eq 0 ]] && echo "all CLI checks passed"

@@ -2,10 +2,18 @@
 // build pipeline, on fixtures written here and on ../shared/data when present.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <new>
 #include <random>
+#include <thread>
 
 #include "sam/corpora/corpora.h"
 #include "sam/format/index.h"
@@ -43,8 +51,62 @@ class PipelineTest : public ::testing::Test {
     std::ofstream(p, std::ios::binary) << content;
     return p;
   }
+  // A tokenizer model for tests that need one but no data folder: a tiny BPE
+  // model (byte fallback, 300 pieces) trained here with spm_train; the shared
+  // LLaMA model when spm_train is unavailable; "" when neither is.
+  std::string TinyModel() {
+    std::string text;
+    std::mt19937 rng(3);
+    const char* words[] = {"alpha", "beta", "gamma", "delta", "the", "question", "answer",
+                           "sum", "of", "two", "numbers", "is", "what", "x", "=", "1", "2"};
+    for (int line = 0; line < 300; ++line) {
+      for (int w = 0; w < 12; ++w) text += std::string(w ? " " : "") + words[rng() % 17];
+      text += "\n";
+    }
+    const std::string corpus = WriteFile("spm_corpus.txt", text);
+    const std::string prefix = (dir_ / "tiny").string();
+    const std::string command = "spm_train --input=" + corpus + " --model_prefix=" + prefix +
+                                " --vocab_size=300 --model_type=bpe --byte_fallback=true "
+                                "--minloglevel=2 > /dev/null 2>&1";
+    if (std::system(command.c_str()) == 0 && fs::exists(prefix + ".model"))
+      return prefix + ".model";
+    return fs::exists(ModelPath()) ? ModelPath().string() : "";
+  }
+  // `n` gsm8k records "q<i>" / "a<i>" as JSONL.
+  std::string Gsm8kRecords(int n) {
+    std::string jsonl;
+    for (int i = 0; i < n; ++i)
+      jsonl += "{\"question\":\"what is the sum of " + std::to_string(i) +
+               "\",\"answer\":\"alpha beta " + std::to_string(i) + "\"}\n";
+    return jsonl;
+  }
   fs::path dir_;
 };
+
+#define REQUIRE_MODEL(model)                                                        \
+  if ((model).empty()) GTEST_SKIP() << "neither spm_train nor the data folder's model is " \
+                                       "available; skipping"
+
+// Runs `build`, expects a BuildError whose message contains every one of `parts`.
+void ExpectBuildError(const std::function<void()>& build,
+                      std::initializer_list<std::string> parts) {
+  try {
+    build();
+    ADD_FAILURE() << "no BuildError thrown";
+  } catch (const BuildError& e) {
+    for (const auto& part : parts)
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos)
+          << "message '" << e.what() << "' lacks '" << part << "'";
+  }
+}
+
+// The token sequence of the index at `path`.
+std::vector<uint32_t> IndexTokens(const std::string& path) {
+  const auto f = sam::format::IndexFile::Open(path);
+  std::vector<uint32_t> text;
+  for (uint64_t p = 1; p <= f.view().num_tokens(); ++p) text.push_back(f.view().Token(p));
+  return text;
+}
 
 TEST_F(PipelineTest, SegmentCacheEqualsPlainSentencePiece) {
   REQUIRE_DATA();
@@ -166,27 +228,76 @@ TEST_F(PipelineTest, IdsCorpusWithoutTokenizer) {
 }
 
 TEST_F(PipelineTest, MalformedRecordsFailOrAreSkipped) {
-  REQUIRE_DATA();
+  const std::string model = TinyModel();
+  REQUIRE_MODEL(model);
   const auto bad = WriteFile("bad.jsonl",
                              "{\"question\":\"q1\",\"answer\":\"a1\"}\n{\"question\":\"q2\"}\n");
   BuildConfig cfg;
-  cfg.tokenizer_path = ModelPath().string();
+  cfg.tokenizer_path = model;
   cfg.corpora = {{"gsm8k", bad}};
   cfg.output_path = (dir_ / "bad.sam").string();
   try {
     sam::indexer::BuildIndex(cfg);
     FAIL();
   } catch (const BuildError& e) {
-    const std::string m = e.what();
-    EXPECT_NE(m.find("bad.jsonl"), std::string::npos) << m;
-    EXPECT_NE(m.find("2"), std::string::npos) << m;  // the line
+    // The corpus error, whole: file, line 2 (1-based), field and problem.
+    EXPECT_EQ(std::string(e.what()), bad + ": line 2: field 'answer' missing");
   }
   EXPECT_FALSE(fs::exists(cfg.output_path));
   cfg.skip_bad = true;
   const auto rep = sam::indexer::BuildIndex(cfg);
   ASSERT_EQ(rep.corpora.size(), 1u);
   EXPECT_EQ(rep.corpora[0].skipped, 1u);
+  EXPECT_EQ(rep.corpora[0].skipped_by_reason,
+            (std::vector<std::pair<std::string, uint64_t>>{{"bad record", 1}}));
+  EXPECT_EQ(rep.corpora[0].skip_summary,
+            "skipped 1 of 2 records (bad record: 1), e.g. " + bad +
+                ": line 2: field 'answer' missing");
   EXPECT_EQ(rep.documents, 1u);
+}
+
+TEST_F(PipelineTest, SkippingEveryRecordSaysWhy) {
+  // 12 records, all bad: 4 invalid JSON lines, 8 records without an answer.
+  std::string jsonl;
+  for (int i = 0; i < 12; ++i)
+    jsonl += i % 3 == 0 ? "{oops\n" : "{\"question\":\"q" + std::to_string(i) + "\"}\n";
+  const auto bad = WriteFile("allbad.jsonl", jsonl);
+  const auto ids = WriteFile("allbad_ids.jsonl", "[1, 99]\n[-1]\n");
+  BuildConfig cfg;
+  cfg.vocab_size = 10;
+  cfg.corpora = {{"ids", ids}};
+  cfg.skip_bad = true;
+  cfg.output_path = (dir_ / "allbad.sam").string();
+  // Without a tokenizer only ids can be read: both ids lines are bad values.
+  try {
+    sam::indexer::BuildIndex(cfg);
+    FAIL();
+  } catch (const BuildError& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "the corpora contain no documents; nothing to index:\n  ids=" + ids +
+                  ": 2 records, 0 documents; skipped 2 of 2 records (bad value: 2), e.g. " + ids +
+                  ": line 1: element 1: value 99 is out of range (vocab size 10); " + ids +
+                  ": line 2: element 0: value -1 is negative");
+  }
+  const std::string model = TinyModel();
+  REQUIRE_MODEL(model);
+  cfg.tokenizer_path = model;
+  cfg.vocab_size = 0;
+  cfg.corpora = {{"gsm8k", bad}};
+  try {
+    sam::indexer::BuildIndex(cfg);
+    FAIL();
+  } catch (const BuildError& e) {
+    const std::string m = e.what();
+    // Counts by reason, the first five examples, and how many more.
+    EXPECT_NE(m.find("gsm8k=" + bad + ": 12 records, 0 documents; skipped 12 of 12 records "
+                     "(invalid JSON: 4, bad record: 8), e.g. " + bad + ": line 1: invalid JSON"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find(bad + ": line 2: field 'answer' missing; "), std::string::npos) << m;
+    EXPECT_NE(m.find(bad + ": line 5: field 'answer' missing; and 7 more"), std::string::npos)
+        << m;
+  }
+  EXPECT_FALSE(fs::exists(cfg.output_path));
 }
 
 TEST_F(PipelineTest, BadConfigurationsAreRefused) {
@@ -194,7 +305,9 @@ TEST_F(PipelineTest, BadConfigurationsAreRefused) {
   cfg.output_path = (dir_ / "x.sam").string();
   EXPECT_THROW(sam::indexer::BuildIndex(cfg), BuildError);  // no corpus
   cfg.corpora = {{"nosuchkind", "x"}};
-  EXPECT_ANY_THROW(sam::indexer::BuildIndex(cfg));
+  ExpectBuildError([&] { sam::indexer::BuildIndex(cfg); },
+                   {"unknown corpus kind 'nosuchkind' (valid: alpaca, python18k, gsm8k, hagrid, "
+                    "jsonl, text, ids)"});
   cfg.corpora = {{"gsm8k", (dir_ / "absent.jsonl").string()}};
   cfg.tokenizer_path = (dir_ / "absent.model").string();
   try {
@@ -203,6 +316,194 @@ TEST_F(PipelineTest, BadConfigurationsAreRefused) {
   } catch (const BuildError& e) {
     EXPECT_NE(std::string(e.what()).find("absent"), std::string::npos) << e.what();
   }
+}
+
+TEST_F(PipelineTest, EveryAcceptedKindIsListedInTheUnknownKindMessage) {
+  // The oracle is the kind table: every corpora kind and ids is accepted, and
+  // the message for an unknown kind names each of them.
+  std::vector<std::string> expected;
+  for (auto kind : sam::corpora::AllKinds()) expected.emplace_back(sam::corpora::KindName(kind));
+  expected.emplace_back("ids");
+  EXPECT_EQ(sam::indexer::CorpusKindNames(), expected);
+  std::string message;
+  try {
+    sam::indexer::CheckCorpusKind("Alpaca");
+  } catch (const BuildError& e) {
+    message = e.what();
+  }
+  for (const auto& name : expected) {
+    EXPECT_NO_THROW(sam::indexer::CheckCorpusKind(name)) << name;
+    EXPECT_NE(message.find(name), std::string::npos) << message << " lacks " << name;
+    // BuildIndex gets past the kind check: the error is about the missing file.
+    BuildConfig cfg;
+    cfg.vocab_size = 10;
+    cfg.tokenizer_path = "";
+    cfg.corpora = {{name, (dir_ / "absent.jsonl").string()}};
+    cfg.output_path = (dir_ / "k.sam").string();
+    try {
+      sam::indexer::BuildIndex(cfg);
+      ADD_FAILURE() << name;
+    } catch (const BuildError& e) {
+      EXPECT_EQ(std::string(e.what()).find("unknown corpus kind"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_F(PipelineTest, IdsFromAPipeAndAFifoEqualTheFile) {
+  std::string content;
+  for (int i = 0; i < 20000; ++i)  // over 64 KiB: the writer blocks until the reader reads
+    content.append("[").append(std::to_string(i % 7)).append(", ").append(std::to_string(i % 5))
+        .append(", 9]\n");
+  const auto file = WriteFile("ids.jsonl", content);
+  BuildConfig cfg;
+  cfg.vocab_size = 10;
+  cfg.corpora = {{"ids", file}};
+  cfg.output_path = (dir_ / "file.sam").string();
+  const auto want = sam::indexer::BuildIndex(cfg);
+  const std::vector<uint32_t> want_tokens = IndexTokens(cfg.output_path);
+  auto write_all = [&](int fd) {
+    for (size_t at = 0; at < content.size();) {
+      const ssize_t n = ::write(fd, content.data() + at, content.size() - at);
+      if (n <= 0) break;
+      at += static_cast<size_t>(n);
+    }
+    ::close(fd);
+  };
+  // An anonymous pipe, named as /dev/fd/N as `<(cat f)` names it.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::thread writer(write_all, fds[1]);
+  cfg.corpora = {{"ids", "/dev/fd/" + std::to_string(fds[0])}};
+  cfg.output_path = (dir_ / "pipe.sam").string();
+  const auto got = sam::indexer::BuildIndex(cfg);
+  writer.join();
+  ::close(fds[0]);
+  EXPECT_EQ(got.documents, want.documents);
+  EXPECT_EQ(IndexTokens(cfg.output_path), want_tokens);
+  ASSERT_EQ(got.corpora.size(), 1u);
+  // The hash is of the bytes read, the same as the file's.
+  EXPECT_EQ(got.corpora[0].source_sha256, want.corpora[0].source_sha256);
+  // A FIFO with a writer that writes once: opened once, read once.
+  const std::string fifo = (dir_ / "ids.fifo").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  std::thread fifo_writer([&] {
+    const int fd = ::open(fifo.c_str(), O_WRONLY);
+    if (fd >= 0) write_all(fd);
+  });
+  cfg.corpora = {{"ids", fifo}};
+  cfg.output_path = (dir_ / "fifo.sam").string();
+  const auto from_fifo = sam::indexer::BuildIndex(cfg);
+  fifo_writer.join();
+  EXPECT_EQ(IndexTokens(cfg.output_path), want_tokens);
+  EXPECT_EQ(from_fifo.corpora[0].source_sha256, want.corpora[0].source_sha256);
+  // A directory is refused by name; a character device is refused, not read forever.
+  cfg.corpora = {{"ids", dir_.string()}};
+  ExpectBuildError([&] { sam::indexer::BuildIndex(cfg); },
+                   {dir_.string() + ": is a directory, expected a file"});
+  cfg.corpora = {{"ids", "/dev/zero"}};
+  ExpectBuildError([&] { sam::indexer::BuildIndex(cfg); },
+                   {"/dev/zero: is a character device, expected a file or a pipe"});
+}
+
+TEST_F(PipelineTest, FailureInjectedMidBuildReachesTheCallerWithCorpusAndDocument) {
+  const std::string model = TinyModel();
+  REQUIRE_MODEL(model);
+  const auto first = WriteFile("first.jsonl", Gsm8kRecords(40));
+  const auto second = WriteFile("second.jsonl", Gsm8kRecords(3000));
+  BuildConfig cfg;
+  cfg.tokenizer_path = model;
+  cfg.corpora = {{"gsm8k", first}, {"gsm8k", second}};
+  cfg.threads = 3;
+  cfg.max_pending_documents = 64;  // several chunks, workers busy when the failure hits
+  cfg.output_path = (dir_ / "fail.sam").string();
+  // A throwing builder step (standing in for the 2^31-token limit) at document 1500.
+  cfg.hooks.before_add = [](size_t corpus, uint64_t document) {
+    if (corpus == 1 && document == 1499) throw std::length_error("builder limit reached");
+  };
+  ExpectBuildError([&] { sam::indexer::BuildIndex(cfg); },
+                   {second + ": document 1500 of 3000: builder limit reached"});
+  cfg.hooks.before_add = [](size_t corpus, uint64_t document) {
+    if (corpus == 1 && document == 10) throw std::bad_alloc();
+  };
+  ExpectBuildError([&] { sam::indexer::BuildIndex(cfg); },
+                   {second + ": document 11 of 3000: out of memory"});
+  // A failure on a tokenizer thread.
+  cfg.hooks.before_add = nullptr;
+  cfg.hooks.after_tokenize = [](size_t corpus, uint64_t document) {
+    if (corpus == 1 && document == 2001) throw std::runtime_error("tokenizer broke");
+  };
+  ExpectBuildError([&] { sam::indexer::BuildIndex(cfg); },
+                   {second + ": document 2002 of 3000: tokenizer broke"});
+  // The progress callback, mid-corpus.
+  cfg.hooks.after_tokenize = nullptr;
+  int calls = 0;
+  auto progress = [&](const sam::indexer::Progress& p) {
+    if (p.stage == "construct" && p.corpus_index == 1 && ++calls == 3)
+      throw std::runtime_error("progress sink closed");
+  };
+  ExpectBuildError([&] { sam::indexer::BuildIndex(cfg, progress); },
+                   {second + ": progress callback failed after document", "progress sink closed"});
+  EXPECT_EQ(calls, 3);
+  // An ids corpus (built on the calling thread).
+  const auto ids = WriteFile("ids.jsonl", "[1, 2]\n[3, 4]\n[5, 6]\n");
+  BuildConfig ids_cfg;
+  ids_cfg.vocab_size = 10;
+  ids_cfg.corpora = {{"ids", ids}};
+  ids_cfg.output_path = cfg.output_path;
+  ids_cfg.hooks.before_add = [](size_t, uint64_t document) {
+    if (document == 2) throw std::runtime_error("injected");
+  };
+  ExpectBuildError([&] { sam::indexer::BuildIndex(ids_cfg); },
+                   {ids + ": document 3 of 3: injected"});
+  EXPECT_FALSE(fs::exists(cfg.output_path));
+}
+
+TEST_F(PipelineTest, TokenizationNeverRunsMoreThanTheBoundAhead) {
+  const std::string model = TinyModel();
+  REQUIRE_MODEL(model);
+  const auto corpus = WriteFile("many.jsonl", Gsm8kRecords(2000));
+  constexpr uint64_t kBound = 8;
+  BuildConfig cfg;
+  cfg.tokenizer_path = model;
+  cfg.corpora = {{"gsm8k", corpus}};
+  cfg.threads = 4;
+  cfg.max_pending_documents = kBound;
+  cfg.output_path = (dir_ / "bounded.sam").string();
+  // An independent count: documents tokenized minus documents given to the
+  // builder, sampled at every event. The builder waits at document 0 until the
+  // bound is reached, so the workers have every chance to run further ahead.
+  std::mutex mu;
+  std::condition_variable cv;
+  uint64_t tokenized = 0, added = 0, peak = 0;
+  cfg.hooks.after_tokenize = [&](size_t, uint64_t) {
+    std::lock_guard<std::mutex> lock(mu);
+    ++tokenized;
+    peak = std::max(peak, tokenized - added);
+    cv.notify_all();
+  };
+  cfg.hooks.before_add = [&](size_t, uint64_t document) {
+    std::unique_lock<std::mutex> lock(mu);
+    if (document == 0) cv.wait(lock, [&] { return tokenized >= kBound; });
+    peak = std::max(peak, tokenized - added);
+    ++added;
+  };
+  const auto rep = sam::indexer::BuildIndex(cfg);
+  EXPECT_EQ(tokenized, 2000u);
+  EXPECT_EQ(added, 2000u);
+  EXPECT_EQ(peak, kBound);  // reached (the wait above), never exceeded
+  EXPECT_EQ(rep.max_pending_documents, kBound);
+  EXPECT_LE(rep.peak_pending_documents, kBound);
+  EXPECT_GE(rep.peak_pending_documents, peak);
+  // The same index as an unbounded single-threaded build.
+  BuildConfig plain;
+  plain.tokenizer_path = model;
+  plain.corpora = cfg.corpora;
+  plain.threads = 1;
+  plain.output_path = (dir_ / "plain.sam").string();
+  const auto plain_rep = sam::indexer::BuildIndex(plain);
+  EXPECT_EQ(plain_rep.max_pending_documents, sam::indexer::kDefaultMaxPendingDocuments);
+  EXPECT_EQ(IndexTokens(cfg.output_path), IndexTokens(plain.output_path));
+  EXPECT_EQ(rep.states, plain_rep.states);
 }
 
 TEST_F(PipelineTest, RealCorpusIndexAnswersLikeBruteForce) {

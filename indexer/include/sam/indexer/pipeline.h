@@ -10,6 +10,16 @@
 // Errors (bad flags, unreadable or malformed corpora, a tokenizer that cannot
 // be loaded, ids outside the vocabulary, I/O) are thrown as BuildError with a
 // message naming the file and the problem; the output path is then untouched.
+// An exception thrown while a corpus is tokenized or built (the builder's
+// 2^31-token limit, std::bad_alloc, the progress callback, a hook) stops and
+// joins the tokenizer threads and reaches the caller as a BuildError naming the
+// corpus and the document ("PATH: document N of M: ..."); exceptions not
+// derived from std::exception propagate unchanged, also after the join.
+//
+// Memory: the rendered documents of one corpus are held while it is built;
+// tokenization runs ahead of construction by at most
+// BuildConfig::max_pending_documents documents (backpressure), so the token ids
+// waiting for the builder never exceed that many documents' worth.
 #ifndef SAM_INDEXER_PIPELINE_H_
 #define SAM_INDEXER_PIPELINE_H_
 
@@ -17,6 +27,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sam/format/index.h"
@@ -29,8 +40,32 @@ class BuildError : public std::runtime_error {
 };
 
 struct CorpusSpec {
-  std::string kind;  // alpaca, python18k, gsm8k, hagrid, jsonl, text, ids
-  std::string path;
+  std::string kind;  // one of CorpusKindNames()
+  std::string path;  // a file, a `text` directory, or a pipe/FIFO (read once into memory)
+};
+
+// The kind of pre-tokenized corpora (sam::corpora::ReadIdDocuments).
+inline constexpr char kIdsKind[] = "ids";
+
+// Every corpus kind BuildIndex accepts: the sam::corpora kinds, then "ids".
+std::vector<std::string> CorpusKindNames();
+
+// Throws BuildError "unknown corpus kind 'K' (valid: alpaca, ..., ids)" unless
+// `kind` is one of CorpusKindNames().
+void CheckCorpusKind(const std::string& kind);
+
+// The default of BuildConfig::max_pending_documents.
+inline constexpr uint64_t kDefaultMaxPendingDocuments = 16384;
+
+// Test hooks (null: none). An exception thrown by a hook is handled as one
+// thrown by the tokenizer or the builder at that point.
+struct BuildHooks {
+  // On a tokenizer thread, after document `document` (0-based, reading order)
+  // of corpus `corpus` (index in BuildConfig::corpora) is tokenized.
+  std::function<void(size_t corpus, uint64_t document)> after_tokenize;
+  // On the calling thread, before that document goes to the builder (also for
+  // `ids` corpora, and for documents that turn out empty).
+  std::function<void(size_t corpus, uint64_t document)> before_add;
 };
 
 struct BuildConfig {
@@ -45,13 +80,23 @@ struct BuildConfig {
   unsigned threads = 0;           // tokenizer threads; 0 = all cores
   std::string output_path;
   std::string tool_version;
+  // Backpressure: documents claimed by the tokenizer threads but not yet given to
+  // the builder never exceed this (0: kDefaultMaxPendingDocuments).
+  uint64_t max_pending_documents = 0;
+  BuildHooks hooks;
 };
 
 struct CorpusReport {
   CorpusSpec spec;
   std::string source_sha256;
   uint64_t records = 0, documents = 0, skipped = 0, tokens = 0;
-  std::vector<std::string> skip_examples;
+  // Skipped records by reason ("invalid JSON", "bad record", "bad value"), in a
+  // fixed order; the counts sum to `skipped`.
+  std::vector<std::pair<std::string, uint64_t>> skipped_by_reason;
+  std::vector<std::string> skip_examples;  // the first few skip messages
+  // One line saying why records were skipped: counts by reason, the examples,
+  // and how many more were skipped ("" when none was). Tools print it.
+  std::string skip_summary;
 };
 
 struct BuildReport {
@@ -64,6 +109,10 @@ struct BuildReport {
   uint64_t peak_rss_bytes = 0;
   bool segment_cache = false;
   double cache_hit_rate = 0;
+  // Backpressure: the bound used, and the most documents ever tokenized (or
+  // being tokenized) but not yet built; peak <= bound.
+  uint64_t max_pending_documents = 0;
+  uint64_t peak_pending_documents = 0;
 };
 
 struct Progress {
