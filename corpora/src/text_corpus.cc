@@ -57,7 +57,8 @@ void ReadTextFile(const std::string& path, TextSplit split, ReadStats& stats, co
 }
 
 [[noreturn]] void ThrowListError(const std::string& path, const std::error_code& error) {
-  throw CorpusError(CorpusError::Code::kIo, path + ": cannot list directory: " + error.message());
+  throw CorpusError(CorpusError::Code::kIo, ErrorContext{.file = path},
+                    "cannot list directory: " + error.message());
 }
 
 // The regular *.txt files directly in `directory`, sorted by name.
@@ -91,8 +92,8 @@ ReadStats ReadTextCorpus(const std::string& path, TextSplit split, const Sink& s
   }
   const std::vector<std::string> files = ListTextFiles(path);
   if (files.empty()) {
-    throw CorpusError(CorpusError::Code::kInvalidArgument,
-                      path + ": directory contains no *.txt files");
+    throw CorpusError(CorpusError::Code::kInvalidArgument, ErrorContext{.file = path},
+                      "directory contains no *.txt files");
   }
   for (const std::string& file : files) ReadTextFile(file, split, stats, sink);
   return stats;
