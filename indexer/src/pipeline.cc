@@ -51,6 +51,15 @@ std::string UtcNow() {
   return buf;
 }
 
+// The builder's error `e` placed in document `document` (0-based, in reading order) of the corpus
+// file `path`: the builder numbers documents across all corpora and knows no file.
+BuildError InCorpusDocument(const sam::Error& e, const std::string& path, uint64_t document) {
+  ErrorContext context = e.context();
+  context.file = path;
+  context.record = "document " + std::to_string(document);
+  return BuildError(e.code(), std::move(context), e.problem());
+}
+
 }  // namespace
 
 uint64_t PeakRssBytes() {
@@ -79,7 +88,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     try {
       tok = Tokenizer::Load(cfg.tokenizer_path);
     } catch (const TokenizerError& e) {
-      throw BuildError(e.what());
+      throw BuildError(e);
     }
     if (vocab != 0 && vocab != tok->vocab_size())
       throw BuildError("--vocab-size " + std::to_string(vocab) + " differs from the tokenizer's " +
@@ -98,7 +107,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   try {
     ropts.templ = corpora::ParseTemplate(cfg.template_name);
   } catch (const corpora::CorpusError& e) {
-    throw BuildError(e.what());
+    throw BuildError(e);
   }
   ropts.text_field = cfg.text_field;
   if (cfg.text_split == "file") ropts.text_split = corpora::TextSplit::kPerFile;
@@ -138,8 +147,8 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     cr.spec = spec;
     try {
       cr.source_sha256 = SourceHash(spec.path);
-    } catch (const std::exception& e) {
-      throw BuildError(e.what());
+    } catch (const sam::Error& e) {
+      throw BuildError(e);
     }
     // Read all documents of this corpus.
     auto t = Clock::now();
@@ -155,7 +164,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
                                  [&](std::string&& d) { texts.push_back(std::move(d)); });
       }
     } catch (const corpora::CorpusError& e) {
-      throw BuildError(e.what());
+      throw BuildError(e);
     }
     cr.records = rs.records;
     cr.skipped = rs.skipped;
@@ -232,17 +241,17 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
       rep.construct_seconds += total - waited;
     } else {
       if (!builder) builder = std::make_unique<SuffixAutomatonBuilder>(vocab, reserve_tokens);
-      try {
-        for (auto& d : ids) {
-          if (!d.empty()) {
-            builder->AddDocument(d);
-            ++cr.documents;
-            cr.tokens += d.size() + 1;
+      for (size_t d = 0; d < ids.size(); ++d) {
+        if (!ids[d].empty()) {
+          try {
+            builder->AddDocument(ids[d]);
+          } catch (const sam::Error& e) {
+            throw InCorpusDocument(e, spec.path, d);
           }
-          std::vector<uint32_t>().swap(d);
+          ++cr.documents;
+          cr.tokens += ids[d].size() + 1;
         }
-      } catch (const format::FormatError& e) {
-        throw BuildError(spec.path + ": " + e.what());
+        std::vector<uint32_t>().swap(ids[d]);
       }
       rep.construct_seconds += Since(t);
       tokens_added = builder->num_tokens();
@@ -294,7 +303,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     rep.clones = builder->num_clones();
     w = builder->Write(cfg.output_path, info);
   } catch (const format::FormatError& e) {
-    throw BuildError(e.what());
+    throw BuildError(e);
   }
   builder.reset();
   rep.write_seconds = w.freeze_seconds + w.write_seconds;
