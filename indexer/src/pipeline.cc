@@ -100,8 +100,9 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   } else if (vocab == 0) {
     throw BuildError("pre-tokenized (ids) corpora without --tokenizer need --vocab-size");
   }
-  if (std::filesystem::is_directory(cfg.output_path))
-    throw BuildError(cfg.output_path + ": output path is a directory");
+  std::error_code output_error;  // (without it, is_directory throws a std::filesystem_error)
+  if (std::filesystem::is_directory(cfg.output_path, output_error))
+    throw BuildError(ErrorCode::kIo, {.file = cfg.output_path}, "output path is a directory");
 
   corpora::ReadOptions ropts;
   try {

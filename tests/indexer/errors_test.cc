@@ -112,6 +112,14 @@ TEST_F(IndexerErrorsTest, BuildIndexKeepsTheCauseCodeAndContext) {
     EXPECT_EQ(e.code(), ErrorCode::kBadValue);
   }
 
+  // An output path that is a directory: an I/O error naming it.
+  cfg.vocab_size = 10;
+  cfg.output_path = dir_.string();
+  const sam::Error directory = Thrown([&] { sam::indexer::BuildIndex(cfg); });
+  EXPECT_EQ(directory.code(), ErrorCode::kIo) << directory.what();
+  EXPECT_EQ(directory.context().file, dir_.string());
+  cfg.output_path = (dir_ / "out.sam").string();
+
   // A tokenizer that cannot be read: its code and file.
   cfg.tokenizer_path = (dir_ / "absent.model").string();
   cfg.vocab_size = 0;
