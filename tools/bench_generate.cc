@@ -31,6 +31,7 @@
 #include <torch/types.h>
 
 #include "sam/corpora/templates.h"
+#include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/torch/generate.h"
 #include "sam/torch/model.h"
@@ -150,7 +151,7 @@ int main(int argc, char** argv) {
     {
       const std::string path = data_dir + "/gsm8k/test.jsonl";
       std::ifstream in(path);
-      if (!in) throw std::runtime_error("cannot open " + path);
+      if (!in) throw sam::Error(sam::ErrorCode::kIo, {.file = path}, "cannot open");
       std::string line;
       while (static_cast<int64_t>(prompt_ids.size()) < prompts && std::getline(in, line)) {
         if (line.empty()) continue;
@@ -203,7 +204,7 @@ int main(int argc, char** argv) {
     // ---- 3. Projection from replay MAT.
     if (!replay_path.empty()) {
       std::ifstream in(replay_path);
-      if (!in) throw std::runtime_error("cannot open " + replay_path);
+      if (!in) throw sam::Error(sam::ErrorCode::kIo, {.file = replay_path}, "cannot open");
       const json replay = json::parse(in);
       std::printf("\nprojection (replay MAT on a real model's outputs x this cost curve):\n"
                   "%-10s %8s %10s %12s %10s\n", "policy", "MAT", "tok/step", "t(step)/t(1)", "speedup");

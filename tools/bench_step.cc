@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "cli_exit.h"
+#include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/runtime/pld.h"
 #include "sam/runtime/replay.h"
@@ -128,7 +129,7 @@ sam::format::IndexFile OpenIndex(const std::string& path, const std::string& loa
     return sam::format::IndexFile::Open(path, options);
   }
   if (load == "read") return sam::format::IndexFile::Read(path, options);
-  throw std::runtime_error("--load must be mmap, populate or read");
+  throw sam::Error(sam::ErrorCode::kUsage, "--load must be mmap, populate or read");
 }
 
 double Median(std::vector<double> v) {

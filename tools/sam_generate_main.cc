@@ -28,7 +28,7 @@
 
 #include "cli_exit.h"
 #include "sam/corpora/templates.h"
-#include "sam/format/error.h"
+#include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/torch/error.h"
 #include "sam/torch/generate.h"
@@ -44,8 +44,9 @@ namespace rt = sam::runtime;
 namespace tb = sam::torch_backend;
 using nlohmann::json;
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+// A command-line usage error (exit status 2): a sam::Error with code kUsage.
+struct UsageError : sam::Error {
+  explicit UsageError(const std::string& message) : sam::Error(sam::ErrorCode::kUsage, message) {}
 };
 
 // A random checkpoint (config.json + model.safetensors) for tests and demos: its output is noise.
@@ -68,7 +69,9 @@ void MakeRandomModel(const fs::path& dir, int64_t vocab, int64_t layers, int64_t
   {
     std::ofstream out(dir / "config.json", std::ios::binary);
     out << c.ToJsonText();
-    if (!out) throw std::runtime_error("cannot write " + (dir / "config.json").string());
+    if (!out)
+      throw sam::Error(sam::ErrorCode::kIo, {.file = (dir / "config.json").string()},
+                       "cannot write");
   }
   tb::WriteSafetensors(dir / "model.safetensors", tb::MakeRandomLlamaWeights(c, seed),
                        {{"format", "pt"}, {"note", "random weights made by sam-generate, for testing only"}});
@@ -76,7 +79,7 @@ void MakeRandomModel(const fs::path& dir, int64_t vocab, int64_t layers, int64_t
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open prompt file " + path);
+  if (!in) throw sam::Error(sam::ErrorCode::kIo, {.file = path}, "cannot open prompt file");
   std::ostringstream text;
   text << in.rdbuf();
   return text.str();
@@ -197,10 +200,11 @@ int main(int argc, char** argv) {
     if (prompt_opt->count() == 0 && file_opt->count() == 0)
       throw UsageError("one of --prompt or --prompt-file is required");
     if (!fs::is_directory(model_dir))
-      throw std::runtime_error("model directory " + model_dir + " does not exist");
+      throw sam::Error(sam::ErrorCode::kIo, "model directory " + model_dir + " does not exist");
     if (!fs::exists(fs::path(model_dir) / "config.json"))
-      throw std::runtime_error("model directory " + model_dir +
-                               " has no config.json (expected a Hugging Face checkpoint)");
+      throw sam::Error(sam::ErrorCode::kIo,
+                       "model directory " + model_dir +
+                           " has no config.json (expected a Hugging Face checkpoint)");
     tb::GeneratorOptions generator_options;
     try {
       generator_options = tb::GeneratorOptionsForPolicy(policy);
@@ -209,7 +213,8 @@ int main(int argc, char** argv) {
     }
     if (draft_size) generator_options.selection.draft_size = *draft_size;
     if (device.rfind("cuda", 0) == 0 && !torch::cuda::is_available())
-      throw std::runtime_error("--device " + device + ": this libtorch has no usable CUDA device");
+      throw sam::Error(sam::ErrorCode::kInvalidArgument,
+                       "--device " + device + ": this libtorch has no usable CUDA device");
 
     // Indexes first: cheap, and a mismatch should fail before loading a large model.
     sam::format::OpenOptions open;
@@ -220,10 +225,11 @@ int main(int argc, char** argv) {
 
     const tb::Model model = tb::Model::Load(model_dir, {.device = device, .dtype = dtype});
     if (model.config().vocab_size != static_cast<int64_t>(tokenizer->vocab_size()))
-      throw std::runtime_error("vocabulary size mismatch: the model " + model_dir + " has " +
-                               std::to_string(model.config().vocab_size) + " tokens, the tokenizer " +
-                               tokenizer_path + " has " + std::to_string(tokenizer->vocab_size()) +
-                               "; use the checkpoint's own tokenizer");
+      throw sam::Error(sam::ErrorCode::kTokenizerMismatch,
+                       "vocabulary size mismatch: the model " + model_dir + " has " +
+                           std::to_string(model.config().vocab_size) + " tokens, the tokenizer " +
+                           tokenizer_path + " has " + std::to_string(tokenizer->vocab_size()) +
+                           "; use the checkpoint's own tokenizer");
 
     const std::string text = prompt_opt->count() ? prompt : ReadFile(prompt_file);
     const std::string rendered = sam::corpora::ParseTemplate(template_name) == sam::corpora::Template::kVicuna

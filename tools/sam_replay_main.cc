@@ -19,6 +19,7 @@
 
 #include "cli_exit.h"
 #include "sam/corpora/templates.h"
+#include "sam/error.h"
 #include "sam/format/error.h"
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
@@ -35,11 +36,31 @@ using nlohmann::json;
 using sam::tools::ReadTraces;
 using sam::tools::Tokenizer;
 
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
+// A command-line usage error (exit status 2): a sam::Error with code kUsage.
+struct UsageError : sam::Error {
+  explicit UsageError(const std::string& message) : sam::Error(sam::ErrorCode::kUsage, message) {}
 };
 
 // ------------------------------------------------------------------ traces
+
+// "a number", "an array", "null", ... for messages.
+std::string Describe(const json& value) {
+  if (value.is_null()) return "null";
+  return std::string(value.is_array() || value.is_object() ? "an " : "a ") + value.type_name();
+}
+
+// The string field `field` of the JSON object `record`; throws sam::Error (kBadRecord) naming
+// `where` (file and line) and the field when it is missing or not a string.
+std::string StringField(const json& record, const char* field, const sam::ErrorContext& where) {
+  sam::ErrorContext context = where;
+  context.field = field;
+  const auto it = record.find(field);
+  if (it == record.end()) throw sam::Error(sam::ErrorCode::kBadRecord, context, "missing");
+  if (!it->is_string())
+    throw sam::Error(sam::ErrorCode::kBadRecord, context,
+                     "is " + Describe(*it) + ", expected a string");
+  return it->get<std::string>();
+}
 
 // Renders GSM8K test (question -> reference answer) and HumanEval (prompt ->
 // canonical solution) traces.
@@ -51,31 +72,34 @@ int MakeTraces(const std::string& data_dir, const std::string& out_path,
                                                     : prompt + "\n";
   };
   std::ofstream out(out_path);
-  if (!out) throw std::runtime_error("cannot write " + out_path);
+  if (!out) throw sam::Error(sam::ErrorCode::kIo, {.file = out_path}, "cannot write");
   size_t written = 0;
   auto convert = [&](const std::string& file, const char* category, const char* prompt_field,
                      const char* output_field, const char* id_field) {
     std::ifstream in(file);
-    if (!in) throw std::runtime_error("cannot open " + file);
+    if (!in) throw sam::Error(sam::ErrorCode::kIo, {.file = file}, "cannot open");
     std::string line;
     size_t n = 0;
     for (size_t line_no = 1; std::getline(in, line) && n < limit; ++line_no) {
       if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+      const sam::ErrorContext where{.file = file, .record = "line " + std::to_string(line_no)};
       json j;
       try {
         j = json::parse(line);
       } catch (const json::parse_error& e) {
-        throw std::runtime_error(file + ":" + std::to_string(line_no) + ": " + e.what());
+        throw sam::Error(sam::ErrorCode::kInvalidJson, where, e.what());
       }
-      if (!j.contains(prompt_field) || !j.contains(output_field))
-        throw std::runtime_error(file + ":" + std::to_string(line_no) + ": missing \"" +
-                                 prompt_field + "\" or \"" + output_field + "\"");
+      if (!j.is_object())
+        throw sam::Error(sam::ErrorCode::kBadRecord, where,
+                         "is " + Describe(j) + ", expected an object");
       json t;
-      t["id"] = j.contains(id_field) ? j[id_field].get<std::string>()
-                                     : std::string(category) + "/" + std::to_string(line_no);
+      // Any id will do (a number reads as its JSON text); a missing one is made up.
+      t["id"] = !j.contains(id_field)     ? std::string(category) + "/" + std::to_string(line_no)
+                : j[id_field].is_string() ? j[id_field].get<std::string>()
+                                          : j[id_field].dump();
       t["category"] = category;
-      t["prompt"] = render(j[prompt_field].get<std::string>());
-      t["output"] = j[output_field].get<std::string>();
+      t["prompt"] = render(StringField(j, prompt_field, where));
+      t["output"] = StringField(j, output_field, where);
       out << t.dump() << "\n";
       ++n;
     }
@@ -180,7 +204,7 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   rt::NamedPolicy named;
   try {
     named = rt::PolicyFromToolName(name);
-  } catch (const std::invalid_argument&) {
+  } catch (const sam::Error&) {
     throw UsageError("unknown policy '" + name + "'; valid policies:\n" + kPolicyHelp);
   }
   o.selection.policy = named.policy;
@@ -321,9 +345,9 @@ int main(int argc, char** argv) {
                              : (indexes.empty() ? 1 : indexes[0].header().bos_id);
     for (const auto& f : indexes)
       if (f.header().vocab_size != vocab && !tokenizer)
-        throw std::runtime_error(f.path() + ": vocabulary size " +
-                                 std::to_string(f.header().vocab_size) + " differs from " +
-                                 indexes[0].path());
+        throw sam::Error(sam::ErrorCode::kTokenizerMismatch, {.file = f.path()},
+                         "vocabulary size " + std::to_string(f.header().vocab_size) +
+                             " differs from " + indexes[0].path());
     const auto traces = ReadTraces(traces_path, tokenizer.get(), bos, vocab);
 
     json out_policies = json::array();

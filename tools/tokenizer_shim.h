@@ -3,7 +3,7 @@
 // tokenizer_shim.cc for the protobuf clash this avoids). Such programs must not link
 // sam::indexer or SentencePiece themselves.
 //
-//   IsolatedTokenizer tok("llama-32k.model");   // throws std::runtime_error
+//   IsolatedTokenizer tok("llama-32k.model");   // throws sam::Error (kTokenizer)
 //   std::vector<uint32_t> ids = tok.Encode("Hello");
 //   std::string text = tok.Decode(ids);
 //
@@ -19,9 +19,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <span>
-#include <stdexcept>
 #include <string>
 #include <vector>
+
+#include "sam/error.h"
 
 class IsolatedTokenizer {
  public:
@@ -30,7 +31,7 @@ class IsolatedTokenizer {
     Bind();
     char error[1024] = "";
     handle_ = load_(model_path.c_str(), error, sizeof(error));
-    if (handle_ == nullptr) throw std::runtime_error(error);
+    if (handle_ == nullptr) throw sam::Error(sam::ErrorCode::kTokenizer, error);
     vocab_size_ = vocab_size_fn_(handle_);
     bos_id_ = bos_fn_(handle_);
     eos_id_ = eos_fn_(handle_);
@@ -54,7 +55,7 @@ class IsolatedTokenizer {
     size_t count = 0;
     char error[1024] = "";
     if (encode_(handle_, text.data(), text.size(), &ids, &count, error, sizeof(error)) != 0)
-      throw std::runtime_error(std::string("tokenizer: ") + error);
+      throw sam::Error(sam::ErrorCode::kTokenizer, std::string("tokenizer: ") + error);
     out->insert(out->end(), ids, ids + count);
     std::free(ids);
   }
@@ -63,7 +64,7 @@ class IsolatedTokenizer {
     size_t length = 0;
     char error[1024] = "";
     if (decode_(handle_, ids.data(), ids.size(), &text, &length, error, sizeof(error)) != 0)
-      throw std::runtime_error(std::string("tokenizer: ") + error);
+      throw sam::Error(sam::ErrorCode::kTokenizer, std::string("tokenizer: ") + error);
     std::string result(text, length);
     std::free(text);
     return result;
@@ -90,12 +91,14 @@ class IsolatedTokenizer {
       if (void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND)) return module;
       tried += "\n  " + path.string() + ": " + dlerror();
     }
-    throw std::runtime_error("cannot load the tokenizer module libsam_tokenizer_shim.so; tried:" + tried);
+    throw sam::Error(sam::ErrorCode::kIo,
+                     "cannot load the tokenizer module libsam_tokenizer_shim.so; tried:" + tried);
   }
   template <typename F>
   void Symbol(F* fn, const char* name) {
     *fn = reinterpret_cast<F>(dlsym(module_, name));
-    if (*fn == nullptr) throw std::runtime_error(std::string("tokenizer module lacks ") + name);
+    if (*fn == nullptr)
+      throw sam::Error(sam::ErrorCode::kInternal, std::string("tokenizer module lacks ") + name);
   }
   void Bind() {
     Symbol(&load_, "sam_tokenizer_load");

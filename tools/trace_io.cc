@@ -4,7 +4,8 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <stdexcept>
+
+#include "sam/error.h"
 
 namespace sam::tools {
 
@@ -14,7 +15,8 @@ Tokenizer::Tokenizer(const std::string& path)
     : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
   const auto status = sp_->Load(path);
   if (!status.ok())
-    throw std::runtime_error("cannot load tokenizer " + path + ": " + status.ToString());
+    throw Error(ErrorCode::kTokenizer, {.file = path},
+                "cannot load tokenizer: " + status.ToString());
 }
 
 Tokenizer::~Tokenizer() = default;
@@ -22,7 +24,7 @@ Tokenizer::~Tokenizer() = default;
 std::vector<uint32_t> Tokenizer::Encode(const std::string& text) const {
   std::vector<int> ids;
   const auto status = sp_->Encode(text, &ids);
-  if (!status.ok()) throw std::runtime_error("tokenization failed: " + status.ToString());
+  if (!status.ok()) throw Error(ErrorCode::kTokenizer, "tokenization failed: " + status.ToString());
   return std::vector<uint32_t>(ids.begin(), ids.end());
 }
 
@@ -31,12 +33,19 @@ uint32_t Tokenizer::vocab_size() const { return static_cast<uint32_t>(sp_->GetPi
 
 namespace {
 
-std::vector<uint32_t> ReadIds(const json& j, const std::string& where, const char* field) {
-  if (!j.is_array()) throw std::runtime_error(where + ": \"" + field + "\" must be an array of ids");
+// `where` with the field `field`.
+ErrorContext InField(ErrorContext where, const char* field) {
+  where.field = field;
+  return where;
+}
+
+std::vector<uint32_t> ReadIds(const json& j, const ErrorContext& where, const char* field) {
+  if (!j.is_array())
+    throw Error(ErrorCode::kBadRecord, InField(where, field), "must be an array of ids");
   std::vector<uint32_t> ids;
   for (const json& v : j) {
     if (!v.is_number_unsigned() || v.get<uint64_t>() > UINT32_MAX)
-      throw std::runtime_error(where + ": \"" + field + "\" holds a non-id value " + v.dump());
+      throw Error(ErrorCode::kBadValue, InField(where, field), "holds a non-id value " + v.dump());
     ids.push_back(v.get<uint32_t>());
   }
   return ids;
@@ -47,19 +56,19 @@ std::vector<uint32_t> ReadIds(const json& j, const std::string& where, const cha
 std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const Tokenizer* tokenizer,
                                              uint32_t bos, uint32_t vocab_size) {
   std::ifstream in(path);
-  if (!in) throw std::runtime_error("cannot open traces " + path);
+  if (!in) throw Error(ErrorCode::kIo, {.file = path}, "cannot open traces");
   std::vector<runtime::ReplayTrace> traces;
   std::string line;
   for (size_t line_no = 1; std::getline(in, line); ++line_no) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = path + ":" + std::to_string(line_no);
+    const ErrorContext where{.file = path, .record = "line " + std::to_string(line_no)};
     json j;
     try {
       j = json::parse(line);
     } catch (const json::parse_error& e) {
-      throw std::runtime_error(where + ": invalid JSON: " + e.what());
+      throw Error(ErrorCode::kInvalidJson, where, std::string("invalid JSON: ") + e.what());
     }
-    if (!j.is_object()) throw std::runtime_error(where + ": a trace must be a JSON object");
+    if (!j.is_object()) throw Error(ErrorCode::kBadRecord, where, "a trace must be a JSON object");
     runtime::ReplayTrace t;
     t.id = j.contains("id") ? (j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump())
                             : std::to_string(line_no);
@@ -67,11 +76,13 @@ std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const Toke
     auto text_or_ids = [&](const char* text_field, const char* ids_field) {
       if (j.contains(ids_field)) return ReadIds(j[ids_field], where, ids_field);
       if (!j.contains(text_field) || !j[text_field].is_string())
-        throw std::runtime_error(where + ": needs a string \"" + text_field + "\" or an id array \"" +
-                                 ids_field + "\"");
+        throw Error(ErrorCode::kBadRecord, InField(where, text_field),
+                    std::string("needs a string \"") + text_field + "\" or an id array \"" +
+                        ids_field + "\"");
       if (!tokenizer)
-        throw std::runtime_error(where + ": string \"" + text_field +
-                                 "\" needs --tokenizer (or give \"" + ids_field + "\")");
+        throw Error(ErrorCode::kInvalidArgument, InField(where, text_field),
+                    std::string("string \"") + text_field + "\" needs --tokenizer (or give \"" +
+                        ids_field + "\")");
       return tokenizer->Encode(j[text_field].get<std::string>());
     };
     t.prompt = text_or_ids("prompt", "prompt_ids");
@@ -80,13 +91,14 @@ std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const Toke
     for (const auto* ids : {&t.prompt, &t.output})
       for (uint32_t id : *ids)
         if (id >= vocab_size)
-          throw std::runtime_error(where + ": token id " + std::to_string(id) +
-                                   " is outside the vocabulary (size " +
-                                   std::to_string(vocab_size) + ")");
+          throw Error(ErrorCode::kBadValue, where,
+                      "token id " + std::to_string(id) + " is outside the vocabulary (size " +
+                          std::to_string(vocab_size) + ")");
     if (t.output.empty()) continue;  // nothing to replay
     traces.push_back(std::move(t));
   }
-  if (traces.empty()) throw std::runtime_error(path + ": no traces with a non-empty output");
+  if (traces.empty())
+    throw Error(ErrorCode::kBadValue, {.file = path}, "no traces with a non-empty output");
   return traces;
 }
 

@@ -7,7 +7,7 @@
 // A trace line is {"id", "category", "prompt", "output"} with strings (needs a
 // tokenizer) or {"prompt_ids", "output_ids"} with id arrays. Prompts start
 // with BOS (added when missing); traces with an empty output are skipped.
-// Errors throw std::runtime_error naming the file and line.
+// Errors throw sam::Error naming the file, line and field (context() holds them).
 #ifndef SAM_TOOLS_TRACE_IO_H_
 #define SAM_TOOLS_TRACE_IO_H_
 

@@ -10,6 +10,7 @@ namespace sam::corpora {
 namespace {
 
 using internal::ExpectObject;
+using internal::ExpectObjectField;
 using internal::OptionalString;
 using internal::RequiredArray;
 using internal::RequiredInteger;
@@ -53,7 +54,7 @@ void HagridTurns(element record, std::vector<Turn>& turns) {
   uint64_t index = 0;
   for (element quote_value : RequiredArray(object, "quotes", "quotes")) {
     const std::string field = "quotes[" + std::to_string(index++) + "]";
-    const simdjson::dom::object quote = ExpectObject(quote_value, "field '" + field + "'");
+    const simdjson::dom::object quote = ExpectObjectField(quote_value, field);
     const int64_t idx = RequiredInteger(quote, "idx", field + ".idx");
     const std::string_view text = RequiredString(quote, "text", field + ".text");
     if (!quotes_block.empty()) quotes_block.push_back('\n');
@@ -63,7 +64,7 @@ void HagridTurns(element record, std::vector<Turn>& turns) {
   index = 0;
   for (element answer_value : RequiredArray(object, "answers", "answers")) {
     const std::string field = "answers[" + std::to_string(index++) + "]";
-    const simdjson::dom::object answer = ExpectObject(answer_value, "field '" + field + "'");
+    const simdjson::dom::object answer = ExpectObjectField(answer_value, field);
     turns.push_back({prompt, RequiredString(answer, "answer", field + ".answer")});
   }
 }

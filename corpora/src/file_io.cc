@@ -18,7 +18,7 @@ constexpr std::string_view kBom = "\xEF\xBB\xBF";
 constexpr size_t kBlockSize = size_t{1} << 20;
 
 [[noreturn]] void ThrowIo(const std::string& path, const std::string& problem) {
-  throw CorpusError(CorpusError::Code::kIo, path + ": " + problem);
+  throw CorpusError(CorpusError::Code::kIo, ErrorContext{.file = path}, problem);
 }
 
 // Reads up to `size` bytes; throws on a read error (a short count only means end of file).

@@ -48,8 +48,8 @@ uint32_t TokenId(element value, uint64_t index, uint32_t vocab_size) {
 ReadStats ReadIdDocuments(const std::string& path, uint32_t vocab_size, bool skip_bad,
                           const std::function<void(std::vector<uint32_t>&& ids)>& sink) {
   if (vocab_size == 0) {
-    throw CorpusError(CorpusError::Code::kInvalidArgument,
-                      path + ": vocab size must be positive to read token ids");
+    throw CorpusError(CorpusError::Code::kInvalidArgument, ErrorContext{.file = path},
+                      "vocab size must be positive to read token ids");
   }
   Input input = Input::Open(path);
   return ReadIdDocuments(input, vocab_size, skip_bad, sink);

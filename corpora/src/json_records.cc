@@ -119,7 +119,8 @@ void VisitRecord(const std::string& path, std::string_view unit, uint64_t number
   try {
     visit(record);
   } catch (const RecordProblem& problem) {
-    HandleProblem(path, Location(unit, number), problem.code(), problem.what(), skip_bad, stats);
+    HandleProblem(path, Location(unit, number), problem.code(), problem.what(), skip_bad, stats,
+                  problem.field());
   }
 }
 
@@ -132,19 +133,22 @@ void ForEachArrayRecord(Input& input, bool skip_bad, ReadStats& stats,
   element root;
   if (auto error = parser.parse(text.data(), text.size(), false).get(root)) {
     if (error == simdjson::CAPACITY) {
-      throw CorpusError(CorpusError::Code::kInvalidArgument,
-                        path + ": a JSON array file is limited to 4 GiB; convert it to JSONL");
+      throw CorpusError(CorpusError::Code::kInvalidArgument, ErrorContext{.file = path},
+                        "a JSON array file is limited to 4 GiB; convert it to JSONL");
     }
     SyntaxError syntax = DescribeSyntaxError(text, error, /*multi_line=*/true);
-    const std::string location =
-        syntax.record_known ? Location("record", syntax.record) + ": " : "";
-    throw CorpusError(CorpusError::Code::kInvalidJson, path + ": " + location + syntax.problem);
+    throw CorpusError(
+        CorpusError::Code::kInvalidJson,
+        ErrorContext{.file = path,
+                     .record = syntax.record_known ? Location("record", syntax.record) : ""},
+        syntax.problem);
   }
   simdjson::dom::array records;
   if (root.get_array().get(records)) {
     // Only reachable when the first byte is '[' but the value is not an array: impossible for
     // valid JSON, kept so a parser change can never turn into undefined behaviour.
-    throw CorpusError(CorpusError::Code::kBadRecord, path + ": top level is not a JSON array");
+    throw CorpusError(CorpusError::Code::kBadRecord, ErrorContext{.file = path},
+                      "top level is not a JSON array");
   }
   uint64_t index = 0;
   for (element record : records) {
@@ -175,23 +179,20 @@ void ForEachLineRecord(Input& input, bool skip_bad, ReadStats& stats,
   }
 }
 
-std::string FieldProblem(std::string_view field, std::string_view problem) {
-  return "field '" + std::string(field) + "' " + std::string(problem);
-}
-
-// The value of `key` in `object`, or throws "field '<field>' missing".
+// The value of `key` in `object`, or throws "missing" about `field`.
 element RequiredField(simdjson::dom::object object, std::string_view key, std::string_view field) {
   element value;
   if (object.at_key(key).get(value)) {
-    throw RecordProblem(CorpusError::Code::kBadRecord, FieldProblem(field, "missing"));
+    throw RecordProblem(CorpusError::Code::kBadRecord, "missing", std::string(field));
   }
   return value;
 }
 
 [[noreturn]] void ThrowWrongType(element value, std::string_view field, std::string_view expected) {
-  throw RecordProblem(CorpusError::Code::kBadRecord,
-                      FieldProblem(field, "is " + std::string(DescribeType(value)) + ", expected " +
-                                              std::string(expected)));
+  throw RecordProblem(
+      CorpusError::Code::kBadRecord,
+      "is " + std::string(DescribeType(value)) + ", expected " + std::string(expected),
+      std::string(field));
 }
 
 std::string_view StringValue(element value, std::string_view field) {
@@ -203,13 +204,17 @@ std::string_view StringValue(element value, std::string_view field) {
 }  // namespace
 
 void HandleProblem(const std::string& path, std::string_view location, CorpusError::Code code,
-                   std::string_view problem, bool skip_bad, ReadStats& stats) {
-  std::string message = path + ": " + std::string(location) + ": " + std::string(problem);
-  if (!skip_bad) throw CorpusError(code, message);
+                   std::string_view problem, bool skip_bad, ReadStats& stats,
+                   std::string_view field) {
+  CorpusError error(
+      code,
+      ErrorContext{.file = path, .record = std::string(location), .field = std::string(field)},
+      std::string(problem));
+  if (!skip_bad) throw error;
   ++stats.skipped;
   ++stats.skipped_by_code[code];
   if (stats.skip_examples.size() < ReadStats::kMaxSkipExamples) {
-    stats.skip_examples.push_back(std::move(message));
+    stats.skip_examples.push_back(error.what());
   }
 }
 
@@ -249,6 +254,12 @@ simdjson::dom::object ExpectObject(simdjson::dom::element value, std::string_vie
         CorpusError::Code::kBadRecord,
         std::string(what) + " is " + std::string(DescribeType(value)) + ", expected an object");
   }
+  return object;
+}
+
+simdjson::dom::object ExpectObjectField(simdjson::dom::element value, std::string_view field) {
+  simdjson::dom::object object;
+  if (value.get_object().get(object)) ThrowWrongType(value, field, "an object");
   return object;
 }
 

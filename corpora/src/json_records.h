@@ -10,28 +10,33 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "sam/corpora/corpora.h"
 #include "sam/corpora/error.h"
 
 namespace sam::corpora::internal {
 
-// What is wrong with one record, without the file and location (added by the caller).
-// Thrown only while a record is being validated, never by a sink.
+// What is wrong with one record, and in which field when it is about one, without the file and
+// location (added by the caller). Thrown only while a record is being validated, never by a sink.
 class RecordProblem : public std::runtime_error {
  public:
-  RecordProblem(CorpusError::Code code, const std::string& problem)
-      : std::runtime_error(problem), code_(code) {}
+  RecordProblem(CorpusError::Code code, const std::string& problem, std::string field = {})
+      : std::runtime_error(problem), code_(code), field_(std::move(field)) {}
   CorpusError::Code code() const noexcept { return code_; }
+  const std::string& field() const noexcept { return field_; }
 
  private:
   CorpusError::Code code_;
+  std::string field_;
 };
 
-// Formats "path: location: problem". With `skip_bad`, counts the record as skipped in `stats`
-// (by `code`, keeping the first few messages); otherwise throws it as a CorpusError.
+// The error "path: location: field 'F': problem" (no field part when `field` is empty). With
+// `skip_bad`, counts the record as skipped in `stats` (by `code`, keeping the first few messages);
+// otherwise throws it as a CorpusError whose context holds the path, location and field.
 void HandleProblem(const std::string& path, std::string_view location, CorpusError::Code code,
-                   std::string_view problem, bool skip_bad, ReadStats& stats);
+                   std::string_view problem, bool skip_bad, ReadStats& stats,
+                   std::string_view field = {});
 
 // How the records of a JSON file are laid out.
 enum class JsonLayout {
@@ -54,10 +59,13 @@ std::string_view DescribeType(simdjson::dom::element value);
 // `value` as an object; otherwise throws RecordProblem (kBadRecord) "<what> is <type>, expected
 // an object".
 simdjson::dom::object ExpectObject(simdjson::dom::element value, std::string_view what);
+// The value of field `field` as an object; otherwise throws RecordProblem (kBadRecord) about
+// `field`: "is <type>, expected an object".
+simdjson::dom::object ExpectObjectField(simdjson::dom::element value, std::string_view field);
 
 // Field access on `object`. `field` names the field in messages, e.g. "output" or
 // "quotes[2].text". Missing or mistyped fields throw RecordProblem (kBadRecord):
-// "field 'output' missing", "field 'output' is null, expected a string".
+// "missing", "is null, expected a string", about the field `field`.
 std::string_view RequiredString(simdjson::dom::object object, std::string_view key,
                                 std::string_view field);
 // As RequiredString, but a missing field reads as "".

@@ -88,7 +88,8 @@ void ReadTextFile(Input& input, TextSplit split, bool skip_bad, ReadStats& stats
 }
 
 [[noreturn]] void ThrowListError(const std::string& path, const std::error_code& error) {
-  throw CorpusError(CorpusError::Code::kIo, path + ": cannot list directory: " + error.message());
+  throw CorpusError(CorpusError::Code::kIo, ErrorContext{.file = path},
+                    "cannot list directory: " + error.message());
 }
 
 // The regular *.txt files directly in `directory`, sorted by name.
@@ -122,8 +123,8 @@ ReadStats ReadTextCorpus(Input& input, TextSplit split, bool skip_bad, const Sin
   const std::string& path = input.path();
   const std::vector<std::string> files = ListTextFiles(path);
   if (files.empty()) {
-    throw CorpusError(CorpusError::Code::kInvalidArgument,
-                      path + ": directory contains no *.txt files");
+    throw CorpusError(CorpusError::Code::kInvalidArgument, ErrorContext{.file = path},
+                      "directory contains no *.txt files");
   }
   for (const std::string& file : files) {
     Input file_input = Input::Open(file);

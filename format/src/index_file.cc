@@ -30,7 +30,7 @@ namespace bip = boost::interprocess;
 using namespace layout;
 
 [[noreturn]] void Fail(ErrorCode code, const std::string& file, const std::string& what) {
-  throw FormatError(code, file + ": " + what);
+  throw FormatError(code, ErrorContext{.file = file}, what);
 }
 
 std::string Num(uint64_t v) { return std::to_string(v); }

@@ -21,7 +21,7 @@ namespace {
 using namespace layout;
 
 [[noreturn]] void Fail(ErrorCode code, const std::string& file, const std::string& what) {
-  throw FormatError(code, file + ": " + what);
+  throw FormatError(code, ErrorContext{.file = file}, what);
 }
 
 std::string Errno() { return std::strerror(errno); }

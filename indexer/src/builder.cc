@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstring>
 #include <random>
+#include <string>
 #include <sys/mman.h>
 
 #include "sam/format/packed.h"
@@ -62,6 +63,9 @@ struct SuffixAutomatonBuilder::Impl {
   uint64_t documents = 0;
   uint32_t last = 0;
 
+  // The document being added, for error contexts: "document N" (0-based, in the order added).
+  std::string CurrentDocument() const { return "document " + std::to_string(documents); }
+
   std::vector<uint32_t> text;          // text[p] = token at position p + 1
   std::vector<StateRec> nc;            // index = position (0 = root)
   std::vector<StateRec> cl;            // clones
@@ -109,7 +113,7 @@ struct SuffixAutomatonBuilder::Impl {
     }
     const uint64_t off = arena.size();
     if (off + (uint64_t{1} << cls) >= kNil)
-      throw FormatError(ErrorCode::kInvalidArgument,
+      throw FormatError(ErrorCode::kCapacity, {.record = CurrentDocument()},
                         "corpus too large for the builder's 32-bit edge arena");
     arena.resize(off + (uint64_t{1} << cls));
     return static_cast<uint32_t>(off);
@@ -155,7 +159,8 @@ struct SuffixAutomatonBuilder::Impl {
   uint32_t NewClone(uint32_t p, uint32_t q) {
     const uint32_t k = static_cast<uint32_t>(cl_len.size());
     if (k >= kClone - 1)
-      throw FormatError(ErrorCode::kInvalidArgument, "too many states for the builder");
+      throw FormatError(ErrorCode::kCapacity, {.record = CurrentDocument()},
+                        "too many states for the builder");
     const uint32_t clone = k | kClone;
     cl_len.push_back(Len(p) + 1);
     cl_mep.push_back(Mep(q));
@@ -250,7 +255,7 @@ SuffixAutomatonBuilder::SuffixAutomatonBuilder(uint32_t vocab_size, uint64_t exp
     throw FormatError(ErrorCode::kInvalidArgument,
                       "vocab size " + std::to_string(vocab_size) + " outside [1, 2^31)");
   if (expected_tokens >= (kClone - 2))
-    throw FormatError(ErrorCode::kInvalidArgument,
+    throw FormatError(ErrorCode::kCapacity,
                       "corpus of " + std::to_string(expected_tokens) +
                           " tokens exceeds the builder's limit of 2^31 tokens");
   impl_->vocab_size = vocab_size;
@@ -279,14 +284,15 @@ void SuffixAutomatonBuilder::AddDocument(std::span<const uint32_t> ids) {
   if (ids.empty()) return;
   Impl& m = *impl_;
   if (m.text.size() + ids.size() + 1 >= kClone - 2)
-    throw FormatError(ErrorCode::kInvalidArgument,
-                      "corpus exceeds the builder's limit of 2^31 tokens");
-  for (uint32_t id : ids)
-    if (id >= m.vocab_size)
-      throw FormatError(ErrorCode::kInvalidArgument,
-                        "token id " + std::to_string(id) + " in document " +
-                            std::to_string(m.documents) + " is not below the vocab size " +
-                            std::to_string(m.vocab_size));
+    throw FormatError(ErrorCode::kCapacity, {.record = m.CurrentDocument()},
+                      "a document of " + std::to_string(ids.size()) + " tokens after " +
+                          std::to_string(m.text.size()) +
+                          " exceeds the builder's limit of 2^31 tokens");
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= m.vocab_size)
+      throw FormatError(ErrorCode::kInvalidArgument, {.record = m.CurrentDocument()},
+                        "token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
+                            " is not below the vocab size " + std::to_string(m.vocab_size));
   const void* before[4] = {m.text.data(), m.nc.data(), m.cl.data(), m.arena.data()};
   for (uint32_t id : ids) m.Extend(id);
   m.Extend(m.separator);
@@ -309,8 +315,8 @@ uint64_t SuffixAutomatonBuilder::memory_bytes() const { return impl_->MemoryByte
 WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexInfo& info) {
   Impl& m = *impl_;
   if (m.documents == 0)
-    throw FormatError(ErrorCode::kInvalidArgument,
-                      path + ": no documents to index (all inputs were empty)");
+    throw FormatError(ErrorCode::kInvalidArgument, {.file = path},
+                      "no documents to index (all inputs were empty)");
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t n = m.text.size(), c = m.cl_len.size(), s = 1 + n + c;
   WriteReport report;

@@ -61,6 +61,14 @@ std::string DocumentContext(const std::string& path, uint64_t index, uint64_t co
          ": " + what;
 }
 
+// The code a BuildError made from `e` keeps: a sam::Error's own, kCapacity when
+// memory ran out, kInvalidArgument otherwise (a caller's callback or hook).
+ErrorCode CodeOf(const std::exception& e) {
+  if (const auto* error = dynamic_cast<const sam::Error*>(&e)) return error->code();
+  if (dynamic_cast<const std::bad_alloc*>(&e)) return ErrorCode::kCapacity;
+  return ErrorCode::kInvalidArgument;
+}
+
 // Tokenizer threads, stopped and joined however the scope is left: an
 // exception on the calling thread never meets a joinable std::thread.
 class WorkerPool {
@@ -136,7 +144,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     try {
       tok = Tokenizer::Load(cfg.tokenizer_path);
     } catch (const TokenizerError& e) {
-      throw BuildError(e.what());
+      throw BuildError(e);
     }
     if (vocab != 0 && vocab != tok->vocab_size())
       throw BuildError("--vocab-size " + std::to_string(vocab) + " differs from the tokenizer's " +
@@ -148,14 +156,15 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   } else if (vocab == 0) {
     throw BuildError("pre-tokenized (ids) corpora without --tokenizer need --vocab-size");
   }
-  if (std::filesystem::is_directory(cfg.output_path))
-    throw BuildError(cfg.output_path + ": output path is a directory");
+  std::error_code output_error;  // (without it, is_directory throws a std::filesystem_error)
+  if (std::filesystem::is_directory(cfg.output_path, output_error))
+    throw BuildError(ErrorCode::kIo, {.file = cfg.output_path}, "output path is a directory");
 
   corpora::ReadOptions ropts;
   try {
     ropts.templ = corpora::ParseTemplate(cfg.template_name);
   } catch (const corpora::CorpusError& e) {
-    throw BuildError(e.what());
+    throw BuildError(e);
   }
   ropts.text_field = cfg.text_field;
   if (cfg.text_split == "file") ropts.text_split = corpora::TextSplit::kPerFile;
@@ -218,8 +227,10 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
       } else {
         cr.source_sha256 = SourceHash(spec.path);
       }
+    } catch (const sam::Error& e) {
+      throw BuildError(e);
     } catch (const std::exception& e) {
-      throw BuildError(e.what());
+      throw BuildError(CodeOf(e), e.what());
     }
     // Read all documents of this corpus.
     std::vector<std::string> texts;
@@ -234,7 +245,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
                                  [&](std::string&& d) { texts.push_back(std::move(d)); });
       }
     } catch (const corpora::CorpusError& e) {
-      throw BuildError(e.what());
+      throw BuildError(e);
     }
     input.reset();
     cr.records = rs.records;
@@ -349,7 +360,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
         } catch (const BuildError&) {
           throw;
         } catch (const std::exception& e) {
-          throw BuildError(DocumentContext(spec.path, d, ndocs, e));
+          throw BuildError(CodeOf(e), DocumentContext(spec.path, d, ndocs, e));
         }
         pool.Join();
       }
@@ -373,7 +384,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
           std::vector<uint32_t>().swap(ids[d]);
         }
       } catch (const std::exception& e) {
-        throw BuildError(DocumentContext(spec.path, d, ndocs, e));
+        throw BuildError(CodeOf(e), DocumentContext(spec.path, d, ndocs, e));
       }
       rep.construct_seconds += Since(t);
       tokens_added = builder->num_tokens();
@@ -439,7 +450,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     rep.clones = builder->num_clones();
     w = builder->Write(cfg.output_path, info);
   } catch (const format::FormatError& e) {
-    throw BuildError(e.what());
+    throw BuildError(e);
   }
   builder.reset();
   rep.write_seconds = w.freeze_seconds + w.write_seconds;

@@ -77,7 +77,7 @@ Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::Load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw TokenizerError(path + ": cannot open tokenizer model");
+  if (!in) throw TokenizerError(ErrorCode::kIo, {.file = path}, "cannot open tokenizer model");
   std::stringstream ss;
   ss << in.rdbuf();
   const std::string bytes = ss.str();
@@ -85,7 +85,8 @@ Tokenizer Tokenizer::Load(const std::string& path) {
   impl->path = path;
   const auto status = impl->sp.LoadFromSerializedProto(bytes);
   if (!status.ok())
-    throw TokenizerError(path + ": not a SentencePiece model (" + status.ToString() + ")");
+    throw TokenizerError(ErrorCode::kTokenizer, {.file = path},
+                         "not a SentencePiece model (" + status.ToString() + ")");
   impl->sha = format::Sha256(bytes.data(), bytes.size());
 
   // Segment caching is exact for a BPE model with the identity normaliser,
@@ -156,7 +157,8 @@ void Tokenizer::EncodeWhole(std::string_view text, std::vector<uint32_t>* out) c
   std::vector<int> ids;
   const auto status = impl_->sp.Encode(text, &ids);
   if (!status.ok())
-    throw TokenizerError(impl_->path + ": encoding failed: " + status.ToString());
+    throw TokenizerError(ErrorCode::kTokenizer, {.file = impl_->path},
+                         "encoding failed: " + status.ToString());
   out->insert(out->end(), ids.begin(), ids.end());
 }
 

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "sam/format/error.h"
+#include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
 #include "sam/runtime/recycling.h"
@@ -47,18 +47,47 @@ int Fail(sam_status status, const std::string& message) {
   return status;
 }
 
-sam_status StatusOf(sam::format::ErrorCode code) {
-  using sam::format::ErrorCode;
+// The status of each code of the one sam::ErrorCode. No default: a new code must be given a
+// status here (-Wswitch), and a value that is not a code is a bug.
+sam_status StatusOf(sam::ErrorCode code) {
+  using sam::ErrorCode;
   switch (code) {
     case ErrorCode::kIo:
       return SAM_ERR_IO;
     case ErrorCode::kTokenizerMismatch:
       return SAM_ERR_TOKENIZER_MISMATCH;
     case ErrorCode::kInvalidArgument:
+    case ErrorCode::kBadValue:
+    case ErrorCode::kCapacity:
+    case ErrorCode::kUsage:
       return SAM_ERR_INVALID_ARGUMENT;
-    default:
+    // A file that is not what it should be.
+    case ErrorCode::kTruncated:
+    case ErrorCode::kBadMagic:
+    case ErrorCode::kBadByteOrder:
+    case ErrorCode::kUnsupportedVersion:
+    case ErrorCode::kUnknownRequiredFeature:
+    case ErrorCode::kBadHeader:
+    case ErrorCode::kBadSectionTable:
+    case ErrorCode::kOverlappingSections:
+    case ErrorCode::kChecksumMismatch:
+    case ErrorCode::kSelfTestFailed:
+    case ErrorCode::kCorruptStructure:
+    case ErrorCode::kCompression:
+    case ErrorCode::kInvalidJson:
+    case ErrorCode::kBadRecord:
+    case ErrorCode::kTokenizer:
+    case ErrorCode::kBadCheckpoint:
+    case ErrorCode::kBadModelConfig:
+    case ErrorCode::kMissingTensor:
+    case ErrorCode::kShapeMismatch:
+    case ErrorCode::kDtype:
       return SAM_ERR_FORMAT;
+    case ErrorCode::kOk:  // never thrown
+    case ErrorCode::kInternal:
+      return SAM_ERR_INTERNAL;
   }
+  return SAM_ERR_INTERNAL;
 }
 
 // Runs body; maps whatever it throws to a status (the one place where
@@ -68,10 +97,8 @@ int Guard(Body&& body) noexcept {
   try {
     body();
     return SAM_OK;
-  } catch (const sam::format::FormatError& e) {
+  } catch (const sam::Error& e) {
     return Fail(StatusOf(e.code()), e.what());
-  } catch (const std::invalid_argument& e) {
-    return Fail(SAM_ERR_INVALID_ARGUMENT, e.what());
   } catch (const std::out_of_range& e) {
     return Fail(SAM_ERR_INVALID_ARGUMENT, e.what());
   } catch (const std::bad_alloc&) {
@@ -84,7 +111,8 @@ int Guard(Body&& body) noexcept {
 }
 
 void Require(bool condition, const char* function, const char* what) {
-  if (!condition) throw std::invalid_argument(std::string(function) + ": " + what);
+  if (!condition)
+    throw sam::Error(sam::ErrorCode::kInvalidArgument, std::string(function) + ": " + what);
 }
 
 std::span<const uint32_t> Ids(const uint32_t* ids, size_t n, const char* function) {
@@ -105,8 +133,9 @@ sam::runtime::Policy PolicyOf(int policy) {
     case SAM_POLICY_CALIBRATED:
       return sam::runtime::Policy::kCalibrated;
     default:
-      throw std::invalid_argument("sam_session_new: policy " + std::to_string(policy) +
-                                  " is not a sam_policy (0..4)");
+      throw sam::Error(
+          sam::ErrorCode::kInvalidArgument,
+          "sam_session_new: policy " + std::to_string(policy) + " is not a sam_policy (0..4)");
   }
 }
 

@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cstring>
-#include <stdexcept>
 #include <string>
+
+#include "sam/error.h"
 
 namespace sam::runtime {
 
@@ -62,8 +63,9 @@ size_t DynamicSam::CapacityForBytes(size_t bytes) {
 
 DynamicSam::DynamicSam(size_t capacity_tokens) {
   if (capacity_tokens > kMaxCapacity)
-    throw std::invalid_argument("DynamicSam: capacity " + std::to_string(capacity_tokens) +
-                                " tokens exceeds the maximum of 2^30");
+    throw Error(ErrorCode::kInvalidArgument, "DynamicSam: capacity " +
+                                                 std::to_string(capacity_tokens) +
+                                                 " tokens exceeds the maximum of 2^30");
   capacity_ = std::max(capacity_tokens, kMinCapacity);
   const size_t states = StatesFor(capacity_);
   const size_t slots = SlotsFor(capacity_);

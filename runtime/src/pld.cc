@@ -1,15 +1,18 @@
 #include "sam/runtime/pld.h"
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
+
+#include "sam/error.h"
 
 namespace sam::runtime {
 
 PldDrafter::PldDrafter(size_t max_ngram_size, size_t num_pred_tokens)
     : max_ngram_size_(max_ngram_size), num_pred_tokens_(num_pred_tokens), first_(max_ngram_size) {
-  if (max_ngram_size == 0) throw std::invalid_argument("PldDrafter: max_ngram_size is 0");
-  if (num_pred_tokens == 0) throw std::invalid_argument("PldDrafter: num_pred_tokens is 0");
+  if (max_ngram_size == 0)
+    throw Error(ErrorCode::kInvalidArgument, "PldDrafter: max_ngram_size is 0");
+  if (num_pred_tokens == 0)
+    throw Error(ErrorCode::kInvalidArgument, "PldDrafter: num_pred_tokens is 0");
 }
 
 void PldDrafter::Reset() {

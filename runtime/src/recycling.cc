@@ -1,8 +1,9 @@
 #include "sam/runtime/recycling.h"
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
+
+#include "sam/error.h"
 
 namespace sam::runtime {
 namespace {
@@ -32,14 +33,14 @@ std::array<RecyclingDrafter::TemplateSlot, RecyclingDrafter::kTemplateNodes> Bui
     // A miscounted table is a programming error caught by the template test;
     // throwing here keeps it from writing out of bounds.
     if (counts.size() != level_end - level_begin)
-      throw std::logic_error("Token Recycling template: depth " + std::to_string(d + 1) +
-                             " lists " + std::to_string(counts.size()) +
-                             " parents; the previous depth has " +
-                             std::to_string(level_end - level_begin));
+      throw Error(ErrorCode::kInternal, "Token Recycling template: depth " + std::to_string(d + 1) +
+                                            " lists " + std::to_string(counts.size()) +
+                                            " parents; the previous depth has " +
+                                            std::to_string(level_end - level_begin));
     for (size_t i = 0; i < counts.size(); ++i) {
       for (uint8_t rank = 0; rank < counts[i]; ++rank) {
         if (next > RecyclingDrafter::kTemplateNodes || rank >= RecyclingDrafter::kCandidates)
-          throw std::logic_error("Token Recycling template: too many nodes");
+          throw Error(ErrorCode::kInternal, "Token Recycling template: too many nodes");
         slots[next - 1] = {static_cast<uint8_t>(level_begin + i), rank,
                            static_cast<uint8_t>(d + 1)};
         ++next;
@@ -49,7 +50,7 @@ std::array<RecyclingDrafter::TemplateSlot, RecyclingDrafter::kTemplateNodes> Bui
     level_end = next;
   }
   if (next != RecyclingDrafter::kTemplateNodes + 1)
-    throw std::logic_error("Token Recycling template: too few nodes");
+    throw Error(ErrorCode::kInternal, "Token Recycling template: too few nodes");
   return slots;
 }
 
@@ -65,7 +66,8 @@ RecyclingDrafter::RecyclingDrafter(uint32_t vocab_size)
     : vocab_size_(vocab_size),
       table_(static_cast<size_t>(vocab_size) * kCandidates),
       counts_(vocab_size, 0) {
-  if (vocab_size == 0) throw std::invalid_argument("RecyclingDrafter: vocab_size is 0");
+  if (vocab_size == 0)
+    throw Error(ErrorCode::kInvalidArgument, "RecyclingDrafter: vocab_size is 0");
   Template();  // build (and check) the template now rather than on the first draft
 }
 
@@ -73,16 +75,17 @@ void RecyclingDrafter::Clear() { std::fill(counts_.begin(), counts_.end(), uint8
 
 std::span<const uint32_t> RecyclingDrafter::Row(uint32_t token) const {
   if (token >= vocab_size_)
-    throw std::invalid_argument("RecyclingDrafter: token " + std::to_string(token) +
-                                " outside the vocabulary of " + std::to_string(vocab_size_));
+    throw Error(ErrorCode::kInvalidArgument, "RecyclingDrafter: token " + std::to_string(token) +
+                                                 " outside the vocabulary of " +
+                                                 std::to_string(vocab_size_));
   return {table_.data() + static_cast<size_t>(token) * kCandidates, counts_[token]};
 }
 
 bool RecyclingDrafter::Propose(uint32_t start_token, size_t max_nodes, DraftTree* out) {
   if (start_token >= vocab_size_)
-    throw std::invalid_argument("RecyclingDrafter::Propose: start token " +
-                                std::to_string(start_token) + " outside the vocabulary of " +
-                                std::to_string(vocab_size_));
+    throw Error(ErrorCode::kInvalidArgument,
+                "RecyclingDrafter::Propose: start token " + std::to_string(start_token) +
+                    " outside the vocabulary of " + std::to_string(vocab_size_));
   out->Reset(start_token, DraftSource::kRecycling);
   // node_of_slot[s] = tree node filling template slot s, or -1 when the slot
   // was pruned (its subtree is then pruned too: parents precede children).
@@ -107,15 +110,15 @@ void RecyclingDrafter::ObserveTopK(std::span<const uint32_t> tokens, std::span<c
                                    size_t k) {
   if (k == 0) return;
   if (topk.size() != tokens.size() * k)
-    throw std::invalid_argument("RecyclingDrafter::ObserveTopK: " + std::to_string(topk.size()) +
-                                " candidates for " + std::to_string(tokens.size()) +
-                                " positions at k = " + std::to_string(k) + "; expected " +
-                                std::to_string(tokens.size() * k));
+    throw Error(ErrorCode::kInvalidArgument,
+                "RecyclingDrafter::ObserveTopK: " + std::to_string(topk.size()) +
+                    " candidates for " + std::to_string(tokens.size()) + " positions at k = " +
+                    std::to_string(k) + "; expected " + std::to_string(tokens.size() * k));
   auto check = [this](uint32_t id, const char* what) {
     if (id >= vocab_size_)
-      throw std::invalid_argument(std::string("RecyclingDrafter::ObserveTopK: ") + what + " " +
-                                  std::to_string(id) + " outside the vocabulary of " +
-                                  std::to_string(vocab_size_));
+      throw Error(ErrorCode::kInvalidArgument,
+                  std::string("RecyclingDrafter::ObserveTopK: ") + what + " " + std::to_string(id) +
+                      " outside the vocabulary of " + std::to_string(vocab_size_));
   };
   // Validate everything first so a bad call leaves the table untouched.
   for (uint32_t t : tokens) check(t, "token");

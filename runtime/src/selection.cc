@@ -1,8 +1,9 @@
 #include "sam/runtime/selection.h"
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
+
+#include "sam/error.h"
 
 namespace sam::runtime {
 
@@ -21,8 +22,9 @@ Policy ParsePolicy(std::string_view name) {
   for (Policy p : {Policy::kPaper, Policy::kStaticOnly, Policy::kDynamicOnly, Policy::kTree,
                    Policy::kCalibrated})
     if (PolicyName(p) == name) return p;
-  throw std::invalid_argument("unknown selection policy '" + std::string(name) +
-                              "' (valid: paper, static, dynamic, tree, calibrated)");
+  throw Error(ErrorCode::kInvalidArgument,
+              "unknown selection policy '" + std::string(name) +
+                  "' (valid: paper, static, dynamic, tree, calibrated)");
 }
 
 NamedPolicy PolicyFromToolName(std::string_view name) {
@@ -32,8 +34,9 @@ NamedPolicy PolicyFromToolName(std::string_view name) {
   if (name == "dynamic") return {Policy::kDynamicOnly, false};
   if (name == "sam-tree") return {Policy::kTree, false};
   if (name == "sam-cal") return {Policy::kCalibrated, false};
-  throw std::invalid_argument("unknown policy '" + std::string(name) +
-                              "' (valid: sam, sam-rec, static, dynamic, sam-tree, sam-cal)");
+  throw Error(ErrorCode::kInvalidArgument,
+              "unknown policy '" + std::string(name) +
+                  "' (valid: sam, sam-rec, static, dynamic, sam-tree, sam-cal)");
 }
 
 Choice ChoosePaper(uint32_t l_dyn, uint32_t l_static, bool has_fallback,

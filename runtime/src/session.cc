@@ -4,7 +4,8 @@
 #include <array>
 #include <chrono>
 #include <limits>
-#include <stdexcept>
+
+#include "sam/error.h"
 
 namespace sam::runtime {
 
@@ -143,7 +144,8 @@ Session::Session(const SessionOptions& options)
       dynamic_(DynamicSam::CapacityForBytes(options.max_dynamic_bytes)),
       calibrator_(std::make_unique<Calibrator>()) {
   if (options_.selection.draft_size < 1)
-    throw std::invalid_argument("SessionOptions: selection.draft_size must be at least 1");
+    throw Error(ErrorCode::kInvalidArgument,
+                "SessionOptions: selection.draft_size must be at least 1");
   tree_.Reset(0, DraftSource::kNone);
   node_cells_.reserve(256);
   merged_ = std::make_unique<MergedScratch>();
@@ -159,12 +161,14 @@ void Session::AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticInde
 }
 
 void Session::AttachIndex(const format::IndexView* view) {
-  if (view == nullptr) throw std::invalid_argument("Session::AttachIndex: null index view");
+  if (view == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "Session::AttachIndex: null index view");
   AttachCursor(StaticCursor(view), nullptr);
 }
 
 void Session::AttachIndex(std::shared_ptr<const StaticIndex> index) {
-  if (index == nullptr) throw std::invalid_argument("Session::AttachIndex: null StaticIndex");
+  if (index == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "Session::AttachIndex: null StaticIndex");
   AttachCursor(StaticCursor(index.get()), index);
 }
 

@@ -1,9 +1,9 @@
 #include "sam/runtime/static_index.h"
 
 #include <algorithm>
-#include <stdexcept>
 
 #include "index_children.h"
+#include "sam/error.h"
 
 namespace sam::runtime {
 
@@ -22,11 +22,13 @@ inline uint64_t HashState(uint64_t state, uint64_t mask) {
 
 std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* view,
                                                        const Options& options) {
-  if (view == nullptr) throw std::invalid_argument("StaticIndex::Create: null index view");
+  if (view == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "StaticIndex::Create: null index view");
   if (options.top_k == 0 || options.top_k > 255)
-    throw std::invalid_argument("StaticIndex::Create: top_k must be in 1..255");
+    throw Error(ErrorCode::kInvalidArgument, "StaticIndex::Create: top_k must be in 1..255");
   if (options.filter_bits_per_edge > 64)
-    throw std::invalid_argument("StaticIndex::Create: filter_bits_per_edge must be at most 64");
+    throw Error(ErrorCode::kInvalidArgument,
+                "StaticIndex::Create: filter_bits_per_edge must be at most 64");
   std::shared_ptr<StaticIndex> index(new StaticIndex());
   index->view_ = view;
   index->options_ = options;

@@ -5,13 +5,16 @@
 #include <cmath>
 #include <limits>
 #include <numeric>
-#include <stdexcept>
 #include <string>
+
+#include "sam/error.h"
 
 namespace sam::runtime {
 namespace {
 
-[[noreturn]] void Fail(const std::string& message) { throw std::invalid_argument(message); }
+[[noreturn]] void Fail(const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, message);
+}
 
 // Parents precede children, depths follow the parents: the invariants every
 // walk below relies on.

@@ -22,11 +22,13 @@
 #include <stdexcept>
 #include <thread>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include "sam/corpora/presets.h"
 #include "sam/corpora/templates.h"
+#include "sam/error.h"
 
 namespace sam::corpora {
 namespace {
@@ -212,7 +214,7 @@ TEST_F(CorporaTest, Python18kWithAndWithoutPrompt) {
       Write("bad.jsonl", R"({"instruction": "a", "input": "", "output": "b", "prompt": 3})"
                          "\n");
   ExpectCorpusError(Kind::kPython18k, bad, Code::kBadRecord,
-                    {"bad.jsonl", "line 1", "field 'prompt' is a number, expected a string"});
+                    {"bad.jsonl", "line 1", "field 'prompt': is a number, expected a string"});
 }
 
 TEST_F(CorporaTest, Gsm8kBothTemplates) {
@@ -272,18 +274,18 @@ TEST_F(CorporaTest, HagridMalformedRecords) {
             R"("answers": [{"answer": "x"}]})"
             "\n");
   ExpectCorpusError(Kind::kHagrid, quote_path, Code::kBadRecord,
-                    {"quote.jsonl", "line 2", "field 'quotes[1].text' missing"});
+                    {"quote.jsonl", "line 2", "field 'quotes[1].text': missing"});
   const std::string answer_path =
       Write("answer.jsonl", R"({"query": "q", "quotes": [], "answers": [{"answer": "x"}, "y"]})"
                             "\n");
   ExpectCorpusError(
       Kind::kHagrid, answer_path, Code::kBadRecord,
-      {"answer.jsonl", "line 1", "field 'answers[1]' is a string, expected an object"});
+      {"answer.jsonl", "line 1", "field 'answers[1]': is a string, expected an object"});
   const std::string idx_path =
       Write("idx.jsonl", R"({"query": "q", "quotes": [{"idx": "1", "text": "a"}], "answers": []})"
                          "\n");
   ExpectCorpusError(Kind::kHagrid, idx_path, Code::kBadRecord,
-                    {"field 'quotes[0].idx' is a string, expected an integer"});
+                    {"field 'quotes[0].idx': is a string, expected an integer"});
   // A bad second answer: the record is skipped whole, its good first answer is not emitted.
   ReadOptions skip;
   skip.skip_bad = true;
@@ -310,7 +312,7 @@ TEST_F(CorporaTest, JsonlTextField) {
   EXPECT_EQ(result.stats.records, 3u);
   EXPECT_EQ(result.stats.documents, 2u);
   ExpectCorpusError(Kind::kJsonl, path, Code::kBadRecord,
-                    {"docs.jsonl", "line 1", "field 'text' missing"});
+                    {"docs.jsonl", "line 1", "field 'text': missing"});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -322,15 +324,61 @@ TEST_F(CorporaTest, ArrayRecordErrorsNameRecordAndField) {
     {"instruction": "c", "input": ""}
   ])");
   ExpectCorpusError(Kind::kAlpaca, missing, Code::kBadRecord,
-                    {"alpaca_data.json: record 1: field 'output' missing"});
+                    {"alpaca_data.json: record 1: field 'output': missing"});
   const std::string mistyped =
       Write("mistyped.json", R"([{"instruction": null, "input": "", "output": "b"}])");
   ExpectCorpusError(Kind::kAlpaca, mistyped, Code::kBadRecord,
-                    {"mistyped.json: record 0: field 'instruction' is null, expected a string"});
+                    {"mistyped.json: record 0: field 'instruction': is null, expected a string"});
   const std::string not_object = Write("not_object.json", R"([{"instruction": "a", "output": "b"},
     ["instruction", "output"]])");
   ExpectCorpusError(Kind::kAlpaca, not_object, Code::kBadRecord,
                     {"not_object.json: record 1: record is an array, expected an object"});
+}
+
+// The one error family: a corpus error is a sam::Error whose code and context (file, record,
+// field) are there for programs, not only in the message.
+TEST_F(CorporaTest, ErrorsAreSamErrorsWithStructuredContext) {
+  static_assert(std::is_base_of_v<sam::Error, CorpusError>);
+  const std::string path = Write("ctx.jsonl", R"({"question": "q", "answer": "a"})"
+                                              "\n"
+                                              R"({"question": "q", "answer": [1]})"
+                                              "\n");
+  try {
+    ReadCorpus(Kind::kGsm8k, path, {}, [](std::string&&) {});
+    ADD_FAILURE() << "no error";
+  } catch (const sam::Error& error) {
+    EXPECT_EQ(error.code(), sam::ErrorCode::kBadRecord);
+    EXPECT_EQ(error.context().file, path);
+    EXPECT_EQ(error.context().record, "line 2");
+    EXPECT_EQ(error.context().field, "answer");
+    EXPECT_EQ(error.problem(), "is an array, expected a string");
+    EXPECT_EQ(std::string(error.what()),
+              path + ": line 2: field 'answer': is an array, expected a string");
+  }
+  const std::string array = Write("ctx.json", R"([{"instruction": "a", "output": 1}])");
+  try {
+    ReadCorpus(Kind::kAlpaca, array, {}, [](std::string&&) {});
+    ADD_FAILURE() << "no error";
+  } catch (const sam::Error& error) {
+    EXPECT_EQ(error.code(), sam::ErrorCode::kBadRecord);
+    EXPECT_EQ(error.context().file, array);
+    EXPECT_EQ(error.context().record, "record 0");
+    EXPECT_EQ(error.context().field, "output");
+  }
+  const std::string missing = (dir_ / "absent.jsonl").string();
+  try {
+    ReadCorpus(Kind::kGsm8k, missing, {}, [](std::string&&) {});
+    ADD_FAILURE() << "no error";
+  } catch (const sam::Error& error) {
+    EXPECT_EQ(error.code(), sam::ErrorCode::kIo);
+    EXPECT_EQ(error.context().file, missing);
+  }
+  try {
+    ParseKind("nosuchkind");
+    ADD_FAILURE() << "no error";
+  } catch (const sam::Error& error) {
+    EXPECT_EQ(error.code(), sam::ErrorCode::kInvalidArgument);
+  }
 }
 
 TEST_F(CorporaTest, JsonlErrorsNameLineAndField) {
@@ -340,7 +388,7 @@ TEST_F(CorporaTest, JsonlErrorsNameLineAndField) {
                                                 R"({"question": "q", "answer": 7})"
                                                 "\n");
   ExpectCorpusError(Kind::kGsm8k, path, Code::kBadRecord,
-                    {"train.jsonl: line 3: field 'answer' is a number, expected a string"});
+                    {"train.jsonl: line 3: field 'answer': is a number, expected a string"});
   const std::string broken = Write("broken.jsonl", R"({"question": "q", "answer": "a"})"
                                                    "\n"
                                                    R"({"question": "q", "answer": "a")"
@@ -394,7 +442,7 @@ TEST_F(CorporaTest, SkipBadCountsAndKeepsFirstFiveMessages) {
   EXPECT_EQ(result.stats.documents, 4u);  // lines 1, 4, 7, 10
   EXPECT_EQ(result.stats.skipped, 6u);
   ASSERT_EQ(result.stats.skip_examples.size(), ReadStats::kMaxSkipExamples);
-  EXPECT_NE(result.stats.skip_examples[0].find("mixed.jsonl: line 2: field 'answer' missing"),
+  EXPECT_NE(result.stats.skip_examples[0].find("mixed.jsonl: line 2: field 'answer': missing"),
             std::string::npos);
   EXPECT_NE(result.stats.skip_examples[1].find("mixed.jsonl: line 3: invalid JSON"),
             std::string::npos);
@@ -409,7 +457,7 @@ TEST_F(CorporaTest, SkipBadCountsAndKeepsFirstFiveMessages) {
   EXPECT_EQ(array_result.stats.skipped, 2u);
   EXPECT_EQ(
       array_result.stats.skip_examples,
-      (std::vector<std::string>{array + ": record 1: field 'output' missing",
+      (std::vector<std::string>{array + ": record 1: field 'output': missing",
                                 array + ": record 2: record is a number, expected an object"}));
 }
 
@@ -429,9 +477,9 @@ TEST_F(CorporaTest, SkipReasonsAreCountedAndDescribed) {
   EXPECT_EQ(e.rfind(path + ": line 1: invalid JSON at column ", 0), 0u) << e;
   EXPECT_EQ(DescribeSkips(result.stats),
             "skipped 9 of 9 records (invalid JSON: 3, bad record: 6), e.g. " + e + "; " + path +
-                ": line 2: field 'answer' missing; " + path + ": line 3: field 'answer' missing; " +
+                ": line 2: field 'answer': missing; " + path + ": line 3: field 'answer': missing; " +
                 result.stats.skip_examples[3] + "; " + path +
-                ": line 5: field 'answer' missing; and 4 more");
+                ": line 5: field 'answer': missing; and 4 more");
   EXPECT_EQ(result.stats.skip_examples[3].rfind(path + ": line 4: invalid JSON", 0), 0u);
   EXPECT_EQ(DescribeSkips(Read(Kind::kGsm8k, Write("ok.jsonl", "{\"question\": \"q\", "
                                                                "\"answer\": \"a\"}\n"))

@@ -241,7 +241,7 @@ TEST_F(PipelineTest, MalformedRecordsFailOrAreSkipped) {
     FAIL();
   } catch (const BuildError& e) {
     // The corpus error, whole: file, line 2 (1-based), field and problem.
-    EXPECT_EQ(std::string(e.what()), bad + ": line 2: field 'answer' missing");
+    EXPECT_EQ(std::string(e.what()), bad + ": line 2: field 'answer': missing");
   }
   EXPECT_FALSE(fs::exists(cfg.output_path));
   cfg.skip_bad = true;
@@ -252,7 +252,7 @@ TEST_F(PipelineTest, MalformedRecordsFailOrAreSkipped) {
             (std::vector<std::pair<std::string, uint64_t>>{{"bad record", 1}}));
   EXPECT_EQ(rep.corpora[0].skip_summary,
             "skipped 1 of 2 records (bad record: 1), e.g. " + bad +
-                ": line 2: field 'answer' missing");
+                ": line 2: field 'answer': missing");
   EXPECT_EQ(rep.documents, 1u);
 }
 
@@ -293,8 +293,8 @@ TEST_F(PipelineTest, SkippingEveryRecordSaysWhy) {
     EXPECT_NE(m.find("gsm8k=" + bad + ": 12 records, 0 documents; skipped 12 of 12 records "
                      "(invalid JSON: 4, bad record: 8), e.g. " + bad + ": line 1: invalid JSON"),
               std::string::npos) << m;
-    EXPECT_NE(m.find(bad + ": line 2: field 'answer' missing; "), std::string::npos) << m;
-    EXPECT_NE(m.find(bad + ": line 5: field 'answer' missing; and 7 more"), std::string::npos)
+    EXPECT_NE(m.find(bad + ": line 2: field 'answer': missing; "), std::string::npos) << m;
+    EXPECT_NE(m.find(bad + ": line 5: field 'answer': missing; and 7 more"), std::string::npos)
         << m;
   }
   EXPECT_FALSE(fs::exists(cfg.output_path));

@@ -6,6 +6,8 @@
 #include <random>
 #include <vector>
 
+#include "sam/error.h"
+
 namespace sam::runtime {
 namespace {
 
@@ -162,7 +164,7 @@ TEST(DynamicSam, CapacityAndBytes) {
   EXPECT_EQ(DynamicSam::CapacityForBytes(bytes), size_t{1} << 16);
   EXPECT_LT(DynamicSam::BytesForCapacity(1 << 16), size_t{200} << 16);  // < 200 B/token
   EXPECT_GE(DynamicSam::CapacityForBytes(0), 4u);
-  EXPECT_THROW(DynamicSam(size_t{1} << 31), std::invalid_argument);
+  EXPECT_THROW(DynamicSam(size_t{1} << 31), sam::Error);
 }
 
 TEST(DynamicSam, LookupDoesNotCommit) {

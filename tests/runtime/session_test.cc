@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/runtime/replay.h"
 #include "test_index.h"
@@ -56,7 +57,7 @@ TEST(Selection, AdaptiveLength) {
   EXPECT_EQ(LinearDraftSize(3, o), 13u);
   EXPECT_EQ(LinearDraftSize(100, o), 40u);
   EXPECT_EQ(ParsePolicy("calibrated"), Policy::kCalibrated);
-  EXPECT_THROW(ParsePolicy("bogus"), std::invalid_argument);
+  EXPECT_THROW(ParsePolicy("bogus"), sam::Error);
 }
 
 // ---------------------------------------------------------------- sessions

@@ -284,7 +284,7 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
     ASSERT_EQ(ta.tokens, tb.tokens);
     ASSERT_EQ(ta.parents, tb.parents);
   }
-  EXPECT_THROW(sam::runtime::StaticIndex::Create(nullptr), std::invalid_argument);
+  EXPECT_THROW(sam::runtime::StaticIndex::Create(nullptr), sam::Error);
 }
 
 // The edge filter never denies an existing explicit transition, and at 10

@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "sam/error.h"
 #include "sam/runtime/verify.h"  // Rng
 
 namespace sam::runtime {
@@ -108,8 +109,8 @@ TEST(PldDrafter, ResetForgetsTheHistory) {
 }
 
 TEST(PldDrafter, RejectsZeroSizes) {
-  EXPECT_THROW(PldDrafter(0, 10), std::invalid_argument);
-  EXPECT_THROW(PldDrafter(3, 0), std::invalid_argument);
+  EXPECT_THROW(PldDrafter(0, 10), sam::Error);
+  EXPECT_THROW(PldDrafter(3, 0), sam::Error);
 }
 
 }  // namespace

@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "sam/error.h"
+
 namespace sam::runtime {
 namespace {
 
@@ -112,20 +114,20 @@ TEST(RecyclingDrafter, BadObservationsThrowAndChangeNothing) {
   RecyclingDrafter drafter(kVocab);
   drafter.ObserveTopK(std::vector<uint32_t>{1}, std::vector<uint32_t>{2, 3}, 2);
   EXPECT_THROW(drafter.ObserveTopK(std::vector<uint32_t>{1, 2}, std::vector<uint32_t>{5, 6, 7}, 2),
-               std::invalid_argument);
+               sam::Error);
   EXPECT_THROW(
       drafter.ObserveTopK(std::vector<uint32_t>{1, kVocab}, std::vector<uint32_t>{5, 6}, 1),
-      std::invalid_argument);
+      sam::Error);
   EXPECT_THROW(
       drafter.ObserveTopK(std::vector<uint32_t>{1, 2}, std::vector<uint32_t>{5, kVocab}, 1),
-      std::invalid_argument);
+      sam::Error);
   EXPECT_EQ(std::vector<uint32_t>(drafter.Row(1).begin(), drafter.Row(1).end()),
             (std::vector<uint32_t>{2, 3}));
   EXPECT_TRUE(drafter.Row(2).empty());
-  EXPECT_THROW(drafter.Row(kVocab), std::invalid_argument);
+  EXPECT_THROW(drafter.Row(kVocab), sam::Error);
   DraftTree tree;
-  EXPECT_THROW(drafter.Propose(kVocab, 10, &tree), std::invalid_argument);
-  EXPECT_THROW(RecyclingDrafter(0), std::invalid_argument);
+  EXPECT_THROW(drafter.Propose(kVocab, 10, &tree), sam::Error);
+  EXPECT_THROW(RecyclingDrafter(0), sam::Error);
 }
 
 TEST(RecyclingDrafter, PrunesChildrenOfUnsetAndShortRows) {

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "sam/error.h"
 #include "sam/runtime/draft.h"
 #include "sam/runtime/recycling.h"
 
@@ -329,18 +330,18 @@ TEST(VerifyGreedy, RejectsBadInput) {
   DraftTree tree;
   tree.Reset(3, DraftSource::kNone);
   tree.Add(0, 1);
-  EXPECT_THROW(VerifyGreedy(tree, std::vector<uint32_t>{1}), std::invalid_argument);
+  EXPECT_THROW(VerifyGreedy(tree, std::vector<uint32_t>{1}), sam::Error);
   DraftTree bad = tree;
   bad.parents[1] = 1;  // a node cannot be its own parent
-  EXPECT_THROW(VerifyGreedy(bad, std::vector<uint32_t>{1, 2}), std::invalid_argument);
+  EXPECT_THROW(VerifyGreedy(bad, std::vector<uint32_t>{1, 2}), sam::Error);
   bad = tree;
   bad.depths[1] = 2;
-  EXPECT_THROW(VerifyGreedy(bad, std::vector<uint32_t>{1, 2}), std::invalid_argument);
+  EXPECT_THROW(VerifyGreedy(bad, std::vector<uint32_t>{1, 2}), sam::Error);
   bad = tree;
   bad.tokens.clear();
   bad.parents.clear();
   bad.depths.clear();
-  EXPECT_THROW(VerifyGreedy(bad, std::vector<uint32_t>{}), std::invalid_argument);
+  EXPECT_THROW(VerifyGreedy(bad, std::vector<uint32_t>{}), sam::Error);
 }
 
 // ---------------------------------------------------------------------------
@@ -405,21 +406,21 @@ TEST(ApplySampling, TopPAppliesAfterTopKOnTheRenormalisedRest) {
 TEST(ApplySampling, RejectsBadInput) {
   const float inf = std::numeric_limits<float>::infinity();
   std::vector<float> nan{0.0f, std::nanf("")};
-  EXPECT_THROW(ApplySampling(nan, kPlain), std::invalid_argument);
+  EXPECT_THROW(ApplySampling(nan, kPlain), sam::Error);
   std::vector<float> masked{-inf, -inf};
-  EXPECT_THROW(ApplySampling(masked, kPlain), std::invalid_argument);
+  EXPECT_THROW(ApplySampling(masked, kPlain), sam::Error);
   std::vector<float> plus_inf{0.0f, inf};
-  EXPECT_THROW(ApplySampling(plus_inf, kPlain), std::invalid_argument);
+  EXPECT_THROW(ApplySampling(plus_inf, kPlain), sam::Error);
   std::vector<float> negative{0.5f, -0.5f};
-  EXPECT_THROW(ApplySampling(negative, kPlain, ScoreKind::kProbabilities), std::invalid_argument);
+  EXPECT_THROW(ApplySampling(negative, kPlain, ScoreKind::kProbabilities), sam::Error);
   std::vector<float> zeros{0.0f, 0.0f};
-  EXPECT_THROW(ApplySampling(zeros, kPlain, ScoreKind::kProbabilities), std::invalid_argument);
+  EXPECT_THROW(ApplySampling(zeros, kPlain, ScoreKind::kProbabilities), sam::Error);
   std::vector<float> ok{1.0f, 2.0f};
-  EXPECT_THROW(ApplySampling(ok, {-1.0f, 0, 1.0f}), std::invalid_argument);
-  EXPECT_THROW(ApplySampling(ok, {1.0f, 0, 0.0f}), std::invalid_argument);
-  EXPECT_THROW(ApplySampling(ok, {1.0f, 0, 1.5f}), std::invalid_argument);
+  EXPECT_THROW(ApplySampling(ok, {-1.0f, 0, 1.0f}), sam::Error);
+  EXPECT_THROW(ApplySampling(ok, {1.0f, 0, 0.0f}), sam::Error);
+  EXPECT_THROW(ApplySampling(ok, {1.0f, 0, 1.5f}), sam::Error);
   std::vector<float> empty;
-  EXPECT_THROW(ApplySampling(empty, kPlain), std::invalid_argument);
+  EXPECT_THROW(ApplySampling(empty, kPlain), sam::Error);
 }
 
 TEST(Rng, IsDeterministicPerSeedAndUniformInUnitInterval) {
@@ -644,23 +645,23 @@ TEST(VerifySampling, RejectsBadInput) {
   const std::vector<float> row{0.2f, 0.3f, 0.5f};
   Rng rng(5);
   auto target = [&](int32_t) { return std::span<const float>(row); };
-  EXPECT_THROW(VerifySampling(tree, target, rng), std::invalid_argument);
+  EXPECT_THROW(VerifySampling(tree, target, rng), sam::Error);
   tree.tokens[1] = 1;
   EXPECT_NO_THROW(VerifySampling(tree, target, rng));
   EXPECT_THROW(VerifySampling(tree, target, rng, DraftMode::kWithoutReplacement),
-               std::invalid_argument);  // no proposal
+               sam::Error);  // no proposal
   const std::vector<float> short_row{0.5f, 0.5f};
   EXPECT_THROW(VerifySampling(tree, target, rng, DraftMode::kWithoutReplacement,
                               [&](int32_t) { return std::span<const float>(short_row); }),
-               std::invalid_argument);
+               sam::Error);
   const std::vector<float> negative{0.5f, -0.1f, 0.6f};
   EXPECT_THROW(VerifySampling(
                    tree, [&](int32_t) { return std::span<const float>(negative); }, rng),
-               std::invalid_argument);
+               sam::Error);
   const std::vector<float> zeros{0.0f, 0.0f, 0.0f};
   EXPECT_THROW(VerifySampling(
                    tree, [&](int32_t) { return std::span<const float>(zeros); }, rng),
-               std::invalid_argument);
+               sam::Error);
 }
 
 TEST(SampleToken, FollowsTheWeights) {
@@ -670,8 +671,8 @@ TEST(SampleToken, FollowsTheWeights) {
   for (int i = 0; i < 40000; ++i) counts[SampleToken(weights, rng)]++;
   EXPECT_EQ(counts[1], 0);
   EXPECT_NEAR(counts[2] / 40000.0, 0.75, 0.01);  // sd 0.0022
-  EXPECT_THROW(SampleToken(std::vector<float>{0.0f}, rng), std::invalid_argument);
-  EXPECT_THROW(SampleToken(std::vector<float>{}, rng), std::invalid_argument);
+  EXPECT_THROW(SampleToken(std::vector<float>{0.0f}, rng), sam::Error);
+  EXPECT_THROW(SampleToken(std::vector<float>{}, rng), sam::Error);
 }
 
 }  // namespace

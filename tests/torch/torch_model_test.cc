@@ -13,6 +13,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -253,19 +254,43 @@ void ExpectError(Fn&& fn, tb::ErrorCode code, const std::vector<std::string>& pa
   }
 }
 
+// The one error family: torch errors are sam::Errors whose context names the file.
+TEST(TorchErrors, AreSamErrorsNamingTheFile) {
+  static_assert(std::is_base_of_v<sam::Error, tb::Error>);
+  TempDir dir;
+  const fs::path path = dir.path() / "t.safetensors";
+  tb::WriteSafetensors(path, {{"a", torch::randn({4})}});
+  fs::resize_file(path, fs::file_size(path) - 5);
+  try {
+    tb::SafetensorsFile::Open(path);
+    ADD_FAILURE() << "no error";
+  } catch (const sam::Error& e) {
+    EXPECT_EQ(e.code(), sam::ErrorCode::kBadCheckpoint) << e.what();
+    EXPECT_EQ(e.context().file, path.string());
+    EXPECT_EQ(std::string(e.what()).rfind(path.string() + ": ", 0), 0u) << e.what();
+  }
+  try {
+    tb::LlamaConfig::FromJsonText("{}", "cfg.json");
+    ADD_FAILURE() << "no error";
+  } catch (const sam::Error& e) {
+    EXPECT_EQ(e.code(), sam::ErrorCode::kBadModelConfig) << e.what();
+    EXPECT_EQ(e.context().file, "cfg.json");
+  }
+}
+
 TEST(SafetensorsErrors, TruncatedFile) {
   TempDir dir;
   const fs::path path = dir.path() / "t.safetensors";
   tb::WriteSafetensors(path, {{"a", torch::randn({4})}, {"b", torch::randn({8})}});
   fs::resize_file(path, fs::file_size(path) - 5);
-  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kFormat, {"t.safetensors", "'b'", "truncated"});
+  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kBadCheckpoint, {"t.safetensors", "'b'", "truncated"});
 
   fs::resize_file(path, 5);
-  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kFormat, {"truncated"});
+  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kBadCheckpoint, {"truncated"});
 
   WriteRawSafetensors(path, "{\"a\": {\"dtype\": \"F32\", \"shape\": [1], \"data_offsets\": [0, 4]}}", "1234");
   fs::resize_file(path, 20);  // cut inside the header
-  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kFormat, {"header length"});
+  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kBadCheckpoint, {"header length"});
 }
 
 TEST(SafetensorsErrors, HeaderOffsetsOutOfBounds) {
@@ -273,25 +298,25 @@ TEST(SafetensorsErrors, HeaderOffsetsOutOfBounds) {
   const fs::path path = dir.path() / "t.safetensors";
   WriteRawSafetensors(path, R"({"w": {"dtype": "F32", "shape": [250], "data_offsets": [0, 1000]}})",
                       std::string(16, '\0'));
-  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kFormat, {"'w'", "data_offsets", "exceed"});
+  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kBadCheckpoint, {"'w'", "data_offsets", "exceed"});
 
   WriteRawSafetensors(path, R"({"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 16]}})",
                       std::string(16, '\0'));
-  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kFormat, {"'w'", "needs 12"});
+  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kBadCheckpoint, {"'w'", "needs 12"});
 
   WriteRawSafetensors(path, R"({"w": {"dtype": "F32", "shape": [1], "data_offsets": [8, 4]}})",
                       std::string(16, '\0'));
-  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kFormat, {"'w'", "begin > end"});
+  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kBadCheckpoint, {"'w'", "begin > end"});
 
   WriteRawSafetensors(path, R"({"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}})",
                       std::string(4, '\0'));
-  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kFormat, {"'w'", "shape"});
+  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kBadCheckpoint, {"'w'", "shape"});
 
   WriteRawSafetensors(path, R"({"w": {"dtype": "F32", "shape": [1]}})", std::string(4, '\0'));
-  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kFormat, {"'w'", "data_offsets"});
+  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kBadCheckpoint, {"'w'", "data_offsets"});
 
   WriteRawSafetensors(path, R"({"w": )", "");
-  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kFormat, {"JSON"});
+  ExpectError([&] { tb::SafetensorsFile::Open(path); }, tb::ErrorCode::kBadCheckpoint, {"JSON"});
 }
 
 TEST(SafetensorsErrors, UnknownDtypeAndMissingFile) {
@@ -329,21 +354,21 @@ TEST(LlamaConfig, RejectsUnsupportedModels) {
   const std::string base =
       R"("hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 10)";
   auto parse = [&](const std::string& extra) { tb::LlamaConfig::FromJsonText("{" + base + extra + "}", "cfg.json"); };
-  ExpectError([&] { parse(R"(, "architectures": ["GPT2LMHeadModel"])"); }, tb::ErrorCode::kConfig,
+  ExpectError([&] { parse(R"(, "architectures": ["GPT2LMHeadModel"])"); }, tb::ErrorCode::kBadModelConfig,
               {"cfg.json", "architectures", "GPT2LMHeadModel"});
   ExpectError([&] { parse(R"(, "architectures": ["LlamaForCausalLM"], "hidden_act": "gelu")"); },
-              tb::ErrorCode::kConfig, {"hidden_act", "gelu"});
+              tb::ErrorCode::kBadModelConfig, {"hidden_act", "gelu"});
   ExpectError([&] { parse(R"(, "architectures": ["LlamaForCausalLM"], "rope_scaling": {"type": "linear", "factor": 2.0})"); },
-              tb::ErrorCode::kConfig, {"rope_scaling"});
+              tb::ErrorCode::kBadModelConfig, {"rope_scaling"});
   ExpectError([&] { parse(R"(, "architectures": ["LlamaForCausalLM"], "num_key_value_heads": 3)"); },
-              tb::ErrorCode::kConfig, {"num_key_value_heads"});
+              tb::ErrorCode::kBadModelConfig, {"num_key_value_heads"});
   ExpectError([&] { parse(R"(, "architectures": ["LlamaForCausalLM"], "attention_bias": true)"); },
-              tb::ErrorCode::kConfig, {"attention_bias"});
-  ExpectError([&] { parse(""); }, tb::ErrorCode::kConfig, {"architectures"});
+              tb::ErrorCode::kBadModelConfig, {"attention_bias"});
+  ExpectError([&] { parse(""); }, tb::ErrorCode::kBadModelConfig, {"architectures"});
   ExpectError([] { tb::LlamaConfig::FromJsonText(R"({"architectures": ["LlamaForCausalLM"], "hidden_size": 32})"); },
-              tb::ErrorCode::kConfig, {"intermediate_size", "missing"});
+              tb::ErrorCode::kBadModelConfig, {"intermediate_size", "missing"});
   ExpectError([] { tb::LlamaConfig::FromJsonText(R"({"model_type": "llama", "hidden_size": "32"})"); },
-              tb::ErrorCode::kConfig, {"hidden_size", "not an integer"});
+              tb::ErrorCode::kBadModelConfig, {"hidden_size", "not an integer"});
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -417,14 +442,14 @@ TEST_F(LoadErrors, UnsupportedArchitectureInDirectory) {
   std::string text = config_.ToJsonText();
   text.replace(text.find("LlamaForCausalLM"), 16, "FalconForCausalLM");
   WriteText(dir_.path() / "config.json", text);
-  ExpectError([&] { Load(); }, tb::ErrorCode::kConfig, {"config.json", "FalconForCausalLM"});
+  ExpectError([&] { Load(); }, tb::ErrorCode::kBadModelConfig, {"config.json", "FalconForCausalLM"});
 }
 
 TEST_F(LoadErrors, TruncatedCheckpoint) {
   Write(weights_);
   const fs::path file = dir_.path() / "model.safetensors";
   fs::resize_file(file, fs::file_size(file) - 100);
-  ExpectError([&] { Load(); }, tb::ErrorCode::kFormat, {"model.safetensors", "truncated"});
+  ExpectError([&] { Load(); }, tb::ErrorCode::kBadCheckpoint, {"model.safetensors", "truncated"});
 }
 
 TEST_F(LoadErrors, ShardedIndexProblems) {
@@ -448,7 +473,7 @@ TEST_F(LoadErrors, ShardedIndexProblems) {
   nlohmann::json escape = index;
   escape["weight_map"]["model.norm.weight"] = "../outside.safetensors";
   WriteText(index_path, escape.dump());
-  ExpectError([&] { Load(); }, tb::ErrorCode::kFormat, {"'model.norm.weight'", "../outside.safetensors"});
+  ExpectError([&] { Load(); }, tb::ErrorCode::kBadCheckpoint, {"'model.norm.weight'", "../outside.safetensors"});
 
   fs::remove(index_path);
   ExpectError([&] { Load(); }, tb::ErrorCode::kIo, {"model.safetensors.index.json"});

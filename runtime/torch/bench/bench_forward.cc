@@ -19,6 +19,7 @@
 #include <torch/cuda.h>
 #include <torch/types.h>
 
+#include "sam/error.h"
 #include "sam/torch/model.h"
 
 namespace tb = sam::torch_backend;
@@ -45,17 +46,17 @@ Flags ParseFlags(int argc, char** argv) {
                    "  [--dtype fp32|fp16|bf16] [--repeats N]\n";
       std::exit(0);
     }
-    if (i + 1 >= argc) throw std::invalid_argument("flag " + flag + " needs a value");
+    if (i + 1 >= argc) throw sam::Error(sam::ErrorCode::kUsage, "flag " + flag + " needs a value");
     const std::string value = argv[++i];
     if (auto it = ints.find(flag); it != ints.end()) {
       *it->second = std::stoll(value);
-      if (*it->second < (flag == "--prefix" ? 0 : 1)) throw std::invalid_argument("bad value for " + flag);
+      if (*it->second < (flag == "--prefix" ? 0 : 1)) throw sam::Error(sam::ErrorCode::kUsage, "bad value for " + flag);
     } else if (flag == "--device") {
       f.device = value;
     } else if (flag == "--dtype") {
       f.dtype = value;
     } else {
-      throw std::invalid_argument("unknown flag " + flag);
+      throw sam::Error(sam::ErrorCode::kUsage, "unknown flag " + flag);
     }
   }
   return f;

@@ -60,7 +60,7 @@ GeneratorOptions GeneratorOptionsForPolicy(std::string_view name) {
     const rt::NamedPolicy p = rt::PolicyFromToolName(name);
     o.selection.policy = p.policy;
     o.recycling_fallback = p.recycling_fallback;
-  } catch (const std::invalid_argument&) {
+  } catch (const sam::Error&) {
     throw Error(ErrorCode::kInvalidArgument, "unknown policy '" + std::string(name) +
                                                  "'; valid policies:\n" + std::string(GeneratorPolicyHelp()));
   }
@@ -102,7 +102,7 @@ Generator::Generator(const Model& model, const GeneratorOptions& options)
   }
   try {
     session_ = std::make_unique<rt::Session>(session_options);
-  } catch (const std::invalid_argument& e) {
+  } catch (const sam::Error& e) {
     throw Error(ErrorCode::kInvalidArgument, std::string("generate: bad selection options: ") + e.what());
   }
   // Every policy bounds its drafts by draft_size, except kTree's trees (max_tree_nodes); the
@@ -163,7 +163,7 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
       s.rows[row].assign(cpu.data_ptr<float>(), cpu.data_ptr<float>() + vocab);
       try {
         rt::ApplySampling(s.rows[row], options.sampling);
-      } catch (const std::invalid_argument& e) {
+      } catch (const sam::Error& e) {
         throw Error(ErrorCode::kInvalidArgument, std::string("generate: sampling: ") + e.what());
       }
       s.have_row[row] = 1;

@@ -9,7 +9,7 @@ namespace sam::torch_backend {
 namespace {
 
 [[noreturn]] void ConfigError(const std::string& source, const std::string& what) {
-  throw Error(ErrorCode::kConfig, source + ": " + what);
+  throw Error(ErrorCode::kBadModelConfig, {.file = source}, what);
 }
 
 int64_t RequiredInt(const nlohmann::json& j, const char* field, const std::string& source) {

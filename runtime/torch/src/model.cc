@@ -305,24 +305,24 @@ Model Model::Load(const std::filesystem::path& dir, const ModelOptions& options)
     try {
       index = nlohmann::json::parse(in);
     } catch (const nlohmann::json::exception& e) {
-      throw Error(ErrorCode::kFormat, index_path.string() + ": not valid JSON: " + e.what());
+      throw Error(ErrorCode::kBadCheckpoint, index_path.string() + ": not valid JSON: " + e.what());
     }
   }
   if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object()) {
-    throw Error(ErrorCode::kFormat, index_path.string() + ": field 'weight_map' is missing or not an object");
+    throw Error(ErrorCode::kBadCheckpoint, index_path.string() + ": field 'weight_map' is missing or not an object");
   }
   std::map<std::string, std::string> weight_map;  // tensor -> shard file name
   std::map<std::string, std::unique_ptr<SafetensorsFile>> shards;
   for (const auto& [name, file] : index["weight_map"].items()) {
     if (!file.is_string()) {
-      throw Error(ErrorCode::kFormat, index_path.string() + ": weight_map entry '" + name +
+      throw Error(ErrorCode::kBadCheckpoint, index_path.string() + ": weight_map entry '" + name +
                                           "' is not a file name string");
     }
     const std::string shard = file.get<std::string>();
     const std::filesystem::path shard_path(shard);
     if (shard.empty() || shard_path.is_absolute() || shard_path.has_parent_path() || shard == "." ||
         shard == "..") {
-      throw Error(ErrorCode::kFormat, index_path.string() + ": weight_map entry '" + name +
+      throw Error(ErrorCode::kBadCheckpoint, index_path.string() + ": weight_map entry '" + name +
                                           "' names '" + shard + "', not a file in the model directory");
     }
     weight_map[name] = shard;

@@ -46,7 +46,7 @@ const DtypeInfo* FindDtype(const std::string& name) {
 }
 
 [[noreturn]] void FormatError(const std::filesystem::path& path, const std::string& what) {
-  throw Error(ErrorCode::kFormat, "safetensors file '" + path.string() + "': " + what);
+  throw Error(ErrorCode::kBadCheckpoint, {.file = path.string()}, what);
 }
 
 std::string ShapeString(const std::vector<int64_t>& shape) {

@@ -57,8 +57,9 @@ class SuffixAutomatonBuilder {
   SuffixAutomatonBuilder& operator=(const SuffixAutomatonBuilder&) = delete;
 
   // Appends one document and its end. Ids must be < vocab_size (throws
-  // format::FormatError(kInvalidArgument) naming the id otherwise). Empty
-  // documents are ignored.
+  // format::FormatError(kInvalidArgument) naming the id otherwise; kCapacity
+  // past 2^31 tokens). The error's context().record is "document N", N
+  // counting the documents added before it. Empty documents are ignored.
   void AddDocument(std::span<const uint32_t> ids);
 
   uint64_t num_tokens() const;     // including one separator per document

@@ -8,8 +8,10 @@
 //   sam::indexer::BuildReport r = sam::indexer::BuildIndex(cfg, [](const auto& p) {...});
 //
 // Errors (bad flags, unreadable or malformed corpora, a tokenizer that cannot
-// be loaded, ids outside the vocabulary, I/O) are thrown as BuildError with a
-// message naming the file and the problem; the output path is then untouched.
+// be loaded, ids outside the vocabulary, I/O) are thrown as BuildError, a sam::Error (sam/error.h)
+// that keeps the code and context of the error that stopped the build (a
+// corpus error keeps kBadRecord, its file, line and field); the output path is
+// then untouched.
 // An exception thrown while a corpus is tokenized or built (the builder's
 // 2^31-token limit, std::bad_alloc, the progress callback, a hook) stops and
 // joins the tokenizer threads and reaches the caller as a BuildError naming the
@@ -30,13 +32,20 @@
 #include <utility>
 #include <vector>
 
+#include "sam/error.h"
 #include "sam/format/index.h"
 
 namespace sam::indexer {
 
-class BuildError : public std::runtime_error {
+// What BuildIndex throws: a sam::Error.
+class BuildError : public sam::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using sam::Error::Error;
+  // A configuration error (code kInvalidArgument) with a plain message.
+  explicit BuildError(const std::string& message)
+      : sam::Error(ErrorCode::kInvalidArgument, message) {}
+  // The error `cause` (its code, context and message) as a BuildError.
+  explicit BuildError(const sam::Error& cause) : sam::Error(cause) {}
 };
 
 struct CorpusSpec {

@@ -28,13 +28,19 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sam/error.h"
 #include "sam/format/index.h"
 
 namespace sam::indexer {
 
-class TokenizerError : public std::runtime_error {
+// A sam::Error thrown by Tokenizer: kIo when the model cannot be read, kTokenizer when it does
+// not parse or encoding fails.
+class TokenizerError : public sam::Error {
  public:
-  using std::runtime_error::runtime_error;
+  using sam::Error::Error;
+  // Code kTokenizer with a plain message.
+  explicit TokenizerError(const std::string& message)
+      : sam::Error(ErrorCode::kTokenizer, message) {}
 };
 
 class Tokenizer {

@@ -47,7 +47,7 @@ class DynamicSam {
   };
 
   // Reserves memory for capacity_tokens tokens (at least 4). Throws
-  // std::invalid_argument for a capacity above 2^30 tokens.
+  // sam::Error (kInvalidArgument) for a capacity above 2^30 tokens.
   explicit DynamicSam(size_t capacity_tokens);
   DynamicSam(DynamicSam&&) noexcept;
   DynamicSam& operator=(DynamicSam&&) noexcept;

@@ -38,7 +38,7 @@ namespace sam::runtime {
 
 class PldDrafter : public Drafter {
  public:
-  // Throws std::invalid_argument when max_ngram_size or num_pred_tokens is 0.
+  // Throws sam::Error (kInvalidArgument) when max_ngram_size or num_pred_tokens is 0.
   explicit PldDrafter(size_t max_ngram_size = 3, size_t num_pred_tokens = 10);
 
   std::string_view name() const override { return "pld"; }

@@ -65,7 +65,7 @@ class RecyclingDrafter : public Drafter {
   // The template in breadth-first order (slot s is element s - 1).
   static const std::array<TemplateSlot, kTemplateNodes>& Template();
 
-  // Throws std::invalid_argument when vocab_size is 0.
+  // Throws sam::Error (kInvalidArgument) when vocab_size is 0.
   explicit RecyclingDrafter(uint32_t vocab_size);
 
   std::string_view name() const override { return "recycling"; }
@@ -78,19 +78,19 @@ class RecyclingDrafter : public Drafter {
   // Fills *out with the template (see above); returns false when the start
   // token's row is unset (or max_nodes <= 1), leaving a root-only tree.
   // No allocation once out's capacity holds max_nodes nodes.
-  // Throws std::invalid_argument when start_token >= vocab_size().
+  // Throws sam::Error (kInvalidArgument) when start_token >= vocab_size().
   bool Propose(uint32_t start_token, size_t max_nodes, DraftTree* out) override;
 
   // For every position i: row[tokens[i]] = topk[i*k .. i*k + min(k, 8)).
   // Later positions overwrite earlier ones with the same token. k = 0 is a
-  // no-op. Throws std::invalid_argument (and changes nothing) when
+  // no-op. Throws sam::Error kInvalidArgument (and changes nothing) when
   // topk.size() != tokens.size() * k or any id is >= vocab_size().
   void ObserveTopK(std::span<const uint32_t> tokens, std::span<const uint32_t> topk,
                    size_t k) override;
 
   uint32_t vocab_size() const { return vocab_size_; }
   // The candidates stored for token (empty if the row is unset). Throws
-  // std::invalid_argument when token >= vocab_size().
+  // sam::Error (kInvalidArgument) when token >= vocab_size().
   std::span<const uint32_t> Row(uint32_t token) const;
 
  private:

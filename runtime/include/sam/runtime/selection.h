@@ -38,14 +38,14 @@ namespace sam::runtime {
 enum class Policy { kPaper, kStaticOnly, kDynamicOnly, kTree, kCalibrated };
 
 // "paper", "static", "dynamic", "tree", "calibrated". ParsePolicy throws
-// std::invalid_argument naming the valid names.
+// sam::Error (kInvalidArgument) naming the valid names.
 std::string_view PolicyName(Policy policy);
 Policy ParsePolicy(std::string_view name);
 
 // The policies by the names the tools use (sam-replay, sam-generate): "sam"
 // (the paper's rule), "sam-rec" (the paper's rule with a Token Recycling
 // fallback), "static", "dynamic", "sam-tree", "sam-cal" (calibrated). Throws
-// std::invalid_argument naming the valid names.
+// sam::Error (kInvalidArgument) naming the valid names.
 struct NamedPolicy {
   Policy policy = Policy::kPaper;
   bool recycling_fallback = false;

@@ -69,7 +69,7 @@ struct SessionOptions {
 
 class Session : public Drafter {
  public:
-  // Throws std::invalid_argument for an unusable option (draft_size < 1).
+  // Throws sam::Error (kInvalidArgument) for an unusable option (draft_size < 1).
   explicit Session(const SessionOptions& options = {});
   ~Session() override;
   Session(const Session&) = delete;

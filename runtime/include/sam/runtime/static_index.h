@@ -71,7 +71,7 @@ class StaticIndex {
     uint64_t count;
   };
 
-  // Builds the hub table of `view` (borrowed). Throws std::invalid_argument
+  // Builds the hub table of `view` (borrowed). Throws sam::Error (kInvalidArgument)
   // for a null view or top_k == 0.
   static std::shared_ptr<const StaticIndex> Create(const format::IndexView* view,
                                                    const Options& options);

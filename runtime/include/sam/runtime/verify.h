@@ -27,7 +27,7 @@
 //
 // Errors: malformed trees, rows of the wrong size, negative / NaN
 // probabilities, tokens outside the vocabulary and invalid parameters throw
-// std::invalid_argument with a message naming the value. Nothing prints or
+// sam::Error (kInvalidArgument) with a message naming the value. Nothing prints or
 // aborts.
 // Thread safety: every function is reentrant; an Rng must not be shared
 // between threads without synchronisation.
@@ -68,7 +68,7 @@ using SampleResult = VerifyResult;
 // ending at the lowest node index (with distinct sibling tokens, which all
 // built-in drafters produce, the path is unique). accepted_tokens followed by
 // bonus_token are exactly what plain greedy decoding emits.
-// O(tree.size()). Throws std::invalid_argument on a malformed tree or a size
+// O(tree.size()). Throws sam::Error (kInvalidArgument) on a malformed tree or a size
 // mismatch.
 GreedyResult VerifyGreedy(const DraftTree& tree, std::span<const uint32_t> argmax);
 // Same, reusing *out's buffers (no allocation once they are large enough).
@@ -104,7 +104,7 @@ enum class ScoreKind {
 
 // Turns one position's scores into the sampling distribution, in place: on
 // return `scores` holds probabilities summing to 1 (within float rounding).
-// Throws std::invalid_argument on an empty span, NaN / +inf logits, all
+// Throws sam::Error (kInvalidArgument) on an empty span, NaN / +inf logits, all
 // logits -inf, negative / non-finite / all-zero probabilities, or parameters
 // outside the ranges above. O(V) for temperature and top-k, O(V log V) with
 // top-p (O(V + k log k) with both). Allocates an index buffer of V entries
@@ -127,7 +127,7 @@ class Rng {
 };
 
 // Draws index i with probability weights[i] / sum(weights). Weights must be
-// non-negative and finite with a positive sum (std::invalid_argument
+// non-negative and finite with a positive sum (sam::Error kInvalidArgument
 // otherwise). O(V).
 uint32_t SampleToken(std::span<const float> weights, Rng& rng);
 
@@ -176,7 +176,7 @@ enum class DraftMode {
 // Uniform() per tried child and one for the bonus token.
 // O(accepted depth * (V + tree.size())) plus O(V) per rejected
 // kWithoutReplacement child; allocates O(V) scratch.
-// Throws std::invalid_argument on a malformed tree, a missing proposal in
+// Throws sam::Error (kInvalidArgument) on a malformed tree, a missing proposal in
 // kWithoutReplacement, rows of different sizes or with invalid entries, or a
 // draft token >= V.
 SampleResult VerifySampling(const DraftTree& tree, const NodeDistribution& target, Rng& rng,
