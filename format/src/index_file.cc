@@ -144,6 +144,9 @@ struct IndexFile::Storage {
   void* mapping = nullptr;  // the mapped file (Open)
   size_t mapping_size = 0;
   HugeBuffer buffer;        // owned copy (Read), 2 MiB aligned
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
   ~Storage() {
     if (mapping) ::munmap(mapping, mapping_size);
   }
