@@ -20,6 +20,7 @@
 
 #include "sam/format/huge_buffer.h"
 #include "sam/format/index.h"
+#include "sam/format/sections.h"
 #include "sam/format/sha256.h"
 #include "sam/format/writer.h"
 #include "sam/indexer/builder.h"
@@ -619,6 +620,67 @@ TEST_F(FormatTest, WriterRefusesWhatTheReaderWouldRefuse) {
   }
   for (const auto& e : fs::directory_iterator(dir_))
     EXPECT_EQ(e.path().filename().string().find("refused.sam"), std::string::npos) << e.path();
+}
+
+// The section encoders write FORMAT.md's bytes, little-endian, whatever the
+// host; the expected bytes below are written out from the spec by hand.
+TEST(Sections, EncodersWriteTheSpecifiedBytes) {
+  // EDEG: states with 2, 0 and 1 stored transitions: bits 0 0 1 1 0 1 (bit 0
+  // first), i.e. the word 0b101100 = 0x2C, then the zero word. ESEL at rate
+  // 2^1: the positions of ones 0 and 2, i.e. 2 and 5, in bits(6) = 3 bits
+  // each: 0b101'010 = 0x2A, then 8 bytes of padding.
+  sam::format::DegreeVectorWriter degrees(1);
+  degrees.AddEdge();
+  degrees.AddEdge();
+  degrees.EndState();
+  degrees.EndState();
+  degrees.AddEdge();
+  degrees.EndState();
+  const sam::format::DegreeSections d = degrees.Finish();
+  EXPECT_EQ(d.num_states, 3u);
+  EXPECT_EQ(d.num_edges, 3u);
+  EXPECT_EQ(d.select_width, 3u);
+  EXPECT_EQ(d.degree_bytes, (Bytes{0x2C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(d.select_bytes, (Bytes{0x2A, 0, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_THROW(sam::format::DegreeVectorWriter(0), FormatError);
+  EXPECT_THROW(sam::format::DegreeVectorWriter(17), FormatError);
+
+  // VOCB: u32 count, then u32 length + bytes per piece.
+  const std::vector<std::string> pieces = {"a", "", "\xc3\xa9"};
+  const Bytes vocab = sam::format::EncodeVocabulary(pieces);
+  EXPECT_EQ(vocab, (Bytes{3, 0, 0, 0, 1, 0, 0, 0, 'a', 0, 0, 0, 0, 2, 0, 0, 0, 0xc3, 0xa9}));
+  EXPECT_EQ(sam::format::DecodeVocabulary(vocab, 3, "f"), pieces);
+  try {
+    sam::format::DecodeVocabulary(vocab, 4, "f.sam");
+    ADD_FAILURE() << "a count that differs from the vocab size was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptStructure);
+    EXPECT_STREQ(e.what(), "f.sam: VOCB has 3 pieces, vocab size is 4");
+  }
+  try {
+    sam::format::DecodeVocabulary(std::span(vocab).first(vocab.size() - 1), 3, "f.sam");
+    ADD_FAILURE() << "a truncated VOCB was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptStructure);
+    EXPECT_STREQ(e.what(), "f.sam: VOCB section is truncated");
+  }
+
+  // TEST: u32 count, then four u64 per sample.
+  const std::vector<sam::format::SelfTestSample> samples = {{1, 2, 3, 0x0102030405060708}};
+  const Bytes test = sam::format::EncodeSelfTest(samples);
+  EXPECT_EQ(test, (Bytes{1, 0, 0, 0,                 // count
+                         1, 0, 0, 0, 0, 0, 0, 0,     // start
+                         2, 0, 0, 0, 0, 0, 0, 0,     // length
+                         3, 0, 0, 0, 0, 0, 0, 0,     // count
+                         8, 7, 6, 5, 4, 3, 2, 1}));  // min_endpos
+  EXPECT_EQ(sam::format::DecodeSelfTest(test, "f"), samples);
+  try {
+    sam::format::DecodeSelfTest(std::span(test).first(20), "f.sam");
+    ADD_FAILURE() << "a TEST section of the wrong size was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptStructure);
+    EXPECT_STREQ(e.what(), "f.sam: TEST section has a wrong size");
+  }
 }
 
 TEST_F(FormatTest, Sha256KnownVectors) {
