@@ -4,29 +4,26 @@
 #include <zstd.h>
 
 #include <algorithm>
-#include <boost/interprocess/file_mapping.hpp>
-#include <boost/interprocess/mapped_region.hpp>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#if defined(__linux__)
+// POSIX: open without blocking, fstat, mmap.
+#include <fcntl.h>
 #include <sys/mman.h>
-#endif
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "layout.h"
 #include "sam/format/huge_buffer.h"
 #include "sam/format/index.h"
+#include "sam/format/sections.h"
 #include "sam/format/sha256.h"
 
 namespace sam::format {
 namespace {
 
-namespace bip = boost::interprocess;
 using namespace layout;
 
 [[noreturn]] void Fail(ErrorCode code, const std::string& file, const std::string& what) {
@@ -34,20 +31,6 @@ using namespace layout;
 }
 
 std::string Num(uint64_t v) { return std::to_string(v); }
-
-struct ExpectedSection {
-  const char* tag;
-  bool required;
-  bool hot;  // raw, page-aligned, size fixed by the header
-};
-// Table order == file order == FORMAT.md order.
-constexpr ExpectedSection kSections[] = {
-    {"TEXT", true, true}, {"LINK", true, true}, {"CLEN", true, true},
-    {"CMEP", true, true}, {"CCNT", true, true}, {"NCNT", true, true},
-    {"ROOT", true, true},
-    {"EDGE", true, true}, {"EDEG", true, true}, {"ESEL", true, true},
-    {"META", true, false}, {"VOCB", false, false}, {"TEST", false, false},
-};
 
 unsigned PopCount(uint64_t x) { return static_cast<unsigned>(__builtin_popcountll(x)); }
 
@@ -124,12 +107,49 @@ void Populate(void* address, size_t size) {
   (void)sink;
 }
 
+// Opens path for reading, refusing anything but a regular file by name. The
+// open does not block (O_NONBLOCK: a FIFO would wait for a writer) and the
+// type is checked on the opened descriptor, so nothing can be swapped in
+// between. Returns the descriptor; *size is the file's size.
+int OpenRegularFile(const std::string& path, uint64_t* size) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) Fail(ErrorCode::kIo, path, std::string("cannot open: ") + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    Fail(ErrorCode::kIo, path, std::string("cannot stat: ") + std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    const char* what = S_ISDIR(st.st_mode)    ? "a directory"
+                       : S_ISFIFO(st.st_mode) ? "a FIFO (named pipe)"
+                       : S_ISCHR(st.st_mode)  ? "a character device"
+                       : S_ISBLK(st.st_mode)  ? "a block device"
+                       : S_ISSOCK(st.st_mode) ? "a socket"
+                                              : "not a regular file";
+    Fail(ErrorCode::kIo, path,
+         std::string("is ") + what + ", not an index file (an index must be a regular file)");
+  }
+  *size = static_cast<uint64_t>(st.st_size);
+  return fd;
+}
+
+// Init reads an empty file from here and reports it as truncated.
+const uint64_t kEmptyFile = 0;
+
 }  // namespace
 
 struct IndexFile::Storage {
-  std::unique_ptr<bip::file_mapping> mapping;
-  std::unique_ptr<bip::mapped_region> region;
-  HugeBuffer buffer;  // owned copy (Read), 2 MiB aligned
+  void* mapping = nullptr;  // the mapped file (Open)
+  size_t mapping_size = 0;
+  HugeBuffer buffer;        // owned copy (Read), 2 MiB aligned
+  Storage() = default;
+  Storage(const Storage&) = delete;
+  Storage& operator=(const Storage&) = delete;
+  ~Storage() {
+    if (mapping) ::munmap(mapping, mapping_size);
+  }
 };
 
 IndexFile::IndexFile() : storage_(std::make_unique<Storage>()) {}
@@ -140,22 +160,24 @@ IndexFile::~IndexFile() = default;
 IndexFile IndexFile::Open(const std::string& path, const OpenOptions& options) {
   IndexFile f;
   f.path_ = path;
-  try {
-    f.storage_->mapping = std::make_unique<bip::file_mapping>(path.c_str(), bip::read_only);
-    f.storage_->region =
-        std::make_unique<bip::mapped_region>(*f.storage_->mapping, bip::read_only);
-  } catch (const bip::interprocess_exception& e) {
-    // An empty file cannot be mapped: report it as truncated, like any short file.
-    std::ifstream probe(path, std::ios::binary | std::ios::ate);
-    if (probe && probe.tellg() == 0)
-      Fail(ErrorCode::kTruncated, path, "file is empty (0 bytes); not an index file");
-    Fail(ErrorCode::kIo, path, std::string("cannot map file: ") + e.what());
+  uint64_t size = 0;
+  const int fd = OpenRegularFile(path, &size);
+  if (size > 0) {
+    void* address = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    const int err = errno;
+    ::close(fd);  // the mapping keeps the file
+    if (address == MAP_FAILED)
+      Fail(ErrorCode::kIo, path, std::string("cannot map file: ") + std::strerror(err));
+    f.storage_->mapping = address;
+    f.storage_->mapping_size = size;
+    if (options.prefetch || options.populate) ::madvise(address, size, MADV_WILLNEED);
+    if (options.populate) Populate(address, size);
+    f.data_ = static_cast<const uint8_t*>(address);
+  } else {
+    ::close(fd);
+    f.data_ = reinterpret_cast<const uint8_t*>(&kEmptyFile);
   }
-  f.data_ = static_cast<const uint8_t*>(f.storage_->region->get_address());
-  f.size_ = f.storage_->region->get_size();
-  if (options.prefetch || options.populate)
-    f.storage_->region->advise(bip::mapped_region::advice_willneed);
-  if (options.populate) Populate(f.storage_->region->get_address(), f.size_);
+  f.size_ = size;
   f.Init(options);
   return f;
 }
@@ -163,31 +185,31 @@ IndexFile IndexFile::Open(const std::string& path, const OpenOptions& options) {
 IndexFile IndexFile::Read(const std::string& path, const OpenOptions& options) {
   IndexFile f;
   f.path_ = path;
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
-    Fail(ErrorCode::kIo, path, "is a directory, not an index file");
-  std::FILE* fp = std::fopen(path.c_str(), "rb");
-  if (!fp) Fail(ErrorCode::kIo, path, std::string("cannot open: ") + std::strerror(errno));
-  long size = -1;
-  if (std::fseek(fp, 0, SEEK_END) == 0) size = std::ftell(fp);
-  if (size < 0 || std::fseek(fp, 0, SEEK_SET) != 0) {
-    std::fclose(fp);
-    Fail(ErrorCode::kIo, path, "cannot determine the file size (not a regular file?)");
-  }
+  uint64_t size = 0;
+  const int fd = OpenRegularFile(path, &size);
   try {
     f.storage_->buffer = HugeBuffer(static_cast<size_t>(size));
   } catch (const std::bad_alloc&) {
-    std::fclose(fp);
+    ::close(fd);
     Fail(ErrorCode::kIo, path, "out of memory reading " + std::to_string(size) + " bytes");
   }
-  const size_t got =
-      size == 0 ? 0 : std::fread(f.storage_->buffer.data(), 1, static_cast<size_t>(size), fp);
-  std::fclose(fp);
-  if (got != static_cast<size_t>(size)) Fail(ErrorCode::kIo, path, "short read");
-  static const uint64_t kEmpty = 0;  // Init reports an empty file as truncated
-  f.data_ = size == 0 ? reinterpret_cast<const uint8_t*>(&kEmpty)
-                      : static_cast<const uint8_t*>(f.storage_->buffer.data());
-  f.size_ = static_cast<uint64_t>(size);
+  auto* out = static_cast<uint8_t*>(f.storage_->buffer.data());
+  uint64_t got = 0;
+  while (got < size) {
+    const ssize_t r = ::read(fd, out + got, static_cast<size_t>(size - got));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      const int err = errno;
+      ::close(fd);
+      Fail(ErrorCode::kIo, path,
+           r == 0 ? "short read (the file shrank while being read)"
+                  : std::string("read failed: ") + std::strerror(err));
+    }
+    got += static_cast<uint64_t>(r);
+  }
+  ::close(fd);
+  f.data_ = size == 0 ? reinterpret_cast<const uint8_t*>(&kEmptyFile) : out;
+  f.size_ = size;
   f.Init(options);
   return f;
 }
@@ -318,6 +340,14 @@ void IndexFile::Init(const OpenOptions& options) {
     Fail(ErrorCode::kBadHeader, p,
          "vocab size " + Num(hd.vocab_size) + " / separator " + Num(hd.separator_id) +
              " invalid (separator must equal vocab size)");
+  auto check_token_id = [&](const char* field, uint32_t id) {
+    if (id != kNoToken && id >= hd.vocab_size)
+      Fail(ErrorCode::kBadHeader, p,
+           std::string(field) + " " + Num(id) + " is not below the vocab size " +
+               Num(hd.vocab_size) + " (and is not 0xFFFFFFFF, none)");
+  };
+  check_token_id("BOS id", hd.bos_id);
+  check_token_id("EOS id", hd.eos_id);
   if (hd.num_prefix_counts > n)
     Fail(ErrorCode::kBadHeader, p, "prefix count entries " + Num(hd.num_prefix_counts) +
                                        " exceed the token count " + Num(n));
@@ -381,9 +411,7 @@ void IndexFile::Init(const OpenOptions& options) {
     prev_end = si.offset + si.stored_bytes;
     for (const auto& other : sections_)
       if (other.tag == si.tag) Fail(ErrorCode::kBadSectionTable, p, where + " appears twice");
-    const ExpectedSection* known = nullptr;
-    for (const auto& k : kSections)
-      if (si.tag == k.tag) known = &k;
+    const SectionKind* known = FindSectionKind(si.tag);
     if (!known && si.required)
       Fail(ErrorCode::kUnknownRequiredFeature, p,
            where + " is required but unknown to this reader");
@@ -402,10 +430,20 @@ void IndexFile::Init(const OpenOptions& options) {
     }
     sections_.push_back(si);
   }
-  for (const auto& k : kSections)
-    if (k.required && !FindSection(k.tag))
+  for (const SectionKind& k : kSectionKinds) {
+    const bool present = FindSection(k.tag) != nullptr;
+    if (k.required && !present)
       Fail(ErrorCode::kBadSectionTable, p,
            std::string("required section ") + k.tag + " is missing");
+    // The optional feature bits say which optional sections exist.
+    if (k.optional_feature != 0 && ((hd.optional_features & k.optional_feature) != 0) != present) {
+      std::ostringstream os;
+      os << "optional features 0x" << std::hex << hd.optional_features << " say section "
+         << k.tag << (present ? " is absent, but the file has it"
+                              : " is present, but the file has none");
+      Fail(ErrorCode::kBadSectionTable, p, os.str());
+    }
+  }
 
   // Tokenizer / vocabulary compatibility.
   if (options.expected_tokenizer_sha256) {
@@ -492,31 +530,9 @@ Metadata IndexFile::ReadMetadata() const {
 }
 
 std::vector<std::string> IndexFile::ReadVocabulary() const {
-  std::vector<std::string> pieces;
   const SectionInfo* s = FindSection("VOCB");
-  if (!s) return pieces;
-  const auto bytes = SectionBytes(*s);
-  size_t pos = 0;
-  auto need = [&](size_t k) {
-    if (bytes.size() - pos < k)
-      Fail(ErrorCode::kCorruptStructure, path_, "VOCB section is truncated");
-  };
-  need(4);
-  const uint32_t count = Read32(bytes.data());
-  pos = 4;
-  if (count != header_.vocab_size)
-    Fail(ErrorCode::kCorruptStructure, path_,
-         "VOCB has " + Num(count) + " pieces, vocab size is " + Num(header_.vocab_size));
-  pieces.reserve(count);
-  for (uint32_t i = 0; i < count; ++i) {
-    need(4);
-    const uint32_t len = Read32(bytes.data() + pos);
-    pos += 4;
-    need(len);
-    pieces.emplace_back(reinterpret_cast<const char*>(bytes.data()) + pos, len);
-    pos += len;
-  }
-  return pieces;
+  if (!s) return {};
+  return DecodeVocabulary(SectionBytes(*s), header_.vocab_size, path_);
 }
 
 void IndexFile::Verify() const {
@@ -600,14 +616,10 @@ void IndexFile::Verify() const {
   }
   // Self-test samples: walk each stored substring and compare.
   if (const SectionInfo* ts = FindSection("TEST")) {
-    const auto bytes = SectionBytes(*ts);
-    if (bytes.size() < 4) corrupt("TEST section is truncated");
-    const uint32_t count = Read32(bytes.data());
-    if (bytes.size() != 4 + uint64_t{count} * 32) corrupt("TEST section has a wrong size");
-    for (uint32_t i = 0; i < count; ++i) {
-      const uint8_t* r = bytes.data() + 4 + uint64_t{i} * 32;
-      const uint64_t start = Read64(r), len = Read64(r + 8), cnt = Read64(r + 16),
-                     mep = Read64(r + 24);
+    const std::vector<SelfTestSample> samples = DecodeSelfTest(SectionBytes(*ts), p);
+    for (uint64_t i = 0; i < samples.size(); ++i) {
+      const uint64_t start = samples[i].start, len = samples[i].length,
+                     cnt = samples[i].count, mep = samples[i].min_endpos;
       if (start == 0 || len == 0 || start > n || len > n - start + 1)
         corrupt("TEST: sample " + Num(i) + " lies outside the text");
       uint64_t st = kRoot;

@@ -79,6 +79,29 @@ inline constexpr uint32_t kCodecRaw = 0;
 inline constexpr uint32_t kCodecZstd = 1;
 inline constexpr uint32_t kSectionRequired = 1;
 
+// The sections of format v1, the one list that the writer and the reader both
+// follow (FORMAT.md section 5): table order == file order.
+struct SectionKind {
+  const char* tag;
+  bool required;              // the table entry's required flag; the reader refuses a file without it
+  bool hot;                   // raw, page-aligned, size implied by the header
+  uint64_t optional_feature;  // the optional feature bit that says the section is present (0: none)
+};
+inline constexpr SectionKind kSectionKinds[] = {
+    {"TEXT", true, true, 0},   {"LINK", true, true, 0},  {"CLEN", true, true, 0},
+    {"CMEP", true, true, 0},   {"CCNT", true, true, 0},  {"NCNT", true, true, 0},
+    {"ROOT", true, true, 0},   {"EDGE", true, true, 0},  {"EDEG", true, true, 0},
+    {"ESEL", true, true, 0},   {"META", true, false, 0},
+    {"VOCB", false, false, kFeatureVocabulary},
+    {"TEST", false, false, kFeatureSelfTest},
+};
+// The known section with this tag, or nullptr.
+inline const SectionKind* FindSectionKind(const std::string& tag) {
+  for (const SectionKind& k : kSectionKinds)
+    if (tag == k.tag) return &k;
+  return nullptr;
+}
+
 inline uint16_t Read16(const uint8_t* p) { uint16_t v; std::memcpy(&v, p, 2); return v; }
 inline uint32_t Read32(const uint8_t* p) { uint32_t v; std::memcpy(&v, p, 4); return v; }
 inline uint64_t Read64(const uint8_t* p) { uint64_t v; std::memcpy(&v, p, 8); return v; }

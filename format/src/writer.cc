@@ -70,9 +70,16 @@ void IndexWriter::WriteAt(uint64_t offset, const void* data, size_t size) {
 void IndexWriter::AddSection(const std::string& tag, std::span<const uint8_t> bytes,
                              bool compress) {
   if (finished_ || fd_ < 0) Fail(ErrorCode::kInvalidArgument, path_, "writer is closed");
-  if (tag.size() != 4) Fail(ErrorCode::kInvalidArgument, path_, "bad section tag " + tag);
-  if (sections_.size() >= kMaxSections)
-    Fail(ErrorCode::kInvalidArgument, path_, "too many sections");
+  // Only the sections of FORMAT.md, in its order, hot ones raw: the writer
+  // never produces a file that the reader refuses.
+  const SectionKind* kind = FindSectionKind(tag);
+  if (!kind) Fail(ErrorCode::kInvalidArgument, path_, "unknown section tag '" + tag + "'");
+  if (!sections_.empty() && FindSectionKind(sections_.back().tag) >= kind)
+    Fail(ErrorCode::kInvalidArgument, path_,
+         "section " + tag + " added after " + sections_.back().tag +
+             " (sections are written in the order of FORMAT.md)");
+  if (kind->hot && compress)
+    Fail(ErrorCode::kInvalidArgument, path_, "section " + tag + " must be stored raw");
   SectionInfo s;
   s.tag = tag;
   s.raw_bytes = bytes.size();
@@ -101,6 +108,21 @@ void IndexWriter::AddSection(const std::string& tag, std::span<const uint8_t> by
 void IndexWriter::Finish(const IndexHeader& in) {
   if (finished_ || fd_ < 0) Fail(ErrorCode::kInvalidArgument, path_, "writer is closed");
   try {
+    for (const SectionKind& k : kSectionKinds) {
+      bool present = false;
+      for (const SectionInfo& s : sections_) present |= s.tag == k.tag;
+      if (k.required && !present)
+        Fail(ErrorCode::kInvalidArgument, path_,
+             std::string("required section ") + k.tag + " was not written");
+    }
+    auto check_token_id = [&](const char* field, uint32_t id) {
+      if (id != kNoToken && id >= in.vocab_size)
+        Fail(ErrorCode::kInvalidArgument, path_,
+             std::string(field) + " " + std::to_string(id) + " is not below the vocab size " +
+                 std::to_string(in.vocab_size));
+    };
+    check_token_id("BOS id", in.bos_id);
+    check_token_id("EOS id", in.eos_id);
     const uint32_t nsec = static_cast<uint32_t>(sections_.size());
     std::vector<uint8_t> table(uint64_t{nsec} * kSectionEntrySize, 0);
     uint64_t optional = 0;
@@ -109,15 +131,14 @@ void IndexWriter::Finish(const IndexHeader& in) {
       uint8_t* t = table.data() + uint64_t{i} * kSectionEntrySize;
       Write32(t + kSecTag, TagValue(s.tag.c_str()));
       Write32(t + kSecCodec, s.codec == "zstd" ? kCodecZstd : kCodecRaw);
-      const bool required = s.tag != "VOCB" && s.tag != "TEST";
-      Write32(t + kSecFlags, required ? kSectionRequired : 0);
+      const SectionKind& kind = *FindSectionKind(s.tag);
+      Write32(t + kSecFlags, kind.required ? kSectionRequired : 0);
       Write64(t + kSecOffset, s.offset);
       Write64(t + kSecStored, s.stored_bytes);
       Write64(t + kSecRaw, s.raw_bytes);
       Write64(t + kSecChecksum, s.checksum);
-      if (s.tag == "VOCB") optional |= kFeatureVocabulary;
-      if (s.tag == "TEST") optional |= kFeatureSelfTest;
-      sections_[i].required = required;
+      optional |= kind.optional_feature;
+      sections_[i].required = kind.required;
     }
     uint8_t head[kHeaderSize] = {};
     std::memcpy(head + kOffMagic, kMagic, 8);

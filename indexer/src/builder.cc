@@ -5,12 +5,12 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
-#include <cstring>
 #include <random>
 #include <string>
 #include <sys/mman.h>
 
 #include "sam/format/packed.h"
+#include "sam/format/sections.h"
 #include "sam/format/writer.h"
 
 namespace sam::indexer {
@@ -364,11 +364,11 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
 
   // Self-test samples: random substrings inside documents, with the answers
   // of the construction structures.
-  std::vector<uint8_t> tests(4, 0);
+  std::vector<format::SelfTestSample> tests;
   {
     std::mt19937_64 rng(info.self_test_seed);
-    uint32_t made = 0;
-    for (uint32_t attempt = 0; made < info.self_test_samples && attempt < info.self_test_samples * 20;
+    for (uint32_t attempt = 0;
+         tests.size() < info.self_test_samples && attempt < info.self_test_samples * 20;
          ++attempt) {
       const uint64_t start = 1 + rng() % n;
       uint64_t len = 1 + rng() % 12;
@@ -378,13 +378,8 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
       len = ok;
       uint32_t v = 0;
       for (uint64_t k = 0; k < len; ++k) v = m.Get(v, m.text[start + k - 1]);
-      uint8_t rec[32];
-      const uint64_t fields[4] = {start, len, count_of(v), v == 0 ? 0 : m.Mep(v)};
-      std::memcpy(rec, fields, 32);
-      tests.insert(tests.end(), rec, rec + 32);
-      ++made;
+      tests.push_back({start, len, count_of(v), v == 0 ? 0 : m.Mep(v)});
     }
-    std::memcpy(tests.data(), &made, 4);
   }
 
   // Widths.
@@ -462,32 +457,18 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
   uint64_t edges = 0;
   {
     format::PackedWriter edge_pw(h.state_width, n + c);
-    std::vector<uint64_t> bits;
-    bits.reserve((s + n + c) / 64 + 2);
-    std::vector<uint64_t> samples;
-    uint64_t bitpos = 0, ones = 0;
-    auto push_zero = [&] {
-      if ((bitpos >> 6) >= bits.size()) bits.push_back(0);
-      ++bitpos;
-    };
-    auto push_one = [&] {
-      if ((bitpos >> 6) >= bits.size()) bits.push_back(0);
-      bits[bitpos >> 6] |= uint64_t{1} << (bitpos & 63);
-      if ((ones & ((uint64_t{1} << kSelectRateLog2) - 1)) == 0) samples.push_back(bitpos);
-      ++ones;
-      ++bitpos;
-    };
+    format::DegreeVectorWriter degrees(kSelectRateLog2, s + n + c);
     auto emit_state = [&](const StateRec& l) {
       const Edge* e = m.arena.data() + l.offset;
       for (uint32_t i = 0; i < l.degree; ++i) {
         if (e[i].label == m.separator) continue;
         edge_pw.Push(m.Map(e[i].target));
-        push_zero();
+        degrees.AddEdge();
         ++edges;
       }
-      push_one();
+      degrees.EndState();
     };
-    push_one();  // the root: its transitions live in ROOT
+    degrees.EndState();  // the root: its transitions live in ROOT
     for (uint64_t i = 1; i <= n; ++i) emit_state(m.nc[i]);
     for (const StateRec& l : m.cl) emit_state(l);
     std::vector<StateRec>().swap(m.nc);
@@ -495,13 +476,10 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
     std::vector<Edge>().swap(m.arena);
     h.num_edges = edges;
     emit("EDGE", edge_pw);
-    bits.resize((s + edges + 63) / 64 + 1, 0);
-    writer.AddSection("EDEG", std::span<const uint8_t>(
-                                  reinterpret_cast<const uint8_t*>(bits.data()), bits.size() * 8));
-    h.select_width = static_cast<uint8_t>(format::BitsFor(s + edges));
-    format::PackedWriter sel(h.select_width, samples.size());
-    for (uint64_t pos : samples) sel.Push(pos);
-    emit("ESEL", sel);
+    const format::DegreeSections d = degrees.Finish();
+    h.select_width = static_cast<uint8_t>(d.select_width);
+    writer.AddSection("EDEG", d.degree_bytes);
+    writer.AddSection("ESEL", d.select_bytes);
   }
   report.freeze_seconds = Seconds(t0);
   const auto t1 = std::chrono::steady_clock::now();
@@ -509,21 +487,9 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
                                 reinterpret_cast<const uint8_t*>(info.metadata_json.data()),
                                 info.metadata_json.size()),
                     /*compress=*/true);
-  if (!info.vocabulary.empty()) {
-    std::vector<uint8_t> vb;
-    auto put32 = [&](uint32_t v) {
-      uint8_t b[4];
-      std::memcpy(b, &v, 4);
-      vb.insert(vb.end(), b, b + 4);
-    };
-    put32(static_cast<uint32_t>(info.vocabulary.size()));
-    for (const auto& piece : info.vocabulary) {
-      put32(static_cast<uint32_t>(piece.size()));
-      vb.insert(vb.end(), piece.begin(), piece.end());
-    }
-    writer.AddSection("VOCB", vb, /*compress=*/true);
-  }
-  writer.AddSection("TEST", tests, /*compress=*/true);
+  if (!info.vocabulary.empty())
+    writer.AddSection("VOCB", format::EncodeVocabulary(info.vocabulary), /*compress=*/true);
+  writer.AddSection("TEST", format::EncodeSelfTest(tests), /*compress=*/true);
   writer.Finish(h);
   report.write_seconds = Seconds(t1);
   report.explicit_edges = edges;

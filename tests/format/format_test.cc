@@ -3,13 +3,24 @@
 #include <gtest/gtest.h>
 #include <xxhash.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
 #include <random>
+#include <thread>
 
 #include "sam/format/huge_buffer.h"
 #include "sam/format/index.h"
+#include "sam/format/sections.h"
 #include "sam/format/sha256.h"
 #include "sam/format/writer.h"
 #include "sam/indexer/builder.h"
@@ -192,6 +203,71 @@ TEST_F(FormatTest, ReadAndPopulateFailLikeOpen) {
   EXPECT_EQ(f.view().num_tokens(), IndexFile::Read(path_).view().num_tokens());
 }
 
+// A path that is not a regular file is refused by name, by every way of
+// opening. A FIFO used to block the open until some process wrote to it, and a
+// directory used to fail to map with "No such device".
+TEST_F(FormatTest, FifoAndDirectoryAreRefusedWithoutBlocking) {
+  const std::string fifo = (dir_ / "fifo.sam").string();
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0) << std::strerror(errno);
+  const std::string dir = (dir_ / "dir.sam").string();
+  fs::create_directories(dir);
+  OpenOptions populate;
+  populate.populate = true;
+  const std::vector<std::pair<std::string, std::function<void(const std::string&)>>> ways = {
+      {"Open", [](const std::string& p) { IndexFile::Open(p); }},
+      {"Open(populate)", [populate](const std::string& p) { IndexFile::Open(p, populate); }},
+      {"Read", [](const std::string& p) { IndexFile::Read(p); }},
+  };
+  for (const auto& [way, open] : ways) {
+    for (const auto& [path, what] : {std::pair{fifo, "is a FIFO (named pipe), not an index file"},
+                                     std::pair{dir, "is a directory, not an index file"}}) {
+      // The open runs on a thread so that a regression shows as a failure,
+      // not as a hung test: while it is blocked (after 30 s), opening the
+      // FIFO for writing releases it; after ten tries it is left behind.
+      struct Outcome {
+        std::mutex mutex;
+        std::condition_variable done_cv;
+        bool done = false;
+        ErrorCode code = ErrorCode::kOk;
+        std::string message;
+      };
+      auto outcome = std::make_shared<Outcome>();
+      std::thread([outcome, open = open, path = path] {
+        ErrorCode code = ErrorCode::kOk;
+        std::string message;
+        try {
+          open(path);
+        } catch (const FormatError& e) {
+          code = e.code();
+          message = e.what();
+        }
+        std::lock_guard<std::mutex> lock(outcome->mutex);
+        outcome->code = code;
+        outcome->message = message;
+        outcome->done = true;
+        outcome->done_cv.notify_all();
+      }).detach();
+      bool finished = false;
+      for (int tries = 0; !finished && tries <= 10; ++tries) {
+        std::unique_lock<std::mutex> lock(outcome->mutex);
+        finished = outcome->done_cv.wait_for(lock, std::chrono::seconds(tries == 0 ? 30 : 1),
+                                             [&] { return outcome->done; });
+        lock.unlock();
+        if (finished) break;
+        if (tries == 0) ADD_FAILURE() << way << "(" << path << ") blocked";
+        const int fd = ::open(path.c_str(), O_WRONLY | O_NONBLOCK);
+        if (fd >= 0) ::close(fd);
+      }
+      if (!finished) continue;
+      std::lock_guard<std::mutex> lock(outcome->mutex);
+      const ErrorCode code = outcome->code;
+      const std::string message = outcome->message;
+      EXPECT_EQ(code, ErrorCode::kIo) << way << ": " << message;
+      EXPECT_EQ(message, path + ": " + what + " (an index must be a regular file)") << way;
+    }
+  }
+}
+
 // HugeBuffer: zeroed, writable, movable, at every size class.
 TEST(HugeBuffer, ZeroedWritableMovable) {
   for (size_t bytes : {size_t{0}, size_t{24}, size_t{1} << 20, (size_t{3} << 20) + 5}) {
@@ -296,13 +372,110 @@ TEST_F(FormatTest, SectionOutsideFileOrWrongSizeFails) {
   std::memcpy(Section(b, edge) + 24, &big, 8);
   FixHeaderChecksum(b);
   EXPECT_EQ(OpenCode(Write(b, "outside.sam")), ErrorCode::kBadSectionTable);
-  Bytes m = bytes_;
-  const int meta = FindSection(m, "META");
-  std::memcpy(Section(m, meta), "XXXX", 4);  // a required tag goes missing
-  FixHeaderChecksum(m);
-  const ErrorCode code = OpenCode(Write(m, "missing.sam"));
-  EXPECT_TRUE(code == ErrorCode::kUnknownRequiredFeature || code == ErrorCode::kBadSectionTable)
+  // META renamed to a tag this reader does not know, still flagged required:
+  // the file needs a newer reader.
+  Bytes u = bytes_;
+  std::memcpy(Section(u, FindSection(u, "META")), "XXXX", 4);
+  FixHeaderChecksum(u);
+  EXPECT_EQ(OpenCode(Write(u, "unknown.sam")), ErrorCode::kUnknownRequiredFeature)
       << last_message_;
+  EXPECT_NE(last_message_.find("unknown.sam: section XXXX is required but unknown"),
+            std::string::npos) << last_message_;
+  // The same without the required flag: an unknown optional section is
+  // skipped, and the required META is missing.
+  Bytes m = bytes_;
+  uint8_t* meta = Section(m, FindSection(m, "META"));
+  std::memcpy(meta, "XXXX", 4);
+  std::memset(meta + 8, 0, 4);  // flags
+  FixHeaderChecksum(m);
+  EXPECT_EQ(OpenCode(Write(m, "missing.sam")), ErrorCode::kBadSectionTable) << last_message_;
+  EXPECT_NE(last_message_.find("missing.sam: required section META is missing"),
+            std::string::npos) << last_message_;
+}
+
+// A BOS or EOS id must be a vocabulary id (or 0xFFFFFFFF, none): the runtime
+// feeds it to the model and looks it up in the index.
+TEST_F(FormatTest, BosOrEosOutsideTheVocabularyIsRefused) {
+  struct Case {
+    size_t offset;
+    uint32_t value;
+    ErrorCode code;
+    const char* field;
+  };
+  // The fixture's vocabulary has 12 ids.
+  for (const Case& c : {Case{112, 12, ErrorCode::kBadHeader, "BOS id 12"},
+                        Case{112, 0x7fffffff, ErrorCode::kBadHeader, "BOS id 2147483647"},
+                        Case{116, 12, ErrorCode::kBadHeader, "EOS id 12"},
+                        Case{116, 0xfffffffe, ErrorCode::kBadHeader, "EOS id 4294967294"},
+                        Case{112, 11, ErrorCode::kOk, ""},
+                        Case{112, 0xffffffff, ErrorCode::kOk, ""},
+                        Case{116, 0xffffffff, ErrorCode::kOk, ""}}) {
+    Bytes b = bytes_;
+    std::memcpy(b.data() + c.offset, &c.value, 4);
+    FixHeaderChecksum(b);
+    const std::string p = Write(b, "special.sam");
+    ASSERT_EQ(OpenCode(p), c.code) << c.offset << " = " << c.value << ": " << last_message_;
+    if (c.code == ErrorCode::kOk) {
+      const uint32_t got = c.offset == 112 ? IndexFile::Open(p).header().bos_id
+                                           : IndexFile::Open(p).header().eos_id;
+      EXPECT_EQ(got, c.value);
+      continue;
+    }
+    EXPECT_NE(last_message_.find(p + ": " + c.field + " is not below the vocab size 12"),
+              std::string::npos) << last_message_;
+  }
+}
+
+// Optional feature bit 0 says VOCB is present, bit 1 that TEST is: a bit
+// that claims an absent section (or a section whose bit is clear) is refused.
+TEST_F(FormatTest, OptionalFeatureBitsMustMatchTheSections) {
+  auto set_optional = [](Bytes& b, uint64_t bits) {
+    std::memcpy(b.data() + 24, &bits, 8);
+    FixHeaderChecksum(b);
+  };
+  uint64_t written;
+  std::memcpy(&written, bytes_.data() + 24, 8);
+  ASSERT_EQ(written, 3u);  // the fixture has VOCB and TEST
+  // An index without VOCB whose bit 0 claims one.
+  const std::string ids = (dir_ / "ids.sam").string();
+  sam::indexer::BuildIndexFile(docs_, 12, ids);
+  std::ifstream in(ids, std::ios::binary);
+  Bytes no_vocab(std::istreambuf_iterator<char>(in), {});
+  ASSERT_EQ(FindSection(no_vocab, "VOCB"), -1);
+  ASSERT_EQ(OpenCode(Write(no_vocab, "novocab.sam")), ErrorCode::kOk) << last_message_;
+  set_optional(no_vocab, 3);
+  const std::string claims_vocab = Write(no_vocab, "claims-vocab.sam");
+  EXPECT_EQ(OpenCode(claims_vocab), ErrorCode::kBadSectionTable);
+  EXPECT_NE(last_message_.find(claims_vocab + ": optional features 0x3 say section VOCB is "
+                               "present, but the file has none"),
+            std::string::npos) << last_message_;
+  // Without its TEST section (the last one: drop its entry and its bytes).
+  Bytes no_test = bytes_;
+  const int test = FindSection(no_test, "TEST");
+  ASSERT_EQ(test, 12);
+  uint64_t test_offset;
+  std::memcpy(&test_offset, Section(no_test, test) + 16, 8);
+  std::memset(Section(no_test, test), 0, 64);
+  no_test.resize(test_offset);
+  const uint32_t nsec = 12;
+  std::memcpy(no_test.data() + 44, &nsec, 4);
+  std::memcpy(no_test.data() + 32, &test_offset, 8);
+  set_optional(no_test, 1);
+  EXPECT_EQ(OpenCode(Write(no_test, "notest.sam")), ErrorCode::kOk) << last_message_;
+  set_optional(no_test, 3);
+  const std::string claims_test = Write(no_test, "claims-test.sam");
+  EXPECT_EQ(OpenCode(claims_test), ErrorCode::kBadSectionTable);
+  EXPECT_NE(last_message_.find(claims_test + ": optional features 0x3 say section TEST is "
+                               "present, but the file has none"),
+            std::string::npos) << last_message_;
+  // The other way round: the sections are there, their bits are clear.
+  Bytes unclaimed = bytes_;
+  set_optional(unclaimed, 2);
+  const std::string unclaimed_vocab = Write(unclaimed, "unclaimed.sam");
+  EXPECT_EQ(OpenCode(unclaimed_vocab), ErrorCode::kBadSectionTable);
+  EXPECT_NE(last_message_.find(unclaimed_vocab + ": optional features 0x2 say section VOCB "
+                               "is absent, but the file has it"),
+            std::string::npos) << last_message_;
 }
 
 TEST_F(FormatTest, BadSectionChecksumFailsOnVerifyOnly) {
@@ -401,6 +574,113 @@ TEST_F(FormatTest, WriterLeavesNothingWhenNotFinished) {
   EXPECT_FALSE(fs::exists(p));
   for (const auto& e : fs::directory_iterator(dir_))
     EXPECT_EQ(e.path().filename().string().find("unfinished.sam.tmp"), std::string::npos);
+}
+
+// The writer produces only files that the reader accepts: it refuses unknown
+// tags, sections out of the order of FORMAT.md, compressed hot sections, a
+// missing required section and BOS/EOS ids outside the vocabulary, and then
+// leaves nothing behind.
+TEST_F(FormatTest, WriterRefusesWhatTheReaderWouldRefuse) {
+  const std::string p = (dir_ / "refused.sam").string();
+  const uint8_t data[16] = {};
+  auto code_of = [&](auto&& write) {
+    try {
+      write();
+    } catch (const FormatError& e) {
+      last_message_ = e.what();
+      return e.code();
+    }
+    return ErrorCode::kOk;
+  };
+  {
+    sam::format::IndexWriter w(p);
+    EXPECT_EQ(code_of([&] { w.AddSection("XXXX", data); }), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(last_message_, p + ": unknown section tag 'XXXX'");
+    EXPECT_EQ(code_of([&] { w.AddSection("TEXT", data, /*compress=*/true); }),
+              ErrorCode::kInvalidArgument);
+    EXPECT_EQ(last_message_, p + ": section TEXT must be stored raw");
+    w.AddSection("LINK", data);
+    EXPECT_EQ(code_of([&] { w.AddSection("TEXT", data); }), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(last_message_, p + ": section TEXT added after LINK (sections are written in the "
+                                 "order of FORMAT.md)");
+    EXPECT_EQ(code_of([&] { w.Finish(sam::format::IndexHeader{}); }),
+              ErrorCode::kInvalidArgument);
+    EXPECT_EQ(last_message_, p + ": required section TEXT was not written");
+  }
+  EXPECT_FALSE(fs::exists(p));
+  // A BOS or EOS id outside the vocabulary, through the indexer.
+  for (const bool bos : {true, false}) {
+    sam::indexer::IndexInfo info;
+    (bos ? info.bos_id : info.eos_id) = 12;
+    EXPECT_EQ(code_of([&] { sam::indexer::BuildIndexFile(docs_, 12, p, info); }),
+              ErrorCode::kInvalidArgument);
+    EXPECT_EQ(last_message_,
+              p + ": " + (bos ? "BOS" : "EOS") + " id 12 is not below the vocab size 12");
+    EXPECT_FALSE(fs::exists(p));
+  }
+  for (const auto& e : fs::directory_iterator(dir_))
+    EXPECT_EQ(e.path().filename().string().find("refused.sam"), std::string::npos) << e.path();
+}
+
+// The section encoders write FORMAT.md's bytes, little-endian, whatever the
+// host; the expected bytes below are written out from the spec by hand.
+TEST(Sections, EncodersWriteTheSpecifiedBytes) {
+  // EDEG: states with 2, 0 and 1 stored transitions: bits 0 0 1 1 0 1 (bit 0
+  // first), i.e. the word 0b101100 = 0x2C, then the zero word. ESEL at rate
+  // 2^1: the positions of ones 0 and 2, i.e. 2 and 5, in bits(6) = 3 bits
+  // each: 0b101'010 = 0x2A, then 8 bytes of padding.
+  sam::format::DegreeVectorWriter degrees(1);
+  degrees.AddEdge();
+  degrees.AddEdge();
+  degrees.EndState();
+  degrees.EndState();
+  degrees.AddEdge();
+  degrees.EndState();
+  const sam::format::DegreeSections d = degrees.Finish();
+  EXPECT_EQ(d.num_states, 3u);
+  EXPECT_EQ(d.num_edges, 3u);
+  EXPECT_EQ(d.select_width, 3u);
+  EXPECT_EQ(d.degree_bytes, (Bytes{0x2C, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(d.select_bytes, (Bytes{0x2A, 0, 0, 0, 0, 0, 0, 0, 0}));
+  EXPECT_THROW(sam::format::DegreeVectorWriter(0), FormatError);
+  EXPECT_THROW(sam::format::DegreeVectorWriter(17), FormatError);
+
+  // VOCB: u32 count, then u32 length + bytes per piece.
+  const std::vector<std::string> pieces = {"a", "", "\xc3\xa9"};
+  const Bytes vocab = sam::format::EncodeVocabulary(pieces);
+  EXPECT_EQ(vocab, (Bytes{3, 0, 0, 0, 1, 0, 0, 0, 'a', 0, 0, 0, 0, 2, 0, 0, 0, 0xc3, 0xa9}));
+  EXPECT_EQ(sam::format::DecodeVocabulary(vocab, 3, "f"), pieces);
+  try {
+    sam::format::DecodeVocabulary(vocab, 4, "f.sam");
+    ADD_FAILURE() << "a count that differs from the vocab size was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptStructure);
+    EXPECT_STREQ(e.what(), "f.sam: VOCB has 3 pieces, vocab size is 4");
+  }
+  try {
+    sam::format::DecodeVocabulary(std::span(vocab).first(vocab.size() - 1), 3, "f.sam");
+    ADD_FAILURE() << "a truncated VOCB was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptStructure);
+    EXPECT_STREQ(e.what(), "f.sam: VOCB section is truncated");
+  }
+
+  // TEST: u32 count, then four u64 per sample.
+  const std::vector<sam::format::SelfTestSample> samples = {{1, 2, 3, 0x0102030405060708}};
+  const Bytes test = sam::format::EncodeSelfTest(samples);
+  EXPECT_EQ(test, (Bytes{1, 0, 0, 0,                 // count
+                         1, 0, 0, 0, 0, 0, 0, 0,     // start
+                         2, 0, 0, 0, 0, 0, 0, 0,     // length
+                         3, 0, 0, 0, 0, 0, 0, 0,     // count
+                         8, 7, 6, 5, 4, 3, 2, 1}));  // min_endpos
+  EXPECT_EQ(sam::format::DecodeSelfTest(test, "f"), samples);
+  try {
+    sam::format::DecodeSelfTest(std::span(test).first(20), "f.sam");
+    ADD_FAILURE() << "a TEST section of the wrong size was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kCorruptStructure);
+    EXPECT_STREQ(e.what(), "f.sam: TEST section has a wrong size");
+  }
 }
 
 TEST_F(FormatTest, Sha256KnownVectors) {

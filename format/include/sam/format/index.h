@@ -343,8 +343,9 @@ struct OpenOptions {
 // An open index file. Movable, not copyable. Holds the mapping (or buffer).
 class IndexFile {
  public:
-  // Memory-maps path read-only (Boost.Interprocess) and checks the header and
-  // the section table. Throws FormatError.
+  // Memory-maps path read-only and checks the header and the section table.
+  // Throws FormatError; a path that is not a regular file (a directory, a
+  // FIFO, a device) is refused by name with kIo, without blocking.
   static IndexFile Open(const std::string& path, const OpenOptions& options = {});
   // Reads the whole file into memory instead of mapping it.
   static IndexFile Read(const std::string& path, const OpenOptions& options = {});
