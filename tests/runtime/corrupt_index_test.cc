@@ -204,20 +204,9 @@ Text Stream(const std::vector<Text>& docs, std::mt19937& rng, size_t length) {
   return s;
 }
 
-// "" when the draft is a well-formed tree of at most `budget` nodes rooted
-// at `start`, every token in the vocabulary; else what is wrong.
 std::string Malformed(const uint32_t* tokens, const int32_t* parents, const uint16_t* depths,
                       size_t count, uint32_t start, size_t budget) {
-  if (count < 1 || count > budget) return "size " + std::to_string(count);
-  if (tokens[0] != start || parents[0] != -1 || depths[0] != 0) return "bad root";
-  for (size_t i = 1; i < count; ++i) {
-    if (parents[i] < 0 || static_cast<size_t>(parents[i]) >= i)
-      return "bad parent at " + std::to_string(i);
-    if (depths[i] != depths[parents[i]] + 1) return "bad depth at " + std::to_string(i);
-    if (tokens[i] >= kVocab)
-      return "token " + std::to_string(tokens[i]) + " outside the vocabulary";
-  }
-  return "";
+  return test_util::MalformedDraft(tokens, parents, depths, count, start, kVocab, budget);
 }
 
 constexpr Policy kPolicies[] = {Policy::kPaper, Policy::kTree, Policy::kCalibrated};
