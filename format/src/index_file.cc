@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "layout.h"
+#include "structure_checks.h"
 #include "sam/format/huge_buffer.h"
 #include "sam/format/index.h"
 #include "sam/format/sections.h"
@@ -39,6 +40,18 @@ unsigned SelectInWord(uint64_t x, unsigned k) {
   return static_cast<unsigned>(__builtin_ctzll(x));
 }
 
+// Every section's stored bytes against its checksum.
+void CheckSectionChecksums(const uint8_t* data, const std::vector<SectionInfo>& sections,
+                           const std::string& path) {
+  for (const auto& s : sections) {
+    const uint64_t sum = XXH3_64bits(data + s.offset, s.stored_bytes);
+    if (sum != s.checksum)
+      Fail(ErrorCode::kChecksumMismatch, path,
+           "section " + s.tag + " checksum mismatch (" + Num(sum) + " != " + Num(s.checksum) +
+               "): the file is corrupted");
+  }
+}
+
 }  // namespace
 
 bool IndexHeader::has_tokenizer() const {
@@ -60,29 +73,39 @@ uint64_t IndexView::Select1(uint64_t k) const {
   const uint64_t j = k >> select_rate_log2_;
   if (j >= select_samples_.size()) return degree_bit_count_;
   const uint64_t pos = select_samples_.Get(j);
-  const uint64_t nwords = (degree_bit_count_ + 63) / 64;
-  uint64_t w = pos >> 6;
-  if (w >= nwords) return degree_bit_count_;
+  if (pos >= degree_bit_count_) return degree_bit_count_;
   uint64_t need = k - (j << select_rate_log2_);
+  // The sample's one, then per later state at most vocab_size_ zeros and its
+  // one: the k-th one lies at or before `last` (need < 2^16, so no overflow).
+  const uint64_t last =
+      std::min(degree_bit_count_ - 1, pos + need * (uint64_t{vocab_size_} + 1));
+  const uint64_t last_word = last >> 6;
+  uint64_t w = pos >> 6;
   uint64_t word = degree_bits_[w] & (~uint64_t{0} << (pos & 63));
   for (;;) {
     const unsigned c = PopCount(word);
-    if (need < c) return (w << 6) + SelectInWord(word, static_cast<unsigned>(need));
+    if (need < c) {
+      const uint64_t found = (w << 6) + SelectInWord(word, static_cast<unsigned>(need));
+      return found <= last ? found : degree_bit_count_;
+    }
     need -= c;
-    if (++w >= nwords) return degree_bit_count_;
+    if (++w > last_word) return degree_bit_count_;
     word = degree_bits_[w];
   }
 }
 
 uint64_t IndexView::PrevOne(uint64_t pos) const {
+  // A state has at most vocab_size_ zeros before its one.
+  const uint64_t lowest = pos > vocab_size_ ? pos - vocab_size_ - 1 : 0;
+  const uint64_t lowest_word = lowest >> 6;
   uint64_t w = pos >> 6;
-  if (w >= (degree_bit_count_ + 63) / 64) return 0;
   uint64_t word = degree_bits_[w] & ((uint64_t{1} << (pos & 63)) - 1);
   while (word == 0) {
-    if (w == 0) return 0;
+    if (w <= lowest_word) return pos;
     word = degree_bits_[--w];
   }
-  return (w << 6) + 63 - static_cast<unsigned>(__builtin_clzll(word));
+  const uint64_t found = (w << 6) + 63 - static_cast<unsigned>(__builtin_clzll(word));
+  return found >= lowest ? found : pos;
 }
 
 uint64_t IndexView::Degree(uint64_t v) const {
@@ -485,7 +508,18 @@ void IndexFile::Init(const OpenOptions& options) {
   v.select_samples_ = packed("ESEL", select_samples, hd.select_width);
   v.select_rate_log2_ = hd.select_rate_log2;
 
-  if (options.verify) Verify();
+  if (options.verify) {
+    Verify();
+  } else {
+    try {
+      internal::CheckOpenInvariants(view_, header_, p);
+    } catch (const FormatError&) {
+      // Damage by accident is reported as such (reading every section only
+      // on this path; opening stays O(1)).
+      CheckSectionChecksums(data_, sections_, p);
+      throw;
+    }
+  }
 }
 
 std::vector<uint8_t> IndexFile::SectionBytes(const SectionInfo& s) const {
@@ -537,83 +571,14 @@ std::vector<std::string> IndexFile::ReadVocabulary() const {
 
 void IndexFile::Verify() const {
   const std::string& p = path_;
-  for (const auto& s : sections_) {
-    const uint64_t sum = XXH3_64bits(SectionData(s), s.stored_bytes);
-    if (sum != s.checksum)
-      Fail(ErrorCode::kChecksumMismatch, p, "section " + s.tag + " checksum mismatch (" +
-                                                Num(sum) + " != " + Num(s.checksum) +
-                                                "): the file is corrupted");
-  }
+  CheckSectionChecksums(data_, sections_, p);
+  internal::VerifyStructure(view_, header_, p);
+  // Compressed sections decode and parse.
+  ReadMetadata();
+  ReadVocabulary();
   const IndexView& v = view_;
-  const uint64_t n = v.num_tokens(), s = v.num_states(), c = v.num_clones();
-  const uint32_t sep = v.separator();
+  const uint64_t n = v.num_tokens();
   auto corrupt = [&](const std::string& what) { Fail(ErrorCode::kCorruptStructure, p, what); };
-  // Text: tokens in range, documents end with the separator.
-  uint64_t docs = 0;
-  for (uint64_t i = 0; i < n; ++i) {
-    const uint64_t t = v.text().Get(i);
-    if (t > sep) corrupt("TEXT: token " + Num(t) + " at position " + Num(i + 1) +
-                         " exceeds the vocabulary");
-    docs += (t == sep);
-  }
-  if (docs != header_.num_documents || v.text().Get(n - 1) != sep)
-    corrupt("TEXT: " + Num(docs) + " document ends, header says " +
-            Num(header_.num_documents));
-  // Clones.
-  for (uint64_t k = 0; k < c; ++k) {
-    const uint64_t len = v.clone_lens().Get(k), mep = v.clone_min_endpos().Get(k);
-    if (len == 0 || mep == 0 || mep > n || len > mep || v.clone_counts().Get(k) == 0)
-      corrupt("clone " + Num(n + 1 + k) + ": impossible length/min_endpos/count");
-  }
-  for (uint64_t i = 0; i < v.prefix_counts().size(); ++i)
-    if (v.prefix_counts().Get(i) < 2)
-      corrupt("NCNT: state " + Num(i + 1) + " has a stored count below 2");
-  // Links: strictly shorter.
-  if (v.links().Get(0) != 0) corrupt("LINK: the root's link must be 0");
-  for (uint64_t st = 1; st < s; ++st) {
-    const uint64_t l = v.links().Get(st);
-    if (l >= s || v.Len(l) >= v.Len(st))
-      corrupt("LINK: state " + Num(st) + " links to " + Num(l) +
-              ", which is not a shorter state");
-  }
-  // Root table.
-  for (uint32_t t = 0; t < v.vocab_size(); ++t) {
-    const uint64_t target = v.root_table().Get(t);
-    if (target >= s) corrupt("ROOT: transition on " + Num(t) + " to state " + Num(target));
-    if (target != 0 && v.LastToken(target) != t)
-      corrupt("ROOT: transition on " + Num(t) + " leads to a state ending in another token");
-  }
-  // Degree bit vector: S ones and E zeros, trailing bits zero.
-  {
-    const uint64_t bits = s + v.num_edges();
-    const uint64_t words = (bits + 63) / 64;
-    const auto* dw = reinterpret_cast<const uint64_t*>(SectionData(*FindSection("EDEG")));
-    uint64_t ones = 0;
-    for (uint64_t w = 0; w < words; ++w) ones += PopCount(dw[w]);
-    if (ones != s) corrupt("EDEG: " + Num(ones) + " state ends, expected " + Num(s));
-    if (bits % 64 && (dw[words - 1] >> (bits % 64)) != 0)
-      corrupt("EDEG: bits set past the end");
-    if (dw[words] != 0) corrupt("EDEG: padding word is not zero");
-  }
-  // Edges: targets valid, labels strictly increasing, lengths consistent.
-  for (uint64_t st = 0; st < s; ++st) {
-    auto [lo, hi] = v.EdgeRange(st);
-    if (lo > hi || hi > v.num_edges())
-      corrupt("EDEG/ESEL: edge range of state " + Num(st) + " is invalid");
-    if (st == 0 && lo != hi) corrupt("EDGE: the root has explicit edges");
-    uint32_t prev = 0;
-    const uint32_t implicit = (st != 0 && st < n) ? v.Token(st + 1) : kNoToken;
-    for (uint64_t i = lo; i < hi; ++i) {
-      const uint64_t t = v.edges().Get(i);
-      if (t == 0 || t >= s) corrupt("EDGE: state " + Num(st) + " has an invalid target");
-      const uint32_t label = v.LastToken(t);
-      if (label >= sep || (i > lo && label <= prev) || label == implicit)
-        corrupt("EDGE: labels of state " + Num(st) + " are not strictly increasing");
-      if (v.Len(t) < v.Len(st) + 1)
-        corrupt("EDGE: transition " + Num(st) + " -> " + Num(t) + " shortens the string");
-      prev = label;
-    }
-  }
   // Self-test samples: walk each stored substring and compare.
   if (const SectionInfo* ts = FindSection("TEST")) {
     const std::vector<SelfTestSample> samples = DecodeSelfTest(SectionBytes(*ts), p);
@@ -627,7 +592,7 @@ void IndexFile::Verify() const {
       if (st == kNoState || v.Count(st) != cnt || v.MinEndpos(st) != mep || v.Len(st) < len ||
           v.Len(v.Link(st)) >= len)
         Fail(ErrorCode::kSelfTestFailed, p,
-             "self-test sample " + Num(i) + " (positions " + Num(start) + ".." +
+             "TEST: self-test sample " + Num(i) + " (positions " + Num(start) + ".." +
                  Num(start + len - 1) + ") gives another answer than at build time");
     }
   }

@@ -34,16 +34,17 @@ inline void PrefetchChildren(const format::IndexView& view, uint64_t lo, uint64_
   }
 }
 
-// Calls f(token, target) for the outgoing transitions of a non-root state v:
-// the implicit one first, then the explicit ones in token order.
-// Document-end transitions do not exist in the index; corrupt targets are skipped.
+// Calls f(token, target) for the outgoing transitions of a non-root state v
+// whose explicit transitions are edges [lo, hi): the implicit one first, then
+// the explicit ones in token order. Document-end transitions do not exist in
+// the index; corrupt targets are skipped.
 template <typename F>
-void ForEachChildOf(const format::IndexView& view, uint64_t v, F&& f) {
+void ForEachChildOf(const format::IndexView& view, uint64_t v, uint64_t lo, uint64_t hi,
+                    F&& f) {
   if (v < view.num_tokens()) {
     const uint32_t t = view.Token(v + 1);
     if (t < view.separator()) f(t, v + 1);
   }
-  auto [lo, hi] = ExplicitEdges(view, v);
   const uint64_t num_states = view.num_states();
   PrefetchChildren(view, lo, hi);
   for (; lo < hi; ++lo) {
@@ -55,12 +56,20 @@ void ForEachChildOf(const format::IndexView& view, uint64_t v, F&& f) {
   }
 }
 
-// Writes the (at most k) heaviest children of v into out[0..), heaviest first
-// (count descending, then token ascending), by insertion; returns how many.
-inline uint32_t TopChildrenOf(const format::IndexView& view, uint64_t v, uint32_t k,
-                              StaticIndex::Child* out) {
+// The same over v's own edge range (at most vocab_size() explicit transitions).
+template <typename F>
+void ForEachChildOf(const format::IndexView& view, uint64_t v, F&& f) {
+  const auto [lo, hi] = ExplicitEdges(view, v);
+  ForEachChildOf(view, v, lo, hi, f);
+}
+
+// Writes the (at most k) heaviest children of v, whose explicit transitions
+// are edges [lo, hi), into out[0..), heaviest first (count descending, then
+// token ascending), by insertion; returns how many.
+inline uint32_t TopChildrenOf(const format::IndexView& view, uint64_t v, uint64_t lo,
+                              uint64_t hi, uint32_t k, StaticIndex::Child* out) {
   uint32_t size = 0;
-  ForEachChildOf(view, v, [&](uint32_t token, uint64_t target) {
+  ForEachChildOf(view, v, lo, hi, [&](uint32_t token, uint64_t target) {
     const uint64_t count = view.Count(target);
     uint32_t pos = size;
     while (pos > 0 && (out[pos - 1].count < count ||
@@ -73,6 +82,13 @@ inline uint32_t TopChildrenOf(const format::IndexView& view, uint64_t v, uint32_
     if (size < k) ++size;
   });
   return size;
+}
+
+// The same over v's own edge range.
+inline uint32_t TopChildrenOf(const format::IndexView& view, uint64_t v, uint32_t k,
+                              StaticIndex::Child* out) {
+  const auto [lo, hi] = ExplicitEdges(view, v);
+  return TopChildrenOf(view, v, lo, hi, k, out);
 }
 
 }  // namespace sam::runtime::internal

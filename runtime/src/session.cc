@@ -78,7 +78,11 @@ class Session::Calibrator {
     return static_cast<int>(LengthBucket(match_len) * kLengthBuckets + LengthBucket(depth));
   }
   int StaticCell(double ratio, uint64_t parent_count, uint64_t match_len) const {
-    size_t r = std::min(kRatioBuckets - 1, static_cast<size_t>(ratio * kRatioBuckets));
+    // ratio is in [0, 1] (a child's weight never exceeds its parent's); the
+    // comparisons keep anything else, NaN included, away from the conversion.
+    const size_t r = !(ratio > 0.0) ? 0
+                     : ratio < 1.0  ? static_cast<size_t>(ratio * kRatioBuckets)
+                                    : kRatioBuckets - 1;
     return static_cast<int>(static_base_ +
                             (r * kCountBuckets + CountBucket(parent_count)) * kLengthBuckets +
                             LengthBucket(match_len));

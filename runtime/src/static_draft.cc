@@ -13,7 +13,8 @@ size_t StaticContinuation(const format::IndexView& view, uint64_t state, size_t 
   // Local copies: stores through `out` could otherwise alias the view's fields.
   const format::PackedView text = view.text();
   const uint32_t separator = view.separator();
-  const uint64_t stop = std::min<uint64_t>(view.num_tokens(), end + want);
+  // MinEndpos is at most num_tokens(): the copy stops within the text.
+  const uint64_t stop = want < view.num_tokens() - end ? end + want : view.num_tokens();
   size_t count = 0;
   for (uint64_t p = end + 1; p <= stop; ++p) {
     const uint32_t t = static_cast<uint32_t>(text.Get(p - 1));
@@ -75,14 +76,18 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
         ranked = true;
       }
     }
+    // A child occurs at most as often as its parent; clamping keeps the
+    // weights of a corrupt index in [0, 1] (never inf or NaN).
+    auto share = [&](uint64_t count) {
+      const double c = static_cast<double>(count);
+      return c < total ? c / total : 1.0;
+    };
     if (ranked) {
       for (const StaticIndex::Child& c : top)
-        children_.push_back(
-            Candidate{weight * static_cast<double>(c.count) / total, node, c.target, c.token});
+        children_.push_back(Candidate{weight * share(c.count), node, c.target, c.token});
     } else {
       ForEachChildOf(view, v, [&](uint32_t token, uint64_t target) {
-        children_.push_back(Candidate{weight * static_cast<double>(view.Count(target)) / total,
-                                      node, target, token});
+        children_.push_back(Candidate{weight * share(view.Count(target)), node, target, token});
       });
     }
     const size_t keep = std::min(children_.size(), options.max_width);

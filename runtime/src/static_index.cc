@@ -45,7 +45,13 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
   // Edges go through the filter in batches, each stage prefetching what the
   // next one reads (a clone's first end position, the token there, the filter
   // block), so that the random reads of a batch overlap.
-  std::vector<uint64_t> hubs;
+  // Hubs with their edge ranges as this pass finds them: tables built from
+  // them take O(edges) in all even on a corrupt index (where select samples
+  // that disagree with the degree vector could give other ranges).
+  struct Hub {
+    uint64_t state, lo, hi;
+  };
+  std::vector<Hub> hubs;
   const uint64_t num_states = view->num_states();
   const uint64_t n = view->num_tokens();
   const format::PackedView& edges = view->edges();
@@ -72,7 +78,7 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
   };
   view->ForEachEdgeRange([&](uint64_t v, uint64_t lo, uint64_t hi) {
     if (v == format::kRoot) return;
-    if (hi - lo >= min_degree) hubs.push_back(v);
+    if (hi - lo >= min_degree) hubs.push_back(Hub{v, lo, hi});
     if (index->filter_.size() == 0) return;
     for (uint64_t e = lo; e < hi; ++e) {
       const uint64_t t = edges.Get(e);
@@ -92,9 +98,8 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
   uint64_t total_slots = 0;
   std::vector<uint64_t> slot_begin(hubs.size() + 1, 0);
   for (size_t h = 0; h < hubs.size(); ++h) {
-    const auto [lo, hi] = internal::ExplicitEdges(*view, hubs[h]);
     slot_begin[h] = total_slots;
-    total_slots += LabelSlotsFor(hi - lo);
+    total_slots += LabelSlotsFor(hubs[h].hi - hubs[h].lo);
   }
   slot_begin[hubs.size()] = total_slots;
   index->slots_hold_targets_ = num_states <= uint64_t{UINT32_MAX};
@@ -102,9 +107,8 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
   index->sizes_.assign(hubs.size(), 0);
   index->children_.resize(hubs.size() * options.top_k);
   for (uint32_t h = 0; h < hubs.size(); ++h) {
-    const uint64_t v = hubs[h];
+    const auto [v, lo, hi] = hubs[h];
     index->hub_bits_[v >> 6] |= uint64_t{1} << (v & 63);
-    const auto [lo, hi] = internal::ExplicitEdges(*view, v);
     const uint64_t m = slot_begin[h + 1] - slot_begin[h];
     LabelSlot* table = &index->label_slots_[slot_begin[h]];
     for (uint64_t e = lo; e < hi; ++e) {
@@ -122,8 +126,9 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
     uint64_t i = HashState(v, index->mask_);
     while (index->hub_table_[i].key != 0) i = (i + 1) & index->mask_;
     index->hub_table_[i] = HubEntry{v + 1, lo, slot_begin[h], static_cast<uint32_t>(m), h};
-    index->sizes_[h] = static_cast<uint8_t>(internal::TopChildrenOf(
-        *view, v, static_cast<uint32_t>(options.top_k), &index->children_[h * options.top_k]));
+    index->sizes_[h] = static_cast<uint8_t>(
+        internal::TopChildrenOf(*view, v, lo, hi, static_cast<uint32_t>(options.top_k),
+                                &index->children_[h * options.top_k]));
   }
   return index;
 }

@@ -367,7 +367,13 @@ TEST(CorruptIndex, FailsToOpenOrStaysSafe) {
         for (int step = 0; step < 50; ++step) {
           uint32_t start = rng() % 31;
           const DraftTree& tree = session.Propose(start);
-          EXPECT_GE(tree.size(), 1u);
+          // A well-formed tree within the policy's budget; its tokens come
+          // from the text (below the separator, 30) or the stream (<= 30).
+          const size_t budget = p == Policy::kTree ? options.selection.max_tree_nodes
+                                                   : options.selection.draft_size;
+          ASSERT_EQ(test_util::MalformedDraft(tree.tokens.data(), tree.parents.data(),
+                                              tree.depths.data(), tree.size(), start, 31, budget),
+                    "");
           std::vector<uint32_t> commit(tree.tokens.begin(),
                                        tree.tokens.begin() + std::min<size_t>(tree.size(), 3));
           session.Commit(commit);

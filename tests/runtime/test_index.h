@@ -39,6 +39,24 @@ inline std::string TempPath(const std::string& name) {
       .string();
 }
 
+// "" when a draft (tokens, parents, depths of `count` nodes) is a well-formed
+// tree of at most `budget` nodes rooted at `start`: parents[0] = -1 and
+// parents[i] < i, depths one more than the parent's, every token below
+// `token_bound`. Otherwise what is wrong.
+inline std::string MalformedDraft(const uint32_t* tokens, const int32_t* parents,
+                                  const uint16_t* depths, size_t count, uint32_t start,
+                                  uint32_t token_bound, size_t budget) {
+  if (count < 1 || count > budget) return "size " + std::to_string(count);
+  if (tokens[0] != start || parents[0] != -1 || depths[0] != 0) return "bad root";
+  for (size_t i = 1; i < count; ++i) {
+    const std::string at = " at node " + std::to_string(i);
+    if (parents[i] < 0 || static_cast<size_t>(parents[i]) >= i) return "bad parent" + at;
+    if (depths[i] != depths[parents[i]] + 1) return "bad depth" + at;
+    if (tokens[i] >= token_bound) return "token " + std::to_string(tokens[i]) + at;
+  }
+  return "";
+}
+
 // An index built from `docs` at TempPath(name), open, removed on destruction.
 struct BuiltIndex {
   std::string path;

@@ -22,9 +22,12 @@
 //
 // Thread safety: an IndexView is immutable; any number of threads may use one
 // concurrently. It borrows the memory of its IndexFile, which must outlive it.
-// Robustness: accessors never read outside the mapped sections, even on a
-// corrupted file that passed the cheap open checks (impossible values read as
-// kNoState / 0); IndexFile::Open with verify = true finds such corruption.
+// Robustness: on a corrupted file that passed the open checks (a re-sealed
+// one passes every checksum), accessors never read outside the mapped
+// sections and no query's work depends on what the file claims: impossible
+// values read as kNoState / 0, and a state's explicit edge range holds at
+// most vocab_size() transitions, found by scanning at most that many bits.
+// IndexFile::Open with verify = true (IndexFile::Verify) finds such corruption.
 #ifndef SAM_FORMAT_INDEX_H_
 #define SAM_FORMAT_INDEX_H_
 
@@ -239,23 +242,29 @@ class IndexView {
   // Number of outgoing transitions (document-end transitions excluded).
   uint64_t Degree(uint64_t v) const;
 
-  // [begin, end) of v's explicit transitions in the edge array.
-  // Clamped so that a corrupt degree vector never leads outside EDGE.
+  // [begin, end) of v's explicit transitions in the edge array. Bounded by
+  // the structure, not by what the file says: the range lies inside EDGE and
+  // holds at most vocab_size() transitions (their labels are distinct tokens),
+  // and finding it scans at most that many bits of the degree vector. A
+  // corrupt degree vector or select sample that breaks this gives an empty
+  // range (the state then has no explicit transitions).
   std::pair<uint64_t, uint64_t> EdgeRange(uint64_t v) const {
-    const uint64_t end_one = Select1(v);
-    uint64_t end = end_one >= v ? end_one - v : 0;
-    if (end > edges_.size()) end = edges_.size();
-    if (v == 0) return {0, end};
-    const uint64_t prev_one = PrevOne(end_one);
-    uint64_t begin = prev_one + 1 >= v ? prev_one + 1 - v : 0;
-    if (begin > end) begin = end;
-    return {begin, end};
+    const uint64_t end_one = Select1(v);  // degree_bit_count_ when not found
+    if (end_one >= degree_bit_count_ || end_one < v) return {0, 0};
+    const uint64_t end = end_one - v;  // zeros before v's one
+    if (end > edges_.size()) return {0, 0};
+    if (v == 0) return {0, end <= vocab_size_ ? end : 0};
+    const uint64_t prev_one = PrevOne(end_one);  // within vocab_size + 1 bits, or not found
+    if (prev_one >= end_one || prev_one + 1 < v) return {0, 0};
+    return {prev_one + 1 - v, end};
   }
 
   // Calls f(v, begin, end) for every state v in increasing order with
   // EdgeRange(v), reading the degree bit vector once from start to end
   // (O(states + edges) in all, instead of a select per state). A corrupt
-  // vector gives clamped, possibly empty ranges, as EdgeRange does.
+  // vector gives clamped, possibly empty ranges of at most vocab_size()
+  // transitions, as EdgeRange does (the two agree when the select samples
+  // agree with the degree vector, which --verify checks).
   template <typename F>
   void ForEachEdgeRange(F&& f) const {
     const uint64_t num_edges = edges_.size();
@@ -270,7 +279,7 @@ class IndexView {
         word &= word - 1;
         uint64_t end = pos >= v ? pos - v : 0;  // zeros before this one
         if (end > num_edges) end = num_edges;
-        if (begin > end) begin = end;
+        if (begin > end || end - begin > vocab_size_) begin = end;  // corrupt: empty
         f(v, begin, end);
         begin = end;
         ++v;
@@ -288,6 +297,11 @@ class IndexView {
   const PackedView& prefix_counts() const { return prefix_count_; }
   const PackedView& root_table() const { return root_; }
   const PackedView& edges() const { return edges_; }
+  // EDEG: (degree_bit_count() + 63) / 64 little-endian words and one zero word.
+  const uint64_t* degree_words() const { return degree_bits_; }
+  uint64_t degree_bit_count() const { return degree_bit_count_; }
+  const PackedView& select_samples() const { return select_samples_; }
+  unsigned select_rate_log2() const { return select_rate_log2_; }
 
  private:
   friend class IndexFile;
@@ -301,11 +315,14 @@ class IndexView {
     uint64_t e = MinEndpos(t);
     return e == 0 ? kNoToken : Token(e);
   }
-  // Position of the k-th one (0-based) of the degree bit vector; a corrupt
-  // vector returns its bit length.
+  // Position of the k-th one (0-based) of the degree bit vector, found by
+  // scanning from its select sample at most as far as k's distance to the
+  // sample allows (vocab_size() + 1 bits per state); degree_bit_count_ when
+  // it is not there (a corrupt vector or sample).
   uint64_t Select1(uint64_t k) const;
-  // Position of the last one strictly before position pos (pos > 0 and
-  // such a one exists for every state but the first).
+  // Position of the last one strictly before position pos < degree_bit_count_,
+  // looked for within the vocab_size() + 1 bits before it (a state has at most
+  // vocab_size() explicit transitions); pos when there is none there.
   uint64_t PrevOne(uint64_t pos) const;
 
   uint64_t n_ = 0;

@@ -86,7 +86,9 @@ class StaticIndex {
   // document-end transitions excluded).
   bool TopChildren(uint64_t state, std::span<const Child>* children) const;
   // Same result as view().Next(v, c): transitions that the edge filter rules
-  // out cost one cache line, hubs a probe of their label table.
+  // out cost one cache line, hubs a probe of their label table. (On a corrupt
+  // index whose select samples contradict its degree vector, which --verify
+  // refuses, the two may differ; both stay bounded, see static_match.h.)
   uint64_t Next(uint64_t v, uint32_t c) const {
     const format::IndexView& view = *view_;
     if (v == format::kRoot || c >= view.vocab_size()) return view.Next(v, c);

@@ -12,6 +12,17 @@
 // to that state's Len; then take the transition (length + 1) or reset to
 // (root, 0). Amortised O(1) transitions per token.
 //
+// Corrupt indexes (one that --verify refuses, e.g. re-sealed with valid
+// checksums): every loop here is bounded by an invariant checked where it is
+// used, never by what the file claims. A suffix link must shorten the match
+// (Len(Link(v)) < match length); where it does not, matching stops: the
+// cursor resets to (root, 0), as when no suffix has a transition, so each
+// climb step still consumes match length and the amortised bound holds. Edge
+// ranges hold at most vocab_size() transitions (IndexView::EdgeRange), draft
+// copies stop at the end of the text. A step over a corrupt index therefore
+// always finishes, with a draft that may be wrong or empty, never an error;
+// IndexFile::Verify (sam-inspect --verify, SAM_OPEN_VERIFY) detects it.
+//
 // Thread safety: a cursor is a small value owned by one session; the view it
 // points to is shared read-only by any number of cursors and threads.
 #ifndef SAM_RUNTIME_STATIC_MATCH_H_
@@ -47,7 +58,9 @@ inline StaticMatch Transfer(const format::IndexView& view, StaticMatch m, uint32
   while (next == format::kNoState && state != format::kRoot) {
     state = view.Link(state);
     if (state != format::kRoot) view.PrefetchLink(state);
-    len = view.Len(state);
+    const uint64_t shorter = view.Len(state);
+    if (shorter >= len) return StaticMatch{};  // corrupt: a link must shorten the match
+    len = shorter;
     next = next_of(state);
   }
   if (next == format::kNoState) return StaticMatch{};
@@ -60,11 +73,14 @@ inline StaticMatch Transfer(const format::IndexView& view, StaticMatch m, uint32
 // ending at e + k, whose state is found by climbing suffix links from the
 // non-clone state e + k (usually one or two links) instead of k lookups.
 // Requires m.state != root, k >= 1, e + k <= num_tokens() and no document
-// end among those k tokens (what StaticContinuation copies). On a corrupt
-// index the climb stops where lengths stop decreasing.
+// end among those k tokens (what StaticContinuation copies); otherwise
+// (root, 0). On a corrupt index the climb stops where lengths stop
+// decreasing.
 inline StaticMatch AdvanceAlongFirstOccurrence(const format::IndexView& view, StaticMatch m,
                                                uint64_t k) {
-  const uint64_t end = view.MinEndpos(m.state) + k;
+  const uint64_t first_end = view.MinEndpos(m.state);
+  if (first_end == 0 || k > view.num_tokens() - first_end) return StaticMatch{};
+  const uint64_t end = first_end + k;
   const uint64_t length = m.len + k;
   uint64_t v = end;
   uint64_t v_len = end;  // a non-clone state's length is its id
