@@ -145,7 +145,9 @@ int main(int argc, char** argv) {
   auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text");
   auto* file_opt = app.add_option("--prompt-file", prompt_file, "file holding the prompt text");
   prompt_opt->excludes(file_opt);
-  app.add_option("--template", template_name, "prompt template: raw or vicuna (default raw)")
+  app.add_option("--template", template_name,
+                 "prompt template: raw (the prompt and a newline, as in raw documents) or vicuna "
+                 "(default raw)")
       ->check(CLI::IsMember({"raw", "vicuna"}));
   app.add_option("--max-new-tokens", max_new_tokens, "most tokens to generate (default 128)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));

@@ -292,7 +292,8 @@ int main(int argc, char** argv) {
   size_t limit = SIZE_MAX;
   make->add_option("--data", data_dir, "data directory (gsm8k/, humaneval/)")->required();
   make->add_option("--out", out_path, "output JSONL")->required();
-  make->add_option("--template", template_name, "prompt template: vicuna or raw");
+  make->add_option("--template", template_name,
+                   "prompt template: vicuna or raw (the prompt and a newline) (default vicuna)");
   make->add_option("--limit", limit, "at most this many traces per category");
 
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
