@@ -2,6 +2,10 @@
 // libsam_tokenizer_shim.so (tokenizer_module.cc), which this file loads once per process with
 // dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND) and never unloads (SentencePiece and protobuf
 // keep process-wide state).
+//
+// Sanitizer runtimes (ASan, TSan, MSan) refuse RTLD_DEEPBIND, so sanitized builds load the module
+// with RTLD_LOCAL alone. That is enough for processes without libtorch, which are the only ones
+// sanitized builds run (the torch programs are not built with sanitizers).
 #include <dlfcn.h>
 
 #include <cstdlib>
@@ -20,6 +24,19 @@ namespace {
 using internal::TokenizerModuleApi;
 
 constexpr const char* kModuleName = "libsam_tokenizer_shim.so";
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr int kDlopenFlags = RTLD_NOW | RTLD_LOCAL;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || \
+    __has_feature(memory_sanitizer)
+constexpr int kDlopenFlags = RTLD_NOW | RTLD_LOCAL;
+#else
+constexpr int kDlopenFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+#endif
+#else
+constexpr int kDlopenFlags = RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND;
+#endif
 
 template <typename F>
 void Bind(void* module, const std::string& path, F* fn, const char* name) {
@@ -46,7 +63,7 @@ TokenizerModuleApi OpenModule() {
       tried += "\n  " + candidate.string() + " (absent)";
       continue;
     }
-    void* module = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    void* module = dlopen(candidate.c_str(), kDlopenFlags);
     if (module == nullptr) {
       tried += "\n  " + candidate.string() + ": " + dlerror();
       continue;

@@ -12,8 +12,9 @@
 //  * sam::tokenizer (src/tokenizer.cc) calls SentencePiece directly;
 //  * sam::tokenizer_isolated (src/tokenizer_isolated.cc) is for programs that also link libtorch:
 //    Debian's SentencePiece and libtorch carry clashing protobuf copies, so this backend loads
-//    the first one from a module, libsam_tokenizer_shim.so (src/tokenizer_module.cc), with
-//    dlopen(RTLD_LOCAL | RTLD_DEEPBIND) and forwards every call to it. The module is looked up
+//    the SentencePiece backend from a module, libsam_tokenizer_shim.so
+//    (src/tokenizer_module.cc), with dlopen(RTLD_LOCAL | RTLD_DEEPBIND) and forwards every call
+//    to it. The module is looked up
 //    in ../lib/ and next to the program, then at its build-tree path. Such programs must link
 //    neither sam::indexer nor SentencePiece.
 // Both backends behave identically (tests/indexer/tokenizer_test.cc checks both against
