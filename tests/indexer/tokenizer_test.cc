@@ -74,7 +74,7 @@ class TinyModel : public ::testing::Test {
     for (int i = 0; i < 400; ++i) {
       std::string text = sam::testing::TinyCorpusLine(rng);
       const int lines = static_cast<int>(rng() % 3);
-      for (int l = 0; l < lines; ++l) text += "\n" + sam::testing::TinyCorpusLine(rng);
+      for (int l = 0; l < lines; ++l) text.append("\n").append(sam::testing::TinyCorpusLine(rng));
       texts.push_back(text);
     }
     return texts;
