@@ -35,7 +35,7 @@
 #include "sam/format/index.h"
 #include "sam/torch/generate.h"
 #include "sam/torch/model.h"
-#include "tokenizer_shim.h"
+#include "sam/indexer/tokenizer.h"
 
 namespace {
 
@@ -87,7 +87,7 @@ int main(int argc, char** argv) {
 
   try {
     torch::NoGradGuard no_grad;
-    const IsolatedTokenizer tokenizer(tokenizer_path);
+    const auto tokenizer = sam::indexer::Tokenizer::Load(tokenizer_path);
     tb::LlamaConfig config;
     config.hidden_size = hidden;
     config.intermediate_size = intermediate;
@@ -155,8 +155,10 @@ int main(int argc, char** argv) {
       std::string line;
       while (static_cast<int64_t>(prompt_ids.size()) < prompts && std::getline(in, line)) {
         if (line.empty()) continue;
-        std::vector<uint32_t> ids{tokenizer.bos_id()};
-        tokenizer.Encode(sam::corpora::RenderVicunaPrompt(json::parse(line).at("question").get<std::string>()), &ids);
+        std::vector<uint32_t> ids;
+        tokenizer.EncodePrompt(sam::corpora::RenderPrompt(sam::corpora::Template::kVicuna,
+                                                          json::parse(line).at("question").get<std::string>()),
+                               &ids);
         prompt_ids.push_back(std::move(ids));
       }
     }

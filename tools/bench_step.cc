@@ -179,8 +179,9 @@ int main(int argc, char** argv) {
 
     std::vector<rt::ReplayTrace> traces;
     if (!traces_path.empty()) {
-      std::unique_ptr<sam::tools::Tokenizer> tok;
-      if (!tokenizer_path.empty()) tok = std::make_unique<sam::tools::Tokenizer>(tokenizer_path);
+      std::unique_ptr<sam::indexer::Tokenizer> tok;
+      if (!tokenizer_path.empty())
+        tok = std::make_unique<sam::indexer::Tokenizer>(sam::indexer::Tokenizer::Load(tokenizer_path));
       traces = sam::tools::ReadTraces(traces_path, tok.get(), file.header().bos_id,
                                       file.header().vocab_size);
     }

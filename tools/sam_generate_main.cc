@@ -10,7 +10,7 @@
 // 2 bad flags.
 //
 // The tokenizer (SentencePiece) is loaded from a module isolated from libtorch's protobuf
-// (tokenizer_shim.h).
+// (the sam::tokenizer_isolated backend of sam/indexer/tokenizer.h).
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
@@ -30,11 +30,11 @@
 #include "sam/corpora/templates.h"
 #include "sam/error.h"
 #include "sam/format/index.h"
+#include "sam/indexer/tokenizer.h"
 #include "sam/torch/error.h"
 #include "sam/torch/generate.h"
 #include "sam/torch/llama_config.h"
 #include "sam/torch/model.h"
-#include "tokenizer_shim.h"
 #include "sam/torch/safetensors.h"
 
 namespace {
@@ -43,6 +43,7 @@ namespace fs = std::filesystem;
 namespace rt = sam::runtime;
 namespace tb = sam::torch_backend;
 using nlohmann::json;
+using sam::indexer::Tokenizer;
 
 // A command-line usage error (exit status 2): a sam::Error with code kUsage.
 struct UsageError : sam::Error {
@@ -88,7 +89,7 @@ std::string ReadFile(const std::string& path) {
 // Prints the text of `ids` incrementally: each call prints what decoding all ids so far adds.
 class TextStreamer {
  public:
-  explicit TextStreamer(const IsolatedTokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  explicit TextStreamer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
   void Add(std::span<const uint32_t> tokens) {
     ids_.insert(ids_.end(), tokens.begin(), tokens.end());
     const std::string text = tokenizer_.Decode(ids_);
@@ -101,7 +102,7 @@ class TextStreamer {
   }
 
  private:
-  const IsolatedTokenizer& tokenizer_;
+  const Tokenizer& tokenizer_;
   std::vector<uint32_t> ids_;
   std::string printed_;
 };
@@ -147,7 +148,9 @@ int main(int argc, char** argv) {
   auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text");
   auto* file_opt = app.add_option("--prompt-file", prompt_file, "file holding the prompt text");
   prompt_opt->excludes(file_opt);
-  app.add_option("--template", template_name, "prompt template: raw or vicuna (default raw)")
+  app.add_option("--template", template_name,
+                 "prompt template: raw (the prompt and a newline, as in raw documents) or vicuna "
+                 "(default raw)")
       ->check(CLI::IsMember({"raw", "vicuna"}));
   app.add_option("--max-new-tokens", max_new_tokens, "most tokens to generate (default 128)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
@@ -174,13 +177,17 @@ int main(int argc, char** argv) {
   app.add_option("--random-hidden", random_hidden, "hidden size of the random model (default 64)")
       ->check(CLI::Range(int64_t{16}, int64_t{16384}));
   app.add_option("--random-seed", random_seed, "seed of the random weights (default 1)");
+  bool print_prompt_ids = false;
+  app.add_flag("--print-prompt-ids", print_prompt_ids,
+               "print the prompt's ids (BOS first, after --template) as a JSON array and exit; "
+               "needs --tokenizer and --prompt or --prompt-file, no --model");
 
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
 
   try {
-    std::unique_ptr<IsolatedTokenizer> tokenizer;
+    std::unique_ptr<Tokenizer> tokenizer;
     if (!tokenizer_path.empty())
-      tokenizer = std::make_unique<IsolatedTokenizer>(tokenizer_path);
+      tokenizer = std::make_unique<Tokenizer>(Tokenizer::Load(tokenizer_path));
 
     if (!random_dir.empty()) {
       if (random_vocab == 0) {
@@ -191,6 +198,21 @@ int main(int argc, char** argv) {
       std::cerr << "sam-generate: wrote a random model (vocab " << random_vocab << ", "
                 << random_layers << " layers, hidden " << random_hidden << ") to " << random_dir
                 << " -- for testing only\n";
+      return 0;
+    }
+
+    auto prompt_ids_of_flags = [&] {
+      const std::string text = prompt_opt->count() ? prompt : ReadFile(prompt_file);
+      std::vector<uint32_t> ids;
+      tokenizer->EncodePrompt(
+          sam::corpora::RenderPrompt(sam::corpora::ParseTemplate(template_name), text), &ids);
+      return ids;
+    };
+    if (print_prompt_ids) {
+      if (!tokenizer) throw UsageError("--print-prompt-ids needs --tokenizer");
+      if (prompt_opt->count() == 0 && file_opt->count() == 0)
+        throw UsageError("one of --prompt or --prompt-file is required");
+      std::cout << json(prompt_ids_of_flags()).dump() << "\n";
       return 0;
     }
 
@@ -231,13 +253,7 @@ int main(int argc, char** argv) {
                            tokenizer_path + " has " + std::to_string(tokenizer->vocab_size()) +
                            "; use the checkpoint's own tokenizer");
 
-    const std::string text = prompt_opt->count() ? prompt : ReadFile(prompt_file);
-    const std::string rendered = sam::corpora::ParseTemplate(template_name) == sam::corpora::Template::kVicuna
-                                     ? sam::corpora::RenderVicunaPrompt(text)
-                                     : text;
-    std::vector<uint32_t> prompt_ids;
-    if (tokenizer->bos_id() != sam::format::kNoToken) prompt_ids.push_back(tokenizer->bos_id());
-    tokenizer->Encode(rendered, &prompt_ids);
+    const std::vector<uint32_t> prompt_ids = prompt_ids_of_flags();
 
     tb::Generator generator(model, generator_options);
     for (const auto& f : indexes) generator.AttachIndex(&f.view());

@@ -22,7 +22,6 @@
 #include "sam/error.h"
 #include "sam/format/error.h"
 #include "sam/format/index.h"
-#include "sam/format/sha256.h"
 #include "sam/runtime/pld.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"
@@ -34,7 +33,7 @@ namespace {
 namespace rt = sam::runtime;
 using nlohmann::json;
 using sam::tools::ReadTraces;
-using sam::tools::Tokenizer;
+using sam::indexer::Tokenizer;
 
 // A command-line usage error (exit status 2): a sam::Error with code kUsage.
 struct UsageError : sam::Error {
@@ -67,10 +66,6 @@ std::string StringField(const json& record, const char* field, const sam::ErrorC
 int MakeTraces(const std::string& data_dir, const std::string& out_path,
                const std::string& template_name, size_t limit) {
   const auto templ = sam::corpora::ParseTemplate(template_name);
-  auto render = [&](const std::string& prompt) {
-    return templ == sam::corpora::Template::kVicuna ? sam::corpora::RenderVicunaPrompt(prompt)
-                                                    : prompt + "\n";
-  };
   std::ofstream out(out_path);
   if (!out) throw sam::Error(sam::ErrorCode::kIo, {.file = out_path}, "cannot write");
   size_t written = 0;
@@ -98,7 +93,7 @@ int MakeTraces(const std::string& data_dir, const std::string& out_path,
                 : j[id_field].is_string() ? j[id_field].get<std::string>()
                                           : j[id_field].dump();
       t["category"] = category;
-      t["prompt"] = render(StringField(j, prompt_field, where));
+      t["prompt"] = sam::corpora::RenderPrompt(templ, StringField(j, prompt_field, where));
       t["output"] = StringField(j, output_field, where);
       out << t.dump() << "\n";
       ++n;
@@ -311,13 +306,18 @@ int main(int argc, char** argv) {
                  "(default 0.01)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_flag("--json", as_json, "print one JSON object");
+  bool print_prompt_ids = false;
+  app.add_flag("--print-prompt-ids", print_prompt_ids,
+               "print each trace's prompt ids, one JSON object {id, prompt_ids} a line, as the "
+               "replay feeds them (BOS first), and exit without replaying");
 
   CLI::App* make = app.add_subcommand("make-traces", "render GSM8K test and HumanEval traces");
   std::string data_dir, out_path, template_name = "vicuna";
   size_t limit = SIZE_MAX;
   make->add_option("--data", data_dir, "data directory (gsm8k/, humaneval/)")->required();
   make->add_option("--out", out_path, "output JSONL")->required();
-  make->add_option("--template", template_name, "prompt template: vicuna or raw");
+  make->add_option("--template", template_name,
+                   "prompt template: vicuna or raw (the prompt and a newline) (default vicuna)");
   make->add_option("--limit", limit, "at most this many traces per category");
 
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
@@ -330,8 +330,8 @@ int main(int argc, char** argv) {
     std::unique_ptr<Tokenizer> tokenizer;
     sam::format::OpenOptions open;
     if (!tokenizer_path.empty()) {
-      tokenizer = std::make_unique<Tokenizer>(tokenizer_path);
-      open.expected_tokenizer_sha256 = sam::format::Sha256File(tokenizer_path);
+      tokenizer = std::make_unique<Tokenizer>(Tokenizer::Load(tokenizer_path));
+      open.expected_tokenizer_sha256 = tokenizer->sha256();
       open.expected_vocab_size = tokenizer->vocab_size();
     }
     std::vector<sam::format::IndexFile> indexes;
@@ -341,7 +341,7 @@ int main(int argc, char** argv) {
     for (const auto& f : indexes) views.push_back(rt::StaticIndex::Create(&f.view()));
     uint32_t vocab = tokenizer ? tokenizer->vocab_size()
                                : (indexes.empty() ? UINT32_MAX : indexes[0].header().vocab_size);
-    uint32_t bos = tokenizer ? tokenizer->bos()
+    uint32_t bos = tokenizer ? tokenizer->bos_id()
                              : (indexes.empty() ? 1 : indexes[0].header().bos_id);
     for (const auto& f : indexes)
       if (f.header().vocab_size != vocab && !tokenizer)
@@ -349,6 +349,11 @@ int main(int argc, char** argv) {
                          "vocabulary size " + std::to_string(f.header().vocab_size) +
                              " differs from " + indexes[0].path());
     const auto traces = ReadTraces(traces_path, tokenizer.get(), bos, vocab);
+    if (print_prompt_ids) {
+      for (const auto& t : traces)
+        std::cout << json{{"id", t.id}, {"prompt_ids", t.prompt}}.dump() << "\n";
+      return 0;
+    }
 
     json out_policies = json::array();
     for (const auto& name : policies) {

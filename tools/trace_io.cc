@@ -1,7 +1,5 @@
 #include "trace_io.h"
 
-#include <sentencepiece_processor.h>
-
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -10,26 +8,6 @@
 namespace sam::tools {
 
 using nlohmann::json;
-
-Tokenizer::Tokenizer(const std::string& path)
-    : sp_(std::make_unique<sentencepiece::SentencePieceProcessor>()) {
-  const auto status = sp_->Load(path);
-  if (!status.ok())
-    throw Error(ErrorCode::kTokenizer, {.file = path},
-                "cannot load tokenizer: " + status.ToString());
-}
-
-Tokenizer::~Tokenizer() = default;
-
-std::vector<uint32_t> Tokenizer::Encode(const std::string& text) const {
-  std::vector<int> ids;
-  const auto status = sp_->Encode(text, &ids);
-  if (!status.ok()) throw Error(ErrorCode::kTokenizer, "tokenization failed: " + status.ToString());
-  return std::vector<uint32_t>(ids.begin(), ids.end());
-}
-
-uint32_t Tokenizer::bos() const { return static_cast<uint32_t>(sp_->bos_id()); }
-uint32_t Tokenizer::vocab_size() const { return static_cast<uint32_t>(sp_->GetPieceSize()); }
 
 namespace {
 
@@ -53,7 +31,21 @@ std::vector<uint32_t> ReadIds(const json& j, const ErrorContext& where, const ch
 
 }  // namespace
 
-std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const Tokenizer* tokenizer,
+std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path,
+                                             const indexer::Tokenizer* tokenizer, uint32_t bos,
+                                             uint32_t vocab_size) {
+  FieldEncoder encode;
+  if (tokenizer != nullptr)
+    encode = [tokenizer](std::string_view text, bool is_prompt, std::vector<uint32_t>* out) {
+      if (is_prompt)
+        tokenizer->EncodePrompt(text, out);
+      else
+        tokenizer->Encode(text, out);
+    };
+  return ReadTraces(path, encode, bos, vocab_size);
+}
+
+std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const FieldEncoder& encode,
                                              uint32_t bos, uint32_t vocab_size) {
   std::ifstream in(path);
   if (!in) throw Error(ErrorCode::kIo, {.file = path}, "cannot open traces");
@@ -73,21 +65,29 @@ std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const Toke
     t.id = j.contains("id") ? (j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump())
                             : std::to_string(line_no);
     t.category = j.value("category", std::string("all"));
-    auto text_or_ids = [&](const char* text_field, const char* ids_field) {
+    auto text_or_ids = [&](const char* text_field, const char* ids_field, bool is_prompt) {
       if (j.contains(ids_field)) return ReadIds(j[ids_field], where, ids_field);
       if (!j.contains(text_field) || !j[text_field].is_string())
         throw Error(ErrorCode::kBadRecord, InField(where, text_field),
                     std::string("needs a string \"") + text_field + "\" or an id array \"" +
                         ids_field + "\"");
-      if (!tokenizer)
+      if (!encode)
         throw Error(ErrorCode::kInvalidArgument, InField(where, text_field),
                     std::string("string \"") + text_field + "\" needs --tokenizer (or give \"" +
                         ids_field + "\")");
-      return tokenizer->Encode(j[text_field].get<std::string>());
+      std::vector<uint32_t> ids;
+      try {
+        encode(j[text_field].get_ref<const std::string&>(), is_prompt, &ids);
+      } catch (const std::exception& e) {
+        throw Error(ErrorCode::kTokenizer, InField(where, text_field),
+                    std::string("tokenization failed: ") + e.what());
+      }
+      return ids;
     };
-    t.prompt = text_or_ids("prompt", "prompt_ids");
-    t.output = text_or_ids("output", "output_ids");
-    if (t.prompt.empty() || t.prompt.front() != bos) t.prompt.insert(t.prompt.begin(), bos);
+    t.prompt = text_or_ids("prompt", "prompt_ids", true);
+    t.output = text_or_ids("output", "output_ids", false);
+    if (bos != format::kNoToken && (t.prompt.empty() || t.prompt.front() != bos))
+      t.prompt.insert(t.prompt.begin(), bos);
     for (const auto* ids : {&t.prompt, &t.output})
       for (uint32_t id : *ids)
         if (id >= vocab_size)

@@ -1,41 +1,39 @@
-// Trace input shared by the runtime tools (sam-replay, bench_step): the
-// SentencePiece tokenizer wrapper and the JSONL trace reader.
+// Trace input shared by the runtime tools (sam-replay, bench_step): the JSONL trace reader.
 //
-//   sam::tools::Tokenizer tok("llama-32k.model");
-//   auto traces = sam::tools::ReadTraces("t.jsonl", &tok, tok.bos(), tok.vocab_size());
+//   auto tok = sam::indexer::Tokenizer::Load("llama-32k.model");
+//   auto traces = sam::tools::ReadTraces("t.jsonl", &tok, tok.bos_id(), tok.vocab_size());
 //
 // A trace line is {"id", "category", "prompt", "output"} with strings (needs a
-// tokenizer) or {"prompt_ids", "output_ids"} with id arrays. Prompts start
-// with BOS (added when missing); traces with an empty output are skipped.
-// Errors throw sam::Error naming the file, line and field (context() holds them).
+// tokenizer) or {"prompt_ids", "output_ids"} with id arrays. A string prompt is
+// encoded with Tokenizer::EncodePrompt (BOS, then the text as rendered by
+// corpora::RenderPrompt, which `sam-replay make-traces` applied), an output with
+// Tokenizer::Encode. Prompts start with `bos` (added when missing, unless it is
+// format::kNoToken); traces with an empty output are skipped. Errors throw
+// sam::Error naming the file, line and field (context() holds them).
 #ifndef SAM_TOOLS_TRACE_IO_H_
 #define SAM_TOOLS_TRACE_IO_H_
 
-#include <memory>
+#include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "sam/indexer/tokenizer.h"
 #include "sam/runtime/replay.h"
-
-namespace sentencepiece {
-class SentencePieceProcessor;
-}
 
 namespace sam::tools {
 
-class Tokenizer {
- public:
-  explicit Tokenizer(const std::string& path);
-  ~Tokenizer();
-  std::vector<uint32_t> Encode(const std::string& text) const;
-  uint32_t bos() const;
-  uint32_t vocab_size() const;
+// Appends the ids of a string field: a prompt (`is_prompt`, BOS first) or an output.
+using FieldEncoder =
+    std::function<void(std::string_view text, bool is_prompt, std::vector<uint32_t>* out)>;
 
- private:
-  std::unique_ptr<sentencepiece::SentencePieceProcessor> sp_;
-};
+// `tokenizer` may be null when every trace gives ids.
+std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path,
+                                             const indexer::Tokenizer* tokenizer, uint32_t bos,
+                                             uint32_t vocab_size);
 
-std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const Tokenizer* tokenizer,
+// The same with any encoder (empty: string fields are refused), for tests.
+std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const FieldEncoder& encode,
                                              uint32_t bos, uint32_t vocab_size);
 
 }  // namespace sam::tools

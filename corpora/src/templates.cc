@@ -59,4 +59,14 @@ std::string RenderDocument(Template templ, std::string_view prompt, std::string_
   throw CorpusError(CorpusError::Code::kInvalidArgument, "unknown template value");
 }
 
+std::string RenderPrompt(Template templ, std::string_view prompt) {
+  switch (templ) {
+    case Template::kRaw:
+      return prompt.empty() ? std::string() : std::string(prompt) + "\n";
+    case Template::kVicuna:
+      return RenderVicunaPrompt(prompt);
+  }
+  throw CorpusError(CorpusError::Code::kInvalidArgument, "unknown template value");
+}
+
 }  // namespace sam::corpora

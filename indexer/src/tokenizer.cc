@@ -1,9 +1,12 @@
 #include "sam/indexer/tokenizer.h"
 
+#include <fcntl.h>
 #include <sentencepiece_processor.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
-#include <fstream>
-#include <sstream>
+#include <cerrno>
+#include <cstring>
 
 #include "sam/format/sha256.h"
 
@@ -61,6 +64,79 @@ Wire WireOf(std::string_view s) {
 
 constexpr std::string_view kSpaceMarker = "\xe2\x96\x81";  // U+2581
 
+// Model files are a few MB; a stream that goes on past this is not one.
+constexpr size_t kMaxModelBytes = size_t{1} << 30;
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+std::string FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Reads a model file or stream once. Opening never blocks: O_NONBLOCK makes open() return at
+// once on a FIFO without a writer (which then reads as empty) and is cleared before reading.
+std::string ReadModelBytes(const std::string& path) {
+  const Fd fd(::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY));
+  if (fd.get() < 0)
+    throw TokenizerError(ErrorCode::kIo, {.file = path},
+                         std::string("cannot open tokenizer model: ") + std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd.get(), &st) != 0)
+    throw TokenizerError(ErrorCode::kIo, {.file = path},
+                         std::string("cannot stat tokenizer model: ") + std::strerror(errno));
+  const bool stream = S_ISFIFO(st.st_mode);
+  if (!S_ISREG(st.st_mode) && !stream)
+    throw TokenizerError(ErrorCode::kIo, {.file = path},
+                         "is " + FileKind(st.st_mode) +
+                         ", not a SentencePiece model file");
+  if (!stream && static_cast<uint64_t>(st.st_size) > kMaxModelBytes)
+    throw TokenizerError(ErrorCode::kTokenizer, {.file = path},
+                         std::to_string(st.st_size) +
+                         " bytes, larger than any SentencePiece model (limit 1 GiB)");
+  const int flags = ::fcntl(fd.get(), F_GETFL);
+  if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
+    throw TokenizerError(ErrorCode::kIo, {.file = path},
+                         std::string("cannot read tokenizer model: ") + std::strerror(errno));
+  std::string bytes;
+  if (!stream) bytes.reserve(static_cast<size_t>(st.st_size));
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t got = ::read(fd.get(), buffer, sizeof(buffer));
+    if (got == 0) break;
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      throw TokenizerError(ErrorCode::kIo, {.file = path},
+                         std::string("cannot read tokenizer model: ") + std::strerror(errno));
+    }
+    if (bytes.size() + static_cast<size_t>(got) > kMaxModelBytes)
+      throw TokenizerError(ErrorCode::kTokenizer, {.file = path},
+                         "more than 1 GiB, larger than any SentencePiece model");
+    bytes.append(buffer, static_cast<size_t>(got));
+  }
+  if (bytes.empty())
+    throw TokenizerError(ErrorCode::kTokenizer, {.file = path},
+                         (stream ? "empty stream (a FIFO with no writer reads as "
+                                          "empty), not a SentencePiece model"
+                                        : "empty file, not a SentencePiece model"));
+  return bytes;
+}
+
 }  // namespace
 
 struct Tokenizer::Impl {
@@ -76,11 +152,7 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::Load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw TokenizerError(ErrorCode::kIo, {.file = path}, "cannot open tokenizer model");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string bytes = ss.str();
+  const std::string bytes = ReadModelBytes(path);
   auto impl = std::make_unique<Impl>();
   impl->path = path;
   const auto status = impl->sp.LoadFromSerializedProto(bytes);

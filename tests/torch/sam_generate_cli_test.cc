@@ -1,6 +1,6 @@
 // Runs the sam-generate binary, which uses libtorch and SentencePiece in one process. Their
 // protobuf copies clash (a crash at start-up, or a fatal protobuf version check when the
-// tokenizer model is parsed) unless SentencePiece is isolated (tools/tokenizer_shim.h): --help
+// tokenizer model is parsed) unless SentencePiece is isolated (sam::tokenizer_isolated): --help
 // proves the program starts; with the data folder present, the tests load the real tokenizer
 // next to a random checkpoint of its vocabulary, generate, and check the errors for mismatched
 // indexes, vocabularies and bad flags.

@@ -4,7 +4,8 @@
 //   std::string doc = sam::corpora::RenderDocument(sam::corpora::Template::kVicuna,
 //                                                  "Name a colour.", "Blue.");
 //   // The generation tool feeds the same prompt format to the model:
-//   std::string prompt = sam::corpora::RenderVicunaPrompt("Name a colour.");
+//   std::string prompt = sam::corpora::RenderPrompt(sam::corpora::Template::kVicuna,
+//                                                   "Name a colour.");
 //
 // The corpus documents and the prompts given to the model at generation time must use the
 // same template, or retrieval finds few matches; this header is the one place that defines
@@ -56,6 +57,13 @@ std::string JoinNonEmpty(std::string_view first, std::string_view second);
 // Renders one prompt/response pair with `templ`: JoinNonEmpty(prompt, response) for kRaw,
 // RenderVicuna(prompt, response) for kVicuna.
 std::string RenderDocument(Template templ, std::string_view prompt, std::string_view response);
+
+// Renders a prompt for the model to continue, as the documents of `templ` lay it out before
+// the response: for kRaw the prompt and the "\n" that RenderDocument puts before a response
+// ("" for an empty prompt); for kVicuna RenderVicunaPrompt(prompt) (FastChat leaves the space
+// before the response to the model). The one prompt rendering of sam-generate, bench_generate
+// and `sam-replay make-traces`.
+std::string RenderPrompt(Template templ, std::string_view prompt);
 
 }  // namespace sam::corpora
 

@@ -1,4 +1,5 @@
-// SHA-256 fingerprints of tokenizer models and corpus files.
+// SHA-256 fingerprints of tokenizer models and corpus files (FIPS 180-4, implemented here: the
+// format library and the runtime that links it need no crypto library).
 //
 //   sam::format::Sha256Digest d = sam::format::Sha256File("llama-32k.model");
 //   std::string hex = sam::format::DigestToHex(d);
@@ -13,8 +14,9 @@
 
 namespace sam::format {
 
+// The digest of `size` bytes at `data`. Never throws.
 Sha256Digest Sha256(const void* data, size_t size);
-// Hashes a whole file; throws FormatError(kIo) naming the file on failure.
+// Hashes a whole file; throws FormatError(kIo) naming the file when it cannot be opened or read.
 Sha256Digest Sha256File(const std::string& path);
 std::string DigestToHex(const Sha256Digest& digest);
 // Parses 64 hex digits; throws FormatError(kInvalidArgument) otherwise.

@@ -1,18 +1,37 @@
-// SentencePiece tokenization for indexing and replay.
+// SentencePiece tokenization: the one tokenizer wrapper of the project (indexing, replay,
+// generation).
 //
 //   auto tok = sam::indexer::Tokenizer::Load("llama-32k.model");
 //   sam::indexer::Tokenizer::Cache cache;             // one per thread
 //   std::vector<uint32_t> ids;
 //   tok.Encode("Hello world", &ids, &cache);           // no BOS added
+//   std::vector<uint32_t> prompt;
+//   tok.EncodePrompt(rendered_prompt, &prompt);        // BOS (if the model has one), then the text
+//
+// Two link-time backends implement this one class; a program links exactly one of them:
+//  * sam::tokenizer (src/tokenizer.cc) calls SentencePiece directly;
+//  * sam::tokenizer_isolated (src/tokenizer_isolated.cc) is for programs that also link libtorch:
+//    Debian's SentencePiece and libtorch carry clashing protobuf copies, so this backend loads
+//    the SentencePiece backend from a module, libsam_tokenizer_shim.so
+//    (src/tokenizer_module.cc), with dlopen(RTLD_LOCAL | RTLD_DEEPBIND) and forwards every call
+//    to it. The module is looked up
+//    in ../lib/ and next to the program, then at its build-tree path. Such programs must link
+//    neither sam::indexer nor SentencePiece.
+// Both backends behave identically (tests/indexer/tokenizer_test.cc checks both against
+// SentencePiece's own tools) and throw the same TokenizerError.
+//
+// Model files: Load() reads regular files and streams (pipes, FIFOs with a writer attached)
+// once, hashing the bytes it parses; it never blocks on a FIFO that has no writer (that reads as
+// empty), and refuses directories and devices by name.
 //
 // Encode() returns exactly what SentencePieceProcessor::Encode returns. With
 // a Cache it is faster: for models whose pieces never contain a whitespace
 // marker after another character (LLaMA's BPE model, identity normaliser, no
 // extra-whitespace removal), no piece can span a " x" boundary, so the text is
 // cut at the spaces that follow a non-space and each segment is encoded once
-// and remembered. Load() checks those conditions on the model and Encode()
-// falls back to whole-text encoding when they do not hold; the equality of
-// both paths is tested on the real corpora.
+// and remembered. Load() checks those conditions on the model (reading the
+// ModelProto fields itself) and Encode() falls back to whole-text encoding when
+// they do not hold.
 //
 // Thread safety: a loaded Tokenizer is immutable and may be shared; a Cache
 // belongs to one thread.
@@ -57,7 +76,8 @@ class Tokenizer {
     uint64_t hits = 0, misses = 0;
   };
 
-  // Loads a SentencePiece model file; throws TokenizerError naming the file.
+  // Loads a SentencePiece model file; throws TokenizerError naming the file (and, for the
+  // isolated backend, the module) on failure.
   static Tokenizer Load(const std::string& path);
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -66,7 +86,7 @@ class Tokenizer {
   uint32_t vocab_size() const;
   uint32_t bos_id() const;  // format::kNoToken if the model has none
   uint32_t eos_id() const;
-  const format::Sha256Digest& sha256() const;  // of the model file's bytes
+  const format::Sha256Digest& sha256() const;  // of the model bytes that were parsed
   const std::string& path() const;
   // True when segment caching is exact for this model (see above).
   bool segment_cache_exact() const;
@@ -75,6 +95,13 @@ class Tokenizer {
   // Appends the ids of text to *out. With cache == nullptr or a model that
   // does not allow segment caching, encodes the whole text at once.
   void Encode(std::string_view text, std::vector<uint32_t>* out, Cache* cache = nullptr) const;
+  // Appends the ids of a prompt the model continues: BOS when the model has one, then the
+  // ids of `rendered` (a prompt already rendered with corpora::RenderPrompt). The one
+  // prompt encoding of sam-generate, bench_generate and sam-replay's string traces.
+  void EncodePrompt(std::string_view rendered, std::vector<uint32_t>* out) const {
+    if (bos_id() != format::kNoToken) out->push_back(bos_id());
+    Encode(rendered, out);
+  }
   std::string Decode(std::span<const uint32_t> ids) const;
 
  private:
