@@ -126,16 +126,26 @@ void Populate(void* address, size_t size) {
 
 }  // namespace
 
+// The mapping (or buffer) and the view over it, in one heap block shared by
+// the IndexFile and every shared_view(): the view's address never changes
+// when the IndexFile moves, and the memory lives while any owner does.
 struct IndexFile::Storage {
   std::unique_ptr<bip::file_mapping> mapping;
   std::unique_ptr<bip::mapped_region> region;
   HugeBuffer buffer;  // owned copy (Read), 2 MiB aligned
+  IndexView view;
 };
 
-IndexFile::IndexFile() : storage_(std::make_unique<Storage>()) {}
+IndexFile::IndexFile()
+    : storage_(std::make_shared<Storage>()), view_(storage_, &storage_->view) {}
 IndexFile::IndexFile(IndexFile&&) noexcept = default;
 IndexFile& IndexFile::operator=(IndexFile&&) noexcept = default;
 IndexFile::~IndexFile() = default;
+
+const IndexView& IndexFile::view() const {
+  static const IndexView kEmpty;  // a moved-from file: no states but the root
+  return view_ ? *view_ : kEmpty;
+}
 
 IndexFile IndexFile::Open(const std::string& path, const OpenOptions& options) {
   IndexFile f;
@@ -427,7 +437,7 @@ void IndexFile::Init(const OpenOptions& options) {
              Num(*options.expected_vocab_size));
 
   // Views.
-  IndexView& v = view_;
+  IndexView& v = storage_->view;
   auto packed = [&](const char* tag, uint64_t count, unsigned w) {
     return PackedView(SectionData(*FindSection(tag)), count, w);
   };
@@ -528,7 +538,7 @@ void IndexFile::Verify() const {
                                                 Num(sum) + " != " + Num(s.checksum) +
                                                 "): the file is corrupted");
   }
-  const IndexView& v = view_;
+  const IndexView& v = view();
   const uint64_t n = v.num_tokens(), s = v.num_states(), c = v.num_clones();
   const uint32_t sep = v.separator();
   auto corrupt = [&](const std::string& what) { Fail(ErrorCode::kCorruptStructure, p, what); };

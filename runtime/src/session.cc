@@ -5,6 +5,7 @@
 #include <chrono>
 #include <limits>
 #include <stdexcept>
+#include <string>
 
 namespace sam::runtime {
 
@@ -161,6 +162,13 @@ void Session::AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticInde
 void Session::AttachIndex(const format::IndexView* view) {
   if (view == nullptr) throw std::invalid_argument("Session::AttachIndex: null index view");
   AttachCursor(StaticCursor(view), nullptr);
+}
+
+void Session::AttachIndex(std::shared_ptr<const format::IndexView> view) {
+  if (view == nullptr) throw std::invalid_argument("Session::AttachIndex: null index view");
+  owned_views_.reserve(owned_views_.size() + 1);  // no throw after attaching
+  AttachCursor(StaticCursor(view.get()), nullptr);
+  owned_views_.push_back(std::move(view));
 }
 
 void Session::AttachIndex(std::shared_ptr<const StaticIndex> index) {

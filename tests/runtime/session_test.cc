@@ -4,7 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <memory>
 #include <random>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -378,6 +380,109 @@ TEST(Session, StatisticsByDepthAndMatchLength) {
   EXPECT_NE(s.statistics().ToJson().find("\"dynamic\""), std::string::npos);
   s.ResetStatistics();
   EXPECT_EQ(s.statistics().steps, 0u);
+}
+
+// ---------------------------------------------------------------- lifetime
+
+// The old reproducer: sessions, a StaticIndex and a cursor take &file.view()
+// of an IndexFile in a std::vector, which then grows (moving the file). The
+// view keeps its address, and drafting afterwards gives exactly a fresh
+// session's drafts (run under ASan, a dangling view would be a
+// use-after-free).
+TEST(IndexLifetime, VectorGrowthKeepsBorrowedViewsValid) {
+  static_assert(std::is_nothrow_move_constructible_v<format::IndexFile>);
+  std::mt19937 rng(41);
+  const std::vector<Text> docs = RandomTexts(rng, 40, 20, 40, 10);
+  BuiltIndex built(docs, 10, "growth.sam");
+  BuiltIndex other(RandomTexts(rng, 5, 10, 10, 10), 10, "growth_other.sam");
+
+  std::vector<format::IndexFile> files;
+  files.push_back(format::IndexFile::Open(built.path));
+  const format::IndexView* before = &files[0].view();
+  const auto hubs = StaticIndex::Create(&files[0].view(), StaticIndex::Options{.min_degree = 2});
+  StaticCursor cursor(&files[0].view());
+  const std::vector<Policy> policies = {Policy::kPaper, Policy::kTree, Policy::kCalibrated};
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (Policy p : policies) {
+    SessionOptions o;
+    o.max_dynamic_bytes = 1 << 20;
+    o.selection.policy = p;
+    sessions.push_back(std::make_unique<Session>(o));
+    sessions.back()->AttachIndex(&files[0].view());
+    sessions.push_back(std::make_unique<Session>(o));
+    sessions.back()->AttachIndex(hubs);
+  }
+  const size_t capacity = files.capacity();
+  while (files.capacity() == capacity) files.push_back(format::IndexFile::Open(other.path));
+  ASSERT_EQ(&files[0].view(), before);  // the view did not move with the file
+  ASSERT_EQ(&hubs->view(), before);
+
+  // Drafting now equals drafting over the same file opened afresh.
+  const format::IndexFile fresh_file = format::IndexFile::Open(built.path);
+  Text prompt(30), gen(150);
+  for (auto& t : prompt) t = rng() % 10;
+  for (auto& t : gen) t = docs[0][rng() % docs[0].size()];
+  StaticCursor fresh_cursor(&fresh_file.view());
+  for (uint32_t t : prompt) {
+    cursor.Advance(t);
+    fresh_cursor.Advance(t);
+    ASSERT_EQ(cursor.match().state, fresh_cursor.match().state);
+    ASSERT_EQ(cursor.match().len, fresh_cursor.match().len);
+  }
+  for (size_t k = 0; k < sessions.size(); ++k) {
+    Session& s = *sessions[k];
+    Session fresh(s.options());
+    fresh.AttachIndex(&fresh_file.view());
+    s.Prefill(prompt);
+    fresh.Prefill(prompt);
+    size_t drafted = 0;
+    for (size_t i = 0; i < gen.size();) {
+      const DraftTree& a = s.Propose(gen[i]);
+      const DraftTree& b = fresh.Propose(gen[i]);
+      ASSERT_TRUE(SameTree(a, b)) << PolicyName(policies[k / 2]) << " session " << k << " step " << i;
+      drafted += a.size() > 1;
+      const size_t accepted = AcceptedLength(a, std::span<const uint32_t>(gen).subspan(i + 1));
+      const Text commit(gen.begin() + i, gen.begin() + i + accepted + 1);
+      s.Commit(commit);
+      fresh.Commit(commit);
+      i += accepted + 1;
+    }
+    EXPECT_GT(drafted, 0u) << k;
+  }
+}
+
+// A view from shared_view() (and a StaticIndex made from one) keeps the file
+// mapped after the IndexFile is gone: the session drafts as a fresh one does.
+TEST(IndexLifetime, SharedViewsOutliveTheFile) {
+  std::mt19937 rng(43);
+  const std::vector<Text> docs = RandomTexts(rng, 30, 20, 40, 10);
+  BuiltIndex built(docs, 10, "shared_view.sam");
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = Policy::kCalibrated;
+  Session by_view(o), by_hubs(o);
+  std::weak_ptr<const format::IndexView> weak;
+  {
+    format::IndexFile file = format::IndexFile::Open(built.path);
+    const format::IndexFile moved = std::move(file);  // the view stays where it was
+    by_view.AttachIndex(moved.shared_view());
+    by_hubs.AttachIndex(StaticIndex::Create(moved.shared_view()));
+    weak = moved.shared_view();
+    EXPECT_EQ(file.view().num_states(), 1u);  // a moved-from file: an empty index
+  }
+  EXPECT_FALSE(weak.expired());  // the sessions keep it
+  Session fresh(o);
+  fresh.AttachIndex(&built.view());
+  Text prompt(20);
+  for (auto& t : prompt) t = rng() % 10;
+  for (Session* s : {&by_view, &by_hubs, &fresh}) s->Prefill(prompt);
+  for (size_t i = 0; i < 100; ++i) {
+    const uint32_t start = docs[1][i % docs[1].size()];
+    const DraftTree expected = fresh.Propose(start);
+    ASSERT_TRUE(SameTree(by_view.Propose(start), expected)) << i;
+    ASSERT_TRUE(SameTree(by_hubs.Propose(start), expected)) << i;
+    for (Session* s : {&by_view, &by_hubs, &fresh}) s->Commit(Text{start});
+  }
 }
 
 }  // namespace

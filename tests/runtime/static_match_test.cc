@@ -284,7 +284,10 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
     ASSERT_EQ(ta.tokens, tb.tokens);
     ASSERT_EQ(ta.parents, tb.parents);
   }
-  EXPECT_THROW(sam::runtime::StaticIndex::Create(nullptr), std::invalid_argument);
+  EXPECT_THROW(sam::runtime::StaticIndex::Create(static_cast<const sam::format::IndexView*>(nullptr)),
+               std::invalid_argument);
+  EXPECT_THROW(sam::runtime::StaticIndex::Create(std::shared_ptr<const sam::format::IndexView>()),
+               std::invalid_argument);
 }
 
 // The edge filter never denies an existing explicit transition, and at 10

@@ -21,7 +21,15 @@
 // are not stored, so no match ever crosses a document boundary.
 //
 // Thread safety: an IndexView is immutable; any number of threads may use one
-// concurrently. It borrows the memory of its IndexFile, which must outlive it.
+// concurrently.
+// Lifetime: an IndexFile's view lives in a heap block that the file shares
+// with every IndexFile::shared_view() of it. Its address never changes, even
+// when the IndexFile is moved (into a growing std::vector, say), and the
+// memory stays mapped while the IndexFile or any shared_view() lives. A
+// `&file.view()` (or a StaticCursor, StaticIndex or Session given one)
+// borrows: the file must outlive it. Holders that must not depend on that
+// take shared_view() instead (StaticIndex::Create and Session::AttachIndex
+// accept one and keep the file mapped).
 // Robustness: accessors never read outside the mapped sections, even on a
 // corrupted file that passed the cheap open checks (impossible values read as
 // kNoState / 0); IndexFile::Open with verify = true finds such corruption.
@@ -340,7 +348,10 @@ struct OpenOptions {
   bool populate = false;
 };
 
-// An open index file. Movable, not copyable. Holds the mapping (or buffer).
+// An open index file. Movable, not copyable. Holds the mapping (or buffer),
+// shared with its shared_view()s. Moving it keeps view() at the same address;
+// a moved-from IndexFile's view() is an empty index (root only), and it may
+// only be assigned to or destroyed.
 class IndexFile {
  public:
   // Memory-maps path read-only (Boost.Interprocess) and checks the header and
@@ -349,7 +360,8 @@ class IndexFile {
   // Reads the whole file into memory instead of mapping it.
   static IndexFile Read(const std::string& path, const OpenOptions& options = {});
   // Uses a caller's buffer, which must stay valid and unchanged while the
-  // IndexFile lives, and be 8-byte aligned. `name` is used in messages.
+  // IndexFile or a shared_view() of it lives, and be 8-byte aligned. `name`
+  // is used in messages.
   static IndexFile FromBuffer(const void* data, size_t size, const std::string& name,
                               const OpenOptions& options = {});
 
@@ -357,7 +369,14 @@ class IndexFile {
   IndexFile& operator=(IndexFile&&) noexcept;
   ~IndexFile();
 
-  const IndexView& view() const { return view_; }
+  // The view, at an address that stays the same for the file's lifetime,
+  // moves included. Borrowed: valid while this IndexFile (or whatever it was
+  // moved into) or a shared_view() of it lives.
+  const IndexView& view() const;
+  // The same view, owning: it keeps the mapping (or buffer) alive after the
+  // IndexFile is destroyed. With FromBuffer, the caller's buffer must still
+  // outlive it.
+  std::shared_ptr<const IndexView> shared_view() const { return view_; }
   const IndexHeader& header() const { return header_; }
   const std::string& path() const { return path_; }
   const std::vector<SectionInfo>& sections() const { return sections_; }
@@ -378,13 +397,13 @@ class IndexFile {
   const SectionInfo* FindSection(const char* tag) const;
   std::vector<uint8_t> SectionBytes(const SectionInfo& s) const;  // decompressed
 
-  std::unique_ptr<Storage> storage_;
+  std::shared_ptr<Storage> storage_;         // mapping or buffer, and the view
+  std::shared_ptr<const IndexView> view_;    // &storage_->view, sharing storage_
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
   std::string path_;
   IndexHeader header_;
   std::vector<SectionInfo> sections_;
-  IndexView view_;
 };
 
 }  // namespace sam::format
