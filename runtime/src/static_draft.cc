@@ -23,8 +23,6 @@ size_t StaticContinuation(const format::IndexView& view, uint64_t state, size_t 
   return count;
 }
 
-using internal::ForEachChildOf;
-
 std::span<const StaticIndex::Child> StaticTreeBuilder::TopChildren(const format::IndexView& view,
                                                                    uint64_t state) {
   if (cache_.empty()) cache_.resize(kCacheEntries);
@@ -80,7 +78,7 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
         children_.push_back(
             Candidate{weight * static_cast<double>(c.count) / total, node, c.target, c.token});
     } else {
-      ForEachChildOf(view, v, [&](uint32_t token, uint64_t target) {
+      view.ForEachChild(v, [&](uint32_t token, uint64_t target) {
         children_.push_back(Candidate{weight * static_cast<double>(view.Count(target)) / total,
                                       node, target, token});
       });

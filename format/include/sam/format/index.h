@@ -221,7 +221,11 @@ class IndexView {
   }
 
   // Calls f(token, target) for every outgoing transition of v in increasing
-  // token order (document-end transitions excluded).
+  // token order (document-end transitions excluded, and targets that only a
+  // corrupt file could hold skipped). The labels and occurrence counts of
+  // all the targets start loading first (PrefetchChildren), so that their
+  // cache misses overlap. The one child enumeration: the runtime's tree
+  // builders and hub tables use it too.
   template <typename F>
   void ForEachChild(uint64_t v, F&& f) const {
     if (v == kRoot) {
@@ -234,15 +238,26 @@ class IndexView {
     uint32_t implicit = (v < n_) ? static_cast<uint32_t>(text_.Get(v)) : kNoToken;
     bool implicit_done = implicit >= vocab_size_;
     auto [lo, hi] = EdgeRange(v);
+    PrefetchChildren(lo, hi);
     for (; lo < hi; ++lo) {
       uint64_t t = edges_.Get(lo);
-      if (t >= s_) continue;
-      uint32_t label = LabelOfTarget(t);
-      if (label == kNoToken) continue;
+      uint32_t label = LabelOfTarget(t);  // kNoToken for an impossible target
+      if (label >= vocab_size_) continue;
       if (!implicit_done && implicit < label) { f(implicit, v + 1); implicit_done = true; }
       f(label, t);
     }
     if (!implicit_done) f(implicit, v + 1);
+  }
+  // Starts loading the labels (PrefetchLabels) and the occurrence counts of
+  // the targets of edges [lo, hi).
+  void PrefetchChildren(uint64_t lo, uint64_t hi) const {
+    PrefetchLabels(lo, hi);
+    for (uint64_t e = lo; e < hi; ++e) {
+      const uint64_t t = edges_.Get(e);
+      if (t == kRoot || t >= s_) continue;
+      if (t > n_) clone_count_.Prefetch(t - n_ - 1);
+      else if (t <= prefix_count_.size()) prefix_count_.Prefetch(t - 1);
+    }
   }
   // Number of outgoing transitions (document-end transitions excluded).
   uint64_t Degree(uint64_t v) const;
