@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sam/format/error.h"
@@ -166,6 +167,27 @@ TEST(IndexView, ForEachEdgeRangeEqualsEdgeRange) {
       ASSERT_EQ(hi, ehi) << v;
     });
     EXPECT_EQ(expected, view.num_states());
+  }
+}
+
+// The one child enumeration (IndexView::ForEachChild, which the tree builders
+// and hub tables use) against brute force over the alphabet: exactly the
+// transitions Next() takes, in increasing token order, document ends never.
+TEST(IndexView, ForEachChildEqualsNextOverTheAlphabet) {
+  for (const uint32_t alphabet : {2u, 7u, 60u}) {
+    std::mt19937 rng(70 + alphabet);
+    TestIndex index(RandomDocs(rng, 50, 60, alphabet), alphabet, "children");
+    const format::IndexView& view = index.view();
+    for (uint64_t v = 0; v < view.num_states(); ++v) {
+      std::vector<std::pair<uint32_t, uint64_t>> expected, got;
+      for (uint32_t c = 0; c <= alphabet; ++c) {  // c == alphabet: the separator
+        const uint64_t t = view.Next(v, c);
+        if (t != format::kNoState) expected.emplace_back(c, t);
+      }
+      view.ForEachChild(v, [&](uint32_t c, uint64_t t) { got.emplace_back(c, t); });
+      ASSERT_EQ(got, expected) << "state " << v;
+      ASSERT_EQ(view.Degree(v), expected.size()) << "state " << v;
+    }
   }
 }
 
