@@ -18,7 +18,8 @@
 // nothing cached by the session); runs 1..R reuse the session (Reset, Prefill)
 // and their median p50 / p99 are reported. The step time is the time spent in
 // Propose plus the time spent in Commit (verification excluded), measured
-// outside the session (its own timing is off). MAT = committed tokens / steps;
+// outside the session (its own timing is off). MAT = committed tokens / steps
+// (SourceStatistics::Mat(): the mean over steps of accepted tokens + 1);
 // ns/token = time per committed token over the steps at or below the p99
 // (median over the warm runs).
 
@@ -72,7 +73,7 @@ std::vector<uint32_t> Concatenate(const std::vector<size_t>& order, size_t n, Pa
 struct Result {
   std::vector<uint32_t> step_ns;
   std::vector<uint32_t> step_tokens;  // committed tokens per step
-  uint64_t steps = 0, tokens = 0;
+  rt::SourceStatistics stats;         // MAT: stats.Mat()
   double prefill_ms = 0;
   // Time per committed token over the steps at or below the p99 step time:
   // on a shared machine a few preempted steps would otherwise dominate.
@@ -113,8 +114,7 @@ Result Run(rt::Drafter& d, Propose&& propose, const std::vector<uint32_t>& conte
     const uint64_t ns = Ns(t0, t1) + Ns(t2, Clock::now());
     r.step_ns.push_back(static_cast<uint32_t>(std::min<uint64_t>(ns, UINT32_MAX)));
     r.step_tokens.push_back(static_cast<uint32_t>(a + 1));
-    ++r.steps;
-    r.tokens += a + 1;
+    r.stats.Record(tree, a);
     i += a + 1;
   }
   return r;
@@ -253,7 +253,7 @@ int main(int argc, char** argv) {
           per_token.push_back(last.NsPerToken());
         }
         if (!report) continue;
-        const double mat = static_cast<double>(last.tokens) / static_cast<double>(last.steps);
+        const double mat = last.stats.Mat();
         std::printf("%8zu %-11s %9.2f %9.2f %10.2f %6.2f %9.0f %7.1fms\n", ctx, name.c_str(),
                     Median(p50), Median(p99), cold_p99, mat, Median(per_token), last.prefill_ms);
         std::fflush(stdout);

@@ -106,7 +106,7 @@ class TextStreamer {
 json BySourceJson(const tb::GenerateResult& r) {
   json sources = json::object();
   for (size_t i = 0; i < r.by_source.size(); ++i) {
-    const tb::SourceCounts& c = r.by_source[i];
+    const rt::SourceStatistics& c = r.by_source[i];
     if (c.steps == 0) continue;
     sources[std::string(rt::DraftSourceName(static_cast<rt::DraftSource>(i)))] = {
         {"steps", c.steps}, {"draft_tokens", c.draft_tokens},

@@ -203,7 +203,7 @@ json PolicyJson(const std::string& name, const rt::ReplayReport& r) {
   p["tokens_per_step"] = r.total.TokensPerStep();
   p["draft_share"] = r.DraftShare();
   p["steps"] = r.total.steps;
-  p["tokens"] = r.total.tokens;
+  p["tokens"] = r.total.Tokens();
   p["propose_us_p50"] = rt::Percentile(r.propose_ns, 50) / 1000.0;
   p["propose_us_p99"] = rt::Percentile(r.propose_ns, 99) / 1000.0;
   p["commit_us_p50"] = rt::Percentile(r.commit_ns, 50) / 1000.0;
@@ -214,7 +214,7 @@ json PolicyJson(const std::string& name, const rt::ReplayReport& r) {
   p["by_category"] = cats;
   json sources = json::object();
   for (size_t s = 0; s < rt::kNumDraftSources; ++s) {
-    const rt::ReplayTotals& t = r.by_source[s];
+    const rt::SourceStatistics& t = r.by_source[s];
     if (t.steps == 0) continue;
     sources[std::string(rt::DraftSourceName(static_cast<rt::DraftSource>(s)))] = {
         {"share", static_cast<double>(t.steps) / r.total.steps}, {"mat", t.Mat()}};
@@ -222,7 +222,7 @@ json PolicyJson(const std::string& name, const rt::ReplayReport& r) {
   p["by_source"] = sources;
   json depth = json::array();
   for (size_t d = 0; d < 16 && r.total.steps; ++d)
-    depth.push_back(static_cast<double>(r.accepted_at_depth[d]) / r.total.steps);
+    depth.push_back(static_cast<double>(r.total.accepted_at_depth[d]) / r.total.steps);
   p["accepted_at_depth"] = depth;  // share of steps whose accepted path reached depth d+1
   return p;
 }
@@ -314,7 +314,7 @@ int main(int argc, char** argv) {
     // One shared StaticIndex per file for all policies (same drafts, faster trees).
     SharedIndexes views;
     for (const auto& p : index_paths) indexes.push_back(sam::format::IndexFile::Open(p, open));
-    for (const auto& f : indexes) views.push_back(rt::StaticIndex::Create(&f.view()));
+    for (const auto& f : indexes) views.push_back(rt::StaticIndex::Create(f.shared_view()));
     uint32_t vocab = tokenizer ? tokenizer->vocab_size()
                                : (indexes.empty() ? UINT32_MAX : indexes[0].header().vocab_size);
     uint32_t bos = tokenizer ? tokenizer->bos()

@@ -453,18 +453,9 @@ size_t Session::RecordAcceptance(std::span<const uint32_t> tokens) {
     if (calibrating) on_path_[node] = 1;
     ++accepted;
   }
-  size_t max_depth = 0;
-  for (uint16_t d : t.depths) max_depth = std::max<size_t>(max_depth, d);
   SourceStatistics& s = stats_.source(t.source);
-  ++s.drafts;
-  s.draft_nodes += t.size() - 1;
-  s.accepted_tokens += accepted;
+  s.Record(t, accepted);
   s.propose_ns += pending_ns_;
-  for (size_t d = 0; d < std::min(max_depth, kTrackedDepths); ++d) ++s.proposed_at_depth[d];
-  for (size_t d = 0; d < std::min(accepted, kTrackedDepths); ++d) ++s.accepted_at_depth[d];
-  const size_t bucket = MatchLengthBucket(t.match_len);
-  ++s.drafts_by_match_length[bucket];
-  s.accepted_by_match_length[bucket] += accepted;
   ++stats_.steps;
 
   // Calibration: every node whose parent was accepted was a trial.

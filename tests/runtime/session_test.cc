@@ -369,13 +369,13 @@ TEST(Session, StatisticsByDepthAndMatchLength) {
   s.Propose(3);               // "1 2 3": draft 3 4 5 1
   s.Commit(Text{3, 4, 5});    // two accepted
   const SourceStatistics& d = s.statistics().source(DraftSource::kDynamic);
-  EXPECT_EQ(d.drafts, 1u);
-  EXPECT_EQ(d.draft_nodes, 3u);
+  EXPECT_EQ(d.steps, 1u);
+  EXPECT_EQ(d.draft_tokens, 3u);
   EXPECT_EQ(d.accepted_tokens, 2u);
   EXPECT_EQ(d.proposed_at_depth[2], 1u);
   EXPECT_EQ(d.accepted_at_depth[1], 1u);
   EXPECT_EQ(d.accepted_at_depth[2], 0u);
-  EXPECT_EQ(d.drafts_by_match_length[3], 1u);
+  EXPECT_EQ(d.steps_by_match_length[3], 1u);
   EXPECT_EQ(d.accepted_by_match_length[3], 2u);
   EXPECT_NE(s.statistics().ToJson().find("\"dynamic\""), std::string::npos);
   s.ResetStatistics();

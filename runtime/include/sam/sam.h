@@ -216,8 +216,10 @@ int sam_session_observe_topk(sam_session* session, const uint32_t* tokens, size_
  * Recycling table and attached indexes are kept). */
 int sam_session_reset(sam_session* session);
 
-/* Statistics as a JSON object (drafts, accepted tokens and time per source).
- * NULL on failure (see sam_last_error). */
+/* Statistics as a JSON object: {"steps", "committed_tokens", ..., "sources":
+ * {"static": {"steps", "draft_tokens", "accepted_tokens", "mat", "propose_ns",
+ * ...}, ...}} (sam/runtime/statistics.h; "mat" = mean over steps of accepted
+ * draft tokens + 1). NULL on failure (see sam_last_error). */
 const char* sam_session_stats_json(sam_session* session);
 
 #ifdef __cplusplus

@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -97,15 +98,6 @@ struct GenerateOptions {
 enum class StopReason { kMaxNewTokens, kStopToken, kCallback };
 std::string_view StopReasonName(StopReason reason);  // "max_new_tokens", "stop_token", "callback"
 
-// Per-draft-source counts of one request (runtime::DraftSource order).
-struct SourceCounts {
-  uint64_t steps = 0;            // steps whose draft came from this source
-  uint64_t draft_tokens = 0;     // draft nodes proposed, start token excluded
-  uint64_t accepted_tokens = 0;  // draft tokens accepted, bonus excluded
-  // Mean accepted tokens per step of this source, bonus included (0 without steps).
-  double Mat() const { return steps ? 1.0 + static_cast<double>(accepted_tokens) / steps : 0.0; }
-};
-
 struct GenerateResult {
   std::vector<uint32_t> output_ids;  // new tokens, a final stop token included
   int64_t prompt_tokens = 0;
@@ -113,15 +105,19 @@ struct GenerateResult {
   int64_t steps = 0;
   // Tree nodes evaluated by those passes (= steps without speculation).
   int64_t verified_tokens = 0;
-  // Mean tokens emitted per step (accepted + bonus, after truncation); 1.00 for plain decoding;
-  // 0 when no step ran (max_new_tokens 1 or a stop token first).
+  // MAT: the mean over steps of accepted draft tokens + 1 (the bonus), Total().Mat(); 1.00 for
+  // plain decoding; 0 when no step ran (max_new_tokens 1 or a stop token first). Accepted tokens
+  // count as verified, including any after a stop token that ended the request.
   double mat = 0.0;
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   // output_ids.size() / (prefill_seconds + decode_seconds).
   double tokens_per_s = 0.0;
   StopReason stop_reason = StopReason::kMaxNewTokens;
-  std::array<SourceCounts, runtime::kNumDraftSources> by_source{};
+  // Per draft source (runtime::DraftSource order), one record per step.
+  std::array<runtime::SourceStatistics, runtime::kNumDraftSources> by_source{};
+  // All sources together.
+  runtime::SourceStatistics Total() const;
 };
 
 // Called with the tokens each step emits (in order, at least one); return false to stop.
