@@ -32,12 +32,14 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "cli_exit.h"
 #include "sam/format/index.h"
 #include "sam/runtime/pld.h"
+#include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
 #include "trace_io.h"
@@ -145,7 +147,7 @@ int main(int argc, char** argv) {
                "bench_step"};
   std::string index_path, traces_path, tokenizer_path;
   std::vector<size_t> contexts = {1024, 4096, 16384, 65536, 131072};
-  std::vector<std::string> policies = {"paper", "calibrated", "pld"};
+  std::vector<std::string> policies = {"sam", "sam-cal", "pld"};
   size_t steps = 2000, draft = 40, runs = 5;
   uint64_t seed = 1;
   bool share_index = true;
@@ -156,8 +158,10 @@ int main(int argc, char** argv) {
                  "JSONL traces (sam-replay make-traces) for realistic streams");
   app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (string traces)");
   app.add_option("--contexts", contexts, "context lengths in tokens")->delimiter(',');
-  app.add_option("--policies", policies, "session policies (paper, static, dynamic, tree, "
-                 "calibrated) and/or pld")->delimiter(',');
+  app.add_option("--policies", policies,
+                 "policies (" + rt::PolicyNameList() + ") and/or pld (default sam,sam-cal,pld; "
+                 "sam-rec's Token Recycling table gets no model feedback here)")
+      ->delimiter(',');
   app.add_option("--steps", steps, "steps per request");
   app.add_option("--draft", draft, "draft nodes, start token included");
   app.add_option("--runs", runs, "warm runs per context and policy (medians reported)");
@@ -219,14 +223,25 @@ int main(int argc, char** argv) {
       }
       for (const std::string& name : policies) {
         std::unique_ptr<rt::Drafter> drafter;
+        std::unique_ptr<rt::RecyclingDrafter> recycling;
         rt::Session* session = nullptr;
         rt::DraftTree pld_tree;
         if (name == "pld") {
           drafter = std::make_unique<rt::PldDrafter>(3, 10);
         } else {
+          const rt::NamedPolicy* named = nullptr;
+          for (const rt::NamedPolicy& p : rt::NamedPolicies())
+            if (p.name == name) named = &p;
+          if (named == nullptr)
+            throw std::runtime_error("unknown policy '" + name + "' (valid: pld, " +
+                                     rt::PolicyNameList() + ")");
           rt::SessionOptions o;
           o.max_dynamic_bytes = rt::DynamicSam::BytesForCapacity(ctx + gen_tokens);
-          o.selection.policy = rt::ParsePolicy(name);
+          o.selection.policy = named->policy;
+          if (named->recycling_fallback) {
+            recycling = std::make_unique<rt::RecyclingDrafter>(view.vocab_size());
+            o.fallback = recycling.get();
+          }
           o.selection.draft_size = draft;
           o.collect_timing = false;
           auto s = std::make_unique<rt::Session>(o);

@@ -146,16 +146,24 @@ struct PolicyRun {
   size_t max_nodes = 1 << 16;
 };
 
-const char* kPolicyHelp =
-    "pld       prompt lookup decoding (n-gram 3..1, 10 tokens)\n"
-    "sam       paper rule, no fallback (l_bias 0), 40 tokens, linear\n"
-    "static    static SAM only, 40 tokens\n"
-    "dynamic   dynamic SAM only, 40 tokens\n"
-    "sam-tree  count-weighted static trees (min(60, 1+4l) nodes, <= 8 per depth) when the\n"
-    "          static match is longer, else the dynamic draft of that length\n"
-    "sam-rec   paper rule (l_bias 5, l_threshold 5) with Token Recycling fallback; the\n"
-    "          table learns only the recorded next tokens (no logits in replay)\n"
-    "sam-cal   calibrated merged trees (this project's policy), 40 nodes";
+// The session policies (runtime/selection.h) plus the PLD baseline.
+constexpr const char* kPld = "pld";
+
+std::string PolicyHelpText() {
+  return "pld       prompt lookup decoding (n-gram 3..1, 10 tokens)\n" + rt::PolicyHelp() +
+         "\n(in replay, sam-rec's Token Recycling table learns only the recorded next tokens:\n"
+         "no logits offline)";
+}
+
+// The session policy named `name`; null for the PLD baseline. Throws
+// UsageError listing every valid name for an unknown one.
+const rt::NamedPolicy* FindSessionPolicy(const std::string& name) {
+  if (name == kPld) return nullptr;
+  for (const rt::NamedPolicy& p : rt::NamedPolicies())
+    if (p.name == name) return &p;
+  throw UsageError("unknown policy '" + name + "' (valid: " + kPld + ", " +
+                   rt::PolicyNameList() + ")");
+}
 
 struct Tuning {
   size_t dynamic_bytes = size_t{64} << 20;
@@ -169,7 +177,7 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
                      const SharedIndexes& views) {
   PolicyRun run;
   run.name = name;
-  if (name == "pld") {
+  if (name == kPld) {
     run.drafter = std::make_unique<rt::PldDrafter>(3, 10);
     return run;
   }
@@ -177,12 +185,7 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   o.max_dynamic_bytes = tuning.dynamic_bytes;
   if (tuning.draft_size) o.selection.draft_size = *tuning.draft_size;
   if (tuning.min_path_probability) o.selection.min_path_probability = *tuning.min_path_probability;
-  rt::NamedPolicy named;
-  try {
-    named = rt::PolicyFromToolName(name);
-  } catch (const std::invalid_argument&) {
-    throw UsageError("unknown policy '" + name + "'; valid policies:\n" + kPolicyHelp);
-  }
+  const rt::NamedPolicy& named = *FindSessionPolicy(name);
   o.selection.policy = named.policy;
   if (named.recycling_fallback) {
     auto rec = std::make_unique<RecordedRecyclingSession>(o, vocab_size);
@@ -264,7 +267,7 @@ int main(int argc, char** argv) {
       "accepted tokens per step (MAT, bonus included: plain decoding = 1.00), tokens\n"
       "verified per step, sources and timings. No model is needed: acceptance against\n"
       "a recorded greedy output is exact.\n\nPolicies:\n" +
-          std::string(kPolicyHelp),
+          PolicyHelpText(),
       "sam-replay"};
   std::vector<std::string> index_paths, policies;
   std::string tokenizer_path, traces_path;
@@ -281,7 +284,7 @@ int main(int argc, char** argv) {
   app.add_option("--draft-size", tuning.draft_size,
                  "draft nodes incl. the start token for sam, static, dynamic, sam-rec, sam-cal "
                  "(default 40)")
-      ->check(CLI::Range(1, 1 << 12));
+      ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
   app.add_option("--min-path-prob", tuning.min_path_probability,
                  "sam-cal: leave out nodes whose estimated path probability is lower "
                  "(default 0.01)")
@@ -300,8 +303,11 @@ int main(int argc, char** argv) {
   try {
     if (*make) return MakeTraces(data_dir, out_path, template_name, limit);
     if (traces_path.empty()) throw UsageError("--traces is required");
-    if (policies.empty())
-      policies = {"pld", "sam", "static", "dynamic", "sam-tree", "sam-rec", "sam-cal"};
+    if (policies.empty()) {  // all of them
+      policies = {kPld};
+      for (const rt::NamedPolicy& p : rt::NamedPolicies()) policies.emplace_back(p.name);
+    }
+    for (const auto& name : policies) FindSessionPolicy(name);  // before any loading
 
     std::unique_ptr<Tokenizer> tokenizer;
     sam::format::OpenOptions open;

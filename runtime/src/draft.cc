@@ -1,5 +1,8 @@
 #include "sam/runtime/draft.h"
 
+#include <stdexcept>
+#include <string>
+
 namespace sam::runtime {
 
 std::string_view DraftSourceName(DraftSource source) {
@@ -13,6 +16,11 @@ std::string_view DraftSourceName(DraftSource source) {
     case DraftSource::kOther: return "other";
   }
   return "unknown";
+}
+
+void DraftTree::ThrowTooDeep() {
+  throw std::length_error("DraftTree::Add: a node deeper than " + std::to_string(kMaxDepth) +
+                          " (the depth limit of a draft tree) was refused");
 }
 
 }  // namespace sam::runtime

@@ -143,8 +143,15 @@ Session::Session(const SessionOptions& options)
     : options_(options),
       dynamic_(DynamicSam::CapacityForBytes(options.max_dynamic_bytes)),
       calibrator_(std::make_unique<Calibrator>()) {
-  if (options_.selection.draft_size < 1)
-    throw std::invalid_argument("SessionOptions: selection.draft_size must be at least 1");
+  const SelectionOptions& sel = options_.selection;
+  if (sel.draft_size < 1 || sel.draft_size > kMaxDraftSize)
+    throw std::invalid_argument("SessionOptions: selection.draft_size must be in 1.." +
+                                std::to_string(kMaxDraftSize) + ", got " +
+                                std::to_string(sel.draft_size));
+  if (sel.max_tree_nodes > kMaxDraftSize)
+    throw std::invalid_argument("SessionOptions: selection.max_tree_nodes must be at most " +
+                                std::to_string(kMaxDraftSize) + ", got " +
+                                std::to_string(sel.max_tree_nodes));
   tree_.Reset(0, DraftSource::kNone);
   node_cells_.reserve(256);
   merged_ = std::make_unique<MergedScratch>();

@@ -135,6 +135,25 @@ TEST(Statistics, MatIsTheMeanOfAcceptedPlusOne) {
       << json;
 }
 
+// Depths are uint16_t: a tree refuses a node below depth 65535 instead of
+// wrapping its depth to 0; everything shallower is still accepted.
+TEST(DraftTreeLimits, DepthNeverWraps) {
+  DraftTree t;
+  t.Reset(1, DraftSource::kOther);
+  int node = 0;
+  for (uint32_t d = 1; d <= 65535; ++d) node = t.Add(node, d % 7);
+  ASSERT_EQ(t.size(), 65536u);
+  EXPECT_EQ(t.depths.back(), 65535);  // at the limit
+  EXPECT_EQ(node, 65535);
+  EXPECT_THROW(t.Add(node, 3), std::length_error);  // beyond: refused
+  EXPECT_EQ(t.size(), 65536u);                        // unchanged
+  EXPECT_EQ(t.parents.size(), 65536u);
+  EXPECT_EQ(t.depths.size(), 65536u);
+  const int sibling = t.Add(node - 1, 5);  // another node at depth 65535 is fine
+  EXPECT_EQ(t.depths[sibling], 65535);
+  for (size_t i = 1; i < t.size(); ++i) ASSERT_EQ(t.depths[i], t.depths[t.parents[i]] + 1) << i;
+}
+
 // A drafter that never drafts gives MAT exactly 1.
 class NoDrafter : public Drafter {
  public:

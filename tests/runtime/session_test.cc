@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <type_traits>
 #include <string>
 #include <vector>
@@ -57,8 +58,6 @@ TEST(Selection, AdaptiveLength) {
   EXPECT_EQ(LinearDraftSize(1, o), 5u);
   EXPECT_EQ(LinearDraftSize(3, o), 13u);
   EXPECT_EQ(LinearDraftSize(100, o), 40u);
-  EXPECT_EQ(ParsePolicy("calibrated"), Policy::kCalibrated);
-  EXPECT_THROW(ParsePolicy("bogus"), std::invalid_argument);
 }
 
 // ---------------------------------------------------------------- sessions
@@ -380,6 +379,87 @@ TEST(Session, StatisticsByDepthAndMatchLength) {
   EXPECT_NE(s.statistics().ToJson().find("\"dynamic\""), std::string::npos);
   s.ResetStatistics();
   EXPECT_EQ(s.statistics().steps, 0u);
+}
+
+// ---------------------------------------------------------------- policy names
+
+// The one naming scheme: the table is the oracle, and its names are the ones
+// the tools' docs use (README, docs/runtime.md).
+TEST(PolicyNames, EveryNameRoundTrips) {
+  std::vector<std::string> names;
+  for (const NamedPolicy& p : NamedPolicies()) {
+    names.emplace_back(p.name);
+    const NamedPolicy& found = FindPolicy(p.name);
+    EXPECT_EQ(&found, &p) << p.name;
+    EXPECT_EQ(found.policy, p.policy);
+    EXPECT_EQ(found.recycling_fallback, p.recycling_fallback);
+    EXPECT_FALSE(p.description.empty()) << p.name;
+    if (!p.recycling_fallback) {
+      EXPECT_EQ(PolicyName(p.policy), p.name);
+    }
+    EXPECT_NE(PolicyHelp().find(std::string(p.name) + " "), std::string::npos) << p.name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"sam", "static", "dynamic", "sam-tree", "sam-rec",
+                                             "sam-cal"}));
+  // Every Policy has exactly one name without a fallback, and it maps back.
+  for (Policy policy : {Policy::kPaper, Policy::kStaticOnly, Policy::kDynamicOnly, Policy::kTree,
+                        Policy::kCalibrated}) {
+    size_t plain = 0;
+    for (const NamedPolicy& p : NamedPolicies()) plain += p.policy == policy && !p.recycling_fallback;
+    EXPECT_EQ(plain, 1u) << static_cast<int>(policy);
+    EXPECT_EQ(FindPolicy(PolicyName(policy)).policy, policy);
+  }
+  EXPECT_EQ(FindPolicy("sam-rec").policy, Policy::kPaper);
+  EXPECT_TRUE(FindPolicy("sam-rec").recycling_fallback);
+}
+
+TEST(PolicyNames, UnknownNameListsEveryValidName) {
+  // Old names of the second scheme and near misses are all unknown now.
+  for (const char* bad : {"paper", "calibrated", "tree", "bogus", "", "SAM", "sam-"}) {
+    try {
+      FindPolicy(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const std::invalid_argument& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("'" + std::string(bad) + "'"), std::string::npos) << message;
+      for (const NamedPolicy& p : NamedPolicies())
+        EXPECT_NE(message.find(std::string(p.name)), std::string::npos) << message;
+    }
+  }
+  std::string list;
+  for (const NamedPolicy& p : NamedPolicies()) list += (list.empty() ? "" : ", ") + std::string(p.name);
+  EXPECT_EQ(PolicyNameList(), list);
+}
+
+// ---------------------------------------------------------------- limits
+
+TEST(SessionLimits, DraftSizeAtAndBeyondTheMaximum) {
+  SessionOptions o;
+  o.max_dynamic_bytes = 16 << 20;
+  o.selection.policy = Policy::kDynamicOnly;
+  o.selection.draft_size = kMaxDraftSize;  // at the limit: accepted, and drafts reach it
+  Session s(o);
+  Text prompt;
+  for (size_t i = 0; i < 2 * kMaxDraftSize + 10; ++i) prompt.push_back(1 + i % 5);  // period 5
+  s.Prefill(prompt);
+  const DraftTree& t = s.Propose(1 + prompt.size() % 5);
+  EXPECT_EQ(t.size(), kMaxDraftSize);
+  EXPECT_EQ(t.depths.back(), kMaxDraftSize - 1);
+  for (size_t bad : {size_t{0}, kMaxDraftSize + 1, size_t{1} << 40}) {
+    o.selection.draft_size = bad;
+    try {
+      Session refused(o);
+      ADD_FAILURE() << "draft_size " << bad << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("draft_size"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::to_string(kMaxDraftSize)), std::string::npos);
+    }
+  }
+  o.selection.draft_size = 40;
+  o.selection.max_tree_nodes = kMaxDraftSize;
+  EXPECT_NO_THROW(Session{o});
+  o.selection.max_tree_nodes = kMaxDraftSize + 1;
+  EXPECT_THROW(Session{o}, std::invalid_argument);
 }
 
 // ---------------------------------------------------------------- lifetime

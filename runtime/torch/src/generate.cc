@@ -45,26 +45,24 @@ void CopyIds(const torch::Tensor& cpu_ids, std::vector<uint32_t>* out) {
 
 }  // namespace
 
-std::string_view GeneratorPolicyHelp() {
-  return "sam       paper rule (Hu et al. 2024), no fallback (l_bias 0), linear drafts\n"
-         "sam-rec   paper rule (l_bias 5, l_threshold 5) with Token Recycling fallback\n"
-         "static    static SAM (the indexes) only\n"
-         "dynamic   dynamic SAM (prompt + generation) only\n"
-         "sam-tree  count-weighted static trees when the static match is longer, else dynamic\n"
-         "sam-cal   calibrated merged trees (this project's policy)";
-}
+std::string GeneratorPolicyHelp() { return rt::PolicyHelp(); }
 
 GeneratorOptions GeneratorOptionsForPolicy(std::string_view name) {
   GeneratorOptions o;
   try {
-    const rt::NamedPolicy p = rt::PolicyFromToolName(name);
+    const rt::NamedPolicy& p = rt::FindPolicy(name);
     o.selection.policy = p.policy;
     o.recycling_fallback = p.recycling_fallback;
-  } catch (const std::invalid_argument&) {
-    throw Error(ErrorCode::kInvalidArgument, "unknown policy '" + std::string(name) +
-                                                 "'; valid policies:\n" + std::string(GeneratorPolicyHelp()));
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorCode::kInvalidArgument, e.what());
   }
   return o;
+}
+
+rt::SourceStatistics GenerateResult::Total() const {
+  rt::SourceStatistics total;
+  for (const rt::SourceStatistics& s : by_source) total.Merge(s);
+  return total;
 }
 
 std::string_view StopReasonName(StopReason reason) {

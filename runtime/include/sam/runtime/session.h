@@ -73,7 +73,8 @@ struct SessionOptions {
 
 class Session : public Drafter {
  public:
-  // Throws std::invalid_argument for an unusable option (draft_size < 1).
+  // Throws std::invalid_argument for an unusable option (draft_size outside
+  // 1..kMaxDraftSize, max_tree_nodes above kMaxDraftSize).
   explicit Session(const SessionOptions& options = {});
   ~Session() override;
   Session(const Session&) = delete;

@@ -73,15 +73,12 @@ struct GeneratorOptions {
   size_t max_dynamic_bytes = size_t{64} << 20;
 };
 
-// Generator options for a policy as sam-replay and sam-generate name it:
-//   sam       paper rule, no fallback (l_bias 0), linear drafts
-//   sam-rec   paper rule (l_bias 5, l_threshold 5) with Token Recycling fallback
-//   static    static SAM only;  dynamic   dynamic SAM only
-//   sam-tree  Policy::kTree;    sam-cal   Policy::kCalibrated
-// Throws Error(kInvalidArgument) naming the valid names (GeneratorPolicyHelp()).
+// Generator options for a policy by its name (runtime::NamedPolicies(),
+// sam/runtime/selection.h: sam, static, dynamic, sam-tree, sam-rec, sam-cal).
+// Throws Error(kInvalidArgument) listing the valid names.
 GeneratorOptions GeneratorOptionsForPolicy(std::string_view name);
-// One line per policy name, for --help texts.
-std::string_view GeneratorPolicyHelp();
+// One line per policy name, for --help texts (runtime::PolicyHelp()).
+std::string GeneratorPolicyHelp();
 
 // One request's parameters.
 struct GenerateOptions {
