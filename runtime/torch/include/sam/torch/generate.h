@@ -39,7 +39,7 @@
 // model errors propagate (model.h). Never prints.
 // Thread safety: a Generator is used by one thread at a time; several Generators may share one
 // Model and one IndexView. Lifetime: the model and attached views are borrowed and must outlive
-// the Generator.
+// the Generator (an IndexFile may be moved meanwhile: its view keeps its address, format/index.h).
 #pragma once
 
 #include <array>
