@@ -167,7 +167,8 @@ int main(int argc, char** argv) {
       std::unique_ptr<tb::Generator> generator;
       bool speculative;
       double seconds = 0;
-      int64_t tokens = 0, steps = 0, step_tokens = 0, verified = 0;
+      int64_t tokens = 0;
+      sam::runtime::SourceStatistics stats;  // every step of every prompt
     };
     std::vector<Run> runs;
     runs.push_back({"plain", std::make_unique<tb::Generator>(model), false});
@@ -183,9 +184,7 @@ int main(int argc, char** argv) {
         const tb::GenerateResult r = run.generator->Generate(ids, options);
         run.seconds += r.prefill_seconds + r.decode_seconds;
         run.tokens += static_cast<int64_t>(r.output_ids.size());
-        run.steps += r.steps;
-        run.step_tokens += static_cast<int64_t>(r.output_ids.size()) - 1;
-        run.verified += r.verified_tokens;
+        run.stats.Merge(r.Total());
       }
     }
     std::printf("\nend to end: %zu GSM8K test prompts, %lld new tokens each, greedy, no stop token\n"
@@ -194,8 +193,8 @@ int main(int argc, char** argv) {
     const double plain_rate = runs[0].tokens / runs[0].seconds;
     for (const Run& run : runs) {
       const double rate = run.tokens / run.seconds;
-      const double mat = run.steps ? static_cast<double>(run.step_tokens) / run.steps : 0.0;
-      const double verified = run.steps ? static_cast<double>(run.verified) / run.steps : 0.0;
+      const double mat = run.stats.Mat();
+      const double verified = run.stats.TokensPerStep();
       std::printf("%-10s %10.2f %8.2f %10.2f %10.3f\n", run.name.c_str(), rate, mat, verified, rate / plain_rate);
       std::printf("JSON {\"bench\":\"end_to_end\",\"mode\":\"%s\",\"tokens_per_s\":%.3f,\"mat\":%.3f,"
                   "\"tokens_per_step\":%.2f,\"ratio_vs_plain\":%.3f,\"prompts\":%zu,\"max_new_tokens\":%lld}\n",

@@ -18,7 +18,8 @@
 // nothing cached by the session); runs 1..R reuse the session (Reset, Prefill)
 // and their median p50 / p99 are reported. The step time is the time spent in
 // Propose plus the time spent in Commit (verification excluded), measured
-// outside the session (its own timing is off). MAT = committed tokens / steps;
+// outside the session (its own timing is off). MAT = committed tokens / steps
+// (SourceStatistics::Mat(): the mean over steps of accepted tokens + 1);
 // ns/token = time per committed token over the steps at or below the p99
 // (median over the warm runs).
 
@@ -31,6 +32,7 @@
 #include <memory>
 #include <numeric>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -38,6 +40,7 @@
 #include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/runtime/pld.h"
+#include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
 #include "trace_io.h"
@@ -73,7 +76,7 @@ std::vector<uint32_t> Concatenate(const std::vector<size_t>& order, size_t n, Pa
 struct Result {
   std::vector<uint32_t> step_ns;
   std::vector<uint32_t> step_tokens;  // committed tokens per step
-  uint64_t steps = 0, tokens = 0;
+  rt::SourceStatistics stats;         // MAT: stats.Mat()
   double prefill_ms = 0;
   // Time per committed token over the steps at or below the p99 step time:
   // on a shared machine a few preempted steps would otherwise dominate.
@@ -114,8 +117,7 @@ Result Run(rt::Drafter& d, Propose&& propose, const std::vector<uint32_t>& conte
     const uint64_t ns = Ns(t0, t1) + Ns(t2, Clock::now());
     r.step_ns.push_back(static_cast<uint32_t>(std::min<uint64_t>(ns, UINT32_MAX)));
     r.step_tokens.push_back(static_cast<uint32_t>(a + 1));
-    ++r.steps;
-    r.tokens += a + 1;
+    r.stats.Record(tree, a);
     i += a + 1;
   }
   return r;
@@ -146,7 +148,7 @@ int main(int argc, char** argv) {
                "bench_step"};
   std::string index_path, traces_path, tokenizer_path;
   std::vector<size_t> contexts = {1024, 4096, 16384, 65536, 131072};
-  std::vector<std::string> policies = {"paper", "calibrated", "pld"};
+  std::vector<std::string> policies = {"sam", "sam-cal", "pld"};
   size_t steps = 2000, draft = 40, runs = 5;
   uint64_t seed = 1;
   bool share_index = true;
@@ -157,8 +159,10 @@ int main(int argc, char** argv) {
                  "JSONL traces (sam-replay make-traces) for realistic streams");
   app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (string traces)");
   app.add_option("--contexts", contexts, "context lengths in tokens")->delimiter(',');
-  app.add_option("--policies", policies, "session policies (paper, static, dynamic, tree, "
-                 "calibrated) and/or pld")->delimiter(',');
+  app.add_option("--policies", policies,
+                 "policies (" + rt::PolicyNameList() + ") and/or pld (default sam,sam-cal,pld; "
+                 "sam-rec's Token Recycling table gets no model feedback here)")
+      ->delimiter(',');
   app.add_option("--steps", steps, "steps per request");
   app.add_option("--draft", draft, "draft nodes, start token included");
   app.add_option("--runs", runs, "warm runs per context and policy (medians reported)");
@@ -221,14 +225,25 @@ int main(int argc, char** argv) {
       }
       for (const std::string& name : policies) {
         std::unique_ptr<rt::Drafter> drafter;
+        std::unique_ptr<rt::RecyclingDrafter> recycling;
         rt::Session* session = nullptr;
         rt::DraftTree pld_tree;
         if (name == "pld") {
           drafter = std::make_unique<rt::PldDrafter>(3, 10);
         } else {
+          const rt::NamedPolicy* named = nullptr;
+          for (const rt::NamedPolicy& p : rt::NamedPolicies())
+            if (p.name == name) named = &p;
+          if (named == nullptr)
+            throw sam::Error(sam::ErrorCode::kUsage, "unknown policy '" + name + "' (valid: pld, " +
+                                     rt::PolicyNameList() + ")");
           rt::SessionOptions o;
           o.max_dynamic_bytes = rt::DynamicSam::BytesForCapacity(ctx + gen_tokens);
-          o.selection.policy = rt::ParsePolicy(name);
+          o.selection.policy = named->policy;
+          if (named->recycling_fallback) {
+            recycling = std::make_unique<rt::RecyclingDrafter>(view.vocab_size());
+            o.fallback = recycling.get();
+          }
           o.selection.draft_size = draft;
           o.collect_timing = false;
           auto s = std::make_unique<rt::Session>(o);
@@ -255,7 +270,7 @@ int main(int argc, char** argv) {
           per_token.push_back(last.NsPerToken());
         }
         if (!report) continue;
-        const double mat = static_cast<double>(last.tokens) / static_cast<double>(last.steps);
+        const double mat = last.stats.Mat();
         std::printf("%8zu %-11s %9.2f %9.2f %10.2f %6.2f %9.0f %7.1fms\n", ctx, name.c_str(),
                     Median(p50), Median(p99), cold_p99, mat, Median(per_token), last.prefill_ms);
         std::fflush(stdout);

@@ -110,7 +110,7 @@ class TextStreamer {
 json BySourceJson(const tb::GenerateResult& r) {
   json sources = json::object();
   for (size_t i = 0; i < r.by_source.size(); ++i) {
-    const tb::SourceCounts& c = r.by_source[i];
+    const rt::SourceStatistics& c = r.by_source[i];
     if (c.steps == 0) continue;
     sources[std::string(rt::DraftSourceName(static_cast<rt::DraftSource>(i)))] = {
         {"steps", c.steps}, {"draft_tokens", c.draft_tokens},
@@ -163,7 +163,7 @@ int main(int argc, char** argv) {
   app.add_flag("--no-spec", no_spec, "plain autoregressive decoding (no drafts), for comparison");
   app.add_option("--policy", policy, "draft policy (default sam-rec; see above)");
   app.add_option("--draft-size", draft_size, "draft nodes incl. the start token (default 40)")
-      ->check(CLI::Range(size_t{1}, size_t{1} << 12));
+      ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
   app.add_option("--device", device, "cpu, cuda or cuda:N (default cpu)");
   app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default: fp32 on cpu, fp16/bf16 on cuda)");
   app.add_flag("--json", as_json, "print one JSON object instead of streaming the text");

@@ -165,16 +165,24 @@ struct PolicyRun {
   size_t max_nodes = 1 << 16;
 };
 
-const char* kPolicyHelp =
-    "pld       prompt lookup decoding (n-gram 3..1, 10 tokens)\n"
-    "sam       paper rule, no fallback (l_bias 0), 40 tokens, linear\n"
-    "static    static SAM only, 40 tokens\n"
-    "dynamic   dynamic SAM only, 40 tokens\n"
-    "sam-tree  count-weighted static trees (min(60, 1+4l) nodes, <= 8 per depth) when the\n"
-    "          static match is longer, else the dynamic draft of that length\n"
-    "sam-rec   paper rule (l_bias 5, l_threshold 5) with Token Recycling fallback; the\n"
-    "          table learns only the recorded next tokens (no logits in replay)\n"
-    "sam-cal   calibrated merged trees (this project's policy), 40 nodes";
+// The session policies (runtime/selection.h) plus the PLD baseline.
+constexpr const char* kPld = "pld";
+
+std::string PolicyHelpText() {
+  return "pld       prompt lookup decoding (n-gram 3..1, 10 tokens)\n" + rt::PolicyHelp() +
+         "\n(in replay, sam-rec's Token Recycling table learns only the recorded next tokens:\n"
+         "no logits offline)";
+}
+
+// The session policy named `name`; null for the PLD baseline. Throws
+// UsageError listing every valid name for an unknown one.
+const rt::NamedPolicy* FindSessionPolicy(const std::string& name) {
+  if (name == kPld) return nullptr;
+  for (const rt::NamedPolicy& p : rt::NamedPolicies())
+    if (p.name == name) return &p;
+  throw UsageError("unknown policy '" + name + "' (valid: " + kPld + ", " +
+                   rt::PolicyNameList() + ")");
+}
 
 struct Tuning {
   size_t dynamic_bytes = size_t{64} << 20;
@@ -188,7 +196,7 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
                      const SharedIndexes& views) {
   PolicyRun run;
   run.name = name;
-  if (name == "pld") {
+  if (name == kPld) {
     run.drafter = std::make_unique<rt::PldDrafter>(3, 10);
     return run;
   }
@@ -196,12 +204,7 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   o.max_dynamic_bytes = tuning.dynamic_bytes;
   if (tuning.draft_size) o.selection.draft_size = *tuning.draft_size;
   if (tuning.min_path_probability) o.selection.min_path_probability = *tuning.min_path_probability;
-  rt::NamedPolicy named;
-  try {
-    named = rt::PolicyFromToolName(name);
-  } catch (const sam::Error&) {
-    throw UsageError("unknown policy '" + name + "'; valid policies:\n" + kPolicyHelp);
-  }
+  const rt::NamedPolicy& named = *FindSessionPolicy(name);
   o.selection.policy = named.policy;
   if (named.recycling_fallback) {
     auto rec = std::make_unique<RecordedRecyclingSession>(o, vocab_size);
@@ -222,7 +225,7 @@ json PolicyJson(const std::string& name, const rt::ReplayReport& r) {
   p["tokens_per_step"] = r.total.TokensPerStep();
   p["draft_share"] = r.DraftShare();
   p["steps"] = r.total.steps;
-  p["tokens"] = r.total.tokens;
+  p["tokens"] = r.total.Tokens();
   p["propose_us_p50"] = rt::Percentile(r.propose_ns, 50) / 1000.0;
   p["propose_us_p99"] = rt::Percentile(r.propose_ns, 99) / 1000.0;
   p["commit_us_p50"] = rt::Percentile(r.commit_ns, 50) / 1000.0;
@@ -233,7 +236,7 @@ json PolicyJson(const std::string& name, const rt::ReplayReport& r) {
   p["by_category"] = cats;
   json sources = json::object();
   for (size_t s = 0; s < rt::kNumDraftSources; ++s) {
-    const rt::ReplayTotals& t = r.by_source[s];
+    const rt::SourceStatistics& t = r.by_source[s];
     if (t.steps == 0) continue;
     sources[std::string(rt::DraftSourceName(static_cast<rt::DraftSource>(s)))] = {
         {"share", static_cast<double>(t.steps) / r.total.steps}, {"mat", t.Mat()}};
@@ -241,7 +244,7 @@ json PolicyJson(const std::string& name, const rt::ReplayReport& r) {
   p["by_source"] = sources;
   json depth = json::array();
   for (size_t d = 0; d < 16 && r.total.steps; ++d)
-    depth.push_back(static_cast<double>(r.accepted_at_depth[d]) / r.total.steps);
+    depth.push_back(static_cast<double>(r.total.accepted_at_depth[d]) / r.total.steps);
   p["accepted_at_depth"] = depth;  // share of steps whose accepted path reached depth d+1
   return p;
 }
@@ -283,7 +286,7 @@ int main(int argc, char** argv) {
       "accepted tokens per step (MAT, bonus included: plain decoding = 1.00), tokens\n"
       "verified per step, sources and timings. No model is needed: acceptance against\n"
       "a recorded greedy output is exact.\n\nPolicies:\n" +
-          std::string(kPolicyHelp),
+          PolicyHelpText(),
       "sam-replay"};
   std::vector<std::string> index_paths, policies;
   std::string tokenizer_path, traces_path;
@@ -300,7 +303,7 @@ int main(int argc, char** argv) {
   app.add_option("--draft-size", tuning.draft_size,
                  "draft nodes incl. the start token for sam, static, dynamic, sam-rec, sam-cal "
                  "(default 40)")
-      ->check(CLI::Range(1, 1 << 12));
+      ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
   app.add_option("--min-path-prob", tuning.min_path_probability,
                  "sam-cal: leave out nodes whose estimated path probability is lower "
                  "(default 0.01)")
@@ -324,8 +327,11 @@ int main(int argc, char** argv) {
   try {
     if (*make) return MakeTraces(data_dir, out_path, template_name, limit);
     if (traces_path.empty()) throw UsageError("--traces is required");
-    if (policies.empty())
-      policies = {"pld", "sam", "static", "dynamic", "sam-tree", "sam-rec", "sam-cal"};
+    if (policies.empty()) {  // all of them
+      policies = {kPld};
+      for (const rt::NamedPolicy& p : rt::NamedPolicies()) policies.emplace_back(p.name);
+    }
+    for (const auto& name : policies) FindSessionPolicy(name);  // before any loading
 
     std::unique_ptr<Tokenizer> tokenizer;
     sam::format::OpenOptions open;
@@ -338,7 +344,7 @@ int main(int argc, char** argv) {
     // One shared StaticIndex per file for all policies (same drafts, faster trees).
     SharedIndexes views;
     for (const auto& p : index_paths) indexes.push_back(sam::format::IndexFile::Open(p, open));
-    for (const auto& f : indexes) views.push_back(rt::StaticIndex::Create(&f.view()));
+    for (const auto& f : indexes) views.push_back(rt::StaticIndex::Create(f.shared_view()));
     uint32_t vocab = tokenizer ? tokenizer->vocab_size()
                                : (indexes.empty() ? UINT32_MAX : indexes[0].header().vocab_size);
     uint32_t bos = tokenizer ? tokenizer->bos_id()

@@ -163,6 +163,9 @@ const uint64_t kEmptyFile = 0;
 
 }  // namespace
 
+// The mapping (or buffer) and the view over it, in one heap block shared by
+// the IndexFile and every shared_view(): the view's address never changes
+// when the IndexFile moves, and the memory lives while any owner does.
 struct IndexFile::Storage {
   void* mapping = nullptr;  // the mapped file (Open)
   size_t mapping_size = 0;
@@ -170,15 +173,22 @@ struct IndexFile::Storage {
   Storage() = default;
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
+  IndexView view;
   ~Storage() {
     if (mapping) ::munmap(mapping, mapping_size);
   }
 };
 
-IndexFile::IndexFile() : storage_(std::make_unique<Storage>()) {}
+IndexFile::IndexFile()
+    : storage_(std::make_shared<Storage>()), view_(storage_, &storage_->view) {}
 IndexFile::IndexFile(IndexFile&&) noexcept = default;
 IndexFile& IndexFile::operator=(IndexFile&&) noexcept = default;
 IndexFile::~IndexFile() = default;
+
+const IndexView& IndexFile::view() const {
+  static const IndexView kEmpty;  // a moved-from file: no states but the root
+  return view_ ? *view_ : kEmpty;
+}
 
 IndexFile IndexFile::Open(const std::string& path, const OpenOptions& options) {
   IndexFile f;
@@ -488,7 +498,7 @@ void IndexFile::Init(const OpenOptions& options) {
              Num(*options.expected_vocab_size));
 
   // Views.
-  IndexView& v = view_;
+  IndexView& v = storage_->view;
   auto packed = [&](const char* tag, uint64_t count, unsigned w) {
     return PackedView(SectionData(*FindSection(tag)), count, w);
   };
@@ -512,7 +522,7 @@ void IndexFile::Init(const OpenOptions& options) {
     Verify();
   } else {
     try {
-      internal::CheckOpenInvariants(view_, header_, p);
+      internal::CheckOpenInvariants(view(), header_, p);
     } catch (const FormatError&) {
       // Damage by accident is reported as such (reading every section only
       // on this path; opening stays O(1)).
@@ -572,11 +582,11 @@ std::vector<std::string> IndexFile::ReadVocabulary() const {
 void IndexFile::Verify() const {
   const std::string& p = path_;
   CheckSectionChecksums(data_, sections_, p);
-  internal::VerifyStructure(view_, header_, p);
+  internal::VerifyStructure(view(), header_, p);
   // Compressed sections decode and parse.
   ReadMetadata();
   ReadVocabulary();
-  const IndexView& v = view_;
+  const IndexView& v = view();
   const uint64_t n = v.num_tokens();
   auto corrupt = [&](const std::string& what) { Fail(ErrorCode::kCorruptStructure, p, what); };
   // Self-test samples: walk each stored substring and compare.

@@ -26,8 +26,8 @@ struct sam_index {
 };
 
 struct sam_session {
-  // Declared before `session`, which borrows them, so they outlive it.
-  std::vector<std::shared_ptr<const sam::format::IndexFile>> indexes;
+  // Declared before `session`, which borrows it, so it outlives it. (The
+  // session shares the indexes it attaches: IndexFile::shared_view().)
   std::unique_ptr<sam::runtime::RecyclingDrafter> recycling;
   std::unique_ptr<sam::runtime::Session> session;
   std::string stats_json;
@@ -120,23 +120,28 @@ std::span<const uint32_t> Ids(const uint32_t* ids, size_t n, const char* functio
   return {ids, n};
 }
 
+// sam_policy values are the runtime's Policy values.
+static_assert(SAM_POLICY_PAPER == static_cast<int>(sam::runtime::Policy::kPaper));
+static_assert(SAM_POLICY_STATIC_ONLY == static_cast<int>(sam::runtime::Policy::kStaticOnly));
+static_assert(SAM_POLICY_DYNAMIC_ONLY == static_cast<int>(sam::runtime::Policy::kDynamicOnly));
+static_assert(SAM_POLICY_TREE == static_cast<int>(sam::runtime::Policy::kTree));
+static_assert(SAM_POLICY_CALIBRATED == static_cast<int>(sam::runtime::Policy::kCalibrated));
+static_assert(SAM_MAX_DRAFT_SIZE == sam::runtime::kMaxDraftSize);
+
+bool IsPolicy(int policy) {
+  return policy >= SAM_POLICY_PAPER && policy <= SAM_POLICY_CALIBRATED;
+}
+
 sam::runtime::Policy PolicyOf(int policy) {
-  switch (policy) {
-    case SAM_POLICY_PAPER:
-      return sam::runtime::Policy::kPaper;
-    case SAM_POLICY_STATIC_ONLY:
-      return sam::runtime::Policy::kStaticOnly;
-    case SAM_POLICY_DYNAMIC_ONLY:
-      return sam::runtime::Policy::kDynamicOnly;
-    case SAM_POLICY_TREE:
-      return sam::runtime::Policy::kTree;
-    case SAM_POLICY_CALIBRATED:
-      return sam::runtime::Policy::kCalibrated;
-    default:
-      throw sam::Error(
-          sam::ErrorCode::kInvalidArgument,
-          "sam_session_new: policy " + std::to_string(policy) + " is not a sam_policy (0..4)");
+  if (!IsPolicy(policy)) {
+    std::string valid;
+    for (int p = SAM_POLICY_PAPER; p <= SAM_POLICY_CALIBRATED; ++p)
+      valid += (valid.empty() ? "" : ", ") + std::to_string(p) + " (" +
+               std::string(sam::runtime::PolicyName(static_cast<sam::runtime::Policy>(p))) + ")";
+    throw sam::Error(sam::ErrorCode::kInvalidArgument, "sam_session_new: policy " + std::to_string(policy) +
+                                " is not a sam_policy (valid: " + valid + ")");
   }
+  return static_cast<sam::runtime::Policy>(policy);
 }
 
 }  // namespace
@@ -166,6 +171,27 @@ const char* sam_status_name(int status) {
 
 const char* sam_last_error(void) { return last_error.c_str(); }
 
+const char* sam_policy_name(int policy) {
+  // The table's names are string literals: NUL-terminated static storage.
+  return IsPolicy(policy) ? sam::runtime::PolicyName(static_cast<sam::runtime::Policy>(policy)).data()
+                          : "unknown";
+}
+
+int sam_policy_from_name(const char* name, int* policy, int* recycling_fallback) {
+  return Guard([&] {
+    Require(name != nullptr, "sam_policy_from_name", "name is NULL");
+    Require(policy != nullptr, "sam_policy_from_name", "policy is NULL");
+    const sam::runtime::NamedPolicy* found = nullptr;
+    try {
+      found = &sam::runtime::FindPolicy(name);
+    } catch (const sam::Error& e) {
+      throw sam::Error(e.code(), std::string("sam_policy_from_name: ") + e.what());
+    }
+    *policy = static_cast<int>(found->policy);
+    if (recycling_fallback != nullptr) *recycling_fallback = found->recycling_fallback ? 1 : 0;
+  });
+}
+
 // ---- Index files ------------------------------------------------------------
 
 int sam_index_open(const char* path, const char* expected_tokenizer_sha256, sam_index** out) {
@@ -189,7 +215,7 @@ int sam_index_open_ex(const char* path, const char* expected_tokenizer_sha256, u
         (flags & SAM_OPEN_READ) ? sam::format::IndexFile::Read(path, options)
                                 : sam::format::IndexFile::Open(path, options));
     if (flags & SAM_OPEN_PREPARE)
-      index->prepared = sam::runtime::StaticIndex::Create(&index->file->view());
+      index->prepared = sam::runtime::StaticIndex::Create(index->file->shared_view());
     *out = index.release();
   });
 }
@@ -234,6 +260,10 @@ int sam_session_new(const sam_session_options* options, sam_session** out) {
     sam_session_options c_options;
     sam_session_options_default(&c_options);
     if (options != nullptr) c_options = *options;
+    if (c_options.draft_size < 1 || c_options.draft_size > SAM_MAX_DRAFT_SIZE)
+      throw sam::Error(sam::ErrorCode::kInvalidArgument, "sam_session_new: draft_size must be in 1..SAM_MAX_DRAFT_SIZE (" +
+                                  std::to_string(SAM_MAX_DRAFT_SIZE) + "), got " +
+                                  std::to_string(c_options.draft_size));
 
     sam::runtime::SessionOptions session_options;
     session_options.selection.draft_size = c_options.draft_size;
@@ -260,10 +290,10 @@ int sam_session_attach_index(sam_session* session, sam_index* index) {
   return Guard([&] {
     Require(session != nullptr, "sam_session_attach_index", "session is NULL");
     Require(index != nullptr, "sam_session_attach_index", "index is NULL");
-    session->indexes.reserve(session->indexes.size() + 1);  // no throw after attaching
+    // The session shares the index (and its prepared tables): it stays
+    // mapped after sam_index_close.
     if (index->prepared) session->session->AttachIndex(index->prepared);
-    else session->session->AttachIndex(&index->file->view());
-    session->indexes.push_back(index->file);
+    else session->session->AttachIndex(index->file->shared_view());
   });
 }
 

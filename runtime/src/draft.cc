@@ -1,5 +1,9 @@
 #include "sam/runtime/draft.h"
 
+#include <string>
+
+#include "sam/error.h"
+
 namespace sam::runtime {
 
 std::string_view DraftSourceName(DraftSource source) {
@@ -13,6 +17,12 @@ std::string_view DraftSourceName(DraftSource source) {
     case DraftSource::kOther: return "other";
   }
   return "unknown";
+}
+
+void DraftTree::ThrowTooDeep() {
+  throw Error(ErrorCode::kCapacity, "DraftTree::Add: a node deeper than " +
+                                        std::to_string(kMaxDepth) +
+                                        " (the depth limit of a draft tree) was refused");
 }
 
 }  // namespace sam::runtime

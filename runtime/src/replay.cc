@@ -29,7 +29,7 @@ ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces, size_
   for (const ReplayTrace& trace : traces) {
     drafter.Reset();
     drafter.Prefill(trace.prompt);
-    ReplayTotals& category = report.by_category[trace.category];
+    SourceStatistics& category = report.by_category[trace.category];
     const std::span<const uint32_t> output(trace.output);
     size_t i = 0;
     while (i < output.size()) {
@@ -44,11 +44,9 @@ ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces, size_
       report.commit_ns.push_back(ns_since(t0));
 
       const DraftSource source = tree.size() > 1 ? tree.source : DraftSource::kNone;
-      report.total.Add(tree.size(), accepted);
-      category.Add(tree.size(), accepted);
-      report.by_source[static_cast<size_t>(source)].Add(tree.size(), accepted);
-      for (size_t d = 0; d < std::min(accepted, kTrackedDepths); ++d)
-        ++report.accepted_at_depth[d];
+      report.total.Record(tree, accepted);
+      category.Record(tree, accepted);
+      report.by_source[static_cast<size_t>(source)].Record(tree, accepted);
       i += accepted + 1;
     }
   }

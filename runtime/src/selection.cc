@@ -7,36 +7,62 @@
 
 namespace sam::runtime {
 
+namespace {
+
+constexpr NamedPolicy kNamedPolicies[] = {
+    {"sam", Policy::kPaper, false,
+     "paper rule (Hu et al. 2024), no fallback (l_bias 0): linear drafts of draft_size (40)"},
+    {"static", Policy::kStaticOnly, false, "static SAM (the indexes) only, linear drafts"},
+    {"dynamic", Policy::kDynamicOnly, false,
+     "dynamic SAM (prompt + generation) only, linear drafts"},
+    {"sam-tree", Policy::kTree, false,
+     "count-weighted static trees (min(60, 1+4l) nodes, <= 8 per depth) when the\n"
+     "static match is longer, else the dynamic draft of that length"},
+    {"sam-rec", Policy::kPaper, true,
+     "paper rule (l_bias 5, l_threshold 5) with a Token Recycling fallback"},
+    {"sam-cal", Policy::kCalibrated, false,
+     "calibrated merged trees of at most draft_size (40) nodes (this project's policy)"},
+};
+
+}  // namespace
+
+std::span<const NamedPolicy> NamedPolicies() { return kNamedPolicies; }
+
+const NamedPolicy& FindPolicy(std::string_view name) {
+  for (const NamedPolicy& p : kNamedPolicies)
+    if (p.name == name) return p;
+  throw Error(ErrorCode::kInvalidArgument, "unknown policy '" + std::string(name) + "' (valid: " +
+                              PolicyNameList() + ")");
+}
+
 std::string_view PolicyName(Policy policy) {
-  switch (policy) {
-    case Policy::kPaper: return "paper";
-    case Policy::kStaticOnly: return "static";
-    case Policy::kDynamicOnly: return "dynamic";
-    case Policy::kTree: return "tree";
-    case Policy::kCalibrated: return "calibrated";
-  }
+  for (const NamedPolicy& p : kNamedPolicies)
+    if (p.policy == policy && !p.recycling_fallback) return p.name;
   return "unknown";
 }
 
-Policy ParsePolicy(std::string_view name) {
-  for (Policy p : {Policy::kPaper, Policy::kStaticOnly, Policy::kDynamicOnly, Policy::kTree,
-                   Policy::kCalibrated})
-    if (PolicyName(p) == name) return p;
-  throw Error(ErrorCode::kInvalidArgument,
-              "unknown selection policy '" + std::string(name) +
-                  "' (valid: paper, static, dynamic, tree, calibrated)");
+std::string PolicyNameList() {
+  std::string out;
+  for (const NamedPolicy& p : kNamedPolicies) {
+    if (!out.empty()) out += ", ";
+    out += p.name;
+  }
+  return out;
 }
 
-NamedPolicy PolicyFromToolName(std::string_view name) {
-  if (name == "sam") return {Policy::kPaper, false};
-  if (name == "sam-rec") return {Policy::kPaper, true};
-  if (name == "static") return {Policy::kStaticOnly, false};
-  if (name == "dynamic") return {Policy::kDynamicOnly, false};
-  if (name == "sam-tree") return {Policy::kTree, false};
-  if (name == "sam-cal") return {Policy::kCalibrated, false};
-  throw Error(ErrorCode::kInvalidArgument,
-              "unknown policy '" + std::string(name) +
-                  "' (valid: sam, sam-rec, static, dynamic, sam-tree, sam-cal)");
+std::string PolicyHelp() {
+  std::string out;
+  for (const NamedPolicy& p : kNamedPolicies) {
+    if (!out.empty()) out += '\n';
+    std::string name(p.name);
+    name.resize(std::max<size_t>(name.size() + 1, 10), ' ');
+    out += name;
+    for (char c : p.description) {
+      out += c;
+      if (c == '\n') out += std::string(10, ' ');  // continuation lines line up
+    }
+  }
+  return out;
 }
 
 Choice ChoosePaper(uint32_t l_dyn, uint32_t l_static, bool has_fallback,

@@ -4,6 +4,7 @@
 #include <array>
 #include <chrono>
 #include <limits>
+#include <string>
 
 #include "sam/error.h"
 
@@ -147,9 +148,15 @@ Session::Session(const SessionOptions& options)
     : options_(options),
       dynamic_(DynamicSam::CapacityForBytes(options.max_dynamic_bytes)),
       calibrator_(std::make_unique<Calibrator>()) {
-  if (options_.selection.draft_size < 1)
-    throw Error(ErrorCode::kInvalidArgument,
-                "SessionOptions: selection.draft_size must be at least 1");
+  const SelectionOptions& sel = options_.selection;
+  if (sel.draft_size < 1 || sel.draft_size > kMaxDraftSize)
+    throw Error(ErrorCode::kInvalidArgument, "SessionOptions: selection.draft_size must be in 1.." +
+                                std::to_string(kMaxDraftSize) + ", got " +
+                                std::to_string(sel.draft_size));
+  if (sel.max_tree_nodes > kMaxDraftSize)
+    throw Error(ErrorCode::kInvalidArgument, "SessionOptions: selection.max_tree_nodes must be at most " +
+                                std::to_string(kMaxDraftSize) + ", got " +
+                                std::to_string(sel.max_tree_nodes));
   tree_.Reset(0, DraftSource::kNone);
   node_cells_.reserve(256);
   merged_ = std::make_unique<MergedScratch>();
@@ -168,6 +175,14 @@ void Session::AttachIndex(const format::IndexView* view) {
   if (view == nullptr)
     throw Error(ErrorCode::kInvalidArgument, "Session::AttachIndex: null index view");
   AttachCursor(StaticCursor(view), nullptr);
+}
+
+void Session::AttachIndex(std::shared_ptr<const format::IndexView> view) {
+  if (view == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "Session::AttachIndex: null index view");
+  owned_views_.reserve(owned_views_.size() + 1);  // no throw after attaching
+  AttachCursor(StaticCursor(view.get()), nullptr);
+  owned_views_.push_back(std::move(view));
 }
 
 void Session::AttachIndex(std::shared_ptr<const StaticIndex> index) {
@@ -453,18 +468,9 @@ size_t Session::RecordAcceptance(std::span<const uint32_t> tokens) {
     if (calibrating) on_path_[node] = 1;
     ++accepted;
   }
-  size_t max_depth = 0;
-  for (uint16_t d : t.depths) max_depth = std::max<size_t>(max_depth, d);
   SourceStatistics& s = stats_.source(t.source);
-  ++s.drafts;
-  s.draft_nodes += t.size() - 1;
-  s.accepted_tokens += accepted;
+  s.Record(t, accepted);
   s.propose_ns += pending_ns_;
-  for (size_t d = 0; d < std::min(max_depth, kTrackedDepths); ++d) ++s.proposed_at_depth[d];
-  for (size_t d = 0; d < std::min(accepted, kTrackedDepths); ++d) ++s.accepted_at_depth[d];
-  const size_t bucket = MatchLengthBucket(t.match_len);
-  ++s.drafts_by_match_length[bucket];
-  s.accepted_by_match_length[bucket] += accepted;
   ++stats_.steps;
 
   // Calibration: every node whose parent was accepted was a trial.

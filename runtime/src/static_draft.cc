@@ -24,8 +24,6 @@ size_t StaticContinuation(const format::IndexView& view, uint64_t state, size_t 
   return count;
 }
 
-using internal::ForEachChildOf;
-
 std::span<const StaticIndex::Child> StaticTreeBuilder::TopChildren(const format::IndexView& view,
                                                                    uint64_t state) {
   if (cache_.empty()) cache_.resize(kCacheEntries);
@@ -86,7 +84,7 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
       for (const StaticIndex::Child& c : top)
         children_.push_back(Candidate{weight * share(c.count), node, c.target, c.token});
     } else {
-      ForEachChildOf(view, v, [&](uint32_t token, uint64_t target) {
+      view.ForEachChild(v, [&](uint32_t token, uint64_t target) {
         children_.push_back(Candidate{weight * share(view.Count(target)), node, target, token});
       });
     }

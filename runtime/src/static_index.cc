@@ -1,6 +1,7 @@
 #include "sam/runtime/static_index.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "index_children.h"
 #include "sam/error.h"
@@ -19,6 +20,16 @@ inline uint64_t HashState(uint64_t state, uint64_t mask) {
 }
 
 }  // namespace
+
+std::shared_ptr<const StaticIndex> StaticIndex::Create(
+    std::shared_ptr<const format::IndexView> view, const Options& options) {
+  if (view == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "StaticIndex::Create: null index view");
+  // Create() made a non-const object: it may be completed here.
+  std::shared_ptr<StaticIndex> index = std::const_pointer_cast<StaticIndex>(Create(view.get(), options));
+  index->owner_ = std::move(view);
+  return index;
+}
 
 std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* view,
                                                        const Options& options) {

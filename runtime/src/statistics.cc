@@ -1,16 +1,26 @@
 #include "sam/runtime/statistics.h"
 
+#include <algorithm>
 #include <sstream>
 
 namespace sam::runtime {
 
-double SourceStatistics::MeanAccepted() const {
-  return drafts == 0 ? 0.0 : static_cast<double>(accepted_tokens) / static_cast<double>(drafts);
+void SourceStatistics::Record(const DraftTree& tree, size_t accepted) {
+  size_t max_depth = 0;
+  for (uint16_t d : tree.depths) max_depth = std::max<size_t>(max_depth, d);
+  ++steps;
+  draft_tokens += tree.size() > 0 ? tree.size() - 1 : 0;
+  accepted_tokens += accepted;
+  for (size_t d = 0; d < std::min(max_depth, kTrackedDepths); ++d) ++proposed_at_depth[d];
+  for (size_t d = 0; d < std::min(accepted, kTrackedDepths); ++d) ++accepted_at_depth[d];
+  const size_t bucket = MatchLengthBucket(tree.match_len);
+  ++steps_by_match_length[bucket];
+  accepted_by_match_length[bucket] += accepted;
 }
 
 void SourceStatistics::Merge(const SourceStatistics& o) {
-  drafts += o.drafts;
-  draft_nodes += o.draft_nodes;
+  steps += o.steps;
+  draft_tokens += o.draft_tokens;
   accepted_tokens += o.accepted_tokens;
   propose_ns += o.propose_ns;
   for (size_t i = 0; i < kTrackedDepths; ++i) {
@@ -18,9 +28,15 @@ void SourceStatistics::Merge(const SourceStatistics& o) {
     accepted_at_depth[i] += o.accepted_at_depth[i];
   }
   for (size_t i = 0; i < kMatchLengthBuckets; ++i) {
-    drafts_by_match_length[i] += o.drafts_by_match_length[i];
+    steps_by_match_length[i] += o.steps_by_match_length[i];
     accepted_by_match_length[i] += o.accepted_by_match_length[i];
   }
+}
+
+SourceStatistics SessionStatistics::Total() const {
+  SourceStatistics total;
+  for (const SourceStatistics& s : by_source) total.Merge(s);
+  return total;
 }
 
 void SessionStatistics::Merge(const SessionStatistics& o) {
@@ -47,22 +63,23 @@ void WriteArray(std::ostringstream& out, const std::array<uint64_t, N>& a) {
 
 std::string SessionStatistics::ToJson() const {
   std::ostringstream out;
+  out.precision(17);  // doubles round-trip
   out << "{\"steps\":" << steps << ",\"committed_tokens\":" << committed_tokens
       << ",\"prefill_tokens\":" << prefill_tokens << ",\"commit_ns\":" << commit_ns
       << ",\"prefill_ns\":" << prefill_ns << ",\"sources\":{";
   bool first = true;
   for (size_t i = 0; i < kNumDraftSources; ++i) {
     const SourceStatistics& s = by_source[i];
-    if (s.drafts == 0) continue;
+    if (s.steps == 0) continue;
     out << (first ? "" : ",") << '"' << DraftSourceName(static_cast<DraftSource>(i))
-        << "\":{\"drafts\":" << s.drafts << ",\"draft_nodes\":" << s.draft_nodes
-        << ",\"accepted_tokens\":" << s.accepted_tokens << ",\"propose_ns\":" << s.propose_ns
-        << ",\"proposed_at_depth\":";
+        << "\":{\"steps\":" << s.steps << ",\"draft_tokens\":" << s.draft_tokens
+        << ",\"accepted_tokens\":" << s.accepted_tokens << ",\"mat\":" << s.Mat()
+        << ",\"propose_ns\":" << s.propose_ns << ",\"proposed_at_depth\":";
     WriteArray(out, s.proposed_at_depth);
     out << ",\"accepted_at_depth\":";
     WriteArray(out, s.accepted_at_depth);
-    out << ",\"drafts_by_match_length\":";
-    WriteArray(out, s.drafts_by_match_length);
+    out << ",\"steps_by_match_length\":";
+    WriteArray(out, s.steps_by_match_length);
     out << ",\"accepted_by_match_length\":";
     WriteArray(out, s.accepted_by_match_length);
     out << '}';

@@ -14,6 +14,7 @@
 #include "sam/format/sha256.h"
 #include "sam/indexer/builder.h"
 #include "sam/runtime/recycling.h"
+#include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/verify.h"  // Rng
 #include "sam/sam.h"
@@ -152,6 +153,82 @@ TEST(Capi, RejectsBadOptions) {
   options.draft_size = 0;
   EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(session, nullptr);
+}
+
+// draft_size has a documented maximum: SAM_MAX_DRAFT_SIZE is accepted (and
+// a draft can reach it, depths included), one more is refused with a message.
+TEST(Capi, DraftSizeAtAndBeyondTheMaximum) {
+  EXPECT_EQ(SAM_MAX_DRAFT_SIZE, 4096);
+  sam_session_options options;
+  sam_session_options_default(&options);
+  options.policy = SAM_POLICY_DYNAMIC_ONLY;
+  options.max_dynamic_bytes = size_t{16} << 20;
+  options.draft_size = SAM_MAX_DRAFT_SIZE;
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new(&options, &session), SAM_OK) << sam_last_error();
+  std::vector<uint32_t> prompt;
+  for (size_t i = 0; i < 2 * SAM_MAX_DRAFT_SIZE + 10; ++i) prompt.push_back(1 + i % 5);
+  ASSERT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
+  sam_draft d;
+  ASSERT_EQ(sam_session_propose(session, 1 + prompt.size() % 5, &d), SAM_OK) << sam_last_error();
+  EXPECT_EQ(d.count, size_t{SAM_MAX_DRAFT_SIZE});
+  EXPECT_EQ(d.depths[d.count - 1], SAM_MAX_DRAFT_SIZE - 1);
+  for (size_t i = 1; i < d.count; ++i) ASSERT_EQ(d.depths[i], d.depths[d.parents[i]] + 1) << i;
+  sam_session_free(session);
+
+  for (size_t bad : {size_t{SAM_MAX_DRAFT_SIZE} + 1, size_t{1} << 40, ~size_t{0}}) {
+    options.draft_size = bad;
+    session = nullptr;
+    EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT) << bad;
+    EXPECT_EQ(session, nullptr);
+    const std::string message = sam_last_error();
+    EXPECT_NE(message.find("sam_session_new: draft_size"), std::string::npos) << message;
+    EXPECT_NE(message.find("4096"), std::string::npos) << message;
+    EXPECT_NE(message.find(std::to_string(bad)), std::string::npos) << message;
+  }
+}
+
+// The C API uses the runtime's one naming scheme (its table is the oracle).
+TEST(Capi, PolicyNamesRoundTrip) {
+  size_t named = 0;
+  for (const sam::runtime::NamedPolicy& p : sam::runtime::NamedPolicies()) {
+    int policy = -1, recycling = -1;
+    ASSERT_EQ(sam_policy_from_name(std::string(p.name).c_str(), &policy, &recycling), SAM_OK)
+        << p.name << ": " << sam_last_error();
+    EXPECT_EQ(policy, static_cast<int>(p.policy)) << p.name;
+    EXPECT_EQ(recycling, p.recycling_fallback ? 1 : 0) << p.name;
+    if (!p.recycling_fallback) {
+      EXPECT_EQ(std::string(sam_policy_name(policy)), p.name);
+      ++named;
+    }
+  }
+  EXPECT_EQ(named, 5u);  // SAM_POLICY_PAPER .. SAM_POLICY_CALIBRATED
+  EXPECT_STREQ(sam_policy_name(SAM_POLICY_PAPER), "sam");
+  EXPECT_STREQ(sam_policy_name(SAM_POLICY_CALIBRATED), "sam-cal");
+  EXPECT_STREQ(sam_policy_name(5), "unknown");
+  EXPECT_STREQ(sam_policy_name(-1), "unknown");
+  int policy = 7;
+  EXPECT_EQ(sam_policy_from_name("sam-cal", &policy, nullptr), SAM_OK);
+  EXPECT_EQ(policy, SAM_POLICY_CALIBRATED);
+
+  policy = 7;
+  EXPECT_EQ(sam_policy_from_name("calibrated", &policy, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(policy, 7);  // unchanged
+  const std::string message = sam_last_error();
+  EXPECT_NE(message.find("'calibrated'"), std::string::npos) << message;
+  for (const sam::runtime::NamedPolicy& p : sam::runtime::NamedPolicies())
+    EXPECT_NE(message.find(std::string(p.name)), std::string::npos) << message;
+  EXPECT_EQ(sam_policy_from_name(nullptr, &policy, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_policy_from_name("sam", nullptr, nullptr), SAM_ERR_INVALID_ARGUMENT);
+
+  // An out-of-range sam_policy is refused with the names of the valid ones.
+  sam_session_options options;
+  sam_session_options_default(&options);
+  options.policy = 9;
+  sam_session* session = nullptr;
+  EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("4 (sam-cal)"), std::string::npos)
+      << sam_last_error();
 }
 
 TEST(Capi, StatusNamesAreStable) {

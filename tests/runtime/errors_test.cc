@@ -33,8 +33,7 @@ void ExpectInvalidArgument(Fn&& fn, const std::string& part) {
 }
 
 TEST(RuntimeErrors, BadArgumentsThrowSamErrorInvalidArgument) {
-  ExpectInvalidArgument([] { sam::runtime::ParsePolicy("bogus"); }, "bogus");
-  ExpectInvalidArgument([] { sam::runtime::PolicyFromToolName("bogus"); }, "bogus");
+  ExpectInvalidArgument([] { sam::runtime::FindPolicy("bogus"); }, "bogus");
   ExpectInvalidArgument([] { sam::runtime::DynamicSam sam(size_t{1} << 31); }, "capacity");
   ExpectInvalidArgument([] { sam::runtime::PldDrafter pld(0, 10); }, "max_ngram_size");
   ExpectInvalidArgument([] { sam::runtime::RecyclingDrafter recycling(0); }, "vocab_size");

@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
+#include <stdexcept>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -71,8 +74,6 @@ TEST(Selection, AdaptiveLength) {
   EXPECT_EQ(LinearDraftSize(1, o), 5u);
   EXPECT_EQ(LinearDraftSize(3, o), 13u);
   EXPECT_EQ(LinearDraftSize(100, o), 40u);
-  EXPECT_EQ(ParsePolicy("calibrated"), Policy::kCalibrated);
-  EXPECT_THROW(ParsePolicy("bogus"), sam::Error);
 }
 
 // ---------------------------------------------------------------- sessions
@@ -385,17 +386,201 @@ TEST(Session, StatisticsByDepthAndMatchLength) {
   s.Propose(3);               // "1 2 3": draft 3 4 5 1
   s.Commit(Text{3, 4, 5});    // two accepted
   const SourceStatistics& d = s.statistics().source(DraftSource::kDynamic);
-  EXPECT_EQ(d.drafts, 1u);
-  EXPECT_EQ(d.draft_nodes, 3u);
+  EXPECT_EQ(d.steps, 1u);
+  EXPECT_EQ(d.draft_tokens, 3u);
   EXPECT_EQ(d.accepted_tokens, 2u);
   EXPECT_EQ(d.proposed_at_depth[2], 1u);
   EXPECT_EQ(d.accepted_at_depth[1], 1u);
   EXPECT_EQ(d.accepted_at_depth[2], 0u);
-  EXPECT_EQ(d.drafts_by_match_length[3], 1u);
+  EXPECT_EQ(d.steps_by_match_length[3], 1u);
   EXPECT_EQ(d.accepted_by_match_length[3], 2u);
   EXPECT_NE(s.statistics().ToJson().find("\"dynamic\""), std::string::npos);
   s.ResetStatistics();
   EXPECT_EQ(s.statistics().steps, 0u);
+}
+
+// ---------------------------------------------------------------- policy names
+
+// The one naming scheme: the table is the oracle, and its names are the ones
+// the tools' docs use (README, docs/runtime.md).
+TEST(PolicyNames, EveryNameRoundTrips) {
+  std::vector<std::string> names;
+  for (const NamedPolicy& p : NamedPolicies()) {
+    names.emplace_back(p.name);
+    const NamedPolicy& found = FindPolicy(p.name);
+    EXPECT_EQ(&found, &p) << p.name;
+    EXPECT_EQ(found.policy, p.policy);
+    EXPECT_EQ(found.recycling_fallback, p.recycling_fallback);
+    EXPECT_FALSE(p.description.empty()) << p.name;
+    if (!p.recycling_fallback) {
+      EXPECT_EQ(PolicyName(p.policy), p.name);
+    }
+    EXPECT_NE(PolicyHelp().find(std::string(p.name) + " "), std::string::npos) << p.name;
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"sam", "static", "dynamic", "sam-tree", "sam-rec",
+                                             "sam-cal"}));
+  // Every Policy has exactly one name without a fallback, and it maps back.
+  for (Policy policy : {Policy::kPaper, Policy::kStaticOnly, Policy::kDynamicOnly, Policy::kTree,
+                        Policy::kCalibrated}) {
+    size_t plain = 0;
+    for (const NamedPolicy& p : NamedPolicies()) plain += p.policy == policy && !p.recycling_fallback;
+    EXPECT_EQ(plain, 1u) << static_cast<int>(policy);
+    EXPECT_EQ(FindPolicy(PolicyName(policy)).policy, policy);
+  }
+  EXPECT_EQ(FindPolicy("sam-rec").policy, Policy::kPaper);
+  EXPECT_TRUE(FindPolicy("sam-rec").recycling_fallback);
+}
+
+TEST(PolicyNames, UnknownNameListsEveryValidName) {
+  // Old names of the second scheme and near misses are all unknown now.
+  for (const char* bad : {"paper", "calibrated", "tree", "bogus", "", "SAM", "sam-"}) {
+    try {
+      FindPolicy(bad);
+      ADD_FAILURE() << "'" << bad << "' was accepted";
+    } catch (const sam::Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("'" + std::string(bad) + "'"), std::string::npos) << message;
+      for (const NamedPolicy& p : NamedPolicies())
+        EXPECT_NE(message.find(std::string(p.name)), std::string::npos) << message;
+    }
+  }
+  std::string list;
+  for (const NamedPolicy& p : NamedPolicies()) list += (list.empty() ? "" : ", ") + std::string(p.name);
+  EXPECT_EQ(PolicyNameList(), list);
+}
+
+// ---------------------------------------------------------------- limits
+
+TEST(SessionLimits, DraftSizeAtAndBeyondTheMaximum) {
+  SessionOptions o;
+  o.max_dynamic_bytes = 16 << 20;
+  o.selection.policy = Policy::kDynamicOnly;
+  o.selection.draft_size = kMaxDraftSize;  // at the limit: accepted, and drafts reach it
+  Session s(o);
+  Text prompt;
+  for (size_t i = 0; i < 2 * kMaxDraftSize + 10; ++i) prompt.push_back(1 + i % 5);  // period 5
+  s.Prefill(prompt);
+  const DraftTree& t = s.Propose(1 + prompt.size() % 5);
+  EXPECT_EQ(t.size(), kMaxDraftSize);
+  EXPECT_EQ(t.depths.back(), kMaxDraftSize - 1);
+  for (size_t bad : {size_t{0}, kMaxDraftSize + 1, size_t{1} << 40}) {
+    o.selection.draft_size = bad;
+    try {
+      Session refused(o);
+      ADD_FAILURE() << "draft_size " << bad << " was accepted";
+    } catch (const sam::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("draft_size"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::to_string(kMaxDraftSize)), std::string::npos);
+    }
+  }
+  o.selection.draft_size = 40;
+  o.selection.max_tree_nodes = kMaxDraftSize;
+  EXPECT_NO_THROW(Session{o});
+  o.selection.max_tree_nodes = kMaxDraftSize + 1;
+  EXPECT_THROW(Session{o}, sam::Error);
+}
+
+// ---------------------------------------------------------------- lifetime
+
+// The old reproducer: sessions, a StaticIndex and a cursor take &file.view()
+// of an IndexFile in a std::vector, which then grows (moving the file). The
+// view keeps its address, and drafting afterwards gives exactly a fresh
+// session's drafts (run under ASan, a dangling view would be a
+// use-after-free).
+TEST(IndexLifetime, VectorGrowthKeepsBorrowedViewsValid) {
+  static_assert(std::is_nothrow_move_constructible_v<format::IndexFile>);
+  std::mt19937 rng(41);
+  const std::vector<Text> docs = RandomTexts(rng, 40, 20, 40, 10);
+  BuiltIndex built(docs, 10, "growth.sam");
+  BuiltIndex other(RandomTexts(rng, 5, 10, 10, 10), 10, "growth_other.sam");
+
+  std::vector<format::IndexFile> files;
+  files.push_back(format::IndexFile::Open(built.path));
+  const format::IndexView* before = &files[0].view();
+  const auto hubs = StaticIndex::Create(&files[0].view(), StaticIndex::Options{.min_degree = 2});
+  StaticCursor cursor(&files[0].view());
+  const std::vector<Policy> policies = {Policy::kPaper, Policy::kTree, Policy::kCalibrated};
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (Policy p : policies) {
+    SessionOptions o;
+    o.max_dynamic_bytes = 1 << 20;
+    o.selection.policy = p;
+    sessions.push_back(std::make_unique<Session>(o));
+    sessions.back()->AttachIndex(&files[0].view());
+    sessions.push_back(std::make_unique<Session>(o));
+    sessions.back()->AttachIndex(hubs);
+  }
+  const size_t capacity = files.capacity();
+  while (files.capacity() == capacity) files.push_back(format::IndexFile::Open(other.path));
+  ASSERT_EQ(&files[0].view(), before);  // the view did not move with the file
+  ASSERT_EQ(&hubs->view(), before);
+
+  // Drafting now equals drafting over the same file opened afresh.
+  const format::IndexFile fresh_file = format::IndexFile::Open(built.path);
+  Text prompt(30), gen(150);
+  for (auto& t : prompt) t = rng() % 10;
+  for (auto& t : gen) t = docs[0][rng() % docs[0].size()];
+  StaticCursor fresh_cursor(&fresh_file.view());
+  for (uint32_t t : prompt) {
+    cursor.Advance(t);
+    fresh_cursor.Advance(t);
+    ASSERT_EQ(cursor.match().state, fresh_cursor.match().state);
+    ASSERT_EQ(cursor.match().len, fresh_cursor.match().len);
+  }
+  for (size_t k = 0; k < sessions.size(); ++k) {
+    Session& s = *sessions[k];
+    Session fresh(s.options());
+    fresh.AttachIndex(&fresh_file.view());
+    s.Prefill(prompt);
+    fresh.Prefill(prompt);
+    size_t drafted = 0;
+    for (size_t i = 0; i < gen.size();) {
+      const DraftTree& a = s.Propose(gen[i]);
+      const DraftTree& b = fresh.Propose(gen[i]);
+      ASSERT_TRUE(SameTree(a, b)) << PolicyName(policies[k / 2]) << " session " << k << " step " << i;
+      drafted += a.size() > 1;
+      const size_t accepted = AcceptedLength(a, std::span<const uint32_t>(gen).subspan(i + 1));
+      const Text commit(gen.begin() + i, gen.begin() + i + accepted + 1);
+      s.Commit(commit);
+      fresh.Commit(commit);
+      i += accepted + 1;
+    }
+    EXPECT_GT(drafted, 0u) << k;
+  }
+}
+
+// A view from shared_view() (and a StaticIndex made from one) keeps the file
+// mapped after the IndexFile is gone: the session drafts as a fresh one does.
+TEST(IndexLifetime, SharedViewsOutliveTheFile) {
+  std::mt19937 rng(43);
+  const std::vector<Text> docs = RandomTexts(rng, 30, 20, 40, 10);
+  BuiltIndex built(docs, 10, "shared_view.sam");
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = Policy::kCalibrated;
+  Session by_view(o), by_hubs(o);
+  std::weak_ptr<const format::IndexView> weak;
+  {
+    format::IndexFile file = format::IndexFile::Open(built.path);
+    const format::IndexFile moved = std::move(file);  // the view stays where it was
+    by_view.AttachIndex(moved.shared_view());
+    by_hubs.AttachIndex(StaticIndex::Create(moved.shared_view()));
+    weak = moved.shared_view();
+    EXPECT_EQ(file.view().num_states(), 1u);  // a moved-from file: an empty index
+  }
+  EXPECT_FALSE(weak.expired());  // the sessions keep it
+  Session fresh(o);
+  fresh.AttachIndex(&built.view());
+  Text prompt(20);
+  for (auto& t : prompt) t = rng() % 10;
+  for (Session* s : {&by_view, &by_hubs, &fresh}) s->Prefill(prompt);
+  for (size_t i = 0; i < 100; ++i) {
+    const uint32_t start = docs[1][i % docs[1].size()];
+    const DraftTree expected = fresh.Propose(start);
+    ASSERT_TRUE(SameTree(by_view.Propose(start), expected)) << i;
+    ASSERT_TRUE(SameTree(by_hubs.Propose(start), expected)) << i;
+    for (Session* s : {&by_view, &by_hubs, &fresh}) s->Commit(Text{start});
+  }
 }
 
 }  // namespace

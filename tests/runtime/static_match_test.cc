@@ -8,6 +8,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sam/format/error.h"
@@ -169,6 +170,27 @@ TEST(IndexView, ForEachEdgeRangeEqualsEdgeRange) {
   }
 }
 
+// The one child enumeration (IndexView::ForEachChild, which the tree builders
+// and hub tables use) against brute force over the alphabet: exactly the
+// transitions Next() takes, in increasing token order, document ends never.
+TEST(IndexView, ForEachChildEqualsNextOverTheAlphabet) {
+  for (const uint32_t alphabet : {2u, 7u, 60u}) {
+    std::mt19937 rng(70 + alphabet);
+    TestIndex index(RandomDocs(rng, 50, 60, alphabet), alphabet, "children");
+    const format::IndexView& view = index.view();
+    for (uint64_t v = 0; v < view.num_states(); ++v) {
+      std::vector<std::pair<uint32_t, uint64_t>> expected, got;
+      for (uint32_t c = 0; c <= alphabet; ++c) {  // c == alphabet: the separator
+        const uint64_t t = view.Next(v, c);
+        if (t != format::kNoState) expected.emplace_back(c, t);
+      }
+      view.ForEachChild(v, [&](uint32_t c, uint64_t t) { got.emplace_back(c, t); });
+      ASSERT_EQ(got, expected) << "state " << v;
+      ASSERT_EQ(view.Degree(v), expected.size()) << "state " << v;
+    }
+  }
+}
+
 // Jumping over the tokens after a match's first occurrence equals
 // transferring on them one by one, for every reachable match and every k.
 TEST(StaticCursor, AdvanceAlongFirstOccurrenceEqualsTransfers) {
@@ -284,7 +306,10 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
     ASSERT_EQ(ta.tokens, tb.tokens);
     ASSERT_EQ(ta.parents, tb.parents);
   }
-  EXPECT_THROW(sam::runtime::StaticIndex::Create(nullptr), sam::Error);
+  EXPECT_THROW(sam::runtime::StaticIndex::Create(static_cast<const sam::format::IndexView*>(nullptr)),
+               sam::Error);
+  EXPECT_THROW(sam::runtime::StaticIndex::Create(std::shared_ptr<const sam::format::IndexView>()),
+               sam::Error);
 }
 
 // The edge filter never denies an existing explicit transition, and at 10

@@ -175,7 +175,7 @@ class GreedyExactness : public ::testing::Test {
       }
       // Per-source counts add up to the steps.
       uint64_t source_steps = 0;
-      for (const tb::SourceCounts& s : r.by_source) source_steps += s.steps;
+      for (const rt::SourceStatistics& s : r.by_source) source_steps += s.steps;
       EXPECT_EQ(source_steps, static_cast<uint64_t>(r.steps));
     }
     return steps ? static_cast<double>(step_tokens) / static_cast<double>(steps) : 0.0;
@@ -348,7 +348,7 @@ class SamplingDistribution : public ::testing::Test {
       EXPECT_EQ(r.output_ids.size(), static_cast<size_t>(kLength));
       ++counts[r.output_ids];
       steps += r.steps;
-      for (const tb::SourceCounts& s : r.by_source) accepted += static_cast<int64_t>(s.accepted_tokens);
+      for (const rt::SourceStatistics& s : r.by_source) accepted += static_cast<int64_t>(s.accepted_tokens);
     }
     *accepted_share = steps ? static_cast<double>(accepted) / static_cast<double>(steps) : 0.0;
     // Chi-square over sequences with expected count >= 5; the rest pooled into one cell.

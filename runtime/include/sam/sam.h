@@ -57,8 +57,8 @@
  * or aborts.
  *
  * Lifetime: an index handle is reference counted internally: a session that
- * attached it keeps the mapping alive, so sam_index_close and
- * sam_session_free may be called in any order. Pointers returned in a
+ * attached it keeps the mapping (and its SAM_OPEN_PREPARE tables) alive, so
+ * sam_index_close and sam_session_free may be called in any order. Pointers returned in a
  * sam_draft or by sam_session_stats_json point into the session and stay
  * valid until the next call on that session.
  *
@@ -141,14 +141,31 @@ uint64_t sam_index_num_documents(const sam_index* index);
 
 typedef struct sam_session sam_session;
 
-/* Draft selection policies (see sam/runtime/selection.h). */
+/* Draft selection policies (see sam/runtime/selection.h), with their names
+ * in the naming scheme that the tools and the docs use. */
 typedef enum sam_policy {
-  SAM_POLICY_PAPER = 0, /* SAM-Decoding's rule (default) */
-  SAM_POLICY_STATIC_ONLY = 1,
-  SAM_POLICY_DYNAMIC_ONLY = 2,
-  SAM_POLICY_TREE = 3,
-  SAM_POLICY_CALIBRATED = 4
+  SAM_POLICY_PAPER = 0,       /* "sam": SAM-Decoding's rule (default) */
+  SAM_POLICY_STATIC_ONLY = 1, /* "static" */
+  SAM_POLICY_DYNAMIC_ONLY = 2, /* "dynamic" */
+  SAM_POLICY_TREE = 3,        /* "sam-tree" */
+  SAM_POLICY_CALIBRATED = 4   /* "sam-cal" */
 } sam_policy;
+
+/* The name of a sam_policy ("sam", "static", "dynamic", "sam-tree",
+ * "sam-cal"); "unknown" for other values. Never NULL; static storage. */
+const char* sam_policy_name(int policy);
+/* The policy named `name` (the names of sam_policy_name, plus "sam-rec":
+ * the paper rule with a Token Recycling fallback). On success *policy
+ * receives the sam_policy and, if recycling_fallback is not NULL,
+ * *recycling_fallback 1 when the name asks for a Token Recycling fallback
+ * (set sam_session_options.recycling_vocab_size), else 0. An unknown name is
+ * SAM_ERR_INVALID_ARGUMENT; sam_last_error() lists every valid name. */
+int sam_policy_from_name(const char* name, int* policy, int* recycling_fallback);
+
+/* The largest draft_size (nodes per draft, start token included) a session
+ * accepts; sam_session_new refuses a larger one with SAM_ERR_INVALID_ARGUMENT.
+ * A draft's count never exceeds it, and its depths are below it. */
+enum { SAM_MAX_DRAFT_SIZE = 4096 };
 
 /* Which drafter produced a draft (stable values). */
 typedef enum sam_draft_source {
@@ -163,7 +180,8 @@ typedef enum sam_draft_source {
 
 /* Always initialise with sam_session_options_default(), then change fields. */
 typedef struct sam_session_options {
-  size_t draft_size;             /* nodes per draft, start token included (40) */
+  size_t draft_size;             /* nodes per draft, start token included (40);
+                                    1..SAM_MAX_DRAFT_SIZE */
   int policy;                    /* a sam_policy (SAM_POLICY_PAPER) */
   int32_t l_bias;                /* < 0: automatic, 5 with a fallback, 0 without (-1) */
   uint32_t l_threshold;          /* the paper's rule threshold (5) */
@@ -173,7 +191,9 @@ typedef struct sam_session_options {
 
 void sam_session_options_default(sam_session_options* options);
 
-/* Creates a session; options NULL means the defaults. */
+/* Creates a session; options NULL means the defaults. An unusable option
+ * (draft_size 0 or above SAM_MAX_DRAFT_SIZE, an unknown policy) is
+ * SAM_ERR_INVALID_ARGUMENT, with a message naming the field and its range. */
 int sam_session_new(const sam_session_options* options, sam_session** out);
 /* Frees the session (NULL is a no-op). */
 void sam_session_free(sam_session* session);
@@ -187,7 +207,9 @@ int sam_session_attach_index(sam_session* session, sam_index* index);
 int sam_session_prefill(sam_session* session, const uint32_t* ids, size_t n);
 
 /* A draft tree. Node 0 is the start token; parents[0] = -1 and
- * parents[i] < i; node i is evaluated at position context + depths[i]. */
+ * parents[i] < i; node i is evaluated at position context + depths[i].
+ * count <= SAM_MAX_DRAFT_SIZE, so depths[i] < SAM_MAX_DRAFT_SIZE: a depth
+ * never wraps. */
 typedef struct sam_draft {
   const uint32_t* tokens;
   const int32_t* parents;
@@ -216,8 +238,10 @@ int sam_session_observe_topk(sam_session* session, const uint32_t* tokens, size_
  * Recycling table and attached indexes are kept). */
 int sam_session_reset(sam_session* session);
 
-/* Statistics as a JSON object (drafts, accepted tokens and time per source).
- * NULL on failure (see sam_last_error). */
+/* Statistics as a JSON object: {"steps", "committed_tokens", ..., "sources":
+ * {"static": {"steps", "draft_tokens", "accepted_tokens", "mat", "propose_ns",
+ * ...}, ...}} (sam/runtime/statistics.h; "mat" = mean over steps of accepted
+ * draft tokens + 1). NULL on failure (see sam_last_error). */
 const char* sam_session_stats_json(sam_session* session);
 
 #ifdef __cplusplus

@@ -45,26 +45,24 @@ void CopyIds(const torch::Tensor& cpu_ids, std::vector<uint32_t>* out) {
 
 }  // namespace
 
-std::string_view GeneratorPolicyHelp() {
-  return "sam       paper rule (Hu et al. 2024), no fallback (l_bias 0), linear drafts\n"
-         "sam-rec   paper rule (l_bias 5, l_threshold 5) with Token Recycling fallback\n"
-         "static    static SAM (the indexes) only\n"
-         "dynamic   dynamic SAM (prompt + generation) only\n"
-         "sam-tree  count-weighted static trees when the static match is longer, else dynamic\n"
-         "sam-cal   calibrated merged trees (this project's policy)";
-}
+std::string GeneratorPolicyHelp() { return rt::PolicyHelp(); }
 
 GeneratorOptions GeneratorOptionsForPolicy(std::string_view name) {
   GeneratorOptions o;
   try {
-    const rt::NamedPolicy p = rt::PolicyFromToolName(name);
+    const rt::NamedPolicy& p = rt::FindPolicy(name);
     o.selection.policy = p.policy;
     o.recycling_fallback = p.recycling_fallback;
-  } catch (const sam::Error&) {
-    throw Error(ErrorCode::kInvalidArgument, "unknown policy '" + std::string(name) +
-                                                 "'; valid policies:\n" + std::string(GeneratorPolicyHelp()));
+  } catch (const sam::Error& e) {
+    throw Error(ErrorCode::kInvalidArgument, e.what());
   }
   return o;
+}
+
+rt::SourceStatistics GenerateResult::Total() const {
+  rt::SourceStatistics total;
+  for (const rt::SourceStatistics& s : by_source) total.Merge(s);
+  return total;
 }
 
 std::string_view StopReasonName(StopReason reason) {
@@ -225,7 +223,6 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
 
   // ---- Steps: propose, verify in one pass, accept, compact.
   const auto decode_start = std::chrono::steady_clock::now();
-  int64_t step_tokens = 0;
   while (!done) {
     const uint32_t start = result.output_ids.back();
     const int64_t remaining = options.max_new_tokens - static_cast<int64_t>(result.output_ids.size());
@@ -260,20 +257,15 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
 
     ++result.steps;
     result.verified_tokens += static_cast<int64_t>(tree.size());
-    SourceCounts& counts = result.by_source[static_cast<size_t>(tree.source)];
-    ++counts.steps;
-    counts.draft_tokens += tree.size() - 1;
-    counts.accepted_tokens += s.verified.accepted_tokens.size();
+    result.by_source[static_cast<size_t>(tree.source)].Record(tree, s.verified.accepted_tokens.size());
 
     s.committed.assign(s.verified.accepted_tokens.begin(), s.verified.accepted_tokens.end());
     s.committed.push_back(s.verified.bonus_token);
-    const size_t before = result.output_ids.size();
     emit(s.committed);
-    step_tokens += static_cast<int64_t>(result.output_ids.size() - before);
   }
 
   result.decode_seconds = SecondsSince(decode_start);
-  result.mat = result.steps ? static_cast<double>(step_tokens) / static_cast<double>(result.steps) : 0.0;
+  result.mat = result.Total().Mat();
   const double seconds = result.prefill_seconds + result.decode_seconds;
   result.tokens_per_s = seconds > 0 ? static_cast<double>(result.output_ids.size()) / seconds : 0.0;
   return result;

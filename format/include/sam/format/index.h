@@ -21,7 +21,15 @@
 // are not stored, so no match ever crosses a document boundary.
 //
 // Thread safety: an IndexView is immutable; any number of threads may use one
-// concurrently. It borrows the memory of its IndexFile, which must outlive it.
+// concurrently.
+// Lifetime: an IndexFile's view lives in a heap block that the file shares
+// with every IndexFile::shared_view() of it. Its address never changes, even
+// when the IndexFile is moved (into a growing std::vector, say), and the
+// memory stays mapped while the IndexFile or any shared_view() lives. A
+// `&file.view()` (or a StaticCursor, StaticIndex or Session given one)
+// borrows: the file must outlive it. Holders that must not depend on that
+// take shared_view() instead (StaticIndex::Create and Session::AttachIndex
+// accept one and keep the file mapped).
 // Robustness: on a corrupted file that passed the open checks (a re-sealed
 // one passes every checksum), accessors never read outside the mapped
 // sections and no query's work depends on what the file claims: impossible
@@ -216,9 +224,21 @@ class IndexView {
   }
 
   // Calls f(token, target) for every outgoing transition of v in increasing
-  // token order (document-end transitions excluded).
+  // token order (document-end transitions excluded, and targets that only a
+  // corrupt file could hold skipped). The labels and occurrence counts of
+  // all the targets start loading first (PrefetchChildren), so that their
+  // cache misses overlap. The one child enumeration: the runtime's tree
+  // builders and hub tables use it too.
   template <typename F>
   void ForEachChild(uint64_t v, F&& f) const {
+    const auto [lo, hi] = v == kRoot ? std::pair<uint64_t, uint64_t>{0, 0} : EdgeRange(v);
+    ForEachChild(v, lo, hi, f);
+  }
+  // The same for a state v whose explicit transitions are edges [lo, hi), a
+  // range found by the caller (EdgeRange, ForEachEdgeRange; ignored for the
+  // root, whose transitions are the ROOT table).
+  template <typename F>
+  void ForEachChild(uint64_t v, uint64_t lo, uint64_t hi, F&& f) const {
     if (v == kRoot) {
       for (uint32_t c = 0; c < vocab_size_; ++c) {
         uint64_t t = root_.Get(c);
@@ -228,16 +248,26 @@ class IndexView {
     }
     uint32_t implicit = (v < n_) ? static_cast<uint32_t>(text_.Get(v)) : kNoToken;
     bool implicit_done = implicit >= vocab_size_;
-    auto [lo, hi] = EdgeRange(v);
+    PrefetchChildren(lo, hi);
     for (; lo < hi; ++lo) {
       uint64_t t = edges_.Get(lo);
-      if (t >= s_) continue;
-      uint32_t label = LabelOfTarget(t);
-      if (label == kNoToken) continue;
+      uint32_t label = LabelOfTarget(t);  // kNoToken for an impossible target
+      if (label >= vocab_size_) continue;
       if (!implicit_done && implicit < label) { f(implicit, v + 1); implicit_done = true; }
       f(label, t);
     }
     if (!implicit_done) f(implicit, v + 1);
+  }
+  // Starts loading the labels (PrefetchLabels) and the occurrence counts of
+  // the targets of edges [lo, hi).
+  void PrefetchChildren(uint64_t lo, uint64_t hi) const {
+    PrefetchLabels(lo, hi);
+    for (uint64_t e = lo; e < hi; ++e) {
+      const uint64_t t = edges_.Get(e);
+      if (t == kRoot || t >= s_) continue;
+      if (t > n_) clone_count_.Prefetch(t - n_ - 1);
+      else if (t <= prefix_count_.size()) prefix_count_.Prefetch(t - 1);
+    }
   }
   // Number of outgoing transitions (document-end transitions excluded).
   uint64_t Degree(uint64_t v) const;
@@ -357,7 +387,10 @@ struct OpenOptions {
   bool populate = false;
 };
 
-// An open index file. Movable, not copyable. Holds the mapping (or buffer).
+// An open index file. Movable, not copyable. Holds the mapping (or buffer),
+// shared with its shared_view()s. Moving it keeps view() at the same address;
+// a moved-from IndexFile's view() is an empty index (root only), and it may
+// only be assigned to or destroyed.
 class IndexFile {
  public:
   // Memory-maps path read-only and checks the header and the section table.
@@ -367,7 +400,8 @@ class IndexFile {
   // Reads the whole file into memory instead of mapping it.
   static IndexFile Read(const std::string& path, const OpenOptions& options = {});
   // Uses a caller's buffer, which must stay valid and unchanged while the
-  // IndexFile lives, and be 8-byte aligned. `name` is used in messages.
+  // IndexFile or a shared_view() of it lives, and be 8-byte aligned. `name`
+  // is used in messages.
   static IndexFile FromBuffer(const void* data, size_t size, const std::string& name,
                               const OpenOptions& options = {});
 
@@ -375,7 +409,14 @@ class IndexFile {
   IndexFile& operator=(IndexFile&&) noexcept;
   ~IndexFile();
 
-  const IndexView& view() const { return view_; }
+  // The view, at an address that stays the same for the file's lifetime,
+  // moves included. Borrowed: valid while this IndexFile (or whatever it was
+  // moved into) or a shared_view() of it lives.
+  const IndexView& view() const;
+  // The same view, owning: it keeps the mapping (or buffer) alive after the
+  // IndexFile is destroyed. With FromBuffer, the caller's buffer must still
+  // outlive it.
+  std::shared_ptr<const IndexView> shared_view() const { return view_; }
   const IndexHeader& header() const { return header_; }
   const std::string& path() const { return path_; }
   const std::vector<SectionInfo>& sections() const { return sections_; }
@@ -396,13 +437,13 @@ class IndexFile {
   const SectionInfo* FindSection(const char* tag) const;
   std::vector<uint8_t> SectionBytes(const SectionInfo& s) const;  // decompressed
 
-  std::unique_ptr<Storage> storage_;
+  std::shared_ptr<Storage> storage_;         // mapping or buffer, and the view
+  std::shared_ptr<const IndexView> view_;    // &storage_->view, sharing storage_
   const uint8_t* data_ = nullptr;
   uint64_t size_ = 0;
   std::string path_;
   IndexHeader header_;
   std::vector<SectionInfo> sections_;
-  IndexView view_;
 };
 
 }  // namespace sam::format

@@ -50,11 +50,17 @@ struct DraftTree {
     source = src;
     match_len = 0;
   }
-  // Appends a node under parent; returns its index.
+  // Deepest node a tree may hold: depths are uint16_t and never wrap.
+  static constexpr uint16_t kMaxDepth = UINT16_MAX;
+  // Appends a node under parent; returns its index. A child of a node at
+  // kMaxDepth is refused with sam::Error (kCapacity), the tree unchanged.
+  // (Sessions never get there: their drafts have at most kMaxDraftSize nodes.)
   int Add(int parent, uint32_t token) {
+    const uint16_t depth = depths[parent];
+    if (depth == kMaxDepth) ThrowTooDeep();
     tokens.push_back(token);
     parents.push_back(parent);
-    depths.push_back(static_cast<uint16_t>(depths[parent] + 1));
+    depths.push_back(static_cast<uint16_t>(depth + 1));
     return static_cast<int>(tokens.size() - 1);
   }
   size_t size() const { return tokens.size(); }
@@ -71,6 +77,9 @@ struct DraftTree {
       if (parents[i] != static_cast<int32_t>(i) - 1) return false;
     return true;
   }
+
+ private:
+  [[noreturn]] static void ThrowTooDeep();
 };
 
 }  // namespace sam::runtime

@@ -4,7 +4,7 @@
 //   sam::runtime::Session session(options);
 //   session.AttachIndex(&index.view());
 //   sam::runtime::ReplayReport r = sam::runtime::Replay(session, traces);
-//   std::printf("MAT %.3f\n", r.total.Mat());
+//   std::printf("MAT %.3f\n", r.total.Mat());   // statistics.h: one MAT formula
 //
 // Greedy verification against a recorded greedy output is exact: at each step
 // the drafter proposes a tree rooted at the start token (the first output token
@@ -12,8 +12,9 @@
 // node whose root path equals the next output tokens, and the output token
 // after the accepted ones (the bonus) becomes the next start. A step thus
 // yields accepted + 1 tokens; the last start token's step yields 1 (its bonus
-// lies beyond the trace), so MAT = output tokens / steps and plain decoding
-// scores exactly 1.00.
+// lies beyond the trace), so MAT (SourceStatistics::Mat(): the mean over
+// steps of accepted + 1) = output tokens / steps, and plain decoding scores
+// exactly 1.00.
 #ifndef SAM_RUNTIME_REPLAY_H_
 #define SAM_RUNTIME_REPLAY_H_
 
@@ -42,27 +43,11 @@ struct ReplayTrace {
 // equals a prefix of `next`.
 size_t AcceptedLength(const DraftTree& tree, std::span<const uint32_t> next);
 
-struct ReplayTotals {
-  uint64_t steps = 0;
-  uint64_t tokens = 0;          // output tokens covered (accepted + bonus)
-  uint64_t verified_nodes = 0;  // tree nodes, root included (tokens verified per step)
-  uint64_t accepted = 0;        // accepted draft tokens
-  double Mat() const { return steps ? static_cast<double>(tokens) / steps : 0.0; }
-  double TokensPerStep() const { return steps ? static_cast<double>(verified_nodes) / steps : 0.0; }
-  void Add(size_t nodes, size_t accepted_tokens) {
-    ++steps;
-    tokens += accepted_tokens + 1;
-    verified_nodes += nodes;
-    accepted += accepted_tokens;
-  }
-};
-
 struct ReplayReport {
-  ReplayTotals total;
-  std::map<std::string, ReplayTotals> by_category;
-  std::array<ReplayTotals, kNumDraftSources> by_source{};
-  // accepted_at_depth[d]: steps whose accepted path reached depth d + 1.
-  std::array<uint64_t, kTrackedDepths> accepted_at_depth{};
+  SourceStatistics total;  // MAT: total.Mat(); tokens verified per step: total.TokensPerStep()
+  std::map<std::string, SourceStatistics> by_category;
+  // By the source of each step's draft (kNone when the tree is the start token alone).
+  std::array<SourceStatistics, kNumDraftSources> by_source{};
   std::vector<uint32_t> propose_ns;  // one per step
   std::vector<uint32_t> commit_ns;   // one per step
   // Share of steps that carried a draft (a tree with more than the root).

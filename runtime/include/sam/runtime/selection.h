@@ -31,30 +31,55 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <string>
 #include <string_view>
 
 namespace sam::runtime {
 
 enum class Policy { kPaper, kStaticOnly, kDynamicOnly, kTree, kCalibrated };
 
-// "paper", "static", "dynamic", "tree", "calibrated". ParsePolicy throws
-// sam::Error (kInvalidArgument) naming the valid names.
-std::string_view PolicyName(Policy policy);
-Policy ParsePolicy(std::string_view name);
-
-// The policies by the names the tools use (sam-replay, sam-generate): "sam"
-// (the paper's rule), "sam-rec" (the paper's rule with a Token Recycling
-// fallback), "static", "dynamic", "sam-tree", "sam-cal" (calibrated). Throws
-// sam::Error (kInvalidArgument) naming the valid names.
+// The policies by name: the one naming scheme of the tools (sam-replay,
+// sam-generate, bench_step, bench_generate), the C API (sam_policy_name,
+// sam_policy_from_name) and the docs. A name selects a Policy and whether a
+// Token Recycling drafter is the session's fallback:
+//   sam       kPaper, no fallback (l_bias 0)
+//   static    kStaticOnly
+//   dynamic   kDynamicOnly
+//   sam-tree  kTree
+//   sam-rec   kPaper with a Token Recycling fallback (l_bias 5, l_threshold 5)
+//   sam-cal   kCalibrated
+// (sam-replay and bench_step also accept "pld", the prompt lookup baseline,
+// which is a drafter of its own rather than a session policy.)
 struct NamedPolicy {
+  std::string_view name;
   Policy policy = Policy::kPaper;
   bool recycling_fallback = false;
+  std::string_view description;  // for --help texts (lines end with \n but the last)
 };
-NamedPolicy PolicyFromToolName(std::string_view name);
+// The table above, in that order.
+std::span<const NamedPolicy> NamedPolicies();
+// The entry named `name`. Throws sam::Error (kInvalidArgument) "unknown policy 'x'
+// (valid: sam, static, dynamic, sam-tree, sam-rec, sam-cal)".
+const NamedPolicy& FindPolicy(std::string_view name);
+// The name of `policy` without a fallback ("sam" for kPaper, "sam-cal" for
+// kCalibrated, ...).
+std::string_view PolicyName(Policy policy);
+// "sam, static, dynamic, sam-tree, sam-rec, sam-cal".
+std::string PolicyNameList();
+// One line per policy, "name      description", for --help texts.
+std::string PolicyHelp();
+
+// The largest draft (nodes, start token included) a session proposes:
+// SelectionOptions::draft_size and max_tree_nodes must not exceed it (the C
+// API's SAM_MAX_DRAFT_SIZE). Far above what one verification pass can use,
+// and low enough that a draft's depths always fit DraftTree's uint16_t.
+inline constexpr size_t kMaxDraftSize = 4096;
 
 struct SelectionOptions {
   Policy policy = Policy::kPaper;
-  // Draft size in nodes, start token included (the paper: 40; 16 for code).
+  // Draft size in nodes, start token included (the paper: 40; 16 for code);
+  // 1..kMaxDraftSize.
   size_t draft_size = 40;
   // The paper's rule. l_bias unset: 5 with a fallback drafter, 0 without.
   std::optional<uint32_t> l_bias;
@@ -64,7 +89,7 @@ struct SelectionOptions {
   uint32_t length_per_match = 4;
   // Dynamic drafts climb suffix links while the continuation is short.
   bool dynamic_link_fallback = true;
-  // kTree (and the static trees of kCalibrated).
+  // kTree (and the static trees of kCalibrated); at most kMaxDraftSize.
   size_t max_tree_nodes = 60;
   size_t max_width = 8;
   // kCalibrated: nodes below this estimated path probability are not drafted.

@@ -3,9 +3,9 @@
 //   auto general = sam::format::IndexFile::Open("general.sam");   // shared, read-only
 //   sam::runtime::SessionOptions options;                          // paper rule, 40 tokens
 //   sam::runtime::Session session(options);
-//   session.AttachIndex(&general.view());
+//   session.AttachIndex(general.shared_view());   // keeps the file mapped
 //   // or, sharing precomputed hub tables between sessions (static_index.h):
-//   //   auto shared = sam::runtime::StaticIndex::Create(&general.view());  // once
+//   //   auto shared = sam::runtime::StaticIndex::Create(general.shared_view());  // once
 //   //   session.AttachIndex(shared);
 //   session.Prefill(prompt_ids);                     // BOS first, like the index documents
 //   uint32_t start = first_token_from_prefill;
@@ -23,10 +23,14 @@
 // (selection.h) and statistics. Propose(start) peeks: the start token is only
 // added to the automata when it is committed.
 //
-// Lifetime and threads: attached views and the fallback drafter are borrowed
-// and must outlive the session. A session is used by one thread at a time;
-// any number of sessions (in any threads) may share one IndexView. Reset()
-// forgets everything about the request (text, cursors, the fallback's
+// Lifetime and threads: an index attached as a shared_ptr (a view from
+// IndexFile::shared_view(), or a StaticIndex) stays alive as long as the
+// session; one attached as a raw view pointer (&file.view()) is borrowed and
+// must outlive the session (moving its IndexFile, e.g. into a growing
+// vector, does not invalidate it; destroying it does). The fallback drafter
+// is borrowed and must outlive the session. A session is used by one thread
+// at a time; any number of sessions (in any threads) may share one IndexView.
+// Reset() forgets everything about the request (text, cursors, the fallback's
 // per-request state) but keeps statistics and the learned acceptance
 // estimates of Policy::kCalibrated, which are not tied to a request
 // (ResetStatistics() clears both).
@@ -69,7 +73,8 @@ struct SessionOptions {
 
 class Session : public Drafter {
  public:
-  // Throws sam::Error (kInvalidArgument) for an unusable option (draft_size < 1).
+  // Throws sam::Error (kInvalidArgument) for an unusable option (draft_size outside
+  // 1..kMaxDraftSize, max_tree_nodes above kMaxDraftSize).
   explicit Session(const SessionOptions& options = {});
   ~Session() override;
   Session(const Session&) = delete;
@@ -78,7 +83,10 @@ class Session : public Drafter {
   std::string_view name() const override { return "sam"; }
 
   // Adds a static index (e.g. a general and a domain one); its cursor is
-  // brought up to date with the current window. The view is borrowed.
+  // brought up to date with the current window. The session shares the view
+  // (IndexFile::shared_view()): the file stays mapped while it lives.
+  void AttachIndex(std::shared_ptr<const format::IndexView> view);
+  // Same with a borrowed view, which must outlive the session.
   void AttachIndex(const format::IndexView* view);
   // Same, with a shared StaticIndex (static_index.h), which tree-drafting
   // policies (kTree, kCalibrated) read instead of scanning hub states
@@ -135,6 +143,7 @@ class Session : public Drafter {
   DynamicSam dynamic_;
   std::vector<StaticCursor> cursors_;
   std::vector<std::shared_ptr<const StaticIndex>> shared_;  // per cursor; may be null
+  std::vector<std::shared_ptr<const format::IndexView>> owned_views_;  // kept alive
   std::vector<StaticMatch> peeked_;
   StaticTreeBuilder tree_builder_;
   std::unique_ptr<Calibrator> calibrator_;

@@ -2,7 +2,7 @@
 //
 //   auto file = sam::format::IndexFile::Open("general.sam");
 //   std::shared_ptr<const sam::runtime::StaticIndex> index =
-//       sam::runtime::StaticIndex::Create(&file.view());    // once per index file
+//       sam::runtime::StaticIndex::Create(file.shared_view());  // once per index file
 //   sam::runtime::Session a(options), b(options);           // any threads
 //   a.AttachIndex(index);
 //   b.AttachIndex(index);
@@ -39,8 +39,10 @@
 // 2 MiB pages where available (format::HugeBuffer).
 //
 // Lifetime and threads: immutable after Create(), so any number of threads
-// may use one concurrently. It borrows the view, which must outlive it (and
-// every session it is attached to); sessions hold it by shared_ptr.
+// may use one concurrently. Created from IndexFile::shared_view(), it keeps
+// the index file mapped for as long as it lives; created from a raw view
+// pointer, it borrows the view, which must then outlive it (and every session
+// it is attached to). Sessions hold it by shared_ptr.
 #ifndef SAM_RUNTIME_STATIC_INDEX_H_
 #define SAM_RUNTIME_STATIC_INDEX_H_
 
@@ -48,6 +50,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "sam/format/huge_buffer.h"
@@ -71,8 +74,15 @@ class StaticIndex {
     uint64_t count;
   };
 
-  // Builds the hub table of `view` (borrowed). Throws sam::Error (kInvalidArgument)
-  // for a null view or top_k == 0.
+  // Builds the hub table of `view`, which it shares: the view (and its file's
+  // mapping) lives at least as long as the StaticIndex. Throws
+  // sam::Error (kInvalidArgument) for a null view or top_k == 0.
+  static std::shared_ptr<const StaticIndex> Create(std::shared_ptr<const format::IndexView> view,
+                                                   const Options& options);
+  static std::shared_ptr<const StaticIndex> Create(std::shared_ptr<const format::IndexView> view) {
+    return Create(std::move(view), Options{});
+  }
+  // Same over a borrowed view, which must outlive the StaticIndex.
   static std::shared_ptr<const StaticIndex> Create(const format::IndexView* view,
                                                    const Options& options);
   static std::shared_ptr<const StaticIndex> Create(const format::IndexView* view) {
@@ -158,6 +168,7 @@ class StaticIndex {
   uint64_t HubNext(uint64_t v, uint32_t c) const;
 
   const format::IndexView* view_ = nullptr;
+  std::shared_ptr<const format::IndexView> owner_;  // view_'s owner; null when borrowed
   Options options_;
   size_t num_hubs_ = 0;
   // Open addressing by state (mask_ + 1 entries); hub h's children are

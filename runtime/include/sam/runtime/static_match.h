@@ -25,6 +25,10 @@
 //
 // Thread safety: a cursor is a small value owned by one session; the view it
 // points to is shared read-only by any number of cursors and threads.
+// Lifetime: a cursor borrows its view (and StaticIndex): they must outlive
+// it. An IndexFile's view keeps its address when the file is moved
+// (format/index.h); a Session keeps what its cursors point to alive when it
+// was attached by shared_ptr.
 #ifndef SAM_RUNTIME_STATIC_MATCH_H_
 #define SAM_RUNTIME_STATIC_MATCH_H_
 

@@ -1,9 +1,13 @@
-// Per-drafter observability: drafts, accepted tokens, acceptance by draft
-// position and by match length, and drafting time.
+// Per-drafter observability: steps, drafted and accepted tokens, acceptance
+// by draft position and by match length, and drafting time. SourceStatistics
+// is the one per-source statistics type of the project: sessions
+// (Session::statistics()), offline replay (replay.h), the generation loop
+// (sam/torch/generate.h) and the tools (sam-replay, sam-generate, bench_step,
+// bench_generate) all count with it, so MAT means the same everywhere.
 //
 //   const sam::runtime::SessionStatistics& s = session.statistics();
 //   const auto& st = s.source(sam::runtime::DraftSource::kStatic);
-//   double mat = 1.0 + st.MeanAccepted();   // mean accepted tokens per step, bonus included
+//   double mat = st.Mat();   // mean tokens per step: accepted draft tokens + 1 (the bonus)
 #ifndef SAM_RUNTIME_STATISTICS_H_
 #define SAM_RUNTIME_STATISTICS_H_
 
@@ -25,25 +29,38 @@ inline size_t MatchLengthBucket(uint64_t len) {
 }
 
 struct SourceStatistics {
-  uint64_t drafts = 0;           // steps whose draft came from this source
-  uint64_t draft_nodes = 0;      // nodes proposed, start token excluded
+  uint64_t steps = 0;            // steps (verified drafts) counted here
+  uint64_t draft_tokens = 0;     // draft nodes proposed, start token excluded
   uint64_t accepted_tokens = 0;  // draft tokens accepted, bonus excluded
-  uint64_t propose_ns = 0;       // time spent proposing these drafts
-  // proposed_at_depth[d]: drafts with a node at depth d + 1;
-  // accepted_at_depth[d]: drafts whose accepted path reached depth d + 1.
+  uint64_t propose_ns = 0;       // time spent proposing these drafts (sessions with timing)
+  // proposed_at_depth[d]: steps whose draft had a node at depth d + 1;
+  // accepted_at_depth[d]: steps whose accepted path reached depth d + 1.
   std::array<uint64_t, kTrackedDepths> proposed_at_depth{};
   std::array<uint64_t, kTrackedDepths> accepted_at_depth{};
-  // By match length of the matched state (MatchLengthBucket).
-  std::array<uint64_t, kMatchLengthBuckets> drafts_by_match_length{};
+  // By match length of the matched state (MatchLengthBucket of DraftTree::match_len).
+  std::array<uint64_t, kMatchLengthBuckets> steps_by_match_length{};
   std::array<uint64_t, kMatchLengthBuckets> accepted_by_match_length{};
 
-  // Accepted draft tokens per draft (0 when none).
-  double MeanAccepted() const;
+  // Counts one step: `tree` was verified and `accepted` of its draft tokens
+  // (the depth of the accepted path) were accepted.
+  void Record(const DraftTree& tree, size_t accepted);
+  // MAT, the mean accepted tokens per step with the bonus token counted:
+  // the mean over steps of (accepted draft tokens + 1), i.e.
+  // (accepted_tokens + steps) / steps. Plain decoding scores 1; 0 without steps.
+  double Mat() const {
+    return steps ? static_cast<double>(accepted_tokens + steps) / static_cast<double>(steps) : 0.0;
+  }
+  // Tokens the steps produced: accepted draft tokens plus one bonus token each.
+  uint64_t Tokens() const { return accepted_tokens + steps; }
+  // Tree nodes verified per step, start token included (1 for plain decoding).
+  double TokensPerStep() const {
+    return steps ? static_cast<double>(draft_tokens + steps) / static_cast<double>(steps) : 0.0;
+  }
   void Merge(const SourceStatistics& other);
 };
 
 struct SessionStatistics {
-  std::array<SourceStatistics, kNumDraftSources> by_source{};
+  std::array<SourceStatistics, kNumDraftSources> by_source{};  // by DraftTree::source
   uint64_t steps = 0;             // Commit calls that followed a Propose
   uint64_t committed_tokens = 0;  // tokens committed (prefill excluded)
   uint64_t prefill_tokens = 0;
@@ -54,8 +71,12 @@ struct SessionStatistics {
     return by_source[static_cast<size_t>(s)];
   }
   SourceStatistics& source(DraftSource s) { return by_source[static_cast<size_t>(s)]; }
+  // All sources together.
+  SourceStatistics Total() const;
   void Merge(const SessionStatistics& other);
-  // A JSON object with the non-empty sources (for logs and tools).
+  // A JSON object with the non-empty sources (for logs and tools): per source
+  // "steps", "draft_tokens", "accepted_tokens", "mat", "propose_ns" and the
+  // arrays (trailing zeros left out).
   std::string ToJson() const;
 };
 

@@ -39,7 +39,7 @@
 // model errors propagate (model.h). Never prints.
 // Thread safety: a Generator is used by one thread at a time; several Generators may share one
 // Model and one IndexView. Lifetime: the model and attached views are borrowed and must outlive
-// the Generator.
+// the Generator (an IndexFile may be moved meanwhile: its view keeps its address, format/index.h).
 #pragma once
 
 #include <array>
@@ -47,6 +47,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <span>
 #include <string_view>
 #include <vector>
@@ -72,15 +73,12 @@ struct GeneratorOptions {
   size_t max_dynamic_bytes = size_t{64} << 20;
 };
 
-// Generator options for a policy as sam-replay and sam-generate name it:
-//   sam       paper rule, no fallback (l_bias 0), linear drafts
-//   sam-rec   paper rule (l_bias 5, l_threshold 5) with Token Recycling fallback
-//   static    static SAM only;  dynamic   dynamic SAM only
-//   sam-tree  Policy::kTree;    sam-cal   Policy::kCalibrated
-// Throws Error(kInvalidArgument) naming the valid names (GeneratorPolicyHelp()).
+// Generator options for a policy by its name (runtime::NamedPolicies(),
+// sam/runtime/selection.h: sam, static, dynamic, sam-tree, sam-rec, sam-cal).
+// Throws Error(kInvalidArgument) listing the valid names.
 GeneratorOptions GeneratorOptionsForPolicy(std::string_view name);
-// One line per policy name, for --help texts.
-std::string_view GeneratorPolicyHelp();
+// One line per policy name, for --help texts (runtime::PolicyHelp()).
+std::string GeneratorPolicyHelp();
 
 // One request's parameters.
 struct GenerateOptions {
@@ -97,15 +95,6 @@ struct GenerateOptions {
 enum class StopReason { kMaxNewTokens, kStopToken, kCallback };
 std::string_view StopReasonName(StopReason reason);  // "max_new_tokens", "stop_token", "callback"
 
-// Per-draft-source counts of one request (runtime::DraftSource order).
-struct SourceCounts {
-  uint64_t steps = 0;            // steps whose draft came from this source
-  uint64_t draft_tokens = 0;     // draft nodes proposed, start token excluded
-  uint64_t accepted_tokens = 0;  // draft tokens accepted, bonus excluded
-  // Mean accepted tokens per step of this source, bonus included (0 without steps).
-  double Mat() const { return steps ? 1.0 + static_cast<double>(accepted_tokens) / steps : 0.0; }
-};
-
 struct GenerateResult {
   std::vector<uint32_t> output_ids;  // new tokens, a final stop token included
   int64_t prompt_tokens = 0;
@@ -113,15 +102,19 @@ struct GenerateResult {
   int64_t steps = 0;
   // Tree nodes evaluated by those passes (= steps without speculation).
   int64_t verified_tokens = 0;
-  // Mean tokens emitted per step (accepted + bonus, after truncation); 1.00 for plain decoding;
-  // 0 when no step ran (max_new_tokens 1 or a stop token first).
+  // MAT: the mean over steps of accepted draft tokens + 1 (the bonus), Total().Mat(); 1.00 for
+  // plain decoding; 0 when no step ran (max_new_tokens 1 or a stop token first). Accepted tokens
+  // count as verified, including any after a stop token that ended the request.
   double mat = 0.0;
   double prefill_seconds = 0.0;
   double decode_seconds = 0.0;
   // output_ids.size() / (prefill_seconds + decode_seconds).
   double tokens_per_s = 0.0;
   StopReason stop_reason = StopReason::kMaxNewTokens;
-  std::array<SourceCounts, runtime::kNumDraftSources> by_source{};
+  // Per draft source (runtime::DraftSource order), one record per step.
+  std::array<runtime::SourceStatistics, runtime::kNumDraftSources> by_source{};
+  // All sources together.
+  runtime::SourceStatistics Total() const;
 };
 
 // Called with the tokens each step emits (in order, at least one); return false to stop.
