@@ -2,7 +2,7 @@
 // the construction alone, as medians over repeated runs. Prints figures; it
 // asserts nothing.
 //
-//   bench-build --data-dir ../shared/data [--preset default] [--repeats 3]
+//   bench-build --data-dir ../shared/data [--preset default] [--repeats 3] [-o /tmp/b.sam]
 #include <sys/resource.h>
 
 #include <CLI/CLI.hpp>
@@ -13,13 +13,16 @@
 #include <filesystem>
 #include <iostream>
 
-#include "cli_exit.h"
+#include "cli.h"
 #include "sam/corpora/corpora.h"
 #include "sam/indexer/builder.h"
 #include "sam/indexer/pipeline.h"
 #include "sam/indexer/tokenizer.h"
+#include "sam/runtime/percentile.h"
 
 namespace {
+
+using sam::runtime::Median;
 
 double CpuSeconds() {
   timespec ts;
@@ -27,32 +30,37 @@ double CpuSeconds() {
   return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench-build: time the index build (end to end, and construction alone)",
+  sam::tools::SetUpTool("bench-build");
+  CLI::App app{"bench-build: time the index build (end to end, and construction alone), as\n"
+               "medians over repeated runs. Prints figures; asserts nothing.\n\n"
+               "Examples:\n"
+               "  bench-build --data-dir ../shared/data\n"
+               "  bench-build --data-dir ../shared/data --preset gsm8k --repeats 5 -o /tmp/b.sam",
                "bench-build"};
   std::string data_dir, preset = "default", out = "/tmp/bench-build.sam";
   int repeats = 3;
-  app.add_option("--data-dir", data_dir, "data folder (corpora/README.md layout)")
+  app.add_option("--data-dir", data_dir, "data folder (corpora/README.md layout; required)")
       ->envname("SAM_DATA_DIR")
       ->required();
-  app.add_option("--preset", preset, "corpus set: default or gsm8k")->capture_default_str();
-  app.add_option("--repeats", repeats, "runs per measurement")->check(CLI::Range(1, 50));
+  app.add_option("--preset", preset, "corpus set: default or gsm8k")
+      ->check(CLI::IsMember({"default", "gsm8k"}))
+      ->capture_default_str();
+  app.add_option("--repeats", repeats, "runs per measurement")
+      ->check(CLI::Range(1, 50))
+      ->capture_default_str();
   app.add_option("-o,--output", out, "scratch index path")->capture_default_str();
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   namespace fs = std::filesystem;
-  try {
+  return sam::tools::RunTool("bench-build", [&] {
     // The corpus set of sam-build's presets.
     sam::indexer::BuildConfig cfg;
     cfg.tokenizer_path = (fs::path(data_dir) / "tokenizer/llama-32k.model").string();
     cfg.output_path = out;
     cfg.tool_version = "bench-build";
+    std::vector<std::string> inputs;
     if (preset == "default") {
       cfg.corpora.push_back({"alpaca", (fs::path(data_dir) / "alpaca/alpaca_data.json").string()});
       for (const char* f : {"code_alpaca/code_alpaca_2k.json", "code_alpaca/new_codealpaca.json"})
@@ -60,6 +68,9 @@ int main(int argc, char** argv) {
           cfg.corpora.push_back({"alpaca", (fs::path(data_dir) / f).string()});
     }
     cfg.corpora.push_back({"gsm8k", (fs::path(data_dir) / "gsm8k/train.jsonl").string()});
+    for (const auto& c : cfg.corpora) inputs.push_back(c.path);
+    inputs.push_back(cfg.tokenizer_path);
+    sam::tools::CheckOutputPath("-o", out, inputs);
 
     std::vector<double> total, rd, tokz, cons, wr, cpu;
     uint64_t tokens = 0, peak = 0, bytes = 0;
@@ -112,8 +123,5 @@ int main(int argc, char** argv) {
                 repeats, Median(cons_only), Median(cons_cpu), tokens / Median(cons_only) / 1e6);
     fs::remove(out);
     return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "bench-build: error: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

@@ -1,6 +1,6 @@
-// bench_generate: what speculative decoding buys on this machine, measured and projected.
+// bench-generate: what speculative decoding buys on this machine, measured and projected.
 //
-//   bench_generate --tokenizer llama-32k.model --data-dir ../shared/data --index all.sam
+//   bench-generate --tokenizer llama-32k.model --data-dir ../shared/data --index all.sam
 //                  [--replay replay.json] [--layers 8 --hidden 1024 --prefix 512 --prompts 6]
 //
 // 1. Cost curve: the time of one forward pass for 1, 2, 4, ..., 64 chained tokens after a
@@ -30,9 +30,12 @@
 #include <torch/cuda.h>
 #include <torch/types.h>
 
+#include "cli.h"
 #include "sam/corpora/templates.h"
 #include "sam/error.h"
 #include "sam/format/index.h"
+#include "sam/runtime/percentile.h"
+#include "sam/torch/error.h"
 #include "sam/torch/generate.h"
 #include "sam/torch/model.h"
 #include "sam/indexer/tokenizer.h"
@@ -42,10 +45,7 @@ namespace {
 namespace tb = sam::torch_backend;
 using nlohmann::json;
 
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using sam::runtime::Median;
 
 // t(n) by linear interpolation between measured sizes (clamped at the ends).
 double Interpolate(const std::vector<std::pair<double, double>>& curve, double n) {
@@ -63,29 +63,56 @@ double Interpolate(const std::vector<std::pair<double, double>>& curve, double n
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_generate: forward cost curve, plain vs speculative tokens/s, projection"};
+  sam::tools::SetUpTool("bench-generate");
+  CLI::App app{"bench-generate: forward cost curve of a random Llama, plain vs speculative\n"
+               "tokens/s on GSM8K test questions, and a speedup projection from a sam-replay\n"
+               "--json report. Prints figures; asserts nothing.\n\n"
+               "Examples:\n"
+               "  bench-generate --tokenizer llama-32k.model --data-dir ../shared/data --index chat.sam\n"
+               "  bench-generate --tokenizer llama-32k.model --data-dir ../shared/data --index chat.sam \\\n"
+               "                 --replay replay.json --layers 4 --hidden 512 --heads 8 --intermediate 1408",
+               "bench-generate"};
   std::string tokenizer_path, data_dir, replay_path, device = "cpu", dtype;
   std::vector<std::string> index_paths, policies = {"sam-rec"};
   int64_t layers = 8, hidden = 1024, heads = 16, intermediate = 2816, prefix = 512, repeats = 5;
   int64_t prompts = 6, max_new_tokens = 64;
-  app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (vocabulary of the model)")->required();
-  app.add_option("--data-dir", data_dir, "data folder with gsm8k/test.jsonl")->required();
-  app.add_option("--index", index_paths, "static index (repeatable)");
-  app.add_option("--policy", policies, "speculative policies to compare (default sam-rec)");
-  app.add_option("--replay", replay_path, "sam-replay --json report for the projection");
-  app.add_option("--layers", layers);
-  app.add_option("--hidden", hidden);
-  app.add_option("--heads", heads);
-  app.add_option("--intermediate", intermediate);
-  app.add_option("--prefix", prefix, "cached prefix of the cost curve (default 512)");
-  app.add_option("--repeats", repeats, "timed repeats per cost-curve point (default 5)");
-  app.add_option("--prompts", prompts, "GSM8K test questions generated from (default 6)");
-  app.add_option("--max-new-tokens", max_new_tokens, "tokens generated per prompt (default 64)");
-  app.add_option("--device", device);
-  app.add_option("--dtype", dtype);
-  CLI11_PARSE(app, argc, argv);
+  app.add_option("--tokenizer", tokenizer_path,
+                 "SentencePiece model (vocabulary of the model; required)")->required();
+  app.add_option("--data-dir", data_dir, "data folder with gsm8k/test.jsonl (required)")->required();
+  app.add_option("--index", index_paths, "static index (repeatable; default: none)");
+  app.add_option("--policy", policies, "speculative policies to compare")->capture_default_str();
+  app.add_option("--replay", replay_path,
+                 "sam-replay --json report for the projection (default: no projection)");
+  const auto positive = CLI::Range(int64_t{1}, int64_t{1} << 20);
+  app.add_option("--layers", layers, "decoder layers")->check(positive)->capture_default_str();
+  app.add_option("--hidden", hidden, "hidden size")->check(positive)->capture_default_str();
+  app.add_option("--heads", heads, "attention heads")->check(positive)->capture_default_str();
+  app.add_option("--intermediate", intermediate, "MLP size")->check(positive)->capture_default_str();
+  app.add_option("--prefix", prefix, "cached prefix of the cost curve")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--repeats", repeats, "timed repeats per cost-curve point")
+      ->check(positive)
+      ->capture_default_str();
+  app.add_option("--prompts", prompts, "GSM8K test questions generated from")
+      ->check(positive)
+      ->capture_default_str();
+  app.add_option("--max-new-tokens", max_new_tokens, "tokens generated per prompt")
+      ->check(positive)
+      ->capture_default_str();
+  app.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default: fp32 on cpu, fp16/bf16 on cuda)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}));
+  if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
 
-  try {
+  return sam::tools::RunTool("bench-generate", [&] {
+    for (const auto& p : policies) {
+      try {
+        tb::GeneratorOptionsForPolicy(p);
+      } catch (const tb::Error& e) {
+        throw sam::tools::UsageError(std::string("--policy: ") + e.what());
+      }
+    }
     torch::NoGradGuard no_grad;
     const auto tokenizer = sam::indexer::Tokenizer::Load(tokenizer_path);
     tb::LlamaConfig config;
@@ -100,7 +127,7 @@ int main(int argc, char** argv) {
     config.Validate("flags");
     const tb::Model model = tb::Model::FromTensors(config, tb::MakeRandomLlamaWeights(config, 1),
                                                    {.device = device, .dtype = dtype});
-    std::printf("bench_generate: random Llama layers=%lld hidden=%lld heads=%lld intermediate=%lld "
+    std::printf("bench-generate: random Llama layers=%lld hidden=%lld heads=%lld intermediate=%lld "
                 "vocab=%lld device=%s threads=%d\n",
                 (long long)layers, (long long)hidden, (long long)heads, (long long)intermediate,
                 (long long)config.vocab_size, device.c_str(), at::get_num_threads());
@@ -221,8 +248,5 @@ int main(int argc, char** argv) {
       }
     }
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_generate: %s\n", e.what());
-    return 1;
-  }
+  });
 }

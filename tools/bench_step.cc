@@ -1,7 +1,7 @@
-// bench_step: per-step drafting cost (Propose + Commit) against context length,
+// bench-step: per-step drafting cost (Propose + Commit) against context length,
 // for the paper rule, the calibrated policy and the PLD baseline in one run.
 //
-//   bench_step --index all.sam --traces raw.jsonl --tokenizer llama-32k.model
+//   bench-step --index all.sam --traces raw.jsonl --tokenizer llama-32k.model
 //              [--contexts 1024,4096,...] [--steps 2000] [--draft 40] [--runs 5]
 //
 // Streams (realistic acceptance): the traces (sam-replay make-traces: GSM8K
@@ -36,9 +36,9 @@
 #include <string>
 #include <vector>
 
-#include "cli_exit.h"
-#include "sam/error.h"
+#include "cli.h"
 #include "sam/format/index.h"
+#include "sam/runtime/percentile.h"
 #include "sam/runtime/pld.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"
@@ -48,6 +48,7 @@
 namespace {
 
 namespace rt = sam::runtime;
+using rt::Median;
 using Clock = std::chrono::steady_clock;
 
 // n tokens of the corpus from position `from` on, separators skipped (wraps).
@@ -131,21 +132,19 @@ sam::format::IndexFile OpenIndex(const std::string& path, const std::string& loa
     return sam::format::IndexFile::Open(path, options);
   }
   if (load == "read") return sam::format::IndexFile::Read(path, options);
-  throw sam::Error(sam::ErrorCode::kUsage, "--load must be mmap, populate or read");
-}
-
-double Median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+  throw sam::tools::UsageError("--load must be mmap, populate or read");
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_step: per-step propose + commit time vs context length: paper rule, "
-               "calibrated policy and PLD",
-               "bench_step"};
+  sam::tools::SetUpTool("bench-step");
+  CLI::App app{"bench-step: per-step propose + commit time vs context length: paper rule,\n"
+               "calibrated policy and PLD. Prints figures; asserts nothing.\n\n"
+               "Examples:\n"
+               "  bench-step --index chat.sam --traces traces.jsonl --tokenizer llama-32k.model\n"
+               "  bench-step --index chat.sam --contexts 1024,4096 --steps 500 --runs 3 --load read",
+               "bench-step"};
   std::string index_path, traces_path, tokenizer_path;
   std::vector<size_t> contexts = {1024, 4096, 16384, 65536, 131072};
   std::vector<std::string> policies = {"sam", "sam-cal", "pld"};
@@ -158,25 +157,41 @@ int main(int argc, char** argv) {
   app.add_option("--traces", traces_path,
                  "JSONL traces (sam-replay make-traces) for realistic streams");
   app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (string traces)");
-  app.add_option("--contexts", contexts, "context lengths in tokens")->delimiter(',');
+  app.add_option("--contexts", contexts, "context lengths in tokens")
+      ->delimiter(',')
+      ->capture_default_str();
   app.add_option("--policies", policies,
-                 "policies (" + rt::PolicyNameList() + ") and/or pld (default sam,sam-cal,pld; "
-                 "sam-rec's Token Recycling table gets no model feedback here)")
-      ->delimiter(',');
-  app.add_option("--steps", steps, "steps per request");
-  app.add_option("--draft", draft, "draft nodes, start token included");
-  app.add_option("--runs", runs, "warm runs per context and policy (medians reported)");
-  app.add_option("--seed", seed, "random seed");
+                 "policies (" + rt::PolicyNameList() + ") and/or pld (sam-rec's Token Recycling "
+                 "table gets no model feedback here)")
+      ->delimiter(',')
+      ->capture_default_str();
+  app.add_option("--steps", steps, "steps per request")->capture_default_str();
+  app.add_option("--draft", draft, "draft nodes, start token included")->capture_default_str();
+  app.add_option("--runs", runs, "warm runs per context and policy (medians reported)")
+      ->capture_default_str();
+  app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--share-index", share_index,
-                 "attach a shared StaticIndex (precomputed top children) instead of a bare view");
+                 "attach a shared StaticIndex (precomputed top children) instead of a bare view")
+      ->capture_default_str();
   app.add_option("--hub-degree", hub_options.min_degree,
-                 "StaticIndex: explicit transitions that make a state a hub");
+                 "StaticIndex: explicit transitions that make a state a hub")
+      ->capture_default_str();
   app.add_option("--load", load,
                  "how the index is loaded: mmap (IndexFile::Open), populate (Open with "
                  "OpenOptions::populate: every page mapped up front) or read (IndexFile::Read: "
-                 "a private copy on huge pages)");
+                 "a private copy on huge pages)")
+      ->check(CLI::IsMember({"mmap", "populate", "read"}))
+      ->capture_default_str();
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
-  try {
+  return sam::tools::RunTool("bench-step", [&] {
+    for (const std::string& name : policies) {
+      if (name == "pld") continue;
+      try {
+        rt::FindPolicy(name);
+      } catch (const sam::Error& e) {
+        throw sam::tools::UsageError("--policies: " + std::string(e.what()) + " (or pld)");
+      }
+    }
     const auto file = OpenIndex(index_path, load);
     const auto& view = file.view();
     std::mt19937_64 rng(seed);
@@ -231,12 +246,7 @@ int main(int argc, char** argv) {
         if (name == "pld") {
           drafter = std::make_unique<rt::PldDrafter>(3, 10);
         } else {
-          const rt::NamedPolicy* named = nullptr;
-          for (const rt::NamedPolicy& p : rt::NamedPolicies())
-            if (p.name == name) named = &p;
-          if (named == nullptr)
-            throw sam::Error(sam::ErrorCode::kUsage, "unknown policy '" + name + "' (valid: pld, " +
-                                     rt::PolicyNameList() + ")");
+          const rt::NamedPolicy* named = &rt::FindPolicy(name);  // checked above
           rt::SessionOptions o;
           o.max_dynamic_bytes = rt::DynamicSam::BytesForCapacity(ctx + gen_tokens);
           o.selection.policy = named->policy;
@@ -277,8 +287,5 @@ int main(int argc, char** argv) {
       }
     }
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_step: %s\n", e.what());
-    return 1;
-  }
+  });
 }

@@ -8,8 +8,11 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "cli_exit.h"
+#include "cli.h"
+#include "sam/corpora/corpora.h"
+#include "sam/corpora/error.h"
 #include "sam/corpora/presets.h"
+#include "sam/corpora/templates.h"
 #include "sam/format/error.h"
 #include "sam/indexer/pipeline.h"
 
@@ -18,6 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 using sam::indexer::BuildConfig;
 using sam::indexer::BuildReport;
+using sam::tools::UsageError;
 
 std::string Human(double v) {
   char buf[32];
@@ -104,6 +108,7 @@ int main(int argc, char** argv) {
       "  sam-build --data-dir ../shared/data --preset default -o chat.sam\n"
       "  sam-build --vocab-size 32000 --corpus ids=tokens.jsonl -o ids.sam",
       "sam-build"};
+  sam::tools::SetUpTool("sam-build");
   BuildConfig cfg;
   std::vector<std::string> corpus_args;
   std::string data_dir, preset;
@@ -131,35 +136,44 @@ int main(int argc, char** argv) {
   app.add_option("--text-split", cfg.text_split,
                  "`text` corpora: 'file' (one document per file) or 'blank-line'")
       ->capture_default_str();
-  app.add_flag("--skip-bad", cfg.skip_bad, "skip (and count) malformed records instead of failing");
-  app.add_flag("--no-bos", no_bos, "do not put BOS before each tokenized document");
+  app.add_flag("--skip-bad", cfg.skip_bad,
+               "skip (and count) malformed records instead of failing (default: fail)");
+  app.add_flag("--no-bos", no_bos, "do not put BOS before each tokenized document (default: BOS)");
   app.add_option("--vocab-size", cfg.vocab_size,
-                 "vocabulary size for `ids` corpora built without --tokenizer");
+                 "vocabulary size for `ids` corpora built without --tokenizer (default: the "
+                 "tokenizer's)");
   app.add_option("--threads", cfg.threads, "tokenizer threads (0 = all cores)")
       ->capture_default_str();
-  app.add_option("-o,--output", cfg.output_path, "output index file")->required();
-  app.add_flag("--json", json, "print the build report as one JSON object on stdout");
-  app.add_flag("-q,--quiet", quiet, "no progress on stderr");
+  app.add_option("-o,--output", cfg.output_path,
+                 "output index file (required; a new or regular file, not an input)")
+      ->required();
+  app.add_flag("--json", json, "print the build report as one JSON object on stdout (default: "
+               "a table)");
+  app.add_flag("-q,--quiet", quiet, "no progress on stderr (default: progress)");
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   cfg.add_bos = !no_bos;
   cfg.tool_version = "sam-build " SAM_VERSION;
-  if (cfg.threads > 1024) {
-    std::cerr << "sam-build: --threads " << cfg.threads << " is absurd (at most 1024)\n";
-    return 2;
-  }
-  try {
+  return sam::tools::RunTool("sam-build", [&] {
+    if (cfg.threads > 1024)
+      throw UsageError("--threads " + std::to_string(cfg.threads) + " is absurd (at most 1024)");
     for (const auto& arg : corpus_args) {
       const auto eq = arg.find('=');
       if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
-        throw sam::indexer::BuildError("--corpus expects KIND=PATH, got '" + arg + "'");
+        throw UsageError("--corpus expects KIND=PATH, got '" + arg + "'");
       std::string path = arg.substr(eq + 1);
       if (!data_dir.empty() && fs::path(path).is_relative() && !fs::exists(path))
         path = (fs::path(data_dir) / path).string();
       cfg.corpora.push_back({arg.substr(0, eq), path});
     }
     if (!preset.empty()) {
-      if (data_dir.empty()) throw sam::indexer::BuildError("--preset needs --data-dir");
-      const auto resolved = sam::corpora::ResolvePreset(preset, data_dir);
+      if (data_dir.empty()) throw UsageError("--preset needs --data-dir");
+      sam::corpora::ResolvedPreset resolved;
+      try {
+        resolved = sam::corpora::ResolvePreset(preset, data_dir);
+      } catch (const sam::Error& e) {
+        if (e.code() == sam::ErrorCode::kInvalidArgument) throw UsageError(e.what());
+        throw;
+      }
       for (const auto& note : resolved.notes) std::cerr << "sam-build: note: " << note << "\n";
       for (const auto& c : resolved.corpora)
         cfg.corpora.push_back({std::string(sam::corpora::KindName(c.kind)), c.path});
@@ -173,6 +187,28 @@ int main(int argc, char** argv) {
       if (!all_ids || cfg.vocab_size == 0)
         cfg.tokenizer_path = (fs::path(data_dir) / "tokenizer/llama-32k.model").string();
     }
+    // Usage errors before any work: names of kinds and templates, the output path.
+    if (cfg.corpora.empty()) throw UsageError("no corpus given (use --corpus KIND=PATH or --preset)");
+    std::vector<std::string> inputs;
+    for (const auto& c : cfg.corpora) {
+      if (c.kind != "ids") {
+        try {
+          sam::corpora::ParseKind(c.kind);
+        } catch (const sam::corpora::CorpusError& e) {
+          throw UsageError(std::string("--corpus: ") + e.what());
+        }
+      }
+      inputs.push_back(c.path);
+    }
+    try {
+      sam::corpora::ParseTemplate(cfg.template_name);
+    } catch (const sam::corpora::CorpusError& e) {
+      throw UsageError(std::string("--template: ") + e.what());
+    }
+    if (cfg.text_split != "file" && cfg.text_split != "blank-line")
+      throw UsageError("--text-split must be 'file' or 'blank-line', got '" + cfg.text_split + "'");
+    if (!cfg.tokenizer_path.empty()) inputs.push_back(cfg.tokenizer_path);
+    sam::tools::CheckOutputPath("-o", cfg.output_path, inputs);
     const bool tty = isatty(2);
     auto last = std::chrono::steady_clock::now() - std::chrono::seconds(10);
     const auto start = std::chrono::steady_clock::now();
@@ -198,7 +234,7 @@ int main(int argc, char** argv) {
                       in_corpus * static_cast<double>(p.total - p.done) / p.done);
         eta = buf;
       }
-      std::fprintf(stderr, "%s[%s %zu/%zu] %s: %s/%s docs, %s tokens, %s tokens/s%s%s",
+      std::fprintf(stderr, "%ssam-build: [%s %zu/%zu] %s: %s/%s docs, %s tokens, %s tokens/s%s%s",
                    tty ? "\r\033[K" : "", p.stage.c_str(), std::min(p.corpus_index + 1, p.corpus_count),
                    p.corpus_count, fs::path(p.detail).filename().string().c_str(),
                    Human(static_cast<double>(p.done)).c_str(),
@@ -216,8 +252,5 @@ int main(int argc, char** argv) {
     if (json) std::cout << ReportJson(r, cfg.output_path).dump(2) << "\n";
     else PrintSummary(r, cfg.output_path);
     return 0;
-  } catch (const std::exception& e) {
-    std::cerr << "sam-build: error: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

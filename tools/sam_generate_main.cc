@@ -6,13 +6,20 @@
 //   sam-generate ... --temperature 0.7 --top-p 0.9 --seed 1 --json
 //   sam-generate --make-random-model /tmp/rnd --tokenizer llama-32k.model   # testing only
 //
-// Exit codes: 0 success, 1 runtime error (unreadable model, tokenizer/index mismatch, ...),
-// 2 bad flags.
+// Exit codes: 0 success, 1 runtime error (unreadable model, tokenizer/index mismatch, a prompt
+// longer than the model's positions, ...), 2 usage error (bad flags or flag values, an existing
+// checkpoint under --make-random-model without --force).
 //
 // The tokenizer (SentencePiece) is loaded from a module isolated from libtorch's protobuf
 // (the sam::tokenizer_isolated backend of sam/indexer/tokenizer.h).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -26,11 +33,12 @@
 
 #include <torch/cuda.h>
 
-#include "cli_exit.h"
+#include "cli.h"
 #include "sam/corpora/templates.h"
 #include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/indexer/tokenizer.h"
+#include "sam/format/temp_files.h"
 #include "sam/torch/error.h"
 #include "sam/torch/generate.h"
 #include "sam/torch/llama_config.h"
@@ -45,13 +53,12 @@ namespace tb = sam::torch_backend;
 using nlohmann::json;
 using sam::indexer::Tokenizer;
 
-// A command-line usage error (exit status 2): a sam::Error with code kUsage.
-struct UsageError : sam::Error {
-  explicit UsageError(const std::string& message) : sam::Error(sam::ErrorCode::kUsage, message) {}
-};
+using sam::tools::UsageError;
 
 // A random checkpoint (config.json + model.safetensors) for tests and demos: its output is noise.
-void MakeRandomModel(const fs::path& dir, int64_t vocab, int64_t layers, int64_t hidden, uint64_t seed) {
+// Refuses to replace an existing checkpoint file unless `force`; writes both files atomically.
+void MakeRandomModel(const fs::path& dir, int64_t vocab, int64_t layers, int64_t hidden, uint64_t seed,
+                     bool force, const std::string& tokenizer_path) {
   tb::LlamaConfig c;
   c.hidden_size = hidden;
   c.head_dim = hidden >= 256 ? 64 : 16;
@@ -66,24 +73,79 @@ void MakeRandomModel(const fs::path& dir, int64_t vocab, int64_t layers, int64_t
   c.rms_norm_eps = 1e-5;
   c.torch_dtype = "float32";
   c.Validate("random model flags");
+  const std::string flag = "--make-random-model " + dir.string();
+  std::error_code ec;
+  if (fs::exists(fs::symlink_status(dir, ec)) && !fs::is_directory(dir, ec))
+    throw UsageError(flag + ": exists and is not a directory");
+  const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
+  for (const fs::path& f : {config_path, weights_path})
+    if (!force && fs::exists(fs::symlink_status(f, ec)))
+      throw UsageError(flag + ": " + f.string() +
+                       " exists; refusing to overwrite a checkpoint (add --force to replace it)");
   fs::create_directories(dir);
-  {
-    std::ofstream out(dir / "config.json", std::ios::binary);
-    out << c.ToJsonText();
-    if (!out)
-      throw sam::Error(sam::ErrorCode::kIo, {.file = (dir / "config.json").string()},
-                       "cannot write");
-  }
-  tb::WriteSafetensors(dir / "model.safetensors", tb::MakeRandomLlamaWeights(c, seed),
+  sam::tools::CheckOutputPath("--make-random-model", config_path.string(), {tokenizer_path});
+  sam::tools::CheckOutputPath("--make-random-model", weights_path.string(), {tokenizer_path});
+  // The weights go to a temporary name (WriteSafetensors itself writes "<name>.tmp" first), both
+  // registered for signal cleanup; config.json is renamed last, so an interrupted run never leaves
+  // a config.json beside missing or partial weights.
+  const std::string weights_temp = weights_path.string() + ".tmp-" + std::to_string(::getpid());
+  const std::string weights_inner = weights_temp + ".tmp";
+  sam::format::RegisterTempFile(weights_inner);
+  sam::format::RegisterTempFile(weights_temp);
+  struct Cleanup {
+    std::vector<std::string> paths;
+    ~Cleanup() {
+      for (const auto& p : paths) {
+        ::unlink(p.c_str());
+        sam::format::UnregisterTempFile(p);
+      }
+    }
+  } cleanup{{weights_inner, weights_temp}};
+  sam::tools::AtomicOutputFile config_file(config_path.string());
+  config_file.stream() << c.ToJsonText();
+  tb::WriteSafetensors(weights_temp, tb::MakeRandomLlamaWeights(c, seed),
                        {{"format", "pt"}, {"note", "random weights made by sam-generate, for testing only"}});
+  if (std::rename(weights_temp.c_str(), weights_path.c_str()) != 0)
+    throw sam::Error(sam::ErrorCode::kIo, "cannot rename " + weights_temp + " to " + weights_path.string() + ": " +
+                             std::strerror(errno));
+  config_file.Commit();
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw sam::Error(sam::ErrorCode::kIo, {.file = path}, "cannot open prompt file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+// The prompt text of --prompt-file: a regular file or a stream (FIFO, pipe, /dev/stdin), read
+// once to its end; a directory is refused by name.
+std::string ReadPromptFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw sam::Error(sam::ErrorCode::kIo, "cannot open prompt file " + path + ": " + std::strerror(errno));
+  struct stat st = {};
+  if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
+    ::close(fd);
+    throw UsageError("--prompt-file " + path + " is a directory, not a file");
+  }
+  std::string text;
+  char buffer[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof buffer);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      const int error = errno;
+      ::close(fd);
+      throw sam::Error(sam::ErrorCode::kIo, "cannot read prompt file " + path + ": " + std::strerror(error));
+    }
+    text.append(buffer, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+// "cpu", "cuda" or "cuda:N": the devices Model::Load accepts (whether CUDA is present is checked
+// later, as a runtime error).
+std::string CheckDevice(const std::string& device) {
+  if (device == "cpu" || device == "cuda") return "";
+  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
+      device.find_first_not_of("0123456789", 5) == std::string::npos)
+    return "";
+  return "unsupported device '" + device + "' (use cpu, cuda or cuda:N)";
 }
 
 // Prints the text of `ids` incrementally: each call prints what decoding all ids so far adds.
@@ -122,11 +184,21 @@ json BySourceJson(const tb::GenerateResult& r) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sam::tools::SetUpTool("sam-generate");
   CLI::App app{
       "sam-generate: generate text with a Llama-family checkpoint (HF config.json +\n"
       "safetensors), SAM-Decoding drafts (static indexes, dynamic SAM, Token Recycling) and\n"
       "speculative verification in one forward pass per step. Greedy output equals plain greedy\n"
-      "decoding; sampling (--temperature > 0) is lossless.\n\nPolicies:\n" +
+      "decoding; sampling (--temperature > 0) is lossless. A prompt must fit the model's\n"
+      "max_position_embeddings (config.json); --max-new-tokens is lowered to what still fits.\n"
+      "Exit status: 0 success, 1 runtime error, 2 usage error.\n\n"
+      "Examples:\n"
+      "  sam-generate --model /models/vicuna-7b --tokenizer llama-32k.model --index chat.sam \\\n"
+      "               --template vicuna --prompt 'Name three colours.' --max-new-tokens 128\n"
+      "  sam-generate --model /models/vicuna-7b --tokenizer llama-32k.model --prompt-file q.txt \\\n"
+      "               --temperature 0.7 --top-p 0.9 --seed 1 --json\n"
+      "  sam-generate --make-random-model /tmp/rnd --tokenizer llama-32k.model   # testing only\n"
+      "\nPolicies:\n" +
           std::string(tb::GeneratorPolicyHelp()),
       "sam-generate"};
   std::string model_dir, tokenizer_path, prompt, prompt_file, template_name = "raw";
@@ -137,7 +209,7 @@ int main(int argc, char** argv) {
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
   uint64_t seed = 0;
-  bool no_spec = false, as_json = false;
+  bool no_spec = false, as_json = false, force = false;
   std::string random_dir;
   int64_t random_vocab = 0, random_layers = 2, random_hidden = 64;
   uint64_t random_seed = 1;
@@ -146,7 +218,8 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", tokenizer_path, "SentencePiece model of the checkpoint");
   app.add_option("--index", index_paths, "static index file (repeatable; checked against the tokenizer)");
   auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text");
-  auto* file_opt = app.add_option("--prompt-file", prompt_file, "file holding the prompt text");
+  auto* file_opt = app.add_option("--prompt-file", prompt_file,
+                                  "file holding the prompt text (a FIFO or /dev/stdin is read as a stream)");
   prompt_opt->excludes(file_opt);
   app.add_option("--template", template_name,
                  "prompt template: raw (the prompt and a newline, as in raw documents) or vicuna "
@@ -164,11 +237,16 @@ int main(int argc, char** argv) {
   app.add_option("--policy", policy, "draft policy (default sam-rec; see above)");
   app.add_option("--draft-size", draft_size, "draft nodes incl. the start token (default 40)")
       ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
-  app.add_option("--device", device, "cpu, cuda or cuda:N (default cpu)");
-  app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default: fp32 on cpu, fp16/bf16 on cuda)");
+  app.add_option("--device", device, "cpu, cuda or cuda:N (default cpu)")
+      ->check(CLI::Validator(CheckDevice, "DEVICE"));
+  app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default: fp32 on cpu, fp16/bf16 on cuda; "
+                 "fp16 needs cuda)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}));
   app.add_flag("--json", as_json, "print one JSON object instead of streaming the text");
   app.add_option("--make-random-model", random_dir,
                  "write a random checkpoint to DIR and exit (FOR TESTING ONLY: its output is noise)");
+  app.add_flag("--force", force,
+               "--make-random-model: replace an existing checkpoint in DIR (default: refuse)");
   app.add_option("--random-vocab", random_vocab,
                  "vocabulary of the random model (default: the --tokenizer's)")
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
@@ -184,17 +262,21 @@ int main(int argc, char** argv) {
 
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
 
-  try {
+  return sam::tools::RunTool("sam-generate", [&] {
+    // Loaded once, when first needed (after the cheap checks of the flags).
     std::unique_ptr<Tokenizer> tokenizer;
-    if (!tokenizer_path.empty())
-      tokenizer = std::make_unique<Tokenizer>(Tokenizer::Load(tokenizer_path));
-
+    auto load_tokenizer = [&]() -> const Tokenizer& {
+      if (!tokenizer) tokenizer = std::make_unique<Tokenizer>(Tokenizer::Load(tokenizer_path));
+      return *tokenizer;
+    };
     if (!random_dir.empty()) {
       if (random_vocab == 0) {
-        if (!tokenizer) throw UsageError("--make-random-model needs --random-vocab or --tokenizer");
-        random_vocab = tokenizer->vocab_size();
+        if (tokenizer_path.empty())
+          throw UsageError("--make-random-model needs --random-vocab or --tokenizer");
+        random_vocab = load_tokenizer().vocab_size();
       }
-      MakeRandomModel(random_dir, random_vocab, random_layers, random_hidden, random_seed);
+      MakeRandomModel(random_dir, random_vocab, random_layers, random_hidden, random_seed, force,
+                      tokenizer_path);
       std::cerr << "sam-generate: wrote a random model (vocab " << random_vocab << ", "
                 << random_layers << " layers, hidden " << random_hidden << ") to " << random_dir
                 << " -- for testing only\n";
@@ -202,14 +284,14 @@ int main(int argc, char** argv) {
     }
 
     auto prompt_ids_of_flags = [&] {
-      const std::string text = prompt_opt->count() ? prompt : ReadFile(prompt_file);
+      const std::string text = prompt_opt->count() ? prompt : ReadPromptFile(prompt_file);
       std::vector<uint32_t> ids;
-      tokenizer->EncodePrompt(
+      load_tokenizer().EncodePrompt(
           sam::corpora::RenderPrompt(sam::corpora::ParseTemplate(template_name), text), &ids);
       return ids;
     };
     if (print_prompt_ids) {
-      if (!tokenizer) throw UsageError("--print-prompt-ids needs --tokenizer");
+      if (tokenizer_path.empty()) throw UsageError("--print-prompt-ids needs --tokenizer");
       if (prompt_opt->count() == 0 && file_opt->count() == 0)
         throw UsageError("one of --prompt or --prompt-file is required");
       std::cout << json(prompt_ids_of_flags()).dump() << "\n";
@@ -218,15 +300,12 @@ int main(int argc, char** argv) {
 
     if (model_dir.empty()) throw UsageError("--model is required");
     if (!(top_p > 0.0f)) throw UsageError("--top-p must be in (0, 1]");
-    if (!tokenizer) throw UsageError("--tokenizer is required");
+    if (tokenizer_path.empty()) throw UsageError("--tokenizer is required");
     if (prompt_opt->count() == 0 && file_opt->count() == 0)
       throw UsageError("one of --prompt or --prompt-file is required");
-    if (!fs::is_directory(model_dir))
-      throw sam::Error(sam::ErrorCode::kIo, "model directory " + model_dir + " does not exist");
-    if (!fs::exists(fs::path(model_dir) / "config.json"))
-      throw sam::Error(sam::ErrorCode::kIo,
-                       "model directory " + model_dir +
-                           " has no config.json (expected a Hugging Face checkpoint)");
+    if (force) throw UsageError("--force applies only to --make-random-model");
+    if ((dtype == "fp16" || dtype == "float16") && device == "cpu")
+      throw UsageError("--dtype " + dtype + " is not supported on cpu; use fp32 or bf16");
     tb::GeneratorOptions generator_options;
     try {
       generator_options = tb::GeneratorOptionsForPolicy(policy);
@@ -234,11 +313,41 @@ int main(int argc, char** argv) {
       throw UsageError(e.what());
     }
     if (draft_size) generator_options.selection.draft_size = *draft_size;
+    std::error_code ec;
+    if (!fs::exists(model_dir, ec))
+      throw sam::Error(sam::ErrorCode::kIo, "model directory " + model_dir + " does not exist");
+    if (!fs::is_directory(model_dir, ec))
+      throw sam::Error(sam::ErrorCode::kIo, "--model " + model_dir +
+                               " is not a directory (give the checkpoint directory holding "
+                               "config.json and *.safetensors)");
+    if (!fs::exists(fs::path(model_dir) / "config.json"))
+      throw sam::Error(sam::ErrorCode::kIo, "model directory " + model_dir +
+                               " has no config.json (expected a Hugging Face checkpoint)");
     if (device.rfind("cuda", 0) == 0 && !torch::cuda::is_available())
       throw sam::Error(sam::ErrorCode::kInvalidArgument,
                        "--device " + device + ": this libtorch has no usable CUDA device");
 
-    // Indexes first: cheap, and a mismatch should fail before loading a large model.
+    // Config, prompt, tokenizer and indexes first: cheap, and a mistake should fail before
+    // loading a large model.
+    const tb::LlamaConfig config = tb::LlamaConfig::Load(fs::path(model_dir) / "config.json");
+    const std::vector<uint32_t> prompt_ids = prompt_ids_of_flags();
+    const int64_t positions = config.max_position_embeddings;
+    const int64_t prompt_tokens = static_cast<int64_t>(prompt_ids.size());
+    if (prompt_tokens >= positions)
+      throw sam::Error(sam::ErrorCode::kCapacity, "the prompt is " + std::to_string(prompt_tokens) +
+                               " tokens long, but the model " + model_dir + " handles at most " +
+                               std::to_string(positions) +
+                               " positions (max_position_embeddings in config.json; the prompt and at least one "
+                               "new token must fit)");
+    if (prompt_tokens + max_new_tokens > positions) {
+      std::fprintf(stderr,
+                   "sam-generate: --max-new-tokens lowered from %lld to %lld: the prompt has %lld "
+                   "tokens and the model at most %lld positions (max_position_embeddings)\n",
+                   static_cast<long long>(max_new_tokens), static_cast<long long>(positions - prompt_tokens),
+                   static_cast<long long>(prompt_tokens), static_cast<long long>(positions));
+      max_new_tokens = positions - prompt_tokens;
+    }
+
     sam::format::OpenOptions open;
     open.expected_tokenizer_sha256 = tokenizer->sha256();
     open.expected_vocab_size = tokenizer->vocab_size();
@@ -252,8 +361,6 @@ int main(int argc, char** argv) {
                            std::to_string(model.config().vocab_size) + " tokens, the tokenizer " +
                            tokenizer_path + " has " + std::to_string(tokenizer->vocab_size()) +
                            "; use the checkpoint's own tokenizer");
-
-    const std::vector<uint32_t> prompt_ids = prompt_ids_of_flags();
 
     tb::Generator generator(model, generator_options);
     for (const auto& f : indexes) generator.AttachIndex(&f.view());
@@ -287,16 +394,10 @@ int main(int argc, char** argv) {
       std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     } else {
       std::printf("\n");
-      std::fprintf(stderr, "[%zu tokens, %lld steps, MAT %.2f, %.1f tokens/s, %s]\n",
+      std::fprintf(stderr, "sam-generate: [%zu tokens, %lld steps, MAT %.2f, %.1f tokens/s, %s]\n",
                    r.output_ids.size(), static_cast<long long>(r.steps), r.mat, r.tokens_per_s,
                    std::string(tb::StopReasonName(r.stop_reason)).c_str());
     }
     return 0;
-  } catch (const UsageError& e) {
-    std::cerr << "sam-generate: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "sam-generate: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

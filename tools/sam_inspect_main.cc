@@ -6,7 +6,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
-#include "cli_exit.h"
+#include "cli.h"
 #include "sam/format/error.h"
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
@@ -24,18 +24,24 @@ int main(int argc, char** argv) {
       "sam-inspect: show the header, corpus manifest, sections and statistics of a SAM\n"
       "index file. Opening checks the header and section table (O(1)); --verify also\n"
       "checks every checksum, every stored value and the self-test samples.\n"
-      "Exit status: 0 valid, 1 invalid or unreadable file, 2 usage error.",
+      "Exit status: 0 valid, 1 invalid or unreadable file, 2 usage error.\n\n"
+      "Examples:\n"
+      "  sam-inspect chat.sam\n"
+      "  sam-inspect --verify --top 20 chat.sam\n"
+      "  sam-inspect --json chat.sam",
       "sam-inspect"};
   std::string path;
   bool json = false, verify = false;
   int top = 0;
   app.add_option("file", path, "index file (.sam)")->required();
-  app.add_flag("--json", json, "print one JSON object");
-  app.add_flag("--verify", verify, "deep check: checksums, structure, self-test samples");
+  app.add_flag("--json", json, "print one JSON object (default: text)");
+  app.add_flag("--verify", verify,
+               "deep check: checksums, structure, self-test samples (default: open checks only)");
   app.add_option("--top", top, "also list the N most frequent tokens (needs VOCB)")
-      ->check(CLI::Range(0, 1000));
+      ->check(CLI::Range(0, 1000))
+      ->capture_default_str();
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
-  try {
+  return sam::tools::RunTool("sam-inspect", [&] {
     const auto t0 = std::chrono::steady_clock::now();
     IndexFile f = IndexFile::Open(path);
     const double open_ms =
@@ -139,12 +145,5 @@ int main(int argc, char** argv) {
     if (verify) std::printf("verify: OK (checksums, structure, self-test samples) in %.0f ms\n",
                             verify_ms);
     return 0;
-  } catch (const sam::format::FormatError& e) {
-    std::cerr << "sam-inspect: error [" << sam::format::ErrorCodeName(e.code()) << "]: " << e.what()
-              << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "sam-inspect: error: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

@@ -5,6 +5,8 @@
 //   sam-replay --index all.sam --tokenizer llama-32k.model --traces t.jsonl
 //              --policy sam --policy pld --json
 //   sam-replay make-traces --data ../shared/data --out t.jsonl --template vicuna
+//
+// Exit codes: 0 success, 1 runtime error (unreadable traces, index or data), 2 usage error.
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -17,7 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "cli_exit.h"
+#include "cli.h"
+#include "sam/corpora/error.h"
 #include "sam/corpora/templates.h"
 #include "sam/error.h"
 #include "sam/format/error.h"
@@ -34,11 +37,7 @@ namespace rt = sam::runtime;
 using nlohmann::json;
 using sam::tools::ReadTraces;
 using sam::indexer::Tokenizer;
-
-// A command-line usage error (exit status 2): a sam::Error with code kUsage.
-struct UsageError : sam::Error {
-  explicit UsageError(const std::string& message) : sam::Error(sam::ErrorCode::kUsage, message) {}
-};
+using sam::tools::UsageError;
 
 // ------------------------------------------------------------------ traces
 
@@ -65,9 +64,18 @@ std::string StringField(const json& record, const char* field, const sam::ErrorC
 // canonical solution) traces.
 int MakeTraces(const std::string& data_dir, const std::string& out_path,
                const std::string& template_name, size_t limit) {
-  const auto templ = sam::corpora::ParseTemplate(template_name);
-  std::ofstream out(out_path);
-  if (!out) throw sam::Error(sam::ErrorCode::kIo, {.file = out_path}, "cannot write");
+  sam::corpora::Template templ;
+  try {
+    templ = sam::corpora::ParseTemplate(template_name);
+  } catch (const sam::corpora::CorpusError& e) {
+    throw UsageError(std::string("make-traces --template: ") + e.what());
+  }
+  const std::string gsm8k = data_dir + "/gsm8k/test.jsonl";
+  const std::string humaneval = data_dir + "/humaneval/HumanEval.jsonl";
+  sam::tools::CheckOutputPath("make-traces --out", out_path, {gsm8k, humaneval});
+  // Written atomically: a bad --data or an interrupted run leaves no partial file.
+  sam::tools::AtomicOutputFile file(out_path);
+  std::ostream& out = file.stream();
   size_t written = 0;
   auto convert = [&](const std::string& file, const char* category, const char* prompt_field,
                      const char* output_field, const char* id_field) {
@@ -100,10 +108,10 @@ int MakeTraces(const std::string& data_dir, const std::string& out_path,
     }
     written += n;
   };
-  convert(data_dir + "/gsm8k/test.jsonl", "gsm8k", "question", "answer", "id");
-  convert(data_dir + "/humaneval/HumanEval.jsonl", "humaneval", "prompt", "canonical_solution",
-          "task_id");
-  std::fprintf(stderr, "wrote %zu traces to %s\n", written, out_path.c_str());
+  convert(gsm8k, "gsm8k", "question", "answer", "id");
+  convert(humaneval, "humaneval", "prompt", "canonical_solution", "task_id");
+  file.Commit();
+  std::fprintf(stderr, "sam-replay: wrote %zu traces to %s\n", written, out_path.c_str());
   return 0;
 }
 
@@ -285,7 +293,13 @@ int main(int argc, char** argv) {
       "sam-replay: replay recorded greedy outputs through drafters and report the mean\n"
       "accepted tokens per step (MAT, bonus included: plain decoding = 1.00), tokens\n"
       "verified per step, sources and timings. No model is needed: acceptance against\n"
-      "a recorded greedy output is exact.\n\nPolicies:\n" +
+      "a recorded greedy output is exact.\n"
+      "Exit status: 0 success, 1 runtime error, 2 usage error.\n\n"
+      "Examples:\n"
+      "  sam-replay make-traces --data ../shared/data --out traces.jsonl --limit 100\n"
+      "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl\n"
+      "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
+      "             --policy sam --policy pld --json\n\nPolicies:\n" +
           PolicyHelpText(),
       "sam-replay"};
   std::vector<std::string> index_paths, policies;
@@ -296,10 +310,12 @@ int main(int argc, char** argv) {
   app.add_option("--index", index_paths, "static index file (repeatable)");
   app.add_option("--tokenizer", tokenizer_path,
                  "SentencePiece model (string traces; checked against each index)");
-  app.add_option("--traces", traces_path, "JSONL traces {id, category, prompt, output}");
+  app.add_option("--traces", traces_path,
+                 "JSONL traces {id, category, prompt, output} (required unless make-traces)");
   app.add_option("--policy", policies, "policy to replay (repeatable; default: all)");
   app.add_option("--dynamic-mib", dynamic_mib, "memory bound of each dynamic automaton (MiB)")
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
   app.add_option("--draft-size", tuning.draft_size,
                  "draft nodes incl. the start token for sam, static, dynamic, sam-rec, sam-cal "
                  "(default 40)")
@@ -308,23 +324,28 @@ int main(int argc, char** argv) {
                  "sam-cal: leave out nodes whose estimated path probability is lower "
                  "(default 0.01)")
       ->check(CLI::Range(0.0, 1.0));
-  app.add_flag("--json", as_json, "print one JSON object");
+  app.add_flag("--json", as_json, "print one JSON object (default: a table)");
   bool print_prompt_ids = false;
   app.add_flag("--print-prompt-ids", print_prompt_ids,
                "print each trace's prompt ids, one JSON object {id, prompt_ids} a line, as the "
                "replay feeds them (BOS first), and exit without replaying");
 
-  CLI::App* make = app.add_subcommand("make-traces", "render GSM8K test and HumanEval traces");
+  CLI::App* make = app.add_subcommand(
+      "make-traces",
+      "render GSM8K test and HumanEval traces (written atomically; an existing --out must be a "
+      "regular file, not an input)");
   std::string data_dir, out_path, template_name = "vicuna";
   size_t limit = SIZE_MAX;
   make->add_option("--data", data_dir, "data directory (gsm8k/, humaneval/)")->required();
   make->add_option("--out", out_path, "output JSONL")->required();
   make->add_option("--template", template_name,
-                   "prompt template: vicuna or raw (the prompt and a newline) (default vicuna)");
-  make->add_option("--limit", limit, "at most this many traces per category");
+                   "prompt template: vicuna or raw (the prompt and a newline)")
+      ->capture_default_str();
+  make->add_option("--limit", limit, "at most this many traces per category (default: all)");
 
+  sam::tools::SetUpTool("sam-replay");
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
-  try {
+  return sam::tools::RunTool("sam-replay", [&] {
     if (*make) return MakeTraces(data_dir, out_path, template_name, limit);
     if (traces_path.empty()) throw UsageError("--traces is required");
     if (policies.empty()) {  // all of them
@@ -378,14 +399,5 @@ int main(int argc, char** argv) {
       PrintTable(out_policies);
     }
     return 0;
-  } catch (const UsageError& e) {
-    std::cerr << "sam-replay: " << e.what() << "\n";
-    return 2;
-  } catch (const sam::format::FormatError& e) {
-    std::cerr << "sam-replay: " << e.what() << "\n";
-    return 1;
-  } catch (const std::exception& e) {
-    std::cerr << "sam-replay: " << e.what() << "\n";
-    return 1;
-  }
+  });
 }

@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "layout.h"
+#include "sam/format/temp_files.h"
 
 namespace sam::format {
 namespace {
@@ -32,6 +33,7 @@ IndexWriter::IndexWriter(const std::string& path) : path_(path) {
   temp_path_ = path + ".tmp-" + std::to_string(::getpid());
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) Fail(ErrorCode::kIo, path, "cannot create " + temp_path_ + ": " + Errno());
+  RegisterTempFile(temp_path_);  // a program's signal handler removes it (temp_files.h)
   uint8_t head[kHeaderSize] = {};
   std::memcpy(head, kMagicIncomplete, 8);
   try {
@@ -50,7 +52,10 @@ IndexWriter::~IndexWriter() {
 void IndexWriter::Abort() noexcept {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  if (!temp_path_.empty()) ::unlink(temp_path_.c_str());
+  if (!temp_path_.empty()) {
+    ::unlink(temp_path_.c_str());
+    UnregisterTempFile(temp_path_);
+  }
 }
 
 void IndexWriter::WriteAt(uint64_t offset, const void* data, size_t size) {
@@ -191,6 +196,7 @@ void IndexWriter::Finish(const IndexHeader& in) {
     if (std::rename(temp_path_.c_str(), path_.c_str()) != 0)
       Fail(ErrorCode::kIo, path_, "cannot rename " + temp_path_ + ": " + Errno());
     finished_ = true;
+    UnregisterTempFile(temp_path_);
     std::filesystem::path dir = std::filesystem::path(path_).parent_path();
     if (dir.empty()) dir = ".";
     const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);

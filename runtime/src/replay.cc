@@ -53,12 +53,4 @@ ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces, size_
   return report;
 }
 
-double Percentile(std::vector<uint32_t> values, double percent) {
-  if (values.empty()) return 0.0;
-  size_t rank = static_cast<size_t>(std::ceil(percent / 100.0 * values.size()));
-  rank = std::clamp<size_t>(rank, 1, values.size()) - 1;
-  std::nth_element(values.begin(), values.begin() + rank, values.end());
-  return values[rank];
-}
-
 }  // namespace sam::runtime

@@ -21,8 +21,8 @@ expect 0 "verify" -- "$inspect" --help
 expect 2 "output" -- "$build" --corpus gsm8k=x
 expect 2 "" -- "$build" -o "$tmp/a.sam" --threads notanumber
 expect 2 "absurd" -- "$build" -o "$tmp/a.sam" --threads 100000 --corpus ids=x
-expect 1 "KIND=PATH" -- "$build" -o "$tmp/a.sam" --corpus nokind
-expect 1 "no corpus" -- "$build" -o "$tmp/a.sam"
+expect 2 "KIND=PATH" -- "$build" -o "$tmp/a.sam" --corpus nokind
+expect 2 "no corpus" -- "$build" -o "$tmp/a.sam"
 expect 1 "missing.jsonl" -- "$build" -o "$tmp/a.sam" --vocab-size 10 --corpus ids="$tmp/missing.jsonl"
 printf '[1,2,3]\n[4, "x"]\n' > "$tmp/bad.jsonl"
 expect 1 "bad.jsonl" -- "$build" -q -o "$tmp/bad.sam" --vocab-size 10 --corpus ids="$tmp/bad.jsonl"

@@ -6,12 +6,17 @@
 // indexes, vocabularies and bad flags.
 //
 // SAM_GENERATE_PATH and SAM_TEST_DATA_DIR are set by CMake.
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -111,10 +116,24 @@ TEST_F(WithTokenizer, GeneratesJsonWithAnIndex) {
     EXPECT_EQ(j["output_ids"].size(), n);
     EXPECT_TRUE(j["text"].is_string());
     EXPECT_TRUE(j["by_source"].is_object());
-    EXPECT_GE(j["steps"].get<int64_t>(), 0);
+    // The first token comes from the prefill; each step then emits at least one token. So the
+    // n - 1 later tokens took between 1 and n - 1 steps, MAT is their mean per step, every step
+    // verified at least its start token, and the per-source steps add up to the steps.
+    const int64_t steps = j["steps"].get<int64_t>();
+    const int64_t later = static_cast<int64_t>(n) - 1;
+    EXPECT_LE(steps, later) << mode;
+    if (later > 0) {
+      EXPECT_GE(steps, 1) << mode;
+      EXPECT_DOUBLE_EQ(j["mat"].get<double>(), static_cast<double>(later) / steps) << mode;
+    }
+    EXPECT_GE(j["verified_tokens"].get<int64_t>(), steps) << mode;
+    int64_t source_steps = 0;
+    for (const auto& [name, source] : j["by_source"].items()) source_steps += source["steps"].get<int64_t>();
+    EXPECT_EQ(source_steps, steps) << mode;
     EXPECT_GT(j["tokens_per_s"].get<double>(), 0.0);
-    if (mode == " --no-spec" && n > 1) {
-      EXPECT_DOUBLE_EQ(j["mat"].get<double>(), 1.0);
+    if (mode == " --no-spec") {
+      EXPECT_EQ(steps, later);  // one token per step
+      EXPECT_EQ(j["verified_tokens"].get<int64_t>(), steps);
     }
   }
   // Streaming text mode.
@@ -138,6 +157,84 @@ TEST_F(WithTokenizer, RefusesAVocabularyMismatch) {
                               " --prompt hi");
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_NE(run.output.find("vocabulary size mismatch"), std::string::npos) << run.output;
+}
+
+// A copy of the model whose config.json allows only `positions` positions.
+fs::path ModelWithPositions(const fs::path& model, const fs::path& dir, int64_t positions) {
+  fs::create_directories(dir);
+  fs::copy_file(model / "model.safetensors", dir / "model.safetensors");
+  std::ifstream in(model / "config.json");
+  nlohmann::json config = nlohmann::json::parse(in);
+  config["max_position_embeddings"] = positions;
+  std::ofstream(dir / "config.json") << config.dump();
+  return dir;
+}
+
+TEST_F(WithTokenizer, RefusesAPromptLongerThanTheModelsPositions) {
+  const fs::path short_model = ModelWithPositions(model_dir_, dir_.path() / "short", 8);
+  const std::string prompt = "one two three four five six seven eight nine ten";
+  const auto tokenizer = sam::indexer::Tokenizer::Load(tokenizer_path_.string());
+  std::vector<uint32_t> ids{tokenizer.bos_id()};
+  tokenizer.Encode(prompt + "\n", &ids);  // the raw template: the prompt and a newline
+  ASSERT_GT(ids.size(), 8u);
+  const std::string args = "--model " + Quote(short_model) + " --tokenizer " + Quote(tokenizer_path_);
+  const ProcessResult run = RunGenerate(args + " --prompt '" + prompt + "'");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_EQ(run.output.rfind("sam-generate: ", 0), 0u) << run.output;
+  EXPECT_NE(run.output.find("is " + std::to_string(ids.size()) + " tokens long"), std::string::npos)
+      << run.output;
+  EXPECT_NE(run.output.find("at most 8 positions (max_position_embeddings"), std::string::npos)
+      << run.output;
+
+  // A prompt that fits: the new tokens are capped at what is left, with a note.
+  std::vector<uint32_t> short_ids{tokenizer.bos_id()};
+  tokenizer.Encode("one two\n", &short_ids);
+  ASSERT_LT(short_ids.size(), 8u);
+  const ProcessResult fits = RunGenerate(args + " --prompt 'one two' --max-new-tokens 100 --json");
+  ASSERT_EQ(fits.exit_code, 0) << fits.output;
+  EXPECT_NE(fits.output.find("--max-new-tokens lowered from 100 to " +
+                             std::to_string(8 - short_ids.size())),
+            std::string::npos)
+      << fits.output;
+  const nlohmann::json j = nlohmann::json::parse(fits.output.substr(fits.output.find('{')));
+  EXPECT_EQ(j["prompt_tokens"].get<size_t>(), short_ids.size());
+  EXPECT_LE(j["new_tokens"].get<size_t>(), 8 - short_ids.size());
+}
+
+TEST_F(WithTokenizer, ReadsAFifoPromptFileAsAStream) {
+  const fs::path fifo = dir_.path() / "prompt.fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string prompt = "The quick brown fox";
+  std::thread writer([&] {
+    const int fd = ::open(fifo.c_str(), O_WRONLY);  // waits for sam-generate to open it
+    if (fd < 0) return;
+    for (const char c : prompt) ASSERT_EQ(::write(fd, &c, 1), 1);  // in pieces, like a pipe
+    ::close(fd);
+  });
+  const ProcessResult run = RunGenerate(Base() + " --prompt-file " + Quote(fifo) +
+                                            " --max-new-tokens 2 --json",
+                                        /*merge_stderr=*/false);
+  // Should sam-generate have failed before opening the FIFO, this open releases the writer.
+  const int unblock = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK);
+  writer.join();
+  if (unblock >= 0) ::close(unblock);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const auto tokenizer = sam::indexer::Tokenizer::Load(tokenizer_path_.string());
+  std::vector<uint32_t> ids{tokenizer.bos_id()};
+  tokenizer.Encode(prompt + "\n", &ids);  // the raw template: the prompt and a newline
+  EXPECT_EQ(nlohmann::json::parse(run.output)["prompt_tokens"].get<size_t>(), ids.size());
+}
+
+TEST_F(WithTokenizer, RefusesADirectoryAsPromptFileAndAFileAsModel) {
+  const ProcessResult dir = RunGenerate(Base() + " --prompt-file " + Quote(dir_.path()));
+  EXPECT_EQ(dir.exit_code, 2) << dir.output;
+  EXPECT_NE(dir.output.find("sam-generate: --prompt-file " + dir_.path().string() + " is a directory"),
+            std::string::npos)
+      << dir.output;
+  const ProcessResult file = RunGenerate("--model " + Quote(model_dir_ / "config.json") +
+                                         " --tokenizer " + Quote(tokenizer_path_) + " --prompt hi");
+  EXPECT_EQ(file.exit_code, 1) << file.output;
+  EXPECT_NE(file.output.find("config.json is not a directory"), std::string::npos) << file.output;
 }
 
 TEST_F(WithTokenizer, RefusesAMissingModelDirectory) {

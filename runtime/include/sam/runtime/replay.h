@@ -28,6 +28,7 @@
 
 #include "sam/runtime/draft.h"
 #include "sam/runtime/drafter.h"
+#include "sam/runtime/percentile.h"  // Percentile of the timings
 #include "sam/runtime/statistics.h"
 
 namespace sam::runtime {
@@ -58,9 +59,6 @@ struct ReplayReport {
 // per step with trees of at most max_nodes nodes) and accumulates the report.
 ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces,
                     size_t max_nodes = 1 << 16);
-
-// Percentile (0..100) of a sample, nearest rank; 0 for an empty one.
-double Percentile(std::vector<uint32_t> values, double percent);
 
 }  // namespace sam::runtime
 

@@ -1,17 +1,14 @@
-// bench_forward: time of one verification forward pass of a random Llama after a cached prefix,
+// bench-forward: time of one verification forward pass of a random Llama after a cached prefix,
 // for 1..64 input tokens laid out as a linear chain and as a tree (binary heap: parent (i-1)/2).
 //
-//   bench_forward --layers 8 --hidden 1024 --heads 16 --kv-heads 16 --intermediate 2816
+//   bench-forward --layers 8 --hidden 1024 --heads 16 --kv-heads 16 --intermediate 2816
 //                 --vocab 32000 --prefix 512 --device cpu --dtype fp32 --repeats 10
 //
 // Prints a table (median and p90 milliseconds over repeats, after one warm-up) and one JSON line
 // per measurement starting with "JSON ".
-#include <algorithm>
+#include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <iostream>
-#include <map>
 #include <string>
 #include <vector>
 
@@ -19,54 +16,14 @@
 #include <torch/cuda.h>
 #include <torch/types.h>
 
-#include "sam/error.h"
+#include "cli.h"
+#include "sam/runtime/percentile.h"
 #include "sam/torch/model.h"
 
 namespace tb = sam::torch_backend;
+using sam::runtime::Percentile;
 
 namespace {
-
-struct Flags {
-  int64_t layers = 8, hidden = 1024, heads = 16, kv_heads = 16, intermediate = 2816;
-  int64_t vocab = 32000, prefix = 512, repeats = 10;
-  std::string device = "cpu", dtype;
-};
-
-Flags ParseFlags(int argc, char** argv) {
-  Flags f;
-  std::map<std::string, int64_t*> ints = {
-      {"--layers", &f.layers}, {"--hidden", &f.hidden}, {"--heads", &f.heads},
-      {"--kv-heads", &f.kv_heads}, {"--intermediate", &f.intermediate}, {"--vocab", &f.vocab},
-      {"--prefix", &f.prefix}, {"--repeats", &f.repeats}};
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    if (flag == "--help" || flag == "-h") {
-      std::cout << "usage: bench_forward [--layers N] [--hidden N] [--heads N] [--kv-heads N]\n"
-                   "  [--intermediate N] [--vocab N] [--prefix N] [--device cpu|cuda]\n"
-                   "  [--dtype fp32|fp16|bf16] [--repeats N]\n";
-      std::exit(0);
-    }
-    if (i + 1 >= argc) throw sam::Error(sam::ErrorCode::kUsage, "flag " + flag + " needs a value");
-    const std::string value = argv[++i];
-    if (auto it = ints.find(flag); it != ints.end()) {
-      *it->second = std::stoll(value);
-      if (*it->second < (flag == "--prefix" ? 0 : 1)) throw sam::Error(sam::ErrorCode::kUsage, "bad value for " + flag);
-    } else if (flag == "--device") {
-      f.device = value;
-    } else if (flag == "--dtype") {
-      f.dtype = value;
-    } else {
-      throw sam::Error(sam::ErrorCode::kUsage, "unknown flag " + flag);
-    }
-  }
-  return f;
-}
-
-double Percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  const size_t index = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
-  return v[index];
-}
 
 const char* DtypeName(torch::ScalarType dtype) {
   return dtype == torch::kFloat16 ? "fp16" : dtype == torch::kBFloat16 ? "bf16" : "fp32";
@@ -75,8 +32,39 @@ const char* DtypeName(torch::ScalarType dtype) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    const Flags flags = ParseFlags(argc, argv);
+  sam::tools::SetUpTool("bench-forward");
+  CLI::App app{"bench-forward: time of one verification forward pass of a random Llama after a\n"
+               "cached prefix, for 1..64 input tokens as a chain and as a tree. Prints a table and\n"
+               "one JSON line per measurement; asserts nothing.\n\n"
+               "Examples:\n"
+               "  bench-forward\n"
+               "  bench-forward --layers 4 --hidden 512 --heads 8 --kv-heads 8 --intermediate 1408 \\\n"
+               "                --prefix 256 --repeats 5\n"
+               "  bench-forward --device cuda --dtype bf16",
+               "bench-forward"};
+  struct {
+    int64_t layers = 8, hidden = 1024, heads = 16, kv_heads = 16, intermediate = 2816;
+    int64_t vocab = 32000, prefix = 512, repeats = 10;
+    std::string device = "cpu", dtype;
+  } flags;
+  const auto positive = CLI::Range(int64_t{1}, int64_t{1} << 20);
+  app.add_option("--layers", flags.layers, "decoder layers")->check(positive)->capture_default_str();
+  app.add_option("--hidden", flags.hidden, "hidden size")->check(positive)->capture_default_str();
+  app.add_option("--heads", flags.heads, "attention heads")->check(positive)->capture_default_str();
+  app.add_option("--kv-heads", flags.kv_heads, "key/value heads")->check(positive)->capture_default_str();
+  app.add_option("--intermediate", flags.intermediate, "MLP size")->check(positive)->capture_default_str();
+  app.add_option("--vocab", flags.vocab, "vocabulary size")->check(positive)->capture_default_str();
+  app.add_option("--prefix", flags.prefix, "cached prefix tokens")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--repeats", flags.repeats, "timed repeats per point (after one warm-up)")
+      ->check(positive)
+      ->capture_default_str();
+  app.add_option("--device", flags.device, "cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--dtype", flags.dtype, "fp32, fp16 or bf16 (default: fp32 on cpu, fp16 on cuda)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}));
+  if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
+  return sam::tools::RunTool("bench-forward", [&] {
     at::NoGradGuard no_grad;
     tb::LlamaConfig config;
     config.hidden_size = flags.hidden;
@@ -102,7 +90,7 @@ int main(int argc, char** argv) {
       model.Forward(cache, prompt);
       cache.CommitPrefix(flags.prefix);
     }
-    std::printf("bench_forward: layers=%lld hidden=%lld heads=%lld kv_heads=%lld intermediate=%lld "
+    std::printf("bench-forward: layers=%lld hidden=%lld heads=%lld kv_heads=%lld intermediate=%lld "
                 "vocab=%lld prefix=%lld device=%s dtype=%s repeats=%lld threads=%d\n",
                 (long long)flags.layers, (long long)flags.hidden, (long long)flags.heads,
                 (long long)flags.kv_heads, (long long)flags.intermediate, (long long)flags.vocab,
@@ -128,7 +116,7 @@ int main(int argc, char** argv) {
           sync();
           ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
         }
-        const double median = Percentile(ms, 0.5), p90 = Percentile(ms, 0.9);
+        const double median = Percentile(ms, 50), p90 = Percentile(ms, 90);
         std::printf("%-6s %6lld %12.3f %12.3f\n", shape, (long long)n, median, p90);
         std::printf("JSON {\"bench\":\"forward\",\"shape\":\"%s\",\"tokens\":%lld,\"prefix\":%lld,"
                     "\"layers\":%lld,\"hidden\":%lld,\"heads\":%lld,\"kv_heads\":%lld,"
@@ -142,8 +130,5 @@ int main(int argc, char** argv) {
       }
     }
     return 0;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "bench_forward: %s\n", e.what());
-    return 1;
-  }
+  });
 }

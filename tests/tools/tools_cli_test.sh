@@ -1,0 +1,230 @@
+#!/usr/bin/env bash
+# Command-line behaviour shared by every program in tools/ (tools/cli.h):
+#   - --help exits 0 and shows examples and defaults;
+#   - every usage error exits 2 and every message starts with the program's name;
+#   - an output is never a device, FIFO, directory, symbolic link or one of the inputs, and its
+#     directory is checked before any work;
+#   - outputs are written atomically: an error or SIGINT/SIGTERM/SIGHUP while writing leaves
+#     neither a temporary file nor a partial output (SAM_TEST_PAUSE_WRITING stops the program at
+#     its first temporary file, so the signal lands in the write stage every time);
+#   - sam-generate --make-random-model refuses to replace a checkpoint without --force.
+# Programs built without libtorch (sam-generate, bench-generate, bench-forward) or without
+# benchmarks are skipped with a note.
+#
+#   tools_cli_test.sh BIN_DIR
+set -u
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+fail=0
+FAIL() { echo "FAIL: $*"; fail=1; }
+have() { [[ -x "$bin/$1" ]] || { echo "note: $1 not built, its checks are skipped"; return 1; }; }
+
+# expect CODE PATTERN -- program args...: exit status CODE, output (stdout + stderr) matching
+# PATTERN; for a failure (CODE != 0), every stderr line starts with "<program>: " or continues
+# the message above it (indented).
+expect() {
+  local code=$1 pattern=$2; shift 3
+  local prog; prog=$(basename "$1")
+  local rc
+  "$@" >"$tmp/out" 2>"$tmp/err" </dev/null; rc=$?
+  if [[ $rc -ne $code ]] || ! cat "$tmp/out" "$tmp/err" | grep -q -- "$pattern"; then
+    FAIL "'$*' exited $rc (want $code, output matching '$pattern'): $(cat "$tmp/out" "$tmp/err")"
+    return
+  fi
+  if [[ $code -ne 0 ]] && grep -v -q -e "^$prog: " -e "^ " "$tmp/err"; then
+    FAIL "'$*': a message does not start with '$prog: ': $(grep -v -e "^$prog: " -e "^ " "$tmp/err")"
+    return
+  fi
+  if [[ $code -ne 0 ]] && ! head -n 1 "$tmp/err" | grep -q "^$prog: "; then
+    FAIL "'$*': the first message line does not start with '$prog: '"
+    return
+  fi
+  echo "ok: $* -> $rc"
+}
+
+build=$bin/sam-build inspect=$bin/sam-inspect replay=$bin/sam-replay gen=$bin/sam-generate
+
+# ---------------------------------------------------------------- --help of every program
+programs=(sam-build sam-inspect sam-replay sam-generate bench-build bench-step bench-generate
+          bench-forward)
+for p in "${programs[@]}"; do
+  have "$p" || continue
+  expect 0 "Examples:" -- "$bin/$p" --help
+  # Defaults: "(default ...)" in a description or CLI11's "TYPE=value" after the option.
+  grep -q -i -E -e "default" -e "^ +-[^ ]+ [A-Z][^ ]*=" "$tmp/out" || FAIL "$p --help shows no defaults"
+  # Every example line names the program and only flags its --help lists.
+  while read -r flag; do
+    grep -q -- "$flag\b" "$tmp/out" || FAIL "$p --help: example flag $flag is not documented"
+  done < <(sed -n '/^Examples:/,/^$/p' "$tmp/out" | grep -o -- '--[a-z][a-z-]*' | sort -u)
+  sed -n '/^Examples:/,/^$/p' "$tmp/out" | grep -q "^  $p" || FAIL "$p --help: no example runs $p"
+done
+expect 0 "make-traces" -- "$replay" make-traces --help
+
+# ---------------------------------------------------------------- usage errors: exit 2
+for p in "${programs[@]}"; do
+  have "$p" && expect 2 "" -- "$bin/$p" --no-such-flag  # some report a required flag first
+done
+printf '[1,2,3]\n[2,3,4]\n' > "$tmp/ok.jsonl"
+ids=(--vocab-size 10 --corpus ids="$tmp/ok.jsonl")
+expect 2 "unknown preset 'bogus'" -- "$build" -o "$tmp/a.sam" --data-dir "$tmp" --preset bogus
+expect 2 "preset needs --data-dir" -- "$build" -o "$tmp/a.sam" --preset default
+expect 2 "nokind" -- "$build" -o "$tmp/a.sam" --corpus nokind="$tmp/ok.jsonl" --tokenizer x
+expect 2 "KIND=PATH" -- "$build" -o "$tmp/a.sam" --corpus nokind
+expect 2 "template" -- "$build" -o "$tmp/a.sam" --template bogus "${ids[@]}"
+expect 2 "text-split" -- "$build" -o "$tmp/a.sam" --text-split bogus "${ids[@]}"
+expect 2 "no corpus" -- "$build" -o "$tmp/a.sam"
+expect 2 "absurd" -- "$build" -o "$tmp/a.sam" --threads 100000 "${ids[@]}"
+expect 2 "output" -- "$build" "${ids[@]}"
+expect 2 "traces" -- "$replay" --index x.sam
+expect 2 "out" -- "$replay" make-traces --data "$tmp"
+expect 2 "template" -- "$replay" make-traces --data "$tmp" --out "$tmp/t.jsonl" --template bogus
+expect 2 "" -- "$inspect"
+if have bench-build; then expect 2 "data-dir" -- "$bin/bench-build"; fi
+if have bench-step; then
+  expect 2 "index" -- "$bin/bench-step"
+  expect 2 "policies" -- "$bin/bench-step" --index x.sam --policies bogus
+  expect 2 "load" -- "$bin/bench-step" --index x.sam --load bogus
+  expect 2 "steps" -- "$bin/bench-step" --index x.sam --steps abc
+fi
+if have bench-generate; then
+  expect 2 "tokenizer" -- "$bin/bench-generate"
+  expect 2 "policy" -- "$bin/bench-generate" --tokenizer x --data-dir "$tmp" --policy bogus
+fi
+if have bench-forward; then
+  expect 2 "layers" -- "$bin/bench-forward" --layers abc
+  grep -q stoll "$tmp/err" && FAIL "bench-forward --layers abc mentions stoll"
+  expect 2 "repeats" -- "$bin/bench-forward" --repeats 0
+  expect 2 "dtype" -- "$bin/bench-forward" --dtype fp8
+fi
+if have sam-generate; then
+  base=(--model "$tmp/none" --tokenizer x --prompt hi)
+  expect 2 "dtype" -- "$gen" "${base[@]}" --dtype fp8
+  expect 2 "device" -- "$gen" "${base[@]}" --device tpu
+  expect 2 "device" -- "$gen" "${base[@]}" --device cuda:x
+  expect 2 "not supported on cpu" -- "$gen" "${base[@]}" --dtype fp16
+  expect 2 "policy" -- "$gen" "${base[@]}" --policy bogus
+  expect 2 "--model" -- "$gen" --tokenizer x --prompt hi
+  expect 2 "--force applies only" -- "$gen" "${base[@]}" --force
+fi
+
+# ---------------------------------------------------------------- sam-build -o safety
+sum() { sha256sum "$1" | cut -d' ' -f1; }
+# A character device (/dev/null's numbers) stays a device.
+if mknod -m 666 "$tmp/node" c 1 3 2>/dev/null; then
+  expect 2 "not a regular file" -- "$build" -q -o "$tmp/node" "${ids[@]}"
+  [[ -c "$tmp/node" ]] || FAIL "the device node was replaced"
+else
+  echo "note: mknod not permitted, device-node check skipped"
+fi
+mkfifo "$tmp/fifo"
+expect 2 "not a regular file" -- "$build" -q -o "$tmp/fifo" "${ids[@]}"
+[[ -p "$tmp/fifo" ]] || FAIL "the FIFO was replaced"
+mkdir "$tmp/dir"
+expect 2 "is a directory" -- "$build" -q -o "$tmp/dir" "${ids[@]}"
+# A symbolic link is neither followed nor replaced.
+echo keep > "$tmp/target"
+ln -s "$tmp/target" "$tmp/link.sam"
+expect 2 "symbolic link" -- "$build" -q -o "$tmp/link.sam" "${ids[@]}"
+[[ -L "$tmp/link.sam" && "$(cat "$tmp/target")" == keep ]] || FAIL "the link or its target changed"
+ln -s "$tmp/nowhere.sam" "$tmp/dangling.sam"
+expect 2 "symbolic link" -- "$build" -q -o "$tmp/dangling.sam" "${ids[@]}"
+[[ -e "$tmp/nowhere.sam" ]] && FAIL "a dangling link's target was created"
+# The output is one of the inputs: the corpus (by name, and by a hard link), the tokenizer.
+before=$(sum "$tmp/ok.jsonl")
+expect 2 "is the input" -- "$build" -q -o "$tmp/ok.jsonl" "${ids[@]}"
+ln "$tmp/ok.jsonl" "$tmp/hard.sam"
+expect 2 "is the input" -- "$build" -q -o "$tmp/hard.sam" "${ids[@]}"
+[[ "$(sum "$tmp/ok.jsonl")" == "$before" ]] || FAIL "the corpus was overwritten"
+echo "not really a model" > "$tmp/tok.model"
+echo "some text" > "$tmp/doc.txt"
+before=$(sum "$tmp/tok.model")
+expect 2 "is the input" -- "$build" -q -o "$tmp/tok.model" --tokenizer "$tmp/tok.model" --corpus text="$tmp/doc.txt"
+[[ "$(sum "$tmp/tok.model")" == "$before" ]] || FAIL "the tokenizer was overwritten"
+# The output directory is checked before the build: a missing corpus would fail the build with
+# another message, so naming the directory proves the order.
+expect 2 "directory $tmp/nonexistent does not exist" -- "$build" -o "$tmp/nonexistent/x.sam" --vocab-size 10 --corpus ids="$tmp/missing.jsonl"
+grep -q "missing.jsonl" "$tmp/err" && FAIL "the build started before the output directory was checked"
+expect 2 "not a directory" -- "$build" -o "$tmp/ok.jsonl/x.sam" "${ids[@]}"
+# A regular existing output is replaced; nothing else is left in the folder.
+echo old > "$tmp/replace.sam"
+expect 0 "wrote" -- "$build" -q -o "$tmp/replace.sam" "${ids[@]}"
+expect 0 "documents 2" -- "$inspect" --verify "$tmp/replace.sam"
+ls "$tmp" | grep -q -e '\.tmp-' -e '\.probe-' && FAIL "temporary files left: $(ls "$tmp")"
+
+# ---------------------------------------------------------------- signals while writing
+# run_paused OUT -- program args...: starts the program with the pause hook, waits until it
+# stops at its temporary file (printing the path), and leaves its pid in $pid.
+run_paused() {
+  local out=$1; shift 2
+  SAM_TEST_PAUSE_WRITING=1 "$@" >/dev/null 2>"$tmp/paused.err" </dev/null &
+  pid=$!
+  for _ in $(seq 600); do  # bounded wait (60 s): not a timing assertion
+    grep -q "test hook: paused writing" "$tmp/paused.err" && return 0
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  FAIL "$* did not reach the write stage: $(cat "$tmp/paused.err")"
+  kill -KILL "$pid" 2>/dev/null
+  return 1
+}
+# check_killed SIGNAL OUT: the program died of SIGNAL, leaving neither OUT nor OUT.tmp-*.
+check_killed() {
+  local sig=$1 out=$2 rc
+  { wait "$pid"; } 2>/dev/null; rc=$?
+  local want=$((128 + $(kill -l "$sig")))
+  [[ $rc -eq $want ]] || FAIL "after SIG$sig the program exited $rc (want $want)"
+  [[ -e "$out" ]] && FAIL "SIG$sig left the output $out"
+  ls "$(dirname "$out")" | grep -q "$(basename "$out")\.tmp-" &&
+    FAIL "SIG$sig left a temporary file: $(ls "$(dirname "$out")")"
+  echo "ok: SIG$sig while writing $(basename "$out") left nothing"
+}
+set -m  # background jobs keep SIGINT (without job control bash makes them ignore it)
+for sig in TERM INT HUP; do
+  out=$tmp/sig-$sig.sam
+  if run_paused "$out" -- "$build" -q -o "$out" "${ids[@]}"; then
+    temp=$(sed -n 's/.*paused writing //p' "$tmp/paused.err")
+    [[ "$temp" == "$out.tmp-$pid" && -f "$temp" ]] || FAIL "the hook did not stop at $out.tmp-$pid: $temp"
+    kill -s "$sig" "$pid"
+    check_killed "$sig" "$out"
+  fi
+done
+
+# ---------------------------------------------------------------- sam-replay make-traces
+expect 1 "cannot open" -- "$replay" make-traces --data "$tmp/nodata" --out "$tmp/t.jsonl"
+[[ -e "$tmp/t.jsonl" ]] && FAIL "make-traces with a bad --data left $tmp/t.jsonl"
+mkdir -p "$tmp/data/gsm8k" "$tmp/data/humaneval"
+echo '{"question": "1+1?", "answer": "2"}' > "$tmp/data/gsm8k/test.jsonl"
+echo '{"prompt": "def f():", "canonical_solution": ' > "$tmp/data/humaneval/HumanEval.jsonl"
+echo old > "$tmp/t.jsonl"
+expect 1 "HumanEval.jsonl: line 1" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/t.jsonl"
+[[ "$(cat "$tmp/t.jsonl")" == old ]] || FAIL "a failed make-traces changed the existing output"
+echo '{"prompt": "def f():", "canonical_solution": " return 1", "task_id": "h/0"}' > "$tmp/data/humaneval/HumanEval.jsonl"
+expect 0 "wrote 2 traces" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/t.jsonl"
+[[ $(wc -l < "$tmp/t.jsonl") -eq 2 ]] || FAIL "make-traces wrote $(wc -l < "$tmp/t.jsonl") lines, want 2"
+expect 2 "is the input" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/data/gsm8k/test.jsonl"
+expect 2 "not a regular file" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/fifo"
+if run_paused "$tmp/t2.jsonl" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/t2.jsonl"; then
+  kill -s TERM "$pid"
+  check_killed TERM "$tmp/t2.jsonl"
+fi
+ls "$tmp" | grep -q -e '\.tmp-' && FAIL "temporary files left: $(ls "$tmp")"
+
+# ---------------------------------------------------------------- sam-generate, no tokenizer needed
+if have sam-generate; then
+  model=$tmp/model
+  expect 0 "random model" -- "$gen" --make-random-model "$model" --random-vocab 100 --random-hidden 32 --random-layers 1
+  before=$(sum "$model/model.safetensors")
+  expect 2 "add --force" -- "$gen" --make-random-model "$model" --random-vocab 100 --random-hidden 32 --random-layers 1 --random-seed 2
+  [[ "$(sum "$model/model.safetensors")" == "$before" ]] || FAIL "--make-random-model overwrote a checkpoint without --force"
+  expect 0 "random model" -- "$gen" --make-random-model "$model" --random-vocab 100 --random-hidden 32 --random-layers 1 --random-seed 2 --force
+  [[ "$(sum "$model/model.safetensors")" != "$before" ]] || FAIL "--force did not replace the weights"
+  ls "$model" | grep -q tmp && FAIL "temporary files left in the model: $(ls "$model")"
+  expect 2 "not a directory" -- "$gen" --make-random-model "$tmp/ok.jsonl" --random-vocab 100
+  expect 1 "is not a directory" -- "$gen" --model "$model/config.json" --tokenizer x --prompt hi
+  expect 1 "does not exist" -- "$gen" --model "$tmp/nowhere" --tokenizer x --prompt hi
+  expect 2 "is a directory" -- "$gen" --model "$model" --tokenizer x --prompt-file "$tmp/dir"
+fi
+
+[[ $fail -eq 0 ]] && echo "all tools CLI checks passed"
+exit $fail

@@ -1,0 +1,171 @@
+#include "cli.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <iostream>
+
+#include "sam/format/error.h"
+#include "sam/format/temp_files.h"
+
+namespace sam::tools {
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* g_tool = "";
+
+extern "C" void RemoveTempFilesAndDie(int signal_number) {
+  sam::format::RemoveRegisteredTempFiles();
+  // SA_RESETHAND restored the default action; the signal is blocked until the
+  // handler returns, and then ends the process as if never caught.
+  ::raise(signal_number);
+}
+
+void PauseAtTempFile(const char* path) {
+  // One write, so that a reader never sees half the line; then wait for the signal that ends
+  // the program (only async-signal-safe calls from here on).
+  std::string line = std::string(g_tool) + ": test hook: paused writing " + path + "\n";
+  const ssize_t ignored = ::write(2, line.data(), line.size());
+  (void)ignored;
+  for (;;) ::pause();
+}
+
+std::string Errno(int error) { return std::strerror(error); }
+
+// A message's later lines, indented under its first ("tool: ...") line.
+std::string Indented(std::string_view message) {
+  std::string out;
+  for (const char c : message) {
+    out += c;
+    if (c == '\n') out += "  ";
+  }
+  while (!out.empty() && (out.back() == ' ' || out.back() == '\n')) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e) == 0 ? 0 : 2;  // --help, --version
+    std::cerr << app.get_name() << ": " << Indented(e.what()) << "\n"
+              << app.get_name() << ": run '" << app.get_name() << " --help' for usage\n";
+    return 2;
+  }
+  return std::nullopt;
+}
+
+int RunTool(const char* tool, const std::function<int()>& body) {
+  try {
+    return body();
+  } catch (const sam::Error& e) {
+    if (e.code() == sam::ErrorCode::kUsage) {
+      std::cerr << tool << ": " << Indented(e.what()) << "\n";
+      return 2;
+    }
+    std::cerr << tool << ": error [" << sam::ErrorCodeName(e.code())
+              << "]: " << Indented(e.what()) << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << tool << ": error: " << Indented(e.what()) << "\n";
+    return 1;
+  }
+}
+
+void SetUpTool(const char* tool) {
+  g_tool = tool;
+  for (const int signal_number : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old = {};
+    if (::sigaction(signal_number, nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    struct sigaction action = {};
+    action.sa_handler = RemoveTempFilesAndDie;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESETHAND;
+    ::sigaction(signal_number, &action, nullptr);
+  }
+  const char* pause = std::getenv("SAM_TEST_PAUSE_WRITING");
+  if (pause != nullptr && *pause != '\0') sam::format::SetTempFileObserver(PauseAtTempFile);
+}
+
+void CheckOutputPath(const std::string& flag, const std::string& path,
+                     const std::vector<std::string>& inputs) {
+  const std::string what = flag + " " + path;
+  if (path.empty()) throw UsageError(flag + ": empty output path");
+  struct stat out = {};
+  if (::lstat(path.c_str(), &out) == 0) {
+    if (S_ISLNK(out.st_mode))
+      throw UsageError(what + " is a symbolic link; refusing to replace it (give the target "
+                       "path itself, or remove the link)");
+    if (S_ISDIR(out.st_mode)) throw UsageError(what + " is a directory");
+    if (!S_ISREG(out.st_mode))
+      throw UsageError(what + " exists and is not a regular file (a device, FIFO or socket); "
+                       "refusing to replace it");
+    for (const std::string& input : inputs) {
+      struct stat in = {};
+      if (!input.empty() && ::stat(input.c_str(), &in) == 0 && in.st_dev == out.st_dev &&
+          in.st_ino == out.st_ino)
+        throw UsageError(what + " is the input " + input + "; refusing to overwrite an input");
+    }
+  } else if (errno != ENOENT && errno != ENOTDIR) {  // ENOTDIR: reported below
+    throw sam::Error(sam::ErrorCode::kIo, what + ": " + Errno(errno));
+  }
+  fs::path dir = fs::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  struct stat d = {};
+  if (::stat(dir.c_str(), &d) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR)
+      throw UsageError(what + ": directory " + dir.string() + " does not exist");
+    throw sam::Error(sam::ErrorCode::kIo, what + ": directory " + dir.string() + ": " + Errno(errno));
+  }
+  if (!S_ISDIR(d.st_mode)) throw UsageError(what + ": " + dir.string() + " is not a directory");
+  // Creating a file is the only honest test of writability (root, read-only mounts).
+  const std::string probe = path + ".probe-" + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    if (errno == EEXIST) return;  // a stale probe: the directory is writable enough to judge later
+    throw sam::Error(sam::ErrorCode::kIo, what + ": cannot create files in " + dir.string() + ": " +
+                             Errno(errno));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+AtomicOutputFile::AtomicOutputFile(std::string path)
+    : path_(std::move(path)), temp_path_(path_ + ".tmp-" + std::to_string(::getpid())) {
+  out_.open(temp_path_, std::ios::binary | std::ios::trunc);
+  if (!out_) throw sam::Error(sam::ErrorCode::kIo, "cannot create " + temp_path_ + ": " + Errno(errno));
+  sam::format::RegisterTempFile(temp_path_);
+}
+
+AtomicOutputFile::~AtomicOutputFile() {
+  if (committed_) return;
+  out_.close();
+  ::unlink(temp_path_.c_str());
+  sam::format::UnregisterTempFile(temp_path_);
+}
+
+void AtomicOutputFile::Commit() {
+  out_.flush();
+  if (!out_) throw sam::Error(sam::ErrorCode::kIo, "cannot write " + temp_path_ + ": " + Errno(errno));
+  out_.close();
+  if (!out_) throw sam::Error(sam::ErrorCode::kIo, "cannot close " + temp_path_ + ": " + Errno(errno));
+  const int fd = ::open(temp_path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0)
+    throw sam::Error(sam::ErrorCode::kIo, "cannot rename " + temp_path_ + " to " + path_ + ": " + Errno(errno));
+  committed_ = true;
+  sam::format::UnregisterTempFile(temp_path_);
+}
+
+}  // namespace sam::tools
