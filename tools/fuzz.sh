@@ -37,8 +37,6 @@ mkdir -p "$artifacts"
 status=0
 for t in "${targets[@]}"; do
   seeds=tests/fuzz/corpus_${t#fuzz_}
-  # The loader also starts from the valid indexes of the session corpus.
-  [[ $t == fuzz_loader ]] && seeds+=" tests/fuzz/corpus_session"
   # New inputs go to a scratch directory, so every run starts from the
   # committed corpus alone.
   work=$dir/fuzz-work/$t
@@ -46,7 +44,7 @@ for t in "${targets[@]}"; do
   log=$dir/fuzz-$t.log
   echo "== $t: $seconds s from $seeds (seed $seed, timeout $timeout s), log $log"
   rc=0
-  "$dir/bin/$t" "$work" $seeds -dict=tests/fuzz/index.dict \
+  "$dir/bin/$t" "$work" "$seeds" -dict=tests/fuzz/index.dict \
       -max_total_time="$seconds" -timeout="$timeout" -seed="$seed" -rss_limit_mb=2048 \
       -artifact_prefix="$artifacts/$t-" -print_final_stats=1 >"$log" 2>&1 || rc=$?
   grep -E '^(INFO: seed corpus|#[0-9]+ *(INITED|DONE))|^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$log" || true

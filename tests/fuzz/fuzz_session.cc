@@ -1,17 +1,17 @@
-// libFuzzer target for the runtime over a fuzzed index: the input is an index
-// file, re-sealed (reseal.h: checksums recomputed, as a hostile file would
-// have them) so that mutations reach the structure. If it opens (plain open, no verify: what a server does), sessions
-// with several policies draft over it, attached both as a bare IndexView and
-// as a prepared StaticIndex, fed a token stream derived from the input
-// (random ids, stretches of the index's own text so that matches go deep,
-// separators and out-of-vocabulary ids). Every step must finish (libFuzzer's
-// -timeout reports a hang), never read out of bounds (ASan), and return a
-// well-formed draft tree. Open may refuse the file with a FormatError.
+// libFuzzer target for the runtime over a fuzzed index. The input is an
+// index file in compact form (compact.h: without its alignment padding, a
+// few KB), expanded and re-sealed (reseal.h: checksums recomputed, as a
+// hostile file would have them) so that mutations reach the structure. If it
+// opens (plain open, no verify: what a server does), sessions with several
+// policies draft over it, attached both as a bare IndexView and as a
+// prepared StaticIndex, fed a token stream derived from the input (random
+// ids, stretches of the index's own text so that matches go deep, separators
+// and out-of-vocabulary ids). Every step must finish (libFuzzer's -timeout
+// reports a hang), never read out of bounds (ASan), and return a well-formed
+// draft tree. Open may refuse the file, and a step may report an error (an
+// exception).
 //
-//   cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_C_COMPILER=clang \
-//         -DSAM_BUILD_FUZZERS=ON -DSAM_WITH_TORCH=OFF && cmake --build build-fuzz --target fuzz_session
-//   build-fuzz/bin/fuzz_session -timeout=10 -max_total_time=60 NEW_DIR tests/fuzz/corpus_session
-// See docs/testing.md.
+//   tools/fuzz.sh fuzz_session     (builds build-fuzz/ with clang; docs/testing.md)
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
@@ -23,6 +23,7 @@
 #include "sam/format/index.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
+#include "compact.h"
 #include "reseal.h"
 
 namespace {
@@ -128,14 +129,14 @@ void Drive(const sam::format::IndexView& view,
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  std::vector<uint64_t> aligned((size + 7) / 8 + 1);
-  if (size) std::memcpy(aligned.data(), data, size);
-  sam::fuzz::Reseal(reinterpret_cast<uint8_t*>(aligned.data()), size);
+  size_t file_size = 0;
+  std::vector<uint64_t> file_bytes = sam::fuzz::Expand(data, size, &file_size);
+  sam::fuzz::Reseal(reinterpret_cast<uint8_t*>(file_bytes.data()), file_size);
   const uint64_t seed = HashBytes(data, size);
   // Open may refuse the file, and drafting over a corrupt one may report an
   // error: both are fine. Crashes, hangs and bad trees are not.
   try {
-    auto file = sam::format::IndexFile::FromBuffer(aligned.data(), size, "fuzz");
+    auto file = sam::format::IndexFile::FromBuffer(file_bytes.data(), file_size, "fuzz");
     const sam::format::IndexView& view = file.view();
     sam::runtime::StaticIndex::Options so;
     so.min_degree = 2 + seed % 8;  // small indexes have hubs too

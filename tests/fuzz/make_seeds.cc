@@ -1,39 +1,81 @@
-// Writes the fuzzers' seed indexes: fuzz_make_seeds OUT_DIR.
-// Small valid index files built from id documents (the committed corpora
-// tests/fuzz/corpus_loader and tests/fuzz/corpus_session were made with it;
-// every run writes the same bytes except META's created_utc).
+// The fuzzers' seed corpora, and reproducers as index files:
+//   fuzz_make_seeds OUT_DIR          small valid index files built from id
+//       documents, as files (OUT_DIR/loader/NAME, fuzz_loader's input) and in
+//       compact form (OUT_DIR/session/NAME, fuzz_session's input; compact.h).
+//       The committed corpora tests/fuzz/corpus_loader and
+//       tests/fuzz/corpus_session were made with it; every run writes the
+//       same bytes except META's created_utc.
+//   fuzz_make_seeds --expand IN OUT  writes fuzz_session's input IN as the
+//       index file the fuzzer opened (expanded and re-sealed), for sam-inspect
+//       or sam-replay.
 #include <cstdint>
 #include <exception>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "compact.h"
+#include "reseal.h"
 #include "sam/indexer/builder.h"
 
 namespace {
 
 using Docs = std::vector<std::vector<uint32_t>>;
 
+std::vector<uint8_t> ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void WriteAll(const std::string& path, const void* data, size_t size) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(size));
+  if (!out.flush()) throw std::runtime_error("cannot write " + path);
+}
+
 void Write(const std::string& dir, const std::string& name, const Docs& docs, uint32_t vocab,
            const sam::indexer::IndexInfo& info = {}) {
-  const std::string path = dir + "/" + name;
+  const std::string path = dir + "/loader/" + name;
   const auto report = sam::indexer::BuildIndexFile(docs, vocab, path, info);
-  std::cout << name << ": " << report.file_bytes << " bytes, " << report.tokens << " tokens, "
-            << report.states << " states, " << report.explicit_edges << " explicit edges\n";
+  const std::vector<uint8_t> file = ReadAll(path);
+  const std::vector<uint8_t> compact = sam::fuzz::Compact(file.data(), file.size());
+  WriteAll(dir + "/session/" + name, compact.data(), compact.size());
+  std::cout << name << ": " << report.file_bytes << " bytes (" << compact.size()
+            << " compact), " << report.tokens << " tokens, " << report.states << " states, "
+            << report.explicit_edges << " explicit edges\n";
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::cerr << "usage: fuzz_make_seeds OUT_DIR\n";
+  const bool expand = argc == 4 && std::string(argv[1]) == "--expand";
+  if (argc != 2 && !expand) {
+    std::cerr << "usage: fuzz_make_seeds OUT_DIR | fuzz_make_seeds --expand IN OUT\n";
     return 2;
+  }
+  if (expand) {
+    try {
+      const std::vector<uint8_t> in = ReadAll(argv[2]);
+      size_t size = 0;
+      std::vector<uint64_t> file = sam::fuzz::Expand(in.data(), in.size(), &size);
+      sam::fuzz::Reseal(reinterpret_cast<uint8_t*>(file.data()), size);
+      WriteAll(argv[3], file.data(), size);
+    } catch (const std::exception& e) {
+      std::cerr << "fuzz_make_seeds: " << e.what() << "\n";
+      return 1;
+    }
+    return 0;
   }
   const std::string dir = argv[1];
   try {
-    std::filesystem::create_directories(dir);
+    std::filesystem::create_directories(dir + "/loader");
+    std::filesystem::create_directories(dir + "/session");
     sam::indexer::IndexInfo small_info;
     small_info.self_test_samples = 8;
 
