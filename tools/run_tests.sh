@@ -54,11 +54,22 @@ stage_fuzz() {
 }
 
 summary=()
+current=
+report() {
+  local rc=$?
+  [[ -n $current ]] && summary+=("$current FAILED after $((SECONDS - start)) s")
+  if ((${#summary[@]})); then
+    echo "=== stage wall times:"
+    printf '  %s\n' "${summary[@]}"
+  fi
+  return $rc
+}
+trap report EXIT
 for s in $stages; do
   echo "=== stage $s"
-  start=$SECONDS
+  current=$s start=$SECONDS
   "stage_$s"
   summary+=("$s $((SECONDS - start)) s")
+  current=
 done
-echo "=== all stages passed:"
-printf '  %s\n' "${summary[@]}"
+echo "=== all stages passed"
