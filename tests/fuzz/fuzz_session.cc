@@ -14,6 +14,7 @@
 //   tools/fuzz.sh fuzz_session     (builds build-fuzz/ with clang; docs/testing.md)
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
@@ -67,15 +68,25 @@ void AppendTokens(Rng& rng, const sam::format::IndexView& v, size_t n,
   }
 }
 
-// limit: the policy's node bound (selection.h).
+// limit: the policy's node bound (selection.h). A malformed tree is a bug
+// whatever the index holds: report it and abort (a libFuzzer crash).
 void CheckTree(const sam::runtime::DraftTree& t, uint32_t start, size_t limit) {
-  // A malformed tree is a bug whatever the index holds.
-  if (t.size() < 1 || t.size() > limit || t.tokens[0] != start || t.parents.size() != t.size() ||
-      t.depths.size() != t.size() || t.parents[0] != -1 || t.depths[0] != 0)
-    std::abort();
-  for (size_t i = 1; i < t.size(); ++i) {
+  const char* bad = nullptr;
+  if (t.size() < 1 || t.parents.size() != t.size() || t.depths.size() != t.size())
+    bad = "inconsistent array sizes";
+  else if (t.size() > limit)
+    bad = "more nodes than the policy allows";
+  else if (t.tokens[0] != start || t.parents[0] != -1 || t.depths[0] != 0)
+    bad = "node 0 is not the start token";
+  for (size_t i = 1; !bad && i < t.size(); ++i) {
     const int32_t p = t.parents[i];
-    if (p < 0 || static_cast<size_t>(p) >= i || t.depths[i] != t.depths[p] + 1) std::abort();
+    if (p < 0 || static_cast<size_t>(p) >= i || t.depths[i] != t.depths[p] + 1)
+      bad = "a parent does not precede its child, or a depth is wrong";
+  }
+  if (bad) {
+    std::fprintf(stderr, "fuzz_session: bad draft tree (%zu nodes, limit %zu): %s\n", t.size(),
+                 limit, bad);
+    std::abort();
   }
 }
 
