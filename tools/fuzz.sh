@@ -47,13 +47,13 @@ for t in "${targets[@]}"; do
   "$dir/bin/$t" "$work" "$seeds" -dict=tests/fuzz/index.dict \
       -max_total_time="$seconds" -timeout="$timeout" -seed="$seed" -rss_limit_mb=2048 \
       -artifact_prefix="$artifacts/$t-" -print_final_stats=1 >"$log" 2>&1 || rc=$?
-  grep -E '^(INFO: seed corpus|#[0-9]+ *(INITED|DONE))|^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$log" || true
+  grep -E '^(INFO: seed corpus|#[0-9]+[[:space:]]+(INITED|DONE))|^stat::(number_of_executed_units|average_exec_per_sec|new_units_added|peak_rss_mb)' "$log" || true
   if ((rc != 0)); then
     status=1
     echo "fuzz.sh: $t FAILED (exit $rc); the end of its log:" >&2
     tail -n 60 "$log" >&2
     for a in $(grep -oE "Test unit written to [^ ]+" "$log" | awk '{print $5}'); do
-      echo "fuzz.sh: reproduce with: $dir/bin/$t $a   (or build-asan/bin/${t}_replay $a)" >&2
+      echo "fuzz.sh: reproduce with: $dir/bin/$t $a   (or ${dir%-fuzz}-asan/bin/${t}_replay $a)" >&2
     done
   fi
 done
