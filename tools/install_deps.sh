@@ -5,6 +5,9 @@ pkgs=(cmake ninja-build g++ pkg-config python3
       libsentencepiece-dev sentencepiece libzstd-dev libxxhash-dev libboost-dev
       libcli11-dev libgtest-dev libbenchmark-dev libsimdjson-dev nlohmann-json3-dev
       libtorch-dev libopenblas0-pthread)
+# CI stages (tools/run_tests.sh, docs/testing.md): clang and libFuzzer for the
+# fuzz stage (gcc's ASan, UBSan and TSan runtimes come with g++).
+pkgs+=(clang-14 libfuzzer-14-dev libclang-rt-14-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

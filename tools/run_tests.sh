@@ -1,18 +1,75 @@
 #!/usr/bin/env bash
-# Builds everything and runs the whole test suite (CTest), then the
-# concurrency tests again under ThreadSanitizer. Tests that need
-# ../shared/data skip with a message when it is absent (SAM_DATA_DIR overrides).
+# Builds everything and runs the whole test suite, in four stages
+# (docs/testing.md):
+#   main  the Release build (tools/build.sh) and every CTest test
+#   asan  the non-torch suite built with AddressSanitizer + UndefinedBehaviorSanitizer
+#   tsan  the concurrency tests (label `tsan`) built with ThreadSanitizer
+#   fuzz  fuzz_loader and fuzz_session, SAM_FUZZ_SECONDS (60) each (tools/fuzz.sh)
+# SAM_STAGES picks stages (default "main asan tsan fuzz"), e.g.
+#   SAM_STAGES=main tools/run_tests.sh
+# Build folders: ${SAM_BUILD_DIR:-build}, then -asan, -tsan, -fuzz appended.
+# Tests that need ../shared/data skip with a message when it is absent
+# (SAM_DATA_DIR overrides). Prints each stage's wall time at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-tools/build.sh
 dir=${SAM_BUILD_DIR:-build}
-ctest --test-dir "$dir" --output-on-failure -j "$(nproc)"
+stages=${SAM_STAGES:-main asan tsan fuzz}
+jobs=${SAM_JOBS:-$(nproc)}
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+for s in $stages; do
+  case $s in main|asan|tsan|fuzz) ;; *) echo "run_tests.sh: unknown stage '$s' in SAM_STAGES (main asan tsan fuzz)" >&2; exit 2;; esac
+done
+
+stage_main() {
+  tools/build.sh
+  ctest --test-dir "$dir" --output-on-failure -j "$jobs"
+}
+
+# AddressSanitizer + UBSan (UBSan findings are fatal): every test of a build
+# without torch (libtorch is not built with ASan).
+stage_asan() {
+  local b=${dir}-asan
+  [[ -f "$b/CMakeCache.txt" ]] ||
+    cmake -S . -B "$b" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSAM_SANITIZE_ADDRESS=ON \
+          -DSAM_WITH_TORCH=OFF -DSAM_BUILD_BENCHMARKS=OFF >/dev/null
+  cmake --build "$b" -j "$jobs"
+  ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir "$b" --output-on-failure -j "$jobs"
+}
 
 # ThreadSanitizer: the tests labelled `tsan` (many sessions over one index).
-tsan=${dir}-tsan
-gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
-[[ -f "$tsan/CMakeCache.txt" ]] ||
-  cmake -S . -B "$tsan" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSAM_SANITIZE_THREAD=ON \
-        -DSAM_WITH_TORCH=OFF -DSAM_BUILD_BENCHMARKS=OFF -DSAM_BUILD_TOOLS=OFF >/dev/null
-cmake --build "$tsan" -j "$(nproc)" --target runtime_concurrency_test
-TSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$tsan" -L tsan --output-on-failure
+stage_tsan() {
+  local b=${dir}-tsan
+  [[ -f "$b/CMakeCache.txt" ]] ||
+    cmake -S . -B "$b" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSAM_SANITIZE_THREAD=ON \
+          -DSAM_WITH_TORCH=OFF -DSAM_BUILD_BENCHMARKS=OFF -DSAM_BUILD_TOOLS=OFF >/dev/null
+  cmake --build "$b" -j "$jobs" --target runtime_concurrency_test
+  TSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$b" -L tsan --output-on-failure
+}
+
+# libFuzzer (clang): fails on any crash, hang or sanitizer report.
+stage_fuzz() {
+  SAM_FUZZ_BUILD_DIR=${dir}-fuzz SAM_JOBS=$jobs tools/fuzz.sh
+}
+
+summary=()
+current=
+report() {
+  local rc=$?
+  [[ -n $current ]] && summary+=("$current FAILED after $((SECONDS - start)) s")
+  if ((${#summary[@]})); then
+    echo "=== stage wall times:"
+    printf '  %s\n' "${summary[@]}"
+  fi
+  return $rc
+}
+trap report EXIT
+for s in $stages; do
+  echo "=== stage $s"
+  current=$s start=$SECONDS
+  "stage_$s"
+  summary+=("$s $((SECONDS - start)) s")
+  current=
+done
+echo "=== all stages passed"

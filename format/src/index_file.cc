@@ -535,6 +535,18 @@ void IndexFile::Init(const OpenOptions& options) {
 std::vector<uint8_t> IndexFile::SectionBytes(const SectionInfo& s) const {
   const uint8_t* d = SectionData(s);
   if (s.codec == "raw") return std::vector<uint8_t>(d, d + s.stored_bytes);
+  // The raw size comes from the section table: before allocating it, check it
+  // against the zstd frame header and zstd's largest possible ratio (a block
+  // of at most 128 KiB takes at least 4 bytes).
+  const unsigned long long framed = ZSTD_getFrameContentSize(d, s.stored_bytes);
+  if (framed != s.raw_bytes || s.raw_bytes > s.stored_bytes * uint64_t{32768})
+    Fail(ErrorCode::kCompression, path_,
+         "section " + s.tag + ": decompressed size " + Num(s.raw_bytes) +
+             " does not match its zstd frame (" +
+             (framed == ZSTD_CONTENTSIZE_ERROR     ? std::string("not a zstd frame")
+              : framed == ZSTD_CONTENTSIZE_UNKNOWN ? std::string("size not recorded")
+                                                   : "content size " + Num(framed)) +
+             ", " + Num(s.stored_bytes) + " bytes stored)");
   std::vector<uint8_t> out(s.raw_bytes);
   const size_t got = ZSTD_decompress(out.data(), out.size(), d, s.stored_bytes);
   if (ZSTD_isError(got) || got != s.raw_bytes)
