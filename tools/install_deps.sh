@@ -2,7 +2,7 @@
 # Installs the build and test dependencies from Debian 12 packages.
 set -euo pipefail
 pkgs=(cmake ninja-build g++ pkg-config python3
-      libsentencepiece-dev sentencepiece libzstd-dev libxxhash-dev libboost-dev
+      libsentencepiece-dev sentencepiece libzstd-dev libxxhash-dev
       libcli11-dev libgtest-dev libbenchmark-dev libsimdjson-dev nlohmann-json3-dev
       libtorch-dev libopenblas0-pthread)
 # CI stages (tools/run_tests.sh, docs/testing.md): clang and libFuzzer for the
