@@ -20,27 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"  // sam::testing::TempDir
+
 namespace sam::testing {
-
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix = "sam_tok_test") {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
 
 inline std::string ShellQuote(const std::string& s) {
   std::string q = "'";

@@ -3,7 +3,6 @@
 #include "sam/error.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -16,6 +15,7 @@
 #include "sam/format/error.h"
 #include "sam/format/index.h"
 #include "sam/format/writer.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -136,12 +136,6 @@ TEST(ErrorTest, SubclassesAreCaughtAsTheBase) {
 
 class FormatErrorContextTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("sam-error-test-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Runs `fn`, which must throw a sam::Error; returns it.
   template <typename Fn>
   sam::Error Thrown(Fn&& fn) {
@@ -157,7 +151,8 @@ class FormatErrorContextTest : public ::testing::Test {
     return sam::Error(ErrorCode::kOk, "");
   }
 
-  fs::path dir_;
+  sam::testing::TempDir tmp_{"sam_error_test"};
+  const fs::path dir_ = tmp_.path();
 };
 
 TEST_F(FormatErrorContextTest, OpenNamesTheFile) {

@@ -5,7 +5,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -24,6 +23,7 @@
 #include "sam/format/sha256.h"
 #include "sam/format/writer.h"
 #include "sam/indexer/builder.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -37,8 +37,6 @@ using Bytes = std::vector<uint8_t>;
 class FormatTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("sam-format-test-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
     path_ = (dir_ / "small.sam").string();
     std::mt19937 rng(7);
     for (int d = 0; d < 30; ++d) {
@@ -56,7 +54,6 @@ class FormatTest : public ::testing::Test {
     std::ifstream in(path_, std::ios::binary);
     bytes_.assign(std::istreambuf_iterator<char>(in), {});
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::string Write(const Bytes& b, const std::string& name) {
     const std::string p = (dir_ / name).string();
@@ -98,7 +95,8 @@ class FormatTest : public ::testing::Test {
     return ErrorCode::kOk;
   }
 
-  fs::path dir_;
+  sam::testing::TempDir tmp_{"sam_format_test"};
+  const fs::path dir_ = tmp_.path();
   std::string path_;
   std::vector<std::vector<uint32_t>> docs_;
   Bytes bytes_;
