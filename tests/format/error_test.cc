@@ -16,11 +16,13 @@
 #include "sam/format/index.h"
 #include "sam/format/writer.h"
 #include "temp_dir.h"
+#include "thrown.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using sam::ErrorCode;
+using sam::testing::Thrown;
 using sam::ErrorContext;
 
 // The published value -> name table. A code's value and name never change: programs and scripts
@@ -136,21 +138,6 @@ TEST(ErrorTest, SubclassesAreCaughtAsTheBase) {
 
 class FormatErrorContextTest : public ::testing::Test {
  protected:
-  // Runs `fn`, which must throw a sam::Error; returns it.
-  template <typename Fn>
-  sam::Error Thrown(Fn&& fn) {
-    try {
-      fn();
-    } catch (const sam::Error& e) {
-      return e;
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not a sam::Error: " << e.what();
-      return sam::Error(ErrorCode::kOk, "");
-    }
-    ADD_FAILURE() << "nothing thrown";
-    return sam::Error(ErrorCode::kOk, "");
-  }
-
   sam::testing::TempDir tmp_{"sam_error_test"};
   const fs::path dir_ = tmp_.path();
 };

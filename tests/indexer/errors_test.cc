@@ -13,11 +13,13 @@
 #include "sam/indexer/pipeline.h"
 #include "sam/indexer/tokenizer.h"
 #include "temp_dir.h"
+#include "thrown.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using sam::ErrorCode;
+using sam::testing::Thrown;
 
 class IndexerErrorsTest : public ::testing::Test {
  protected:
@@ -25,21 +27,6 @@ class IndexerErrorsTest : public ::testing::Test {
     const fs::path p = dir_ / name;
     std::ofstream(p, std::ios::binary) << content;
     return p.string();
-  }
-
-  // Runs `fn`, which must throw a sam::Error; returns it.
-  template <typename Fn>
-  static sam::Error Thrown(Fn&& fn) {
-    try {
-      fn();
-    } catch (const sam::Error& e) {
-      return e;
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not a sam::Error: " << e.what();
-      return sam::Error(ErrorCode::kOk, "");
-    }
-    ADD_FAILURE() << "nothing thrown";
-    return sam::Error(ErrorCode::kOk, "");
   }
 
   sam::testing::TempDir tmp_{"sam_indexer_errors"};

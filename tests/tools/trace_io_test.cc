@@ -16,6 +16,7 @@
 #include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/indexer/tokenizer.h"
+#include "thrown.h"
 #include "tiny_spm.h"
 #include "trace_io.h"
 
@@ -24,6 +25,7 @@ namespace fs = std::filesystem;
 namespace {
 
 using sam::ErrorCode;
+using sam::testing::Thrown;
 using sam::testing::TempDir;
 
 fs::path WriteFile(const fs::path& path, const std::string& text) {
@@ -39,16 +41,7 @@ class TraceIoTest : public ::testing::Test {
 
   // Reads `path` (vocab 100, BOS 1, no tokenizer); it must throw a sam::Error, returned.
   static sam::Error ReadError(const std::string& path) {
-    try {
-      sam::tools::ReadTraces(path, nullptr, 1, 100);
-    } catch (const sam::Error& e) {
-      return e;
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not a sam::Error: " << e.what();
-      return sam::Error(ErrorCode::kOk, "");
-    }
-    ADD_FAILURE() << "nothing thrown";
-    return sam::Error(ErrorCode::kOk, "");
+    return Thrown([&] { sam::tools::ReadTraces(path, nullptr, 1, 100); });
   }
 
   TempDir tmp_{"sam_trace_io_test"};
