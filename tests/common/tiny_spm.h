@@ -9,10 +9,6 @@
 #ifndef SAM_TESTS_COMMON_TINY_SPM_H_
 #define SAM_TESTS_COMMON_TINY_SPM_H_
 
-#include <stdlib.h>
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -20,32 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "temp_dir.h"  // sam::testing::TempDir
+#include "run_command.h"  // sam::testing::RunCommand, ShellQuote
+#include "temp_dir.h"     // sam::testing::TempDir
 
 namespace sam::testing {
-
-inline std::string ShellQuote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout
-};
-
-inline CommandResult RunCommand(const std::string& command) {
-  CommandResult r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
 
 inline std::string SpmTrainPath() { return SAM_SPM_TRAIN; }
 
