@@ -9,10 +9,6 @@
 #ifndef SAM_TESTS_COMMON_TINY_SPM_H_
 #define SAM_TESTS_COMMON_TINY_SPM_H_
 
-#include <stdlib.h>
-#include <sys/wait.h>
-
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -20,50 +16,10 @@
 #include <string>
 #include <vector>
 
+#include "run_command.h"  // sam::testing::RunCommand, ShellQuote
+#include "temp_dir.h"     // sam::testing::TempDir
+
 namespace sam::testing {
-
-class TempDir {
- public:
-  explicit TempDir(const std::string& prefix = "sam_tok_test") {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / (prefix + "_XXXXXX")).string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
-
-inline std::string ShellQuote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
-
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout
-};
-
-inline CommandResult RunCommand(const std::string& command) {
-  CommandResult r;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) r.output.append(buffer, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
-}
 
 inline std::string SpmTrainPath() { return SAM_SPM_TRAIN; }
 

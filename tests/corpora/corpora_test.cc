@@ -6,7 +6,6 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -29,6 +28,7 @@
 #include "sam/corpora/presets.h"
 #include "sam/corpora/templates.h"
 #include "sam/error.h"
+#include "temp_dir.h"
 
 namespace sam::corpora {
 namespace {
@@ -51,15 +51,6 @@ struct ReadResult {
 
 class CorporaTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("sam_corpora_test_" + std::to_string(getpid()) + "_" + info->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   // Writes `content` to `name` in the test's temporary directory; returns the path.
   std::string Write(const std::string& name, const std::string& content) {
     const fs::path path = dir_ / name;
@@ -77,7 +68,8 @@ class CorporaTest : public ::testing::Test {
     return result;
   }
 
-  fs::path dir_;
+  sam::testing::TempDir tmp_{"sam_corpora_test"};
+  const fs::path dir_ = tmp_.path();
 };
 
 // Runs `read`, expects a CorpusError with `code` whose message contains every one of `parts`.
@@ -646,7 +638,7 @@ TEST_F(CorporaTest, InvalidUtf8IsRejectedByEveryKindAndValidAccepted) {
   ReadOptions blank_skip = skip;
   blank_skip.text_split = TextSplit::kBlankLine;
   for (const auto& c : cases) {
-    SCOPED_TRACE(testing::PrintToString(c.bytes));
+    SCOPED_TRACE(::testing::PrintToString(c.bytes));
     const std::string text_doc = "ok\nab" + c.bytes + "c";
     const std::string text = Write("t.txt", text_doc);
     const std::string json = Write("g.jsonl", "{\"question\": \"q\", \"answer\": \"ab" +

@@ -3,7 +3,6 @@
 #include "sam/error.h"
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -16,11 +15,14 @@
 #include "sam/format/error.h"
 #include "sam/format/index.h"
 #include "sam/format/writer.h"
+#include "temp_dir.h"
+#include "thrown.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using sam::ErrorCode;
+using sam::testing::Thrown;
 using sam::ErrorContext;
 
 // The published value -> name table. A code's value and name never change: programs and scripts
@@ -136,28 +138,8 @@ TEST(ErrorTest, SubclassesAreCaughtAsTheBase) {
 
 class FormatErrorContextTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("sam-error-test-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
-  // Runs `fn`, which must throw a sam::Error; returns it.
-  template <typename Fn>
-  sam::Error Thrown(Fn&& fn) {
-    try {
-      fn();
-    } catch (const sam::Error& e) {
-      return e;
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not a sam::Error: " << e.what();
-      return sam::Error(ErrorCode::kOk, "");
-    }
-    ADD_FAILURE() << "nothing thrown";
-    return sam::Error(ErrorCode::kOk, "");
-  }
-
-  fs::path dir_;
+  sam::testing::TempDir tmp_{"sam_error_test"};
+  const fs::path dir_ = tmp_.path();
 };
 
 TEST_F(FormatErrorContextTest, OpenNamesTheFile) {

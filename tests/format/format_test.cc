@@ -1,11 +1,9 @@
 // Round trips of the index format and golden error cases: each damaged file
 // must fail with its specific error code, never crash.
 #include <gtest/gtest.h>
-#include <xxhash.h>
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstring>
@@ -24,6 +22,8 @@
 #include "sam/format/sha256.h"
 #include "sam/format/writer.h"
 #include "sam/indexer/builder.h"
+#include "reseal.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -37,8 +37,6 @@ using Bytes = std::vector<uint8_t>;
 class FormatTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("sam-format-test-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
     path_ = (dir_ / "small.sam").string();
     std::mt19937 rng(7);
     for (int d = 0; d < 30; ++d) {
@@ -56,7 +54,6 @@ class FormatTest : public ::testing::Test {
     std::ifstream in(path_, std::ios::binary);
     bytes_.assign(std::istreambuf_iterator<char>(in), {});
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   std::string Write(const Bytes& b, const std::string& name) {
     const std::string p = (dir_ / name).string();
@@ -66,21 +63,7 @@ class FormatTest : public ::testing::Test {
   }
   // Recomputes the header checksum so that a deliberate edit reaches the
   // check it is aimed at.
-  static void FixHeaderChecksum(Bytes& b) {
-    uint32_t nsec;
-    std::memcpy(&nsec, b.data() + 44, 4);
-    nsec = std::min<uint32_t>(nsec, static_cast<uint32_t>((b.size() - 256) / 64));
-    uint8_t head[256];
-    std::memcpy(head, b.data(), 256);
-    std::memset(head + 56, 0, 8);
-    XXH3_state_t* st = XXH3_createState();
-    XXH3_64bits_reset(st);
-    XXH3_64bits_update(st, head, 256);
-    XXH3_64bits_update(st, b.data() + 256, uint64_t{nsec} * 64);
-    const uint64_t sum = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    std::memcpy(b.data() + 56, &sum, 8);
-  }
+  static void FixHeaderChecksum(Bytes& b) { sam::testing::ResealHeader(b.data(), b.size()); }
   // Entry i of the section table.
   static uint8_t* Section(Bytes& b, int i) { return b.data() + 256 + 64 * i; }
   static int FindSection(Bytes& b, const char* tag) {
@@ -98,7 +81,8 @@ class FormatTest : public ::testing::Test {
     return ErrorCode::kOk;
   }
 
-  fs::path dir_;
+  sam::testing::TempDir tmp_{"sam_format_test"};
+  const fs::path dir_ = tmp_.path();
   std::string path_;
   std::vector<std::vector<uint32_t>> docs_;
   Bytes bytes_;
@@ -503,9 +487,7 @@ TEST_F(FormatTest, CorruptValuesWithValidChecksumsFailVerify) {
     std::memcpy(&off, Section(b, s) + 16, 8);
     std::memcpy(&size, Section(b, s) + 24, 8);
     for (uint64_t i = 0; i + 8 < size; i += 3) b[off + i] ^= 0x11;
-    const uint64_t sum = XXH3_64bits(b.data() + off, size);
-    std::memcpy(Section(b, s) + 40, &sum, 8);
-    FixHeaderChecksum(b);
+    sam::testing::Reseal(b.data(), b.size());
     const auto p = Write(b, std::string("values-") + tag + ".sam");
     OpenOptions o;
     o.verify = true;

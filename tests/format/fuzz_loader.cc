@@ -1,21 +1,21 @@
 // libFuzzer target for the index loader: any byte string must either open
 // (and then answer queries in bounds, verify or not) or fail with a
 // FormatError; never crash, hang or read out of bounds. Each input is tried
-// as it is and re-sealed (checksums recomputed, tests/fuzz/reseal.h), so
+// as it is and re-sealed (checksums recomputed, tests/common/reseal.h), so
 // that mutations also reach the checks behind the checksums.
 //   tools/fuzz.sh fuzz_loader   (docs/testing.md)
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
-#include "../fuzz/reseal.h"
+#include "reseal.h"
 #include "sam/format/index.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint64_t> aligned((size + 7) / 8 + 1);
   if (size) std::memcpy(aligned.data(), data, size);
   for (bool resealed : {false, true}) {
-    if (resealed) sam::fuzz::Reseal(reinterpret_cast<uint8_t*>(aligned.data()), size);
+    if (resealed) sam::testing::Reseal(reinterpret_cast<uint8_t*>(aligned.data()), size);
     for (bool verify : {false, true}) {
       try {
         sam::format::OpenOptions o;

@@ -15,6 +15,7 @@
 
 #include "golden.h"
 #include "sam/format/index.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -212,8 +213,8 @@ std::string DescribeDifferences(const Bytes& want, const Bytes& got) {
 
 // The writer reproduces each committed file from its inputs, byte for byte.
 TEST(Golden, WriterReproducesTheFilesByteForByte) {
-  const fs::path dir = fs::temp_directory_path() / ("sam-golden-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
+  const sam::testing::TempDir tmp("sam_golden");
+  const fs::path& dir = tmp.path();
   const std::string recorded_zstd = [] {
     std::ifstream in(kGoldenDir / "ZSTD_VERSION");
     std::string v;
@@ -240,7 +241,6 @@ TEST(Golden, WriterReproducesTheFilesByteForByte) {
                 << recorded_zstd << "); their decompressed contents agree\n";
     }
   }
-  fs::remove_all(dir);
 }
 
 }  // namespace

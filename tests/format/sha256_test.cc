@@ -15,6 +15,7 @@
 
 #include "sam/format/error.h"
 #include "sam/format/sha256.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using sam::format::DigestToHex;
@@ -23,22 +24,7 @@ using sam::format::Sha256File;
 
 namespace {
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "sam_sha256_XXXXXX").string();
-    if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using sam::testing::TempDir;
 
 std::string Hex(const std::string& bytes) { return DigestToHex(Sha256(bytes.data(), bytes.size())); }
 

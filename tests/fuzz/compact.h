@@ -19,6 +19,9 @@
 
 namespace sam::fuzz {
 
+using sam::testing::LoadLe32;
+using sam::testing::LoadLe64;
+
 constexpr size_t kHeaderBytes = 256, kEntryBytes = 64;
 constexpr uint64_t kMaxExpandedBytes = uint64_t{4} << 20;
 

@@ -38,12 +38,12 @@ std::vector<uint8_t> SmallIndexBytes() {
 // Sets the raw (decompressed) size of section `tag` in the table, then re-seals.
 void SetRawSize(std::vector<uint8_t>* bytes, const std::string& tag, uint64_t raw) {
   uint8_t* d = bytes->data();
-  const uint32_t nsec = sam::fuzz::LoadLe32(d + 44);
+  const uint32_t nsec = sam::testing::LoadLe32(d + 44);
   for (uint32_t i = 0; i < nsec; ++i) {
     uint8_t* e = d + 256 + 64 * i;
     if (std::string(reinterpret_cast<char*>(e), 4) == tag) {
-      sam::fuzz::StoreLe64(e + 32, raw);
-      sam::fuzz::Reseal(d, bytes->size());
+      sam::testing::StoreLe64(e + 32, raw);
+      sam::testing::Reseal(d, bytes->size());
       return;
     }
   }

@@ -142,7 +142,7 @@ void Drive(const sam::format::IndexView& view,
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   size_t file_size = 0;
   std::vector<uint64_t> file_bytes = sam::fuzz::Expand(data, size, &file_size);
-  sam::fuzz::Reseal(reinterpret_cast<uint8_t*>(file_bytes.data()), file_size);
+  sam::testing::Reseal(reinterpret_cast<uint8_t*>(file_bytes.data()), file_size);
   const uint64_t seed = HashBytes(data, size);
   // Open may refuse the file, and drafting over a corrupt one may report an
   // error: both are fine. Crashes, hangs and bad trees are not.

@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
       const std::vector<uint8_t> in = ReadAll(argv[2]);
       size_t size = 0;
       std::vector<uint64_t> file = sam::fuzz::Expand(in.data(), in.size(), &size);
-      sam::fuzz::Reseal(reinterpret_cast<uint8_t*>(file.data()), size);
+      sam::testing::Reseal(reinterpret_cast<uint8_t*>(file.data()), size);
       WriteAll(argv[3], file.data(), size);
     } catch (const std::exception& e) {
       std::cerr << "fuzz_make_seeds: " << e.what() << "\n";

@@ -1,7 +1,6 @@
 // The indexer's errors are sam::Errors: the builder names the document, the pipeline keeps the code
 // and context of the error that stopped the build and adds the corpus file. No data folder needed.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -13,42 +12,25 @@
 #include "sam/indexer/builder.h"
 #include "sam/indexer/pipeline.h"
 #include "sam/indexer/tokenizer.h"
+#include "temp_dir.h"
+#include "thrown.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 using sam::ErrorCode;
+using sam::testing::Thrown;
 
 class IndexerErrorsTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("sam-indexer-errors-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string WriteFile(const std::string& name, const std::string& content) {
     const fs::path p = dir_ / name;
     std::ofstream(p, std::ios::binary) << content;
     return p.string();
   }
 
-  // Runs `fn`, which must throw a sam::Error; returns it.
-  template <typename Fn>
-  static sam::Error Thrown(Fn&& fn) {
-    try {
-      fn();
-    } catch (const sam::Error& e) {
-      return e;
-    } catch (const std::exception& e) {
-      ADD_FAILURE() << "not a sam::Error: " << e.what();
-      return sam::Error(ErrorCode::kOk, "");
-    }
-    ADD_FAILURE() << "nothing thrown";
-    return sam::Error(ErrorCode::kOk, "");
-  }
-
-  fs::path dir_;
+  sam::testing::TempDir tmp_{"sam_indexer_errors"};
+  const fs::path dir_ = tmp_.path();
 };
 
 TEST_F(IndexerErrorsTest, ErrorTypesAreTheOneFamily) {

@@ -4,7 +4,6 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <condition_variable>
 #include <cstdlib>
@@ -20,6 +19,7 @@
 #include "sam/format/sha256.h"
 #include "sam/indexer/pipeline.h"
 #include "sam/indexer/tokenizer.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -41,11 +41,6 @@ fs::path ModelPath() { return DataDir() / "tokenizer/llama-32k.model"; }
 
 class PipelineTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("sam-pipeline-test-" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
   std::string WriteFile(const std::string& name, const std::string& content) {
     const auto p = (dir_ / name).string();
     std::ofstream(p, std::ios::binary) << content;
@@ -80,7 +75,8 @@ class PipelineTest : public ::testing::Test {
                "\",\"answer\":\"alpha beta " + std::to_string(i) + "\"}\n";
     return jsonl;
   }
-  fs::path dir_;
+  sam::testing::TempDir tmp_{"sam_pipeline_test"};
+  const fs::path dir_ = tmp_.path();
 };
 
 #define REQUIRE_MODEL(model)                                                        \

@@ -18,7 +18,6 @@
 // A hang fails the test through its CTest TIMEOUT; nothing here is timed.
 #include <gtest/gtest.h>
 #include <unistd.h>
-#include <xxhash.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -36,6 +35,7 @@
 #include "sam/runtime/static_index.h"
 #include "sam/runtime/static_match.h"
 #include "sam/sam.h"
+#include "reseal.h"
 #include "test_index.h"
 
 namespace sam::runtime {
@@ -47,21 +47,18 @@ using test_util::Text;
 
 constexpr uint32_t kVocab = 24;
 
-// FORMAT.md sections 2 and 3: the header's section count and checksum, and
-// each table entry's tag, offset, size and checksum.
+// FORMAT.md sections 2 and 3: the header's section count and state width, and
+// each table entry's tag, offset and size. Checksums are recomputed with
+// sam::testing::Reseal (tests/common/reseal.h).
 constexpr size_t kHeaderBytes = 256, kEntryBytes = 64;
-constexpr size_t kSectionCountAt = 44, kHeaderChecksumAt = 56, kStateWidthAt = 121;
-constexpr size_t kTagAt = 0, kOffsetAt = 16, kSizeAt = 24, kChecksumAt = 40;
+constexpr size_t kSectionCountAt = 44, kStateWidthAt = 121;
+constexpr size_t kTagAt = 0, kOffsetAt = 16, kSizeAt = 24;
 
 template <typename T>
 T Load(const Bytes& b, size_t at) {
   T v;
   std::memcpy(&v, b.data() + at, sizeof(v));
   return v;
-}
-template <typename T>
-void Store(Bytes& b, size_t at, T v) {
-  std::memcpy(b.data() + at, &v, sizeof(v));
 }
 
 struct Section {
@@ -88,15 +85,6 @@ const Section& Find(const std::vector<Section>& sections, const std::string& tag
   for (const Section& s : sections)
     if (s.tag == tag) return s;
   throw std::logic_error("no section " + tag);
-}
-
-// Recomputes the section's checksum, then the header's (XXH3-64 of the
-// header with its checksum field zero, followed by the section table).
-void Reseal(Bytes& b, const Section& s) {
-  Store<uint64_t>(b, s.entry + kChecksumAt, XXH3_64bits(b.data() + s.offset, s.size));
-  Store<uint64_t>(b, kHeaderChecksumAt, 0);
-  const uint32_t count = Load<uint32_t>(b, kSectionCountAt);
-  Store<uint64_t>(b, kHeaderChecksumAt, XXH3_64bits(b.data(), kHeaderBytes + count * kEntryBytes));
 }
 
 enum class Damage { kZeros, kOnes, kRandom, kSwapHalves };
@@ -143,7 +131,7 @@ Bytes Damaged(const Bytes& original, const Section& s, Region region, Damage d,
       std::swap_ranges(p, p + size / 2, p + size - size / 2);
       break;
   }
-  Reseal(b, s);
+  sam::testing::Reseal(b.data(), b.size());
   return b;
 }
 
@@ -472,7 +460,7 @@ TEST(CorruptIndex, SuffixLinkCycleStopsMatching) {
   const std::vector<Section> sections = SectionsOf(bytes);
   const Section& link_section = Find(sections, "LINK");
   SetPacked(bytes, link_section.offset, bytes[kStateWidthAt], l, x);
-  Reseal(bytes, link_section);
+  sam::testing::Reseal(bytes.data(), bytes.size());
   const std::string path = TempPath("cycle.sam");
   WriteFile(path, bytes);
 
@@ -523,7 +511,7 @@ TEST(CorruptIndex, SparseDegreeVectorGivesBoundedEdgeRanges) {
   std::fill(bytes.begin() + edeg.offset, bytes.begin() + edeg.offset + edeg.size, 0);
   for (uint64_t bit : {uint64_t{0}, last_sample, bits - 1})
     bytes[edeg.offset + bit / 8] |= static_cast<uint8_t>(1u << (bit % 8));
-  Reseal(bytes, edeg);
+  sam::testing::Reseal(bytes.data(), bytes.size());
   const std::string path = TempPath("edeg.sam");
   WriteFile(path, bytes);
 
@@ -560,7 +548,7 @@ TEST(CorruptIndex, AllZeroLinksFailVerifyOnCounts) {
   const std::vector<Section> sections = SectionsOf(bytes);
   const Section& links = Find(sections, "LINK");
   std::fill(bytes.begin() + links.offset, bytes.begin() + links.offset + links.size, 0);
-  Reseal(bytes, links);
+  sam::testing::Reseal(bytes.data(), bytes.size());
   const std::string path = TempPath("links.sam");
   WriteFile(path, bytes);
   format::OpenOptions verify;

@@ -14,6 +14,7 @@
 #include "cli.h"
 #include "sam/format/temp_files.h"
 #include "sam/format/writer.h"
+#include "temp_dir.h"
 
 namespace {
 
@@ -22,15 +23,6 @@ using sam::tools::UsageError;
 
 class CliHelpers : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("cli_helpers_" + std::to_string(::getpid()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-
   std::string Touch(const std::string& name, const std::string& text = "x") {
     const fs::path p = dir_ / name;
     std::ofstream(p) << text;
@@ -47,7 +39,8 @@ class CliHelpers : public ::testing::Test {
     return ::lstat(path.c_str(), &st) == 0;
   }
 
-  fs::path dir_;
+  sam::testing::TempDir tmp_{"sam_cli_helpers_test"};
+  const fs::path dir_ = tmp_.path();
 };
 
 TEST_F(CliHelpers, RegistryRemovesExactlyTheRegisteredFiles) {

@@ -1,18 +1,22 @@
-// sam::tools::ReadTraces (sam-replay, bench_step): string fields go through the one tokenizer
-// (prompts with Tokenizer::EncodePrompt, outputs with Encode), id fields are taken as given, and
-// a tokenization failure names the file and line. The tokenizer is a tiny model trained here;
-// SentencePiece itself is the oracle.
+// sam::tools::ReadTraces (tools/trace_io.h; sam-replay, bench_step): id fields are taken as given;
+// string fields go through the one tokenizer (prompts with Tokenizer::EncodePrompt, outputs with
+// Encode); a bad trace throws sam::Error naming the file, the line and the field, and a
+// tokenization failure names the file and line. Traces of ids need no tokenizer; the tokenizer
+// tests use a tiny model trained here, with SentencePiece itself as the oracle.
 #include <gtest/gtest.h>
 #include <sentencepiece_processor.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/indexer/tokenizer.h"
+#include "thrown.h"
 #include "tiny_spm.h"
 #include "trace_io.h"
 
@@ -20,11 +24,71 @@ namespace fs = std::filesystem;
 
 namespace {
 
+using sam::ErrorCode;
+using sam::testing::Thrown;
 using sam::testing::TempDir;
 
 fs::path WriteFile(const fs::path& path, const std::string& text) {
   std::ofstream(path, std::ios::binary) << text;
   return path;
+}
+
+class TraceIoTest : public ::testing::Test {
+ protected:
+  std::string Write(const std::string& name, const std::string& content) {
+    return WriteFile(dir_ / name, content).string();
+  }
+
+  // Reads `path` (vocab 100, BOS 1, no tokenizer); it must throw a sam::Error, returned.
+  static sam::Error ReadError(const std::string& path) {
+    return Thrown([&] { sam::tools::ReadTraces(path, nullptr, 1, 100); });
+  }
+
+  TempDir tmp_{"sam_trace_io_test"};
+  const fs::path dir_ = tmp_.path();
+};
+
+constexpr char kGood[] = R"({"prompt_ids": [1, 5], "output_ids": [6, 7]})";
+
+TEST_F(TraceIoTest, GoodTracesRead) {
+  const auto traces = sam::tools::ReadTraces(Write("ok.jsonl", std::string(kGood) + "\n"), nullptr,
+                                             1, 100);
+  ASSERT_EQ(traces.size(), 1u);
+  EXPECT_EQ(traces[0].output, (std::vector<uint32_t>{6, 7}));
+}
+
+TEST_F(TraceIoTest, ErrorsNameFileLineAndField) {
+  const std::string path =
+      Write("bad.jsonl", std::string(kGood) + "\n\n" + R"({"prompt_ids": [1], "output_ids": "x"})");
+  const sam::Error mistyped = ReadError(path);
+  EXPECT_EQ(mistyped.code(), ErrorCode::kBadRecord);
+  EXPECT_EQ(mistyped.context().file, path);
+  EXPECT_EQ(mistyped.context().record, "line 3");
+  EXPECT_EQ(mistyped.context().field, "output_ids");
+  EXPECT_EQ(std::string(mistyped.what()),
+            path + ": line 3: field 'output_ids': must be an array of ids");
+
+  const std::string text = Write("text.jsonl", R"({"prompt": "hi", "output": "there"})");
+  const sam::Error needs_tokenizer = ReadError(text);
+  EXPECT_EQ(needs_tokenizer.context().record, "line 1");
+  EXPECT_EQ(needs_tokenizer.context().field, "prompt");
+
+  const std::string broken = Write("broken.jsonl", std::string(kGood) + "\n{\"prompt_ids\": [1,\n");
+  const sam::Error invalid = ReadError(broken);
+  EXPECT_EQ(invalid.code(), ErrorCode::kInvalidJson);
+  EXPECT_EQ(invalid.context().record, "line 2");
+
+  const std::string range = Write("range.jsonl", R"({"prompt_ids": [1], "output_ids": [100]})");
+  const sam::Error out_of_range = ReadError(range);
+  EXPECT_EQ(out_of_range.code(), ErrorCode::kBadValue);
+  EXPECT_NE(std::string(out_of_range.what()).find("range.jsonl: line 1: token id 100"),
+            std::string::npos)
+      << out_of_range.what();
+
+  const std::string missing = (dir_ / "missing.jsonl").string();
+  const sam::Error absent = ReadError(missing);
+  EXPECT_EQ(absent.code(), ErrorCode::kIo);
+  EXPECT_EQ(absent.context().file, missing);
 }
 
 std::string ErrorOf(const std::function<void()>& f) {

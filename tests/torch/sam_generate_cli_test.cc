@@ -21,33 +21,22 @@
 #include <string>
 #include <vector>
 
-#include "temp_dir.h"
+#include "run_command.h"
 #include "sam/indexer/builder.h"
 #include "sam/indexer/tokenizer.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct ProcessResult {
-  int exit_code = -1;
-  std::string output;  // stdout (and stderr when merged)
-};
+using ProcessResult = sam::testing::CommandResult;  // stdout (and stderr when merged)
 
 // Runs sam-generate with `args` (shell-quoted by the caller); stderr goes to stdout when
 // `merge_stderr`, else to /dev/null.
 ProcessResult RunGenerate(const std::string& args, bool merge_stderr = true) {
-  const std::string command = std::string("'") + SAM_GENERATE_PATH + "' " + args +
-                              (merge_stderr ? " 2>&1" : " 2>/dev/null");
-  ProcessResult run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return run;
-  char buffer[4096];
-  size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) run.output.append(buffer, n);
-  const int status = pclose(pipe);
-  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return run;
+  return sam::testing::RunCommand(std::string("'") + SAM_GENERATE_PATH + "' " + args +
+                                  (merge_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
 std::string Quote(const fs::path& p) { return "'" + p.string() + "'"; }
