@@ -191,12 +191,10 @@ int main(int argc, char** argv) {
     if (cfg.corpora.empty()) throw UsageError("no corpus given (use --corpus KIND=PATH or --preset)");
     std::vector<std::string> inputs;
     for (const auto& c : cfg.corpora) {
-      if (c.kind != "ids") {
-        try {
-          sam::corpora::ParseKind(c.kind);
-        } catch (const sam::corpora::CorpusError& e) {
-          throw UsageError(std::string("--corpus: ") + e.what());
-        }
+      try {
+        sam::indexer::CheckCorpusKind(c.kind);  // the sam::corpora kinds and "ids"
+      } catch (const sam::Error& e) {
+        throw UsageError(std::string("--corpus: ") + e.what());
       }
       inputs.push_back(c.path);
     }
