@@ -24,7 +24,12 @@
  *   sam_session_free(sess);
  *   sam_index_close(idx);
  *
- * Usage (Python ctypes; libsam is a shared build of the sam_runtime library):
+ * Link with sam::runtime (CMake: find_package(sam CONFIG REQUIRED)) or with
+ * `pkg-config --cflags --libs sam-runtime`: libsam_runtime.so.0.
+ *
+ * Usage (Python ctypes; libsam_runtime.so is the shared runtime library that
+ * `cmake --install` puts in PREFIX/lib, see docs/embedding.md: put that folder
+ * on LD_LIBRARY_PATH or give CDLL the full path):
  *
  *   import ctypes as C
  *   lib = C.CDLL("libsam_runtime.so")
