@@ -5,6 +5,7 @@
 #
 # -D: BUILD_DIR SOURCE_DIR WORK_DIR INDEX (the C example's index) SAM_H_INDEX (--sam-h-ids)
 #     GENERATOR C_COMPILER CXX_COMPILER NM PKG_CONFIG PYTHON (empty: skip the ctypes part)
+#     TOOLS (ON: the tools must be installed too)
 foreach(var BUILD_DIR SOURCE_DIR WORK_DIR INDEX SAM_H_INDEX GENERATOR C_COMPILER CXX_COMPILER NM
             PKG_CONFIG)
   if(NOT ${var})
@@ -44,9 +45,16 @@ if(NOT n EQUAL 1)
   message(FATAL_ERROR "expected one libsam_runtime.so under ${prefix}, found: ${library}")
 endif()
 get_filename_component(libdir ${library} DIRECTORY)
-foreach(file include/sam/sam.h include/sam/runtime/session.h bin/sam-build bin/sam-inspect
-             bin/sam-replay)
-  if(NOT EXISTS ${prefix}/${file})
+set(expected include/sam/sam.h include/sam/runtime/session.h ${libdir}/pkgconfig/sam-runtime.pc
+             ${libdir}/cmake/sam/samConfig.cmake)
+if(TOOLS)
+  list(APPEND expected bin/sam-build bin/sam-inspect bin/sam-replay)
+endif()
+foreach(file ${expected})
+  if(NOT IS_ABSOLUTE ${file})
+    set(file ${prefix}/${file})
+  endif()
+  if(NOT EXISTS ${file})
     message(FATAL_ERROR "not installed: ${file}")
   endif()
 endforeach()
