@@ -32,6 +32,8 @@
 #include <string>
 #include <string_view>
 
+#include "sam/export.h"
+
 namespace sam {
 
 // Stable error codes. A value never changes meaning and is never reused; new codes are appended.
@@ -78,11 +80,11 @@ inline constexpr ErrorCode kLastErrorCode = ErrorCode::kInternal;
 
 // Short stable name of a code, e.g. "truncated", "bad-record"; "unknown" for a value that is not
 // a code.
-std::string_view ErrorCodeName(ErrorCode code);
+SAM_API std::string_view ErrorCodeName(ErrorCode code);
 
 // Where a problem is. Every part is optional (empty = unknown or not applicable). Built with
 // designated initializers: ErrorContext{.file = path, .record = "line 3"}.
-struct ErrorContext {
+struct SAM_API ErrorContext {
   std::string file = {};     // path of the file, e.g. "data/alpaca_data.json"
   std::string section = {};  // part of the file, e.g. the index section "EDEG"
   std::string record = {};   // which record, with its unit: "record 17" (0-based element of a
@@ -95,7 +97,7 @@ struct ErrorContext {
   std::string Render() const;
 };
 
-class Error : public std::runtime_error {
+class SAM_API Error : public std::runtime_error {
  public:
   // `message` is the whole message (it names the place itself); context() is empty and problem()
   // is the message.

@@ -24,7 +24,12 @@
  *   sam_session_free(sess);
  *   sam_index_close(idx);
  *
- * Usage (Python ctypes; libsam is a shared build of the sam_runtime library):
+ * Link with sam::runtime (CMake: find_package(sam CONFIG REQUIRED)) or with
+ * `pkg-config --cflags --libs sam-runtime`: libsam_runtime.so.0.
+ *
+ * Usage (Python ctypes; libsam_runtime.so is the shared runtime library that
+ * `cmake --install` puts in PREFIX/lib, see docs/embedding.md: put that folder
+ * on LD_LIBRARY_PATH or give CDLL the full path):
  *
  *   import ctypes as C
  *   lib = C.CDLL("libsam_runtime.so")
@@ -72,6 +77,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "sam/export.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -89,11 +96,11 @@ typedef enum sam_status {
 
 /* Short stable name of a status, e.g. "tokenizer_mismatch" ("unknown" for
  * values outside the enum). Never NULL; static storage. */
-const char* sam_status_name(int status);
+SAM_API const char* sam_status_name(int status);
 
 /* Message of the most recent failed call in this thread ("" if none). Valid
  * until the next failing call in this thread. */
-const char* sam_last_error(void);
+SAM_API const char* sam_last_error(void);
 
 /* ---- Index files -------------------------------------------------------- */
 
@@ -104,7 +111,8 @@ typedef struct sam_index sam_index;
  * index, or 64 hex digits (the SHA-256 of the SentencePiece model file):
  * an index built with another tokenizer, or from raw ids, is then refused
  * with SAM_ERR_TOKENIZER_MISMATCH. On success *out receives a new handle. */
-int sam_index_open(const char* path, const char* expected_tokenizer_sha256, sam_index** out);
+SAM_API int sam_index_open(const char* path, const char* expected_tokenizer_sha256,
+                           sam_index** out);
 
 /* Flags of sam_index_open_ex (bitwise or; 0 is sam_index_open). */
 enum {
@@ -123,19 +131,19 @@ enum {
 };
 /* sam_index_open with flags (SAM_OPEN_*); unknown bits are
  * SAM_ERR_INVALID_ARGUMENT. Drafts are identical whatever the flags. */
-int sam_index_open_ex(const char* path, const char* expected_tokenizer_sha256, unsigned flags,
-                      sam_index** out);
+SAM_API int sam_index_open_ex(const char* path, const char* expected_tokenizer_sha256,
+                              unsigned flags, sam_index** out);
 /* Releases the handle (NULL is a no-op). Sessions that attached the index
  * keep it open until they are freed. */
-void sam_index_close(sam_index* index);
+SAM_API void sam_index_close(sam_index* index);
 /* Deep check: every checksum, every stored value, the self-test samples
  * (O(file size)). SAM_ERR_FORMAT names the first problem. */
-int sam_index_verify(const sam_index* index);
+SAM_API int sam_index_verify(const sam_index* index);
 /* Vocabulary size, corpus tokens (document ends included) and documents;
  * 0 for a NULL handle. */
-uint32_t sam_index_vocab_size(const sam_index* index);
-uint64_t sam_index_num_tokens(const sam_index* index);
-uint64_t sam_index_num_documents(const sam_index* index);
+SAM_API uint32_t sam_index_vocab_size(const sam_index* index);
+SAM_API uint64_t sam_index_num_tokens(const sam_index* index);
+SAM_API uint64_t sam_index_num_documents(const sam_index* index);
 
 /* ---- Sessions ----------------------------------------------------------- */
 
@@ -153,14 +161,14 @@ typedef enum sam_policy {
 
 /* The name of a sam_policy ("sam", "static", "dynamic", "sam-tree",
  * "sam-cal"); "unknown" for other values. Never NULL; static storage. */
-const char* sam_policy_name(int policy);
+SAM_API const char* sam_policy_name(int policy);
 /* The policy named `name` (the names of sam_policy_name, plus "sam-rec":
  * the paper rule with a Token Recycling fallback). On success *policy
  * receives the sam_policy and, if recycling_fallback is not NULL,
  * *recycling_fallback 1 when the name asks for a Token Recycling fallback
  * (set sam_session_options.recycling_vocab_size), else 0. An unknown name is
  * SAM_ERR_INVALID_ARGUMENT; sam_last_error() lists every valid name. */
-int sam_policy_from_name(const char* name, int* policy, int* recycling_fallback);
+SAM_API int sam_policy_from_name(const char* name, int* policy, int* recycling_fallback);
 
 /* The largest draft_size (nodes per draft, start token included) a session
  * accepts; sam_session_new refuses a larger one with SAM_ERR_INVALID_ARGUMENT.
@@ -189,22 +197,22 @@ typedef struct sam_session_options {
   size_t max_dynamic_bytes;      /* memory bound of the dynamic automaton (64 MiB) */
 } sam_session_options;
 
-void sam_session_options_default(sam_session_options* options);
+SAM_API void sam_session_options_default(sam_session_options* options);
 
 /* Creates a session; options NULL means the defaults. An unusable option
  * (draft_size 0 or above SAM_MAX_DRAFT_SIZE, an unknown policy) is
  * SAM_ERR_INVALID_ARGUMENT, with a message naming the field and its range. */
-int sam_session_new(const sam_session_options* options, sam_session** out);
+SAM_API int sam_session_new(const sam_session_options* options, sam_session** out);
 /* Frees the session (NULL is a no-op). */
-void sam_session_free(sam_session* session);
+SAM_API void sam_session_free(sam_session* session);
 
 /* Adds a static index (call before prefill, or any time: the index's
  * matching state is brought up to date with the session's text). */
-int sam_session_attach_index(sam_session* session, sam_index* index);
+SAM_API int sam_session_attach_index(sam_session* session, sam_index* index);
 
 /* Feeds the request's prompt ids (n may be 0; ids may then be NULL). Calls
  * append: one request is prefill, then propose/commit steps, then reset. */
-int sam_session_prefill(sam_session* session, const uint32_t* ids, size_t n);
+SAM_API int sam_session_prefill(sam_session* session, const uint32_t* ids, size_t n);
 
 /* A draft tree. Node 0 is the start token; parents[0] = -1 and
  * parents[i] < i; node i is evaluated at position context + depths[i].
@@ -221,28 +229,28 @@ typedef struct sam_draft {
 
 /* Proposes a draft rooted at start_token (the model's last token, not yet
  * committed). The arrays stay valid until the next call on the session. */
-int sam_session_propose(sam_session* session, uint32_t start_token, sam_draft* out);
+SAM_API int sam_session_propose(sam_session* session, uint32_t start_token, sam_draft* out);
 
 /* Commits the tokens that joined the verified context: the start token of
  * the last proposal, then the accepted draft tokens (the bonus token is the
  * next start token and is committed with the next step). */
-int sam_session_commit(sam_session* session, const uint32_t* ids, size_t n);
+SAM_API int sam_session_commit(sam_session* session, const uint32_t* ids, size_t n);
 
 /* Model feedback for Token Recycling: for each of the n evaluated nodes,
  * tokens[i] and its k best next tokens topk[i*k .. i*k+k), best first. A
  * no-op without a Token Recycling fallback. */
-int sam_session_observe_topk(sam_session* session, const uint32_t* tokens, size_t n,
-                             const uint32_t* topk, size_t k);
+SAM_API int sam_session_observe_topk(sam_session* session, const uint32_t* tokens, size_t n,
+                                     const uint32_t* topk, size_t k);
 
 /* Ends the request: forgets its text and matches (statistics, the Token
  * Recycling table and attached indexes are kept). */
-int sam_session_reset(sam_session* session);
+SAM_API int sam_session_reset(sam_session* session);
 
 /* Statistics as a JSON object: {"steps", "committed_tokens", ..., "sources":
  * {"static": {"steps", "draft_tokens", "accepted_tokens", "mat", "propose_ns",
  * ...}, ...}} (sam/runtime/statistics.h; "mat" = mean over steps of accepted
  * draft tokens + 1). NULL on failure (see sam_last_error). */
-const char* sam_session_stats_json(sam_session* session);
+SAM_API const char* sam_session_stats_json(sam_session* session);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -13,6 +13,7 @@
 #ifndef SAM_FORMAT_ERROR_H_
 #define SAM_FORMAT_ERROR_H_
 
+#include "sam/export.h"
 #include "sam/error.h"
 
 namespace sam::format {
@@ -22,7 +23,7 @@ using ErrorCode = sam::ErrorCode;
 using sam::ErrorCodeName;
 
 // A sam::Error thrown by the format library.
-class FormatError : public sam::Error {
+class SAM_API FormatError : public sam::Error {
  public:
   using sam::Error::Error;
 };

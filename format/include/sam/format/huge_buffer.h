@@ -14,9 +14,11 @@
 
 #include <cstddef>
 
+#include "sam/export.h"
+
 namespace sam::format {
 
-class HugeBuffer {
+class SAM_API HugeBuffer {
  public:
   static constexpr size_t kHugePage = size_t{2} << 20;
 

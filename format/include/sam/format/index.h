@@ -47,6 +47,7 @@
 #include <utility>
 #include <vector>
 
+#include "sam/export.h"
 #include "sam/format/error.h"
 #include "sam/format/packed.h"
 
@@ -59,7 +60,7 @@ inline constexpr uint32_t kNoToken = ~uint32_t{0};
 using Sha256Digest = std::array<uint8_t, 32>;
 
 // The fixed-size header's parameters (FORMAT.md, "Header").
-struct IndexHeader {
+struct SAM_API IndexHeader {
   uint16_t major_version = 0;
   uint16_t minor_version = 0;
   uint64_t required_features = 0;
@@ -87,7 +88,7 @@ struct IndexHeader {
 };
 
 // One corpus of the manifest.
-struct CorpusManifestEntry {
+struct SAM_API CorpusManifestEntry {
   std::string name;           // e.g. "alpaca_data.json"
   std::string kind;           // alpaca, python18k, gsm8k, hagrid, jsonl, text, ids
   std::string source;         // path given at build time
@@ -99,7 +100,7 @@ struct CorpusManifestEntry {
 };
 
 // The cold metadata (META section, zstd-compressed JSON).
-struct Metadata {
+struct SAM_API Metadata {
   std::string tool_version;
   std::string created_utc;
   std::string tokenizer;          // tokenizer file name given at build time ("" for ids)
@@ -110,7 +111,7 @@ struct Metadata {
 };
 
 // Size of one section, for reports.
-struct SectionInfo {
+struct SAM_API SectionInfo {
   std::string tag;        // four ASCII characters, e.g. "TEXT"
   std::string codec;      // "raw" or "zstd"
   uint64_t offset = 0;
@@ -120,7 +121,7 @@ struct SectionInfo {
   bool required = false;
 };
 
-class IndexView {
+class SAM_API IndexView {
  public:
   IndexView() = default;
 
@@ -366,7 +367,7 @@ class IndexView {
   unsigned select_rate_log2_ = 6;
 };
 
-struct OpenOptions {
+struct SAM_API OpenOptions {
   // Checks every checksum, every stored value and the self-test samples
   // (O(file size)); without it, opening is O(1) in the index size.
   bool verify = false;
@@ -391,7 +392,7 @@ struct OpenOptions {
 // shared with its shared_view()s. Moving it keeps view() at the same address;
 // a moved-from IndexFile's view() is an empty index (root only), and it may
 // only be assigned to or destroyed.
-class IndexFile {
+class SAM_API IndexFile {
  public:
   // Memory-maps path read-only and checks the header and the section table.
   // Throws FormatError; a path that is not a regular file (a directory, a

@@ -12,6 +12,8 @@
 #include <cstring>
 #include <vector>
 
+#include "sam/export.h"
+
 namespace sam::format {
 
 inline constexpr unsigned kMaxPackedWidth = 57;
@@ -28,7 +30,7 @@ inline uint64_t PackedBytes(uint64_t count, unsigned width) {
 }
 
 // Read-only view of a packed array living in mapped or owned memory.
-class PackedView {
+class SAM_API PackedView {
  public:
   PackedView() = default;
   PackedView(const uint8_t* data, uint64_t size, unsigned width)
@@ -57,7 +59,7 @@ class PackedView {
 };
 
 // Appends values to a growing packed byte string.
-class PackedWriter {
+class SAM_API PackedWriter {
  public:
   explicit PackedWriter(unsigned width, uint64_t expected_count = 0);
   void Push(uint64_t value);  // value must fit in width bits

@@ -10,17 +10,18 @@
 #include <string>
 #include <string_view>
 
+#include "sam/export.h"
 #include "sam/format/index.h"
 
 namespace sam::format {
 
 // The digest of `size` bytes at `data`. Never throws.
-Sha256Digest Sha256(const void* data, size_t size);
+SAM_API Sha256Digest Sha256(const void* data, size_t size);
 // Hashes a whole file; throws FormatError(kIo) naming the file when it cannot be opened or read.
-Sha256Digest Sha256File(const std::string& path);
-std::string DigestToHex(const Sha256Digest& digest);
+SAM_API Sha256Digest Sha256File(const std::string& path);
+SAM_API std::string DigestToHex(const Sha256Digest& digest);
 // Parses 64 hex digits; throws FormatError(kInvalidArgument) otherwise.
-Sha256Digest DigestFromHex(std::string_view hex);
+SAM_API Sha256Digest DigestFromHex(std::string_view hex);
 
 }  // namespace sam::format
 

@@ -18,6 +18,8 @@
 #include <string_view>
 #include <vector>
 
+#include "sam/export.h"
+
 namespace sam::runtime {
 
 // Which drafter produced a draft. Stable values (used in traces and the C API).
@@ -30,9 +32,9 @@ enum class DraftSource : uint8_t {
   kMerged = 5,     // a tree merging several sources
   kOther = 6,      // a user-supplied drafter
 };
-std::string_view DraftSourceName(DraftSource source);
+SAM_API std::string_view DraftSourceName(DraftSource source);
 
-struct DraftTree {
+struct SAM_API DraftTree {
   std::vector<uint32_t> tokens;   // tokens[0] = start token
   std::vector<int32_t> parents;   // parents[0] = -1, parents[i] < i
   std::vector<uint16_t> depths;   // depths[0] = 0

@@ -19,11 +19,12 @@
 #include <span>
 #include <string_view>
 
+#include "sam/export.h"
 #include "sam/runtime/draft.h"
 
 namespace sam::runtime {
 
-class Drafter {
+class SAM_API Drafter {
  public:
   virtual ~Drafter() = default;
   virtual std::string_view name() const = 0;

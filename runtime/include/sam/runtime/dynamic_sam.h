@@ -31,11 +31,12 @@
 #include <memory>
 #include <span>
 
+#include "sam/export.h"
 #include "sam/format/huge_buffer.h"
 
 namespace sam::runtime {
 
-class DynamicSam {
+class SAM_API DynamicSam {
  public:
   static constexpr uint32_t kRoot = 0;
   static constexpr uint32_t kNone = ~uint32_t{0};

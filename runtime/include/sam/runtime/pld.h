@@ -32,11 +32,12 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sam/export.h"
 #include "sam/runtime/drafter.h"
 
 namespace sam::runtime {
 
-class PldDrafter : public Drafter {
+class SAM_API PldDrafter : public Drafter {
  public:
   // Throws sam::Error (kInvalidArgument) when max_ngram_size or num_pred_tokens is 0.
   explicit PldDrafter(size_t max_ngram_size = 3, size_t num_pred_tokens = 10);

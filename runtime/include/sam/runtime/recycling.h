@@ -44,11 +44,12 @@
 #include <string_view>
 #include <vector>
 
+#include "sam/export.h"
 #include "sam/runtime/drafter.h"
 
 namespace sam::runtime {
 
-class RecyclingDrafter : public Drafter {
+class SAM_API RecyclingDrafter : public Drafter {
  public:
   static constexpr size_t kCandidates = 8;      // table width
   static constexpr size_t kTemplateNodes = 80;  // template size, root excluded

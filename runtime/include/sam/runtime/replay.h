@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "sam/export.h"
 #include "sam/runtime/draft.h"
 #include "sam/runtime/drafter.h"
 #include "sam/runtime/percentile.h"  // Percentile of the timings
@@ -33,7 +34,7 @@
 
 namespace sam::runtime {
 
-struct ReplayTrace {
+struct SAM_API ReplayTrace {
   std::string id;
   std::string category;
   std::vector<uint32_t> prompt;  // as the model saw it (BOS first)
@@ -42,9 +43,9 @@ struct ReplayTrace {
 
 // Depth of the deepest node of `tree` whose root path (excluding the root)
 // equals a prefix of `next`.
-size_t AcceptedLength(const DraftTree& tree, std::span<const uint32_t> next);
+SAM_API size_t AcceptedLength(const DraftTree& tree, std::span<const uint32_t> next);
 
-struct ReplayReport {
+struct SAM_API ReplayReport {
   SourceStatistics total;  // MAT: total.Mat(); tokens verified per step: total.TokensPerStep()
   std::map<std::string, SourceStatistics> by_category;
   // By the source of each step's draft (kNone when the tree is the start token alone).
@@ -57,8 +58,8 @@ struct ReplayReport {
 
 // Replays every trace through `drafter` (Reset, Prefill, then Propose/Commit
 // per step with trees of at most max_nodes nodes) and accumulates the report.
-ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces,
-                    size_t max_nodes = 1 << 16);
+SAM_API ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces,
+                            size_t max_nodes = 1 << 16);
 
 }  // namespace sam::runtime
 

@@ -35,6 +35,8 @@
 #include <string>
 #include <string_view>
 
+#include "sam/export.h"
+
 namespace sam::runtime {
 
 enum class Policy { kPaper, kStaticOnly, kDynamicOnly, kTree, kCalibrated };
@@ -51,24 +53,24 @@ enum class Policy { kPaper, kStaticOnly, kDynamicOnly, kTree, kCalibrated };
 //   sam-cal   kCalibrated
 // (sam-replay and bench_step also accept "pld", the prompt lookup baseline,
 // which is a drafter of its own rather than a session policy.)
-struct NamedPolicy {
+struct SAM_API NamedPolicy {
   std::string_view name;
   Policy policy = Policy::kPaper;
   bool recycling_fallback = false;
   std::string_view description;  // for --help texts (lines end with \n but the last)
 };
 // The table above, in that order.
-std::span<const NamedPolicy> NamedPolicies();
+SAM_API std::span<const NamedPolicy> NamedPolicies();
 // The entry named `name`. Throws sam::Error (kInvalidArgument) "unknown policy 'x'
 // (valid: sam, static, dynamic, sam-tree, sam-rec, sam-cal)".
-const NamedPolicy& FindPolicy(std::string_view name);
+SAM_API const NamedPolicy& FindPolicy(std::string_view name);
 // The name of `policy` without a fallback ("sam" for kPaper, "sam-cal" for
 // kCalibrated, ...).
-std::string_view PolicyName(Policy policy);
+SAM_API std::string_view PolicyName(Policy policy);
 // "sam, static, dynamic, sam-tree, sam-rec, sam-cal".
-std::string PolicyNameList();
+SAM_API std::string PolicyNameList();
 // One line per policy, "name      description", for --help texts.
-std::string PolicyHelp();
+SAM_API std::string PolicyHelp();
 
 // The largest draft (nodes, start token included) a session proposes:
 // SelectionOptions::draft_size and max_tree_nodes must not exceed it (the C
@@ -76,7 +78,7 @@ std::string PolicyHelp();
 // and low enough that a draft's depths always fit DraftTree's uint16_t.
 inline constexpr size_t kMaxDraftSize = 4096;
 
-struct SelectionOptions {
+struct SAM_API SelectionOptions {
   Policy policy = Policy::kPaper;
   // Draft size in nodes, start token included (the paper: 40; 16 for code);
   // 1..kMaxDraftSize.
@@ -100,11 +102,11 @@ enum class Choice { kNone, kStatic, kDynamic, kFallback };
 
 // The paper's decision for match lengths l_dyn (dynamic) and l_static (the
 // longest static match).
-Choice ChoosePaper(uint32_t l_dyn, uint32_t l_static, bool has_fallback,
-                   const SelectionOptions& options);
+SAM_API Choice ChoosePaper(uint32_t l_dyn, uint32_t l_static, bool has_fallback,
+                           const SelectionOptions& options);
 
 // Linear draft size (nodes, start token included) for a match length.
-size_t LinearDraftSize(uint32_t match_len, const SelectionOptions& options);
+SAM_API size_t LinearDraftSize(uint32_t match_len, const SelectionOptions& options);
 
 }  // namespace sam::runtime
 

@@ -45,6 +45,7 @@
 #include <string_view>
 #include <vector>
 
+#include "sam/export.h"
 #include "sam/format/index.h"
 #include "sam/runtime/draft.h"
 #include "sam/runtime/drafter.h"
@@ -56,7 +57,7 @@
 
 namespace sam::runtime {
 
-struct SessionOptions {
+struct SAM_API SessionOptions {
   // Memory bound of the dynamic automaton (text, states, transitions). The
   // default (64 MiB) holds a window of about 490K tokens (111-153 bytes a token);
   // when the context outgrows it, the window keeps the most recent half
@@ -71,7 +72,7 @@ struct SessionOptions {
   bool collect_timing = false;
 };
 
-class Session : public Drafter {
+class SAM_API Session : public Drafter {
  public:
   // Throws sam::Error (kInvalidArgument) for an unusable option (draft_size outside
   // 1..kMaxDraftSize, max_tree_nodes above kMaxDraftSize).

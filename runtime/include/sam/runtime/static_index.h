@@ -53,12 +53,13 @@
 #include <utility>
 #include <vector>
 
+#include "sam/export.h"
 #include "sam/format/huge_buffer.h"
 #include "sam/format/index.h"
 
 namespace sam::runtime {
 
-class StaticIndex {
+class SAM_API StaticIndex {
  public:
   struct Options {
     uint64_t min_degree = 32;  // explicit transitions that make a state a hub

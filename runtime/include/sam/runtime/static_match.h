@@ -38,13 +38,14 @@
 #include <span>
 #include <vector>
 
+#include "sam/export.h"
 #include "sam/format/index.h"
 #include "sam/runtime/draft.h"
 #include "sam/runtime/static_index.h"
 
 namespace sam::runtime {
 
-struct StaticMatch {
+struct SAM_API StaticMatch {
   uint64_t state = format::kRoot;
   uint64_t len = 0;
 };
@@ -99,7 +100,7 @@ inline StaticMatch AdvanceAlongFirstOccurrence(const format::IndexView& view, St
   return StaticMatch{v, length};
 }
 
-class StaticCursor {
+class SAM_API StaticCursor {
  public:
   StaticCursor() = default;
   explicit StaticCursor(const format::IndexView* view) : view_(view) {}
@@ -125,11 +126,11 @@ class StaticCursor {
 // Copies up to `want` tokens that follow the first occurrence (MinEndpos) of
 // state's strings into out, stopping before a document end or the end of the
 // corpus (never padded). Returns the number copied; 0 for the root.
-size_t StaticContinuation(const format::IndexView& view, uint64_t state, size_t want,
-                          uint32_t* out);
+SAM_API size_t StaticContinuation(const format::IndexView& view, uint64_t state, size_t want,
+                                  uint32_t* out);
 
 // Count-weighted best-first draft trees over a static automaton.
-struct StaticTreeOptions {
+struct SAM_API StaticTreeOptions {
   size_t max_nodes = 60;   // root (start token) included
   size_t max_width = 8;    // nodes per depth
   size_t max_depth = 64;
@@ -145,7 +146,7 @@ struct StaticTreeOptions {
 // StaticIndex when one is given (StaticTreeOptions::hubs), else from a cache
 // per builder, so that a state's transitions are scanned at most once per
 // builder, not at every step.
-class StaticTreeBuilder {
+class SAM_API StaticTreeBuilder {
  public:
   // Grows `tree` (whose node 0, the start token, already corresponds to
   // `state`) best-first: a node's weight is the product along its path of

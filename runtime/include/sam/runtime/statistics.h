@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string>
 
+#include "sam/export.h"
 #include "sam/runtime/draft.h"
 
 namespace sam::runtime {
@@ -28,7 +29,7 @@ inline size_t MatchLengthBucket(uint64_t len) {
   return len < kMatchLengthBuckets - 1 ? static_cast<size_t>(len) : kMatchLengthBuckets - 1;
 }
 
-struct SourceStatistics {
+struct SAM_API SourceStatistics {
   uint64_t steps = 0;            // steps (verified drafts) counted here
   uint64_t draft_tokens = 0;     // draft nodes proposed, start token excluded
   uint64_t accepted_tokens = 0;  // draft tokens accepted, bonus excluded
@@ -59,7 +60,7 @@ struct SourceStatistics {
   void Merge(const SourceStatistics& other);
 };
 
-struct SessionStatistics {
+struct SAM_API SessionStatistics {
   std::array<SourceStatistics, kNumDraftSources> by_source{};  // by DraftTree::source
   uint64_t steps = 0;             // Commit calls that followed a Propose
   uint64_t committed_tokens = 0;  // tokens committed (prefill excluded)

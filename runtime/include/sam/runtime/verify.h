@@ -40,12 +40,13 @@
 #include <span>
 #include <vector>
 
+#include "sam/export.h"
 #include "sam/runtime/draft.h"
 
 namespace sam::runtime {
 
 // What one verification step accepted.
-struct VerifyResult {
+struct SAM_API VerifyResult {
   // Indices of the accepted tree nodes, root-first: {0, a1, a2, ...}, each the
   // child of the previous one. The KV entries of exactly these nodes are kept.
   std::vector<int32_t> accepted_nodes;
@@ -70,9 +71,10 @@ using SampleResult = VerifyResult;
 // bonus_token are exactly what plain greedy decoding emits.
 // O(tree.size()). Throws sam::Error (kInvalidArgument) on a malformed tree or a size
 // mismatch.
-GreedyResult VerifyGreedy(const DraftTree& tree, std::span<const uint32_t> argmax);
+SAM_API GreedyResult VerifyGreedy(const DraftTree& tree, std::span<const uint32_t> argmax);
 // Same, reusing *out's buffers (no allocation once they are large enough).
-void VerifyGreedy(const DraftTree& tree, std::span<const uint32_t> argmax, GreedyResult* out);
+SAM_API void VerifyGreedy(const DraftTree& tree, std::span<const uint32_t> argmax,
+                          GreedyResult* out);
 
 // ---------------------------------------------------------------------------
 // Sampling parameters and token sampling.
@@ -89,7 +91,7 @@ void VerifyGreedy(const DraftTree& tree, std::span<const uint32_t> argmax, Greed
 //                probable tokens (after top-k, renormalised) whose total
 //                probability is >= top_p: a token survives iff the
 //                probability of the tokens ranked above it is < top_p.
-struct SamplingParams {
+struct SAM_API SamplingParams {
   float temperature = 1.0f;
   int top_k = 0;
   float top_p = 1.0f;
@@ -109,12 +111,12 @@ enum class ScoreKind {
 // outside the ranges above. O(V) for temperature and top-k, O(V log V) with
 // top-p (O(V + k log k) with both). Allocates an index buffer of V entries
 // when top-k or top-p is on.
-void ApplySampling(std::span<float> scores, const SamplingParams& params,
-                   ScoreKind kind = ScoreKind::kLogits);
+SAM_API void ApplySampling(std::span<float> scores, const SamplingParams& params,
+                           ScoreKind kind = ScoreKind::kLogits);
 
 // A small seedable PRNG (xoshiro256**, state seeded by splitmix64). The same
 // seed gives the same sequence on every platform. Not cryptographic.
-class Rng {
+class SAM_API Rng {
  public:
   explicit Rng(uint64_t seed = 0) { Seed(seed); }
   void Seed(uint64_t seed);
@@ -129,7 +131,7 @@ class Rng {
 // Draws index i with probability weights[i] / sum(weights). Weights must be
 // non-negative and finite with a positive sum (sam::Error kInvalidArgument
 // otherwise). O(V).
-uint32_t SampleToken(std::span<const float> weights, Rng& rng);
+SAM_API uint32_t SampleToken(std::span<const float> weights, Rng& rng);
 
 // ---------------------------------------------------------------------------
 // Sampling verification.
@@ -179,9 +181,9 @@ enum class DraftMode {
 // Throws sam::Error (kInvalidArgument) on a malformed tree, a missing proposal in
 // kWithoutReplacement, rows of different sizes or with invalid entries, or a
 // draft token >= V.
-SampleResult VerifySampling(const DraftTree& tree, const NodeDistribution& target, Rng& rng,
-                            DraftMode mode = DraftMode::kDeterministic,
-                            const NodeDistribution& proposal = {});
+SAM_API SampleResult VerifySampling(const DraftTree& tree, const NodeDistribution& target,
+                                    Rng& rng, DraftMode mode = DraftMode::kDeterministic,
+                                    const NodeDistribution& proposal = {});
 
 }  // namespace sam::runtime
 
