@@ -99,6 +99,8 @@ std::string_view ReasonName(CorpusError::Code code) {
       return "bad value";
     case CorpusError::Code::kInvalidArgument:
       return "invalid argument";
+    default:  // the corpora readers throw only the codes above
+      break;
   }
   return "other";
 }
