@@ -10,7 +10,7 @@
 //   python_reference_session bench DIR POLICY REPS
 //     replays DIR/reference.json's generation REPS times with the C++ session
 //     over DIR/index.sam (prepared) and prints the median ns per
-//     propose + commit, for python/bench_overhead.py.
+//     propose + commit, for tools/bench_python.py.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
