@@ -13,6 +13,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -122,28 +123,40 @@ py::array View(const T* data, size_t n, py::handle owner) {
 
 // A token id from a Python integer in [0, 2^32); `index` names its place in
 // a sequence (SIZE_MAX: a lone id) in the error.
-uint32_t TokenOf(py::handle item, const char* what, size_t index) {
-  const std::string name =
-      std::string(what) + (index == SIZE_MAX ? std::string(": token") : ": ids[" + std::to_string(index) + "]");
-  PyObject* number = PyNumber_Index(item.ptr());
-  if (number == nullptr) {
-    PyErr_Clear();
-    ThrowInvalid(name + " is not an integer");
-  }
+uint32_t TokenOf(PyObject* item, const char* what, size_t index) {
+  long long value = 0;
   int overflow = 0;
-  const long long value = PyLong_AsLongLongAndOverflow(number, &overflow);
-  Py_DECREF(number);
-  if (overflow != 0 || value < 0 || value > UINT32_MAX)
-    ThrowInvalid(name + " = " + std::string(py::str(item)) +
-                 " is outside the token range [0, 2^32)");
-  return static_cast<uint32_t>(value);
+  bool is_integer = true;
+  if (PyLong_CheckExact(item)) {  // the common case: no conversion object
+    value = PyLong_AsLongLongAndOverflow(item, &overflow);
+  } else if (PyObject* number = PyNumber_Index(item)) {  // numpy integers, __index__
+    value = PyLong_AsLongLongAndOverflow(number, &overflow);
+    Py_DECREF(number);
+  } else {
+    PyErr_Clear();
+    is_integer = false;
+  }
+  if (is_integer && overflow == 0 && value >= 0 && value <= UINT32_MAX)
+    return static_cast<uint32_t>(value);
+  const std::string name = std::string(what) + (index == SIZE_MAX
+                                                    ? std::string(": token")
+                                                    : ": ids[" + std::to_string(index) + "]");
+  if (!is_integer) ThrowInvalid(name + " is not an integer");
+  ThrowInvalid(name + " = " + std::string(py::str(item)) + " is outside the token range [0, 2^32)");
 }
 
-// Token ids from Python: a C-contiguous uint32 array is read in place; any
-// other sequence of integers is converted, each checked to be in [0, 2^32).
+// Token ids from Python: a C-contiguous uint32 array is read in place; a
+// list, tuple or other sequence of integers is converted, each id checked to
+// be in [0, 2^32) (into a small inline buffer when it fits: commits are
+// short).
 class TokenIds {
  public:
   TokenIds(const py::handle& ids, const char* what) {
+    PyObject* obj = ids.ptr();
+    if (PyList_Check(obj) || PyTuple_Check(obj)) {
+      Convert(obj, what);
+      return;
+    }
     if (py::isinstance<py::array>(ids)) {
       auto array = py::reinterpret_borrow<py::array>(ids);
       if (array.ndim() != 1) ThrowInvalid(std::string(what) + ": ids must be one-dimensional");
@@ -153,23 +166,34 @@ class TokenIds {
         return;
       }
     }
-    if (py::isinstance<py::str>(ids) || py::isinstance<py::bytes>(ids))
-      ThrowInvalid(std::string(what) + ": ids must be a sequence of integers, not a string");
-    py::sequence seq = py::reinterpret_borrow<py::sequence>(ids);
-    if (!PySequence_Check(ids.ptr()))
-      ThrowInvalid(std::string(what) + ": ids must be a sequence of integers");
-    copy_.reserve(seq.size());
-    for (size_t i = 0; i < seq.size(); ++i) {
-      py::object item = seq[i];
-      const uint32_t value = TokenOf(item, what, i);
-      copy_.push_back(value);
-    }
-    span_ = copy_;
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || !PySequence_Check(obj))
+      ThrowInvalid(std::string(what) + ": ids must be a sequence of integers or a 1-D array");
+    py::object fast = py::reinterpret_steal<py::object>(PySequence_Fast(obj, what));
+    if (!fast) throw py::error_already_set();
+    Convert(fast.ptr(), what);
   }
   std::span<const uint32_t> span() const { return span_; }
 
  private:
+  // obj: a list or tuple. Items are held while converted: __index__ may run
+  // Python code (which could even shrink the list).
+  void Convert(PyObject* obj, const char* what) {
+    const size_t n = static_cast<size_t>(PySequence_Fast_GET_SIZE(obj));
+    uint32_t* out = inline_.data();
+    if (n > inline_.size()) {
+      copy_.resize(n);
+      out = copy_.data();
+    }
+    size_t i = 0;
+    for (; i < n && i < static_cast<size_t>(PySequence_Fast_GET_SIZE(obj)); ++i) {
+      py::object item = py::reinterpret_borrow<py::object>(PySequence_Fast_GET_ITEM(obj, i));
+      out[i] = TokenOf(item.ptr(), what, i);
+    }
+    span_ = {out, i};
+  }
+
   py::object array_;  // keeps the viewed array alive
+  std::array<uint32_t, 64> inline_;
   std::vector<uint32_t> copy_;
   std::span<const uint32_t> span_;
 };
@@ -232,7 +256,7 @@ class Session {
   }
 
   Draft Propose(py::handle start_id) {
-    const uint32_t start = TokenOf(start_id, "propose", SIZE_MAX);
+    const uint32_t start = TokenOf(start_id.ptr(), "propose", SIZE_MAX);
     {
       InUse guard(this);
       py::gil_scoped_release release;

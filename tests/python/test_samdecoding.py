@@ -139,7 +139,7 @@ class ErrorsTest(unittest.TestCase):
         self.assertError("invalid-argument", "4294967296", session.commit, [2**32])
         self.assertError("invalid-argument", "is outside", session.propose, -3)
         self.assertError("invalid-argument", "not an integer", session.commit, [1.5])
-        self.assertError("invalid-argument", "not a string", session.commit, "abc")
+        self.assertError("invalid-argument", "sequence of integers", session.commit, "abc")
         self.assertError("invalid-argument", "shape", session.observe_topk, [1, 2], [[1, 2]])
 
     def test_error_class(self):
