@@ -207,20 +207,22 @@ class Session {
     uint32_t recycling_vocab_size = 0;
     for (auto [key, value] : kwargs) {
       const std::string name = py::cast<std::string>(key);
-      if (name == "policy") policy = py::cast<std::string>(value);
-      else if (name == "draft_size") sel.draft_size = py::cast<size_t>(value);
+      if (name == "policy") policy = Option<std::string>(name, value, "a policy name");
+      else if (name == "draft_size") sel.draft_size = Option<size_t>(name, value);
       else if (name == "l_bias") {
-        if (!value.is_none()) sel.l_bias = py::cast<uint32_t>(value);
-      } else if (name == "l_threshold") sel.l_threshold = py::cast<uint32_t>(value);
-      else if (name == "adaptive_length") sel.adaptive_length = py::cast<bool>(value);
-      else if (name == "length_per_match") sel.length_per_match = py::cast<uint32_t>(value);
-      else if (name == "dynamic_link_fallback") sel.dynamic_link_fallback = py::cast<bool>(value);
-      else if (name == "max_tree_nodes") sel.max_tree_nodes = py::cast<size_t>(value);
-      else if (name == "max_width") sel.max_width = py::cast<size_t>(value);
-      else if (name == "min_path_probability") sel.min_path_probability = py::cast<double>(value);
-      else if (name == "max_dynamic_bytes") options.max_dynamic_bytes = py::cast<size_t>(value);
-      else if (name == "collect_timing") options.collect_timing = py::cast<bool>(value);
-      else if (name == "recycling_vocab_size") recycling_vocab_size = py::cast<uint32_t>(value);
+        if (!value.is_none()) sel.l_bias = Option<uint32_t>(name, value);
+      } else if (name == "l_threshold") sel.l_threshold = Option<uint32_t>(name, value);
+      else if (name == "adaptive_length") sel.adaptive_length = Option<bool>(name, value, "a bool");
+      else if (name == "length_per_match") sel.length_per_match = Option<uint32_t>(name, value);
+      else if (name == "dynamic_link_fallback")
+        sel.dynamic_link_fallback = Option<bool>(name, value, "a bool");
+      else if (name == "max_tree_nodes") sel.max_tree_nodes = Option<size_t>(name, value);
+      else if (name == "max_width") sel.max_width = Option<size_t>(name, value);
+      else if (name == "min_path_probability")
+        sel.min_path_probability = Option<double>(name, value, "a number");
+      else if (name == "max_dynamic_bytes") options.max_dynamic_bytes = Option<size_t>(name, value);
+      else if (name == "collect_timing") options.collect_timing = Option<bool>(name, value, "a bool");
+      else if (name == "recycling_vocab_size") recycling_vocab_size = Option<uint32_t>(name, value);
       else
         ThrowInvalid("Session: unknown option '" + name + "' (valid: " + OptionNames() + ")");
     }
@@ -235,6 +237,18 @@ class Session {
     }
     session_ = std::make_unique<sam::runtime::Session>(options);
     policy_ = policy;
+  }
+
+  // The value of option `name`, or Error (kInvalidArgument) naming it.
+  template <typename T>
+  static T Option(const std::string& name, py::handle value,
+                  const char* expected = "a non-negative integer") {
+    try {
+      return py::cast<T>(value);
+    } catch (const py::cast_error&) {
+      ThrowInvalid("Session: option '" + name + "' must be " + expected + ", got " +
+                   std::string(py::repr(value)));
+    }
   }
 
   static std::string OptionNames() {
@@ -257,8 +271,8 @@ class Session {
 
   Draft Propose(py::handle start_id) {
     const uint32_t start = TokenOf(start_id.ptr(), "propose", SIZE_MAX);
+    InUse guard(this);
     {
-      InUse guard(this);
       py::gil_scoped_release release;
       // The Drafter overload copies the proposal into our buffer (a memcpy of
       // at most draft_size nodes): its capacity is fixed, so earlier arrays

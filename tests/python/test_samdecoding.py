@@ -132,6 +132,10 @@ class ErrorsTest(unittest.TestCase):
         self.assertError("invalid-argument", "draft_size", sd.Session, draft_size=0)
         self.assertError("invalid-argument", "unknown option 'draftsize'", sd.Session, draftsize=4)
         self.assertError("invalid-argument", "recycling_vocab_size", sd.Session, policy="sam-rec")
+        self.assertError("invalid-argument", "option 'draft_size' must be a non-negative integer",
+                         sd.Session, draft_size=-4)
+        self.assertError("invalid-argument", "option 'policy' must be a policy name",
+                         sd.Session, policy=3)
 
     def test_tokens_out_of_range(self):
         session = sd.Session()
@@ -172,6 +176,33 @@ class ThreadsTest(unittest.TestCase):
         for t in threads:
             t.join()
         self.assertEqual(failures, [])
+
+
+    def test_one_session_from_two_threads_is_refused_not_raced(self):
+        """Overlapping calls on one session raise Error; nothing crashes."""
+        session = new_session("sam")
+        session.attach(sd.Index.open(INDEX))
+        session.prefill(REF["prompt"])
+        steps = REF["policies"]["sam"]["steps"]
+        refused, other = [], []
+
+        def run():
+            for _ in range(20):
+                for step in steps:
+                    try:
+                        session.propose(step["start"])
+                        session.commit(step["commit"])
+                    except sd.Error as e:
+                        (refused if "used by another thread" in str(e) else other).append(e)
+
+        threads = [threading.Thread(target=run) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(other, [])
+        if refused:
+            self.assertEqual(refused[0].code, "invalid-argument")
 
 
 class LifetimeTest(unittest.TestCase):
