@@ -77,8 +77,10 @@ class Index {
   bool prepared() const { return prepared_ != nullptr; }
 
   void AttachTo(sam::runtime::Session* session) const {
-    if (prepared_) session->AttachIndex(prepared_);
-    else session->AttachIndex(file_->shared_view());
+    if (prepared_)
+      session->AttachIndex(prepared_);
+    else
+      session->AttachIndex(file_->shared_view());
   }
 
   void Verify() const {
@@ -138,9 +140,9 @@ uint32_t TokenOf(PyObject* item, const char* what, size_t index) {
   }
   if (is_integer && overflow == 0 && value >= 0 && value <= UINT32_MAX)
     return static_cast<uint32_t>(value);
-  const std::string name = std::string(what) + (index == SIZE_MAX
-                                                    ? std::string(": token")
-                                                    : ": ids[" + std::to_string(index) + "]");
+  const std::string name =
+      std::string(what) +
+      (index == SIZE_MAX ? std::string(": token") : ": ids[" + std::to_string(index) + "]");
   if (!is_integer) ThrowInvalid(name + " is not an integer");
   ThrowInvalid(name + " = " + std::string(py::str(item)) + " is outside the token range [0, 2^32)");
 }
@@ -207,30 +209,41 @@ class Session {
     uint32_t recycling_vocab_size = 0;
     for (auto [key, value] : kwargs) {
       const std::string name = py::cast<std::string>(key);
-      if (name == "policy") policy = Option<std::string>(name, value, "a policy name");
-      else if (name == "draft_size") sel.draft_size = Option<size_t>(name, value);
+      if (name == "policy")
+        policy = Option<std::string>(name, value, "a policy name");
+      else if (name == "draft_size")
+        sel.draft_size = Option<size_t>(name, value);
       else if (name == "l_bias") {
         if (!value.is_none()) sel.l_bias = Option<uint32_t>(name, value);
-      } else if (name == "l_threshold") sel.l_threshold = Option<uint32_t>(name, value);
-      else if (name == "adaptive_length") sel.adaptive_length = Option<bool>(name, value, "a bool");
-      else if (name == "length_per_match") sel.length_per_match = Option<uint32_t>(name, value);
+      } else if (name == "l_threshold")
+        sel.l_threshold = Option<uint32_t>(name, value);
+      else if (name == "adaptive_length")
+        sel.adaptive_length = Option<bool>(name, value, "a bool");
+      else if (name == "length_per_match")
+        sel.length_per_match = Option<uint32_t>(name, value);
       else if (name == "dynamic_link_fallback")
         sel.dynamic_link_fallback = Option<bool>(name, value, "a bool");
-      else if (name == "max_tree_nodes") sel.max_tree_nodes = Option<size_t>(name, value);
-      else if (name == "max_width") sel.max_width = Option<size_t>(name, value);
+      else if (name == "max_tree_nodes")
+        sel.max_tree_nodes = Option<size_t>(name, value);
+      else if (name == "max_width")
+        sel.max_width = Option<size_t>(name, value);
       else if (name == "min_path_probability")
         sel.min_path_probability = Option<double>(name, value, "a number");
-      else if (name == "max_dynamic_bytes") options.max_dynamic_bytes = Option<size_t>(name, value);
-      else if (name == "collect_timing") options.collect_timing = Option<bool>(name, value, "a bool");
-      else if (name == "recycling_vocab_size") recycling_vocab_size = Option<uint32_t>(name, value);
+      else if (name == "max_dynamic_bytes")
+        options.max_dynamic_bytes = Option<size_t>(name, value);
+      else if (name == "collect_timing")
+        options.collect_timing = Option<bool>(name, value, "a bool");
+      else if (name == "recycling_vocab_size")
+        recycling_vocab_size = Option<uint32_t>(name, value);
       else
         ThrowInvalid("Session: unknown option '" + name + "' (valid: " + OptionNames() + ")");
     }
     const sam::runtime::NamedPolicy& named = sam::runtime::FindPolicy(policy);
     sel.policy = named.policy;
     if (named.recycling_fallback && recycling_vocab_size == 0)
-      ThrowInvalid("Session: policy '" + policy +
-                   "' drafts with Token Recycling: give recycling_vocab_size (the vocabulary size)");
+      ThrowInvalid(
+          "Session: policy '" + policy +
+          "' drafts with Token Recycling: give recycling_vocab_size (the vocabulary size)");
     if (recycling_vocab_size > 0) {
       recycling_ = std::make_unique<sam::runtime::RecyclingDrafter>(recycling_vocab_size);
       options.fallback = recycling_.get();
@@ -332,7 +345,8 @@ class Session {
    public:
     explicit InUse(Session* s) : s_(s) {
       if (s_->busy_.exchange(true, std::memory_order_acquire))
-        ThrowInvalid("Session: used by another thread at the same time (use one session per thread)");
+        ThrowInvalid(
+            "Session: used by another thread at the same time (use one session per thread)");
     }
     ~InUse() { s_->busy_.store(false, std::memory_order_release); }
     InUse(const InUse&) = delete;
@@ -434,10 +448,9 @@ PYBIND11_MODULE(_native, m) {
                                const Draft& d = self.cast<const Draft&>();
                                return View(d.buffer->tree.depths.data(), d.size, self);
                              })
-      .def_property_readonly("source",
-                             [](const Draft& d) {
-                               return std::string(sam::runtime::DraftSourceName(d.source));
-                             })
+      .def_property_readonly(
+          "source",
+          [](const Draft& d) { return std::string(sam::runtime::DraftSourceName(d.source)); })
       .def_property_readonly("source_id", [](const Draft& d) { return static_cast<int>(d.source); })
       .def_property_readonly("match_len", [](const Draft& d) { return d.match_len; });
 

@@ -18,10 +18,9 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "sam/format/index.h"
 #include "sam/indexer/builder.h"
@@ -69,7 +68,8 @@ struct ReferenceSession {
 std::vector<uint32_t> TopK(std::span<const uint32_t> tokens) {
   std::vector<uint32_t> topk;
   for (uint32_t t : tokens)
-    for (size_t j = 0; j < kTopK; ++j) topk.push_back((t * 7 + static_cast<uint32_t>(j) * 13 + 1) % kVocab);
+    for (size_t j = 0; j < kTopK; ++j)
+      topk.push_back((t * 7 + static_cast<uint32_t>(j) * 13 + 1) % kVocab);
   return topk;
 }
 
@@ -96,7 +96,8 @@ int Fixture(const std::string& dir, size_t num_documents, size_t generation_leng
   auto text = [&](size_t length) {  // phrases and noise
     std::vector<uint32_t> out;
     while (out.size() < length) {
-      if (rng.Next() % 3 == 0) out.push_back(rng.Token());
+      if (rng.Next() % 3 == 0)
+        out.push_back(rng.Token());
       else {
         const auto& p = phrases[rng.Next() % phrases.size()];
         out.insert(out.end(), p.begin(), p.end());
@@ -122,8 +123,11 @@ int Fixture(const std::string& dir, size_t num_documents, size_t generation_leng
   const std::vector<uint32_t> generation = text(generation_length);
 
   auto file = sam::format::IndexFile::Open(dir + "/index.sam");
-  nlohmann::json out = {{"vocab_size", kVocab}, {"draft_size", kDraftSize}, {"top_k", kTopK},
-                        {"prompt", prompt},     {"generation", generation}};
+  nlohmann::json out = {{"vocab_size", kVocab},
+                        {"draft_size", kDraftSize},
+                        {"top_k", kTopK},
+                        {"prompt", prompt},
+                        {"generation", generation}};
   for (const sam::runtime::NamedPolicy& named : sam::runtime::NamedPolicies()) {
     ReferenceSession ref(named);
     ref.session->AttachIndex(file.shared_view());
