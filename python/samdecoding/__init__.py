@@ -24,10 +24,17 @@ def _stats(self):
     return _json.loads(self.stats_json())
 
 
+def _metadata(self):
+    """The index's build metadata (META section) as a dict: tool_version,
+    created_utc, tokenizer, template, corpora, build options."""
+    return _json.loads(self.metadata_json())
+
+
 def _draft_repr(self):
     return "Draft(source=%r, match_len=%d, tokens=%s, parents=%s)" % (
         self.source, self.match_len, self.tokens.tolist(), self.parents.tolist())
 
 
 Session.stats = _stats
+Index.metadata = _metadata
 Draft.__repr__ = _draft_repr

@@ -398,6 +398,7 @@ PYBIND11_MODULE(_native, m) {
       .def_static("open", &Index::Open, py::arg("path"), py::arg("tokenizer") = py::none(),
                   py::arg("read") = false, py::arg("prepare") = true, py::arg("verify") = false)
       .def("verify", &Index::Verify)
+      .def("metadata_json", [](const Index& i) { return i.file().ReadMetadata().json; })
       .def_property_readonly("path", [](const Index& i) { return i.file().path(); })
       .def_property_readonly("prepared", &Index::prepared)
       .def_property_readonly("vocab_size", [](const Index& i) { return i.header().vocab_size; })

@@ -104,6 +104,7 @@ class HeaderTest(unittest.TestCase):
         self.assertTrue(index.prepared)
         self.assertFalse(sd.Index.open(INDEX, prepare=False).prepared)
         index.verify()
+        self.assertIsInstance(index.metadata(), dict)
 
 
 class ErrorsTest(unittest.TestCase):
