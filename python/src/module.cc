@@ -55,11 +55,19 @@ void RaiseError(ErrorCode code, const char* message) {
   throw Error(ErrorCode::kInvalidArgument, message);
 }
 
+// os.fspath(object) as a std::string (str or os.PathLike).
+std::string FsPath(py::handle object) {
+  return py::cast<std::string>(py::module_::import("os").attr("fspath")(object));
+}
+
 class Index {
  public:
-  static std::shared_ptr<Index> Open(const std::string& path,
-                                     const std::optional<std::string>& tokenizer, bool read,
-                                     bool prepare, bool verify) {
+  // path and tokenizer: str or os.PathLike (tokenizer may be None).
+  static std::shared_ptr<Index> Open(py::handle path_object, py::handle tokenizer_object,
+                                     bool read, bool prepare, bool verify) {
+    const std::string path = FsPath(path_object);
+    std::optional<std::string> tokenizer;
+    if (!tokenizer_object.is_none()) tokenizer = FsPath(tokenizer_object);
     auto index = std::make_shared<Index>();
     py::gil_scoped_release release;
     sam::format::OpenOptions options;

@@ -6,6 +6,7 @@ folder holding index.sam and reference.json, SAM_DOCS_DIR at docs/.
 import gc
 import json
 import os
+import pathlib
 import re
 import threading
 import unittest
@@ -103,6 +104,7 @@ class HeaderTest(unittest.TestCase):
         self.assertEqual(index.file_size, os.path.getsize(INDEX))
         self.assertTrue(index.prepared)
         self.assertFalse(sd.Index.open(INDEX, prepare=False).prepared)
+        self.assertEqual(sd.Index.open(pathlib.Path(INDEX)).path, INDEX)
         index.verify()
         self.assertIsInstance(index.metadata(), dict)
 
