@@ -16,6 +16,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <span>
@@ -45,7 +46,11 @@ PyObject* error_type = nullptr;
 // "io") and .code_value (its number).
 void RaiseError(ErrorCode code, const char* message) {
   py::object type = py::reinterpret_borrow<py::object>(error_type);
-  py::object exc = type(message);
+  // Messages quote file names and values, which need not be UTF-8.
+  py::object text = py::reinterpret_steal<py::object>(
+      PyUnicode_DecodeUTF8(message, static_cast<py::ssize_t>(std::strlen(message)), "replace"));
+  if (!text) throw py::error_already_set();
+  py::object exc = type(text);
   exc.attr("code") = std::string(sam::ErrorCodeName(code));
   exc.attr("code_value") = static_cast<int>(code);
   PyErr_SetObject(error_type, exc.ptr());
@@ -55,16 +60,17 @@ void RaiseError(ErrorCode code, const char* message) {
   throw Error(ErrorCode::kInvalidArgument, message);
 }
 
-// os.fspath(object) as a std::string (str or os.PathLike).
+// A path (str, bytes or os.PathLike) as the file system's bytes
+// (os.fsencode: undecodable names survive).
 std::string FsPath(py::handle object) {
-  return py::cast<std::string>(py::module_::import("os").attr("fspath")(object));
+  return py::cast<std::string>(py::module_::import("os").attr("fsencode")(object));
 }
 
 class Index {
  public:
-  // path and tokenizer: str or os.PathLike (tokenizer may be None).
-  static std::shared_ptr<Index> Open(py::handle path_object, py::handle tokenizer_object,
-                                     bool read, bool prepare, bool verify) {
+  // path and tokenizer: str, bytes or os.PathLike (tokenizer may be None).
+  static std::shared_ptr<Index> Open(py::handle path_object, py::handle tokenizer_object, bool read,
+                                     bool prepare, bool verify) {
     const std::string path = FsPath(path_object);
     std::optional<std::string> tokenizer;
     if (!tokenizer_object.is_none()) tokenizer = FsPath(tokenizer_object);
@@ -407,7 +413,11 @@ PYBIND11_MODULE(_native, m) {
                   py::arg("read") = false, py::arg("prepare") = true, py::arg("verify") = false)
       .def("verify", &Index::Verify)
       .def("metadata_json", [](const Index& i) { return i.file().ReadMetadata().json; })
-      .def_property_readonly("path", [](const Index& i) { return i.file().path(); })
+      .def_property_readonly(
+          "path",
+          [](const Index& i) {
+            return py::module_::import("os").attr("fsdecode")(py::bytes(i.file().path()));
+          })
       .def_property_readonly("prepared", &Index::prepared)
       .def_property_readonly("vocab_size", [](const Index& i) { return i.header().vocab_size; })
       .def_property_readonly("num_tokens", [](const Index& i) { return i.header().num_tokens; })

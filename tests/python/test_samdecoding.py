@@ -119,6 +119,9 @@ class ErrorsTest(unittest.TestCase):
     def test_bad_path(self):
         self.assertError("io", "no/such.sam", sd.Index.open, "no/such.sam")
 
+    def test_message_with_undecodable_file_name(self):
+        self.assertError("io", "no-such-", sd.Index.open, b"no-such-\xff.sam".decode("utf-8", "surrogateescape"))
+
     def test_not_an_index(self):
         self.assertError("bad-magic", "reference.json",
                          sd.Index.open, os.path.join(FIXTURE, "reference.json"))
