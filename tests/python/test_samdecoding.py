@@ -120,7 +120,8 @@ class ErrorsTest(unittest.TestCase):
         self.assertError("io", "no/such.sam", sd.Index.open, "no/such.sam")
 
     def test_message_with_undecodable_file_name(self):
-        self.assertError("io", "no-such-", sd.Index.open, b"no-such-\xff.sam".decode("utf-8", "surrogateescape"))
+        name = b"no-such-\xff.sam".decode("utf-8", "surrogateescape")
+        self.assertError("io", "no-such-", sd.Index.open, name)
 
     def test_not_an_index(self):
         self.assertError("bad-magic", "reference.json",
