@@ -1,0 +1,489 @@
+// samdecoding._native: the pybind11 bindings of the runtime (docs/python.md).
+//
+// Ownership: an Index holds the IndexFile (and its StaticIndex when
+// prepared) by shared_ptr; a Session shares what it attaches, so Python may
+// free Index, Session and Draft objects in any order. A Draft's arrays are
+// views of its session's draft buffer, which they keep alive.
+//
+// Threads: the GIL is released around native work (open, prefill, propose,
+// commit, observe_topk). An Index is immutable and may serve any number of
+// sessions in any threads; a Session refuses a call that overlaps another
+// call on it from a second thread (samdecoding.Error) instead of racing.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sam/error.h"
+#include "sam/format/index.h"
+#include "sam/format/sha256.h"
+#include "sam/runtime/draft.h"
+#include "sam/runtime/recycling.h"
+#include "sam/runtime/selection.h"
+#include "sam/runtime/session.h"
+#include "sam/runtime/static_index.h"
+
+namespace py = pybind11;
+
+namespace {
+
+using sam::Error;
+using sam::ErrorCode;
+
+// samdecoding.Error, created at import (module init).
+PyObject* error_type = nullptr;
+
+// Raises samdecoding.Error(message) with .code (the stable code name, e.g.
+// "io") and .code_value (its number).
+void RaiseError(ErrorCode code, const char* message) {
+  py::object type = py::reinterpret_borrow<py::object>(error_type);
+  // Messages quote file names and values, which need not be UTF-8.
+  py::object text = py::reinterpret_steal<py::object>(
+      PyUnicode_DecodeUTF8(message, static_cast<py::ssize_t>(std::strlen(message)), "replace"));
+  if (!text) throw py::error_already_set();
+  py::object exc = type(text);
+  exc.attr("code") = std::string(sam::ErrorCodeName(code));
+  exc.attr("code_value") = static_cast<int>(code);
+  PyErr_SetObject(error_type, exc.ptr());
+}
+
+[[noreturn]] void ThrowInvalid(const std::string& message) {
+  throw Error(ErrorCode::kInvalidArgument, message);
+}
+
+// A path (str, bytes or os.PathLike) as the file system's bytes
+// (os.fsencode: undecodable names survive).
+std::string FsPath(py::handle object) {
+  return py::cast<std::string>(py::module_::import("os").attr("fsencode")(object));
+}
+
+class Index {
+ public:
+  // path and tokenizer: str, bytes or os.PathLike (tokenizer may be None).
+  static std::shared_ptr<Index> Open(py::handle path_object, py::handle tokenizer_object, bool read,
+                                     bool prepare, bool verify) {
+    const std::string path = FsPath(path_object);
+    std::optional<std::string> tokenizer;
+    if (!tokenizer_object.is_none()) tokenizer = FsPath(tokenizer_object);
+    auto index = std::make_shared<Index>();
+    py::gil_scoped_release release;
+    sam::format::OpenOptions options;
+    options.verify = verify;
+    if (tokenizer) options.expected_tokenizer_sha256 = sam::format::Sha256File(*tokenizer);
+    index->file_ = std::make_shared<const sam::format::IndexFile>(
+        read ? sam::format::IndexFile::Read(path, options)
+             : sam::format::IndexFile::Open(path, options));
+    if (prepare) index->prepared_ = sam::runtime::StaticIndex::Create(index->file_->shared_view());
+    return index;
+  }
+
+  const sam::format::IndexFile& file() const { return *file_; }
+  const sam::format::IndexHeader& header() const { return file_->header(); }
+  bool prepared() const { return prepared_ != nullptr; }
+
+  void AttachTo(sam::runtime::Session* session) const {
+    if (prepared_)
+      session->AttachIndex(prepared_);
+    else
+      session->AttachIndex(file_->shared_view());
+  }
+
+  void Verify() const {
+    py::gil_scoped_release release;
+    file_->Verify();
+  }
+
+ private:
+  std::shared_ptr<const sam::format::IndexFile> file_;
+  std::shared_ptr<const sam::runtime::StaticIndex> prepared_;  // prepare=True; else null
+};
+
+// The draft buffer of a session: reserved for the largest draft once, so
+// that the arrays viewing it never see it move.
+struct DraftBuffer {
+  DraftBuffer() {
+    tree.tokens.reserve(sam::runtime::kMaxDraftSize);
+    tree.parents.reserve(sam::runtime::kMaxDraftSize);
+    tree.depths.reserve(sam::runtime::kMaxDraftSize);
+    tree.Reset(0, sam::runtime::DraftSource::kNone);
+  }
+  sam::runtime::DraftTree tree;
+};
+
+// What propose returns: the size, source and match length of that proposal
+// and the buffer its arrays view.
+struct Draft {
+  std::shared_ptr<const DraftBuffer> buffer;
+  size_t size = 0;
+  sam::runtime::DraftSource source = sam::runtime::DraftSource::kNone;
+  uint32_t match_len = 0;
+};
+
+// A read-only 1-D array of n elements at data, kept alive by `owner`.
+template <typename T>
+py::array View(const T* data, size_t n, py::handle owner) {
+  py::array_t<T> array({static_cast<py::ssize_t>(n)}, {static_cast<py::ssize_t>(sizeof(T))}, data,
+                       owner);
+  py::detail::array_proxy(array.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  return array;
+}
+
+// A token id from a Python integer in [0, 2^32); `index` names its place in
+// a sequence (SIZE_MAX: a lone id) in the error.
+uint32_t TokenOf(PyObject* item, const char* what, size_t index) {
+  long long value = 0;
+  int overflow = 0;
+  bool is_integer = true;
+  if (PyLong_CheckExact(item)) {  // the common case: no conversion object
+    value = PyLong_AsLongLongAndOverflow(item, &overflow);
+  } else if (PyObject* number = PyNumber_Index(item)) {  // numpy integers, __index__
+    value = PyLong_AsLongLongAndOverflow(number, &overflow);
+    Py_DECREF(number);
+  } else {
+    PyErr_Clear();
+    is_integer = false;
+  }
+  if (is_integer && overflow == 0 && value >= 0 && value <= UINT32_MAX)
+    return static_cast<uint32_t>(value);
+  const std::string name =
+      std::string(what) +
+      (index == SIZE_MAX ? std::string(": token") : ": ids[" + std::to_string(index) + "]");
+  if (!is_integer) ThrowInvalid(name + " is not an integer");
+  ThrowInvalid(name + " = " + std::string(py::str(item)) + " is outside the token range [0, 2^32)");
+}
+
+// Token ids from Python: a C-contiguous uint32 array is read in place; a
+// list, tuple or other sequence of integers is converted, each id checked to
+// be in [0, 2^32) (into a small inline buffer when it fits: commits are
+// short).
+class TokenIds {
+ public:
+  TokenIds(const py::handle& ids, const char* what) {
+    PyObject* obj = ids.ptr();
+    if (PyList_Check(obj) || PyTuple_Check(obj)) {
+      Convert(obj, what);
+      return;
+    }
+    if (py::isinstance<py::array>(ids)) {
+      auto array = py::reinterpret_borrow<py::array>(ids);
+      if (array.ndim() != 1) ThrowInvalid(std::string(what) + ": ids must be one-dimensional");
+      if (py::isinstance<py::array_t<uint32_t, py::array::c_style>>(array)) {
+        array_ = array;
+        span_ = {static_cast<const uint32_t*>(array.data()), static_cast<size_t>(array.size())};
+        return;
+      }
+    }
+    if (PyUnicode_Check(obj) || PyBytes_Check(obj) || !PySequence_Check(obj))
+      ThrowInvalid(std::string(what) + ": ids must be a sequence of integers or a 1-D array");
+    py::object fast = py::reinterpret_steal<py::object>(PySequence_Fast(obj, what));
+    if (!fast) throw py::error_already_set();
+    Convert(fast.ptr(), what);
+  }
+  std::span<const uint32_t> span() const { return span_; }
+
+ private:
+  // obj: a list or tuple. Items are held while converted: __index__ may run
+  // Python code (which could even shrink the list).
+  void Convert(PyObject* obj, const char* what) {
+    const size_t n = static_cast<size_t>(PySequence_Fast_GET_SIZE(obj));
+    uint32_t* out = inline_.data();
+    if (n > inline_.size()) {
+      copy_.resize(n);
+      out = copy_.data();
+    }
+    size_t i = 0;
+    for (; i < n && i < static_cast<size_t>(PySequence_Fast_GET_SIZE(obj)); ++i) {
+      py::object item = py::reinterpret_borrow<py::object>(PySequence_Fast_GET_ITEM(obj, i));
+      out[i] = TokenOf(item.ptr(), what, i);
+    }
+    span_ = {out, i};
+  }
+
+  py::object array_;  // keeps the viewed array alive
+  std::array<uint32_t, 64> inline_;
+  std::vector<uint32_t> copy_;
+  std::span<const uint32_t> span_;
+};
+
+class Session {
+ public:
+  explicit Session(const py::kwargs& kwargs) {
+    sam::runtime::SessionOptions options;
+    sam::runtime::SelectionOptions& sel = options.selection;
+    std::string policy = "sam";
+    uint32_t recycling_vocab_size = 0;
+    for (auto [key, value] : kwargs) {
+      const std::string name = py::cast<std::string>(key);
+      if (name == "policy")
+        policy = Option<std::string>(name, value, "a policy name");
+      else if (name == "draft_size")
+        sel.draft_size = Option<size_t>(name, value);
+      else if (name == "l_bias") {
+        if (!value.is_none()) sel.l_bias = Option<uint32_t>(name, value);
+      } else if (name == "l_threshold")
+        sel.l_threshold = Option<uint32_t>(name, value);
+      else if (name == "adaptive_length")
+        sel.adaptive_length = Option<bool>(name, value, "a bool");
+      else if (name == "length_per_match")
+        sel.length_per_match = Option<uint32_t>(name, value);
+      else if (name == "dynamic_link_fallback")
+        sel.dynamic_link_fallback = Option<bool>(name, value, "a bool");
+      else if (name == "max_tree_nodes")
+        sel.max_tree_nodes = Option<size_t>(name, value);
+      else if (name == "max_width")
+        sel.max_width = Option<size_t>(name, value);
+      else if (name == "min_path_probability")
+        sel.min_path_probability = Option<double>(name, value, "a number");
+      else if (name == "max_dynamic_bytes")
+        options.max_dynamic_bytes = Option<size_t>(name, value);
+      else if (name == "collect_timing")
+        options.collect_timing = Option<bool>(name, value, "a bool");
+      else if (name == "recycling_vocab_size")
+        recycling_vocab_size = Option<uint32_t>(name, value);
+      else
+        ThrowInvalid("Session: unknown option '" + name + "' (valid: " + OptionNames() + ")");
+    }
+    const sam::runtime::NamedPolicy& named = sam::runtime::FindPolicy(policy);
+    sel.policy = named.policy;
+    if (named.recycling_fallback && recycling_vocab_size == 0)
+      ThrowInvalid(
+          "Session: policy '" + policy +
+          "' drafts with Token Recycling: give recycling_vocab_size (the vocabulary size)");
+    if (recycling_vocab_size > 0) {
+      recycling_ = std::make_unique<sam::runtime::RecyclingDrafter>(recycling_vocab_size);
+      options.fallback = recycling_.get();
+    }
+    session_ = std::make_unique<sam::runtime::Session>(options);
+    policy_ = policy;
+  }
+
+  // The value of option `name`, or Error (kInvalidArgument) naming it.
+  template <typename T>
+  static T Option(const std::string& name, py::handle value,
+                  const char* expected = "a non-negative integer") {
+    try {
+      return py::cast<T>(value);
+    } catch (const py::cast_error&) {
+      ThrowInvalid("Session: option '" + name + "' must be " + expected + ", got " +
+                   std::string(py::repr(value)));
+    }
+  }
+
+  static std::string OptionNames() {
+    return "policy, draft_size, l_bias, l_threshold, adaptive_length, length_per_match, "
+           "dynamic_link_fallback, max_tree_nodes, max_width, min_path_probability, "
+           "max_dynamic_bytes, collect_timing, recycling_vocab_size";
+  }
+
+  void Attach(const Index& index) {
+    InUse guard(this);
+    index.AttachTo(session_.get());
+  }
+
+  void Prefill(const py::handle& ids) {
+    TokenIds tokens(ids, "prefill");
+    InUse guard(this);
+    py::gil_scoped_release release;
+    session_->Prefill(tokens.span());
+  }
+
+  Draft Propose(py::handle start_id) {
+    const uint32_t start = TokenOf(start_id.ptr(), "propose", SIZE_MAX);
+    InUse guard(this);
+    {
+      py::gil_scoped_release release;
+      // The Drafter overload copies the proposal into our buffer (a memcpy of
+      // at most draft_size nodes): its capacity is fixed, so earlier arrays
+      // stay valid memory.
+      session_->Propose(start, SIZE_MAX, &buffer_->tree);
+    }
+    const sam::runtime::DraftTree& tree = buffer_->tree;
+    return Draft{buffer_, tree.size(), tree.source, tree.match_len};
+  }
+
+  void Commit(const py::handle& ids) {
+    TokenIds tokens(ids, "commit");
+    InUse guard(this);
+    py::gil_scoped_release release;
+    session_->Commit(tokens.span());
+  }
+
+  void ObserveTopK(const py::handle& tokens, const py::handle& topk) {
+    TokenIds evaluated(tokens, "observe_topk");
+    py::array_t<int64_t, py::array::c_style | py::array::forcecast> table(
+        py::reinterpret_borrow<py::object>(topk));
+    if (table.ndim() != 2 || static_cast<size_t>(table.shape(0)) != evaluated.span().size())
+      ThrowInvalid("observe_topk: topk must have shape (len(tokens), k)");
+    std::vector<uint32_t> candidates(static_cast<size_t>(table.size()));
+    const int64_t* data = table.data();
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      if (data[i] < 0 || data[i] > UINT32_MAX)
+        ThrowInvalid("observe_topk: topk holds " + std::to_string(data[i]) +
+                     ", outside the token range [0, 2^32)");
+      candidates[i] = static_cast<uint32_t>(data[i]);
+    }
+    InUse guard(this);
+    py::gil_scoped_release release;
+    session_->ObserveTopK(evaluated.span(), candidates, static_cast<size_t>(table.shape(1)));
+  }
+
+  void Reset() {
+    InUse guard(this);
+    session_->Reset();
+  }
+  void ResetStatistics() {
+    InUse guard(this);
+    session_->ResetStatistics();
+  }
+  std::string StatsJson() {
+    InUse guard(this);
+    return session_->statistics().ToJson();
+  }
+  const std::string& policy() const { return policy_; }
+  size_t num_indexes() const { return session_->num_indexes(); }
+  size_t draft_size() const { return session_->options().selection.draft_size; }
+
+ private:
+  // Marks the session busy for one call; a call from another thread that
+  // overlaps it is refused rather than racing on the session.
+  class InUse {
+   public:
+    explicit InUse(Session* s) : s_(s) {
+      if (s_->busy_.exchange(true, std::memory_order_acquire))
+        ThrowInvalid(
+            "Session: used by another thread at the same time (use one session per thread)");
+    }
+    ~InUse() { s_->busy_.store(false, std::memory_order_release); }
+    InUse(const InUse&) = delete;
+    InUse& operator=(const InUse&) = delete;
+
+   private:
+    Session* s_;
+  };
+
+  // Declared before session_, which borrows it, so it outlives it.
+  std::unique_ptr<sam::runtime::RecyclingDrafter> recycling_;
+  std::unique_ptr<sam::runtime::Session> session_;
+  std::shared_ptr<DraftBuffer> buffer_ = std::make_shared<DraftBuffer>();
+  std::string policy_;
+  std::atomic<bool> busy_{false};
+};
+
+std::string HexOrNone(const sam::format::IndexHeader& h) {
+  return h.has_tokenizer() ? sam::format::DigestToHex(h.tokenizer_sha256) : std::string();
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_native, m) {
+  m.doc() = "SAM-Decoding retrieval drafting (native part of the samdecoding package)";
+
+  error_type = PyErr_NewExceptionWithDoc(
+      "samdecoding.Error",
+      "An error of the SAM-Decoding runtime. str(e) is the message; e.code the stable code\n"
+      "name (e.g. 'io', 'tokenizer-mismatch', 'invalid-argument'), e.code_value its number.",
+      nullptr, nullptr);
+  if (error_type == nullptr) throw py::error_already_set();
+  m.add_object("Error", py::handle(error_type));
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Error& e) {
+      RaiseError(e.code(), e.what());
+    }
+  });
+
+  py::list policies;
+  for (const sam::runtime::NamedPolicy& p : sam::runtime::NamedPolicies())
+    policies.append(std::string(p.name));
+  m.attr("POLICIES") = py::tuple(policies);
+  m.attr("MAX_DRAFT_SIZE") = sam::runtime::kMaxDraftSize;
+
+  py::class_<Index, std::shared_ptr<Index>>(m, "Index")
+      .def_static("open", &Index::Open, py::arg("path"), py::arg("tokenizer") = py::none(),
+                  py::arg("read") = false, py::arg("prepare") = true, py::arg("verify") = false)
+      .def("verify", &Index::Verify)
+      .def("metadata_json", [](const Index& i) { return i.file().ReadMetadata().json; })
+      .def_property_readonly(
+          "path",
+          [](const Index& i) {
+            return py::module_::import("os").attr("fsdecode")(py::bytes(i.file().path()));
+          })
+      .def_property_readonly("prepared", &Index::prepared)
+      .def_property_readonly("vocab_size", [](const Index& i) { return i.header().vocab_size; })
+      .def_property_readonly("num_tokens", [](const Index& i) { return i.header().num_tokens; })
+      .def_property_readonly("num_documents",
+                             [](const Index& i) { return i.header().num_documents; })
+      .def_property_readonly("num_states", [](const Index& i) { return i.header().num_states; })
+      .def_property_readonly("num_edges", [](const Index& i) { return i.header().num_edges; })
+      .def_property_readonly("bos_id",
+                             [](const Index& i) -> std::optional<uint32_t> {
+                               const uint32_t id = i.header().bos_id;
+                               if (id == sam::format::kNoToken) return std::nullopt;
+                               return id;
+                             })
+      .def_property_readonly("eos_id",
+                             [](const Index& i) -> std::optional<uint32_t> {
+                               const uint32_t id = i.header().eos_id;
+                               if (id == sam::format::kNoToken) return std::nullopt;
+                               return id;
+                             })
+      .def_property_readonly("version",
+                             [](const Index& i) {
+                               return py::make_tuple(i.header().major_version,
+                                                     i.header().minor_version);
+                             })
+      .def_property_readonly("tokenizer_sha256",
+                             [](const Index& i) -> std::optional<std::string> {
+                               std::string hex = HexOrNone(i.header());
+                               if (hex.empty()) return std::nullopt;
+                               return hex;
+                             })
+      .def_property_readonly("file_size", [](const Index& i) { return i.header().file_size; });
+
+  py::class_<Draft>(m, "Draft")
+      .def("__len__", [](const Draft& d) { return d.size; })
+      .def_property_readonly("tokens",
+                             [](py::object self) {
+                               const Draft& d = self.cast<const Draft&>();
+                               return View(d.buffer->tree.tokens.data(), d.size, self);
+                             })
+      .def_property_readonly("parents",
+                             [](py::object self) {
+                               const Draft& d = self.cast<const Draft&>();
+                               return View(d.buffer->tree.parents.data(), d.size, self);
+                             })
+      .def_property_readonly("depths",
+                             [](py::object self) {
+                               const Draft& d = self.cast<const Draft&>();
+                               return View(d.buffer->tree.depths.data(), d.size, self);
+                             })
+      .def_property_readonly(
+          "source",
+          [](const Draft& d) { return std::string(sam::runtime::DraftSourceName(d.source)); })
+      .def_property_readonly("source_id", [](const Draft& d) { return static_cast<int>(d.source); })
+      .def_property_readonly("match_len", [](const Draft& d) { return d.match_len; });
+
+  py::class_<Session>(m, "Session")
+      .def(py::init<const py::kwargs&>())
+      .def("attach", &Session::Attach, py::arg("index"))
+      .def("prefill", &Session::Prefill, py::arg("ids"))
+      .def("propose", &Session::Propose, py::arg("start"))
+      .def("commit", &Session::Commit, py::arg("ids"))
+      .def("observe_topk", &Session::ObserveTopK, py::arg("tokens"), py::arg("topk"))
+      .def("reset", &Session::Reset)
+      .def("reset_statistics", &Session::ResetStatistics)
+      .def("stats_json", &Session::StatsJson)
+      .def_property_readonly("policy", &Session::policy)
+      .def_property_readonly("draft_size", &Session::draft_size)
+      .def_property_readonly("num_indexes", &Session::num_indexes);
+}

@@ -1,0 +1,102 @@
+"""Python overhead per propose + commit against the C++ session (docs/python.md).
+
+    build/bin/python_reference_session fixture DIR [DOCUMENTS GENERATION]
+    PYTHONPATH=build/python /usr/bin/python3 tools/bench_python.py DIR build/bin/python_reference_session
+
+Replays DIR/reference.json's generation (the commits of a greedy replay) over
+DIR/index.sam (prepared) through samdecoding and through the C++ session, and
+prints the median ns per step (propose + commit) of each over the
+repetitions, per policy, with the least in parentheses (on a busy machine the
+least is the steadier figure). Columns: C++; Python with list ids; the same
+reading draft.tokens and draft.parents each step; Python with uint32 numpy
+ids; the overhead (Python with list ids minus C++). A benchmark, not a test:
+it asserts nothing.
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+import samdecoding as sd
+
+
+def commits_of(session, prompt, generation):
+    """The commits of a greedy replay of generation (the same rule as the C++ side)."""
+    session.prefill(prompt)
+    commits, i = [], 0
+    while i + 1 < len(generation):
+        draft = session.propose(generation[i])
+        tokens, parents = draft.tokens.tolist(), draft.parents.tolist()
+        path, node = [generation[i]], 0
+        for token in generation[i + 1:]:
+            child = next((k for k in range(len(tokens))
+                          if parents[k] == node and tokens[k] == token), -1)
+            if child < 0:
+                break
+            node = child
+            path.append(token)
+        session.commit(path)
+        commits.append(path)
+        i += len(path)
+    return commits
+
+
+def python_median(index, policy, prompt, generation, reps, as_numpy, touch_arrays):
+    session = sd.Session(policy=policy, draft_size=16,
+                         recycling_vocab_size=index.vocab_size if policy == "sam-rec" else 0)
+    session.attach(index)
+    commits = commits_of(session, prompt, generation)
+    if as_numpy:
+        commits = [np.array(c, dtype=np.uint32) for c in commits]
+    per_step = []
+    for _ in range(reps):
+        session.reset()
+        session.prefill(prompt)
+        propose, commit = session.propose, session.commit
+        t0 = time.perf_counter_ns()
+        if touch_arrays:
+            for c in commits:
+                d = propose(c[0])
+                d.tokens
+                d.parents
+                commit(c)
+        else:
+            for c in commits:
+                propose(c[0])
+                commit(c)
+        per_step.append((time.perf_counter_ns() - t0) / len(commits))
+    return (statistics.median(per_step), min(per_step)), len(commits)
+
+
+def main():
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    folder, reference = sys.argv[1], sys.argv[2]
+    with open(os.path.join(folder, "reference.json")) as f:
+        ref = json.load(f)
+    prompt, generation = ref["prompt"], ref["generation"]
+    index = sd.Index.open(os.path.join(folder, "index.sam"))
+    reps = 21
+    print("%-9s %6s %13s %13s %15s %13s %13s" % ("policy", "steps", "C++ ns", "Python ns",
+                                                 "+tokens,parents", "numpy ids", "overhead ns"))
+
+    def cell(pair):
+        return "%5.0f (%5.0f)" % pair
+
+    for policy in ("sam", "sam-tree", "sam-cal"):
+        cpp = json.loads(subprocess.check_output([reference, "bench", folder, policy, str(reps)]))
+        c = (cpp["median_ns_per_step"], cpp["min_ns_per_step"])
+        py, steps = python_median(index, policy, prompt, generation, reps, False, False)
+        py_arrays, _ = python_median(index, policy, prompt, generation, reps, False, True)
+        py_numpy, _ = python_median(index, policy, prompt, generation, reps, True, False)
+        print("%-9s %6d %13s %13s %15s %13s %13s" % (
+            policy, steps, cell(c), cell(py), cell(py_arrays), cell(py_numpy),
+            cell((py[0] - c[0], py[1] - c[1]))))
+
+
+if __name__ == "__main__":
+    main()
