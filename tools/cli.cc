@@ -141,7 +141,8 @@ void CheckOutputPath(const std::string& flag, const std::string& path,
 AtomicOutputFile::AtomicOutputFile(std::string path)
     : path_(std::move(path)), temp_path_(path_ + ".tmp-" + std::to_string(::getpid())) {
   out_.open(temp_path_, std::ios::binary | std::ios::trunc);
-  if (!out_) throw sam::Error(sam::ErrorCode::kIo, "cannot create " + temp_path_ + ": " + Errno(errno));
+  if (!out_)
+    throw sam::Error(sam::ErrorCode::kIo, "cannot create " + temp_path_ + ": " + Errno(errno));
   sam::format::RegisterTempFile(temp_path_);
 }
 
@@ -154,16 +155,19 @@ AtomicOutputFile::~AtomicOutputFile() {
 
 void AtomicOutputFile::Commit() {
   out_.flush();
-  if (!out_) throw sam::Error(sam::ErrorCode::kIo, "cannot write " + temp_path_ + ": " + Errno(errno));
+  if (!out_)
+    throw sam::Error(sam::ErrorCode::kIo, "cannot write " + temp_path_ + ": " + Errno(errno));
   out_.close();
-  if (!out_) throw sam::Error(sam::ErrorCode::kIo, "cannot close " + temp_path_ + ": " + Errno(errno));
+  if (!out_)
+    throw sam::Error(sam::ErrorCode::kIo, "cannot close " + temp_path_ + ": " + Errno(errno));
   const int fd = ::open(temp_path_.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd >= 0) {
     ::fsync(fd);
     ::close(fd);
   }
   if (std::rename(temp_path_.c_str(), path_.c_str()) != 0)
-    throw sam::Error(sam::ErrorCode::kIo, "cannot rename " + temp_path_ + " to " + path_ + ": " + Errno(errno));
+    throw sam::Error(sam::ErrorCode::kIo,
+                     "cannot rename " + temp_path_ + " to " + path_ + ": " + Errno(errno));
   committed_ = true;
   sam::format::UnregisterTempFile(temp_path_);
 }

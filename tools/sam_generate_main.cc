@@ -103,11 +103,12 @@ void MakeRandomModel(const fs::path& dir, int64_t vocab, int64_t layers, int64_t
   } cleanup{{weights_inner, weights_temp}};
   sam::tools::AtomicOutputFile config_file(config_path.string());
   config_file.stream() << c.ToJsonText();
-  tb::WriteSafetensors(weights_temp, tb::MakeRandomLlamaWeights(c, seed),
-                       {{"format", "pt"}, {"note", "random weights made by sam-generate, for testing only"}});
+  tb::WriteSafetensors(
+      weights_temp, tb::MakeRandomLlamaWeights(c, seed),
+      {{"format", "pt"}, {"note", "random weights made by sam-generate, for testing only"}});
   if (std::rename(weights_temp.c_str(), weights_path.c_str()) != 0)
-    throw sam::Error(sam::ErrorCode::kIo, "cannot rename " + weights_temp + " to " + weights_path.string() + ": " +
-                             std::strerror(errno));
+    throw sam::Error(sam::ErrorCode::kIo, "cannot rename " + weights_temp + " to " +
+                                              weights_path.string() + ": " + std::strerror(errno));
   config_file.Commit();
 }
 
@@ -115,7 +116,9 @@ void MakeRandomModel(const fs::path& dir, int64_t vocab, int64_t layers, int64_t
 // once to its end; a directory is refused by name.
 std::string ReadPromptFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw sam::Error(sam::ErrorCode::kIo, "cannot open prompt file " + path + ": " + std::strerror(errno));
+  if (fd < 0)
+    throw sam::Error(sam::ErrorCode::kIo,
+                     "cannot open prompt file " + path + ": " + std::strerror(errno));
   struct stat st = {};
   if (::fstat(fd, &st) == 0 && S_ISDIR(st.st_mode)) {
     ::close(fd);
@@ -130,7 +133,8 @@ std::string ReadPromptFile(const std::string& path) {
       if (errno == EINTR) continue;
       const int error = errno;
       ::close(fd);
-      throw sam::Error(sam::ErrorCode::kIo, "cannot read prompt file " + path + ": " + std::strerror(error));
+      throw sam::Error(sam::ErrorCode::kIo,
+                       "cannot read prompt file " + path + ": " + std::strerror(error));
     }
     text.append(buffer, static_cast<size_t>(n));
   }
@@ -317,12 +321,14 @@ int main(int argc, char** argv) {
     if (!fs::exists(model_dir, ec))
       throw sam::Error(sam::ErrorCode::kIo, "model directory " + model_dir + " does not exist");
     if (!fs::is_directory(model_dir, ec))
-      throw sam::Error(sam::ErrorCode::kIo, "--model " + model_dir +
-                               " is not a directory (give the checkpoint directory holding "
-                               "config.json and *.safetensors)");
+      throw sam::Error(sam::ErrorCode::kIo,
+                       "--model " + model_dir +
+                           " is not a directory (give the checkpoint directory holding "
+                           "config.json and *.safetensors)");
     if (!fs::exists(fs::path(model_dir) / "config.json"))
-      throw sam::Error(sam::ErrorCode::kIo, "model directory " + model_dir +
-                               " has no config.json (expected a Hugging Face checkpoint)");
+      throw sam::Error(sam::ErrorCode::kIo,
+                       "model directory " + model_dir +
+                           " has no config.json (expected a Hugging Face checkpoint)");
     if (device.rfind("cuda", 0) == 0 && !torch::cuda::is_available())
       throw sam::Error(sam::ErrorCode::kInvalidArgument,
                        "--device " + device + ": this libtorch has no usable CUDA device");
@@ -334,16 +340,18 @@ int main(int argc, char** argv) {
     const int64_t positions = config.max_position_embeddings;
     const int64_t prompt_tokens = static_cast<int64_t>(prompt_ids.size());
     if (prompt_tokens >= positions)
-      throw sam::Error(sam::ErrorCode::kCapacity, "the prompt is " + std::to_string(prompt_tokens) +
-                               " tokens long, but the model " + model_dir + " handles at most " +
-                               std::to_string(positions) +
-                               " positions (max_position_embeddings in config.json; the prompt and at least one "
-                               "new token must fit)");
+      throw sam::Error(
+          sam::ErrorCode::kCapacity,
+          "the prompt is " + std::to_string(prompt_tokens) + " tokens long, but the model " +
+              model_dir + " handles at most " + std::to_string(positions) +
+              " positions (max_position_embeddings in config.json; the prompt and at least one "
+              "new token must fit)");
     if (prompt_tokens + max_new_tokens > positions) {
       std::fprintf(stderr,
                    "sam-generate: --max-new-tokens lowered from %lld to %lld: the prompt has %lld "
                    "tokens and the model at most %lld positions (max_position_embeddings)\n",
-                   static_cast<long long>(max_new_tokens), static_cast<long long>(positions - prompt_tokens),
+                   static_cast<long long>(max_new_tokens),
+                   static_cast<long long>(positions - prompt_tokens),
                    static_cast<long long>(prompt_tokens), static_cast<long long>(positions));
       max_new_tokens = positions - prompt_tokens;
     }

@@ -150,13 +150,14 @@ Session::Session(const SessionOptions& options)
       calibrator_(std::make_unique<Calibrator>()) {
   const SelectionOptions& sel = options_.selection;
   if (sel.draft_size < 1 || sel.draft_size > kMaxDraftSize)
-    throw Error(ErrorCode::kInvalidArgument, "SessionOptions: selection.draft_size must be in 1.." +
-                                std::to_string(kMaxDraftSize) + ", got " +
-                                std::to_string(sel.draft_size));
+    throw Error(ErrorCode::kInvalidArgument,
+                "SessionOptions: selection.draft_size must be in 1.." +
+                    std::to_string(kMaxDraftSize) + ", got " + std::to_string(sel.draft_size));
   if (sel.max_tree_nodes > kMaxDraftSize)
-    throw Error(ErrorCode::kInvalidArgument, "SessionOptions: selection.max_tree_nodes must be at most " +
-                                std::to_string(kMaxDraftSize) + ", got " +
-                                std::to_string(sel.max_tree_nodes));
+    throw Error(ErrorCode::kInvalidArgument,
+                "SessionOptions: selection.max_tree_nodes must be at most " +
+                    std::to_string(kMaxDraftSize) + ", got " +
+                    std::to_string(sel.max_tree_nodes));
   tree_.Reset(0, DraftSource::kNone);
   node_cells_.reserve(256);
   merged_ = std::make_unique<MergedScratch>();
