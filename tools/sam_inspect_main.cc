@@ -22,8 +22,9 @@ std::string Id(uint32_t id) { return id == sam::format::kNoToken ? "none" : std:
 int main(int argc, char** argv) {
   CLI::App app{
       "sam-inspect: show the header, corpus manifest, sections and statistics of a SAM\n"
-      "index file. Opening checks the header and section table (O(1)); --verify also\n"
-      "checks every checksum, every stored value and the self-test samples.\n"
+      "index file. Opening checks the header, the section table and a few values of\n"
+      "each section (O(1)); --verify also checks every checksum, every structural\n"
+      "invariant (format/FORMAT.md section 6) and the self-test samples.\n"
       "Exit status: 0 valid, 1 invalid or unreadable file, 2 usage error.\n\n"
       "Examples:\n"
       "  sam-inspect chat.sam\n"
