@@ -12,54 +12,68 @@
 
 namespace sam::runtime {
 
-// One job at a time: Propose publishes it under `mutex`, bumps `generation`
-// and wakes the workers; everyone (the caller included) claims indexes from
-// `next` until the batch is exhausted; the caller then waits until every
-// worker has left the job (`busy` back to 0) before returning, so that no
-// worker touches the spans afterwards.
+// One job at a time. Propose publishes it under `mutex` with a new
+// generation and wakes the workers; everyone (the caller included) claims
+// indexes through `ticket`, which holds the generation (high 32 bits) and the
+// next index (low 32 bits), so that a worker still holding an older job can
+// never claim an index of the current one. `remaining` counts the current
+// job's unfinished sessions; the caller returns as soon as it reaches 0,
+// without waiting for workers that have not woken yet (a wake-up costs tens
+// of microseconds, more than a small batch): they find nothing to claim.
 struct DraftPool::State {
+  struct Job {
+    uint32_t generation = 0;
+    std::span<Session* const> sessions;
+    std::span<const uint32_t> starts;
+    std::span<BatchDraft> out;
+  };
+
   std::mutex call_mutex;  // serializes Propose calls
   std::mutex mutex;
   std::condition_variable start_cv;
   std::condition_variable done_cv;
-  uint64_t generation = 0;
-  size_t busy = 0;
+  Job job;  // guarded by mutex
   bool stopping = false;
-  // The current job (read by workers after they saw its generation).
-  std::span<Session* const> sessions;
-  std::span<const uint32_t> starts;
-  std::span<BatchDraft> out;
-  std::atomic<size_t> next{0};
+  alignas(64) std::atomic<uint64_t> ticket{0};
+  alignas(64) std::atomic<size_t> remaining{0};
   std::vector<std::thread> workers;
 
-  void Drain() {
-    for (size_t i = next.fetch_add(1, std::memory_order_relaxed); i < sessions.size();
-         i = next.fetch_add(1, std::memory_order_relaxed)) {
-      BatchDraft& d = out[i];
+  // Drafts sessions of `j` until none is left to claim.
+  void Drain(const Job& j) {
+    const uint64_t n = j.sessions.size();
+    uint64_t t = ticket.load(std::memory_order_relaxed);
+    for (;;) {
+      if ((t >> 32) != j.generation || (t & 0xFFFFFFFFu) >= n) return;
+      if (!ticket.compare_exchange_weak(t, t + 1, std::memory_order_relaxed)) continue;
+      const size_t i = t & 0xFFFFFFFFu;
+      BatchDraft& d = j.out[i];
       try {
-        d.tree = &sessions[i]->Propose(starts[i]);
+        d.tree = &j.sessions[i]->Propose(j.starts[i]);
         d.error = nullptr;
       } catch (...) {
         d.tree = nullptr;
         d.error = std::current_exception();
       }
+      if (remaining.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        std::lock_guard lock(mutex);  // the caller may be about to wait
+        done_cv.notify_one();
+      }
+      t = ticket.load(std::memory_order_relaxed);
     }
   }
 
   void Work() {
-    uint64_t seen = 0;
+    uint32_t seen = 0;
     for (;;) {
+      Job j;
       {
         std::unique_lock lock(mutex);
-        start_cv.wait(lock, [&] { return stopping || generation != seen; });
+        start_cv.wait(lock, [&] { return stopping || job.generation != seen; });
         if (stopping) return;
-        seen = generation;
+        j = job;
+        seen = j.generation;
       }
-      Drain();
-      {
-        std::lock_guard lock(mutex);
-        if (--busy == 0) done_cv.notify_one();
-      }
+      Drain(j);
     }
   }
 };
@@ -97,27 +111,25 @@ void DraftPool::Propose(std::span<Session* const> sessions,
     if (sessions[i] == nullptr)
       throw Error(ErrorCode::kInvalidArgument,
                   "DraftPool::Propose: session " + std::to_string(i) + " is null");
+  if (sessions.size() > 0xFFFFFFFFu)
+    throw Error(ErrorCode::kInvalidArgument, "DraftPool::Propose: more than 2^32 - 1 sessions");
+  if (sessions.empty()) return;
   State& s = *state_;
   std::lock_guard call(s.call_mutex);
-  // Small batches are not worth waking the workers (about as costly as a
-  // proposal each).
-  const bool wake = !s.workers.empty() && sessions.size() > 1;
+  State::Job j;
   {
     std::lock_guard lock(s.mutex);
-    s.sessions = sessions;
-    s.starts = start_tokens;
-    s.out = out;
-    s.next.store(0, std::memory_order_relaxed);
-    if (wake) {
-      s.busy = s.workers.size();
-      ++s.generation;
-    }
+    j = {s.job.generation + 1, sessions, start_tokens, out};
+    s.job = j;
+    s.remaining.store(sessions.size(), std::memory_order_relaxed);
+    s.ticket.store(uint64_t{j.generation} << 32, std::memory_order_relaxed);
   }
-  if (wake) s.start_cv.notify_all();
-  s.Drain();
-  if (wake) {
+  // One session is not worth a wake-up.
+  if (sessions.size() > 1) s.start_cv.notify_all();
+  s.Drain(j);
+  if (s.remaining.load(std::memory_order_acquire) != 0) {
     std::unique_lock lock(s.mutex);
-    s.done_cv.wait(lock, [&] { return s.busy == 0; });
+    s.done_cv.wait(lock, [&] { return s.remaining.load(std::memory_order_acquire) == 0; });
   }
 }
 
