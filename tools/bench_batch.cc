@@ -75,8 +75,9 @@ int main(int argc, char** argv) {
   CLI::App app{"bench-batch: time of one DraftPool::Propose call over N sessions, and the\n"
                "per-session core time against one session alone. Prints figures; asserts "
                "nothing.\n\n"
-               "Example:\n"
-               "  bench-batch --index chat.sam --traces traces.jsonl --tokenizer llama-32k.model",
+               "Examples:\n"
+               "  bench-batch --index chat.sam --traces traces.jsonl --tokenizer llama-32k.model\n"
+               "  bench-batch --index chat.sam --traces ids.jsonl --sessions 1,64 --threads 4",
                "bench-batch"};
   std::string index_path, traces_path, tokenizer_path, policy_name = "sam";
   std::vector<size_t> counts = {1, 8, 64, 256};
