@@ -188,7 +188,8 @@ int main(int argc, char** argv) {
         for (size_t s = 0; s < steps; ++s) {
           for (size_t k = 0; k < n; ++k) {
             const auto t0 = Clock::now();
-            const rt::DraftTree& tree = sessions[k]->Propose(requests[k].generation[requests[k].at]);
+            const uint32_t start = requests[k].generation[requests[k].at];
+            const rt::DraftTree& tree = sessions[k]->Propose(start);
             seq += NsSince(t0);
             commit(k, tree);
           }

@@ -7,6 +7,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "sam/error.h"
@@ -174,6 +175,46 @@ TEST(DraftPool, ErrorsStayWithTheirSession) {
   EXPECT_THROW(pool.Propose(pointers, starts, short_out), Error);
   pointers[5] = nullptr;
   EXPECT_THROW(pool.Propose(pointers, starts, drafts), Error);
+}
+
+// Two threads calling one pool, each with its own sessions: the calls run
+// one after the other and each gets its own sessions' drafts.
+TEST(DraftPool, ConcurrentCallsOnOnePool) {
+  std::mt19937 rng(12);
+  const std::vector<Text> docs = test_util::RandomTexts(rng, 100, 30, 40, 50);
+  const test_util::BuiltIndex built(docs, 50, "batch_conc.sam");
+  const auto index = StaticIndex::Create(&built.view(), {});
+  DraftPool pool(3);
+  constexpr size_t kSessions = 20;
+  auto run = [&](uint32_t seed, std::vector<std::vector<uint32_t>>* got) {
+    std::mt19937 local(seed);
+    std::vector<Stream> streams = MakeStreams(local, docs, kSessions);
+    auto sessions = MakeSessions(streams, index, Policy::kTree);
+    std::vector<Session*> pointers;
+    for (auto& s : sessions) pointers.push_back(s.get());
+    std::vector<uint32_t> starts(kSessions);
+    std::vector<BatchDraft> drafts(kSessions);
+    for (int step = 0; step < 30; ++step) {
+      for (size_t i = 0; i < kSessions; ++i)
+        starts[i] = streams[i].output[std::min(streams[i].at, streams[i].output.size() - 1)];
+      pool.Propose(pointers, starts, drafts);
+      for (size_t i = 0; i < kSessions; ++i) {
+        if (drafts[i].error) std::rethrow_exception(drafts[i].error);
+        got->push_back(drafts[i].tree->tokens);
+        if (streams[i].at + 1 < streams[i].output.size())
+          Advance(*drafts[i].tree, sessions[i].get(), &streams[i]);
+      }
+    }
+  };
+  std::vector<std::vector<uint32_t>> want_a, want_b, got_a, got_b;
+  run(1, &want_a);
+  run(2, &want_b);
+  std::thread a([&] { run(1, &got_a); });
+  std::thread b([&] { run(2, &got_b); });
+  a.join();
+  b.join();
+  EXPECT_EQ(got_a, want_a);
+  EXPECT_EQ(got_b, want_b);
 }
 
 }  // namespace
