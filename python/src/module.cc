@@ -26,6 +26,7 @@
 #include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
+#include "sam/runtime/batch.h"
 #include "sam/runtime/draft.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/selection.h"
@@ -44,7 +45,7 @@ PyObject* error_type = nullptr;
 
 // Raises samdecoding.Error(message) with .code (the stable code name, e.g.
 // "io") and .code_value (its number).
-void RaiseError(ErrorCode code, const char* message) {
+py::object MakeError(ErrorCode code, const char* message) {
   py::object type = py::reinterpret_borrow<py::object>(error_type);
   // Messages quote file names and values, which need not be UTF-8.
   py::object text = py::reinterpret_steal<py::object>(
@@ -53,7 +54,11 @@ void RaiseError(ErrorCode code, const char* message) {
   py::object exc = type(text);
   exc.attr("code") = std::string(sam::ErrorCodeName(code));
   exc.attr("code_value") = static_cast<int>(code);
-  PyErr_SetObject(error_type, exc.ptr());
+  return exc;
+}
+
+void RaiseError(ErrorCode code, const char* message) {
+  PyErr_SetObject(error_type, MakeError(code, message).ptr());
 }
 
 [[noreturn]] void ThrowInvalid(const std::string& message) {
@@ -348,6 +353,17 @@ class Session {
     InUse guard(this);
     return session_->statistics().ToJson();
   }
+  // For propose_batch: marks the session busy (false when it already is)
+  // and idle again; the native session; the Draft of its last proposal,
+  // copied into the draft buffer like Propose does.
+  bool TryAcquire() { return !busy_.exchange(true, std::memory_order_acquire); }
+  void Release() { busy_.store(false, std::memory_order_release); }
+  sam::runtime::Session* native() { return session_.get(); }
+  Draft Take(const sam::runtime::DraftTree& tree) {
+    buffer_->tree = tree;  // within the reserved capacity: no reallocation
+    return Draft{buffer_, tree.size(), tree.source, tree.match_len};
+  }
+
   const std::string& policy() const { return policy_; }
   size_t num_indexes() const { return session_->num_indexes(); }
   size_t draft_size() const { return session_->options().selection.draft_size; }
@@ -377,6 +393,70 @@ class Session {
   std::string policy_;
   std::atomic<bool> busy_{false};
 };
+
+// propose_batch: one DraftPool::Propose over the sessions, with the GIL
+// released. Returns a list with each session's Draft, or the samdecoding.Error
+// (not raised) of a session whose proposal failed. Refuses (before drafting)
+// a session that is busy in another thread or appears twice.
+py::list ProposeBatch(sam::runtime::DraftPool& pool, const py::sequence& sessions,
+                      const py::handle& starts) {
+  TokenIds start_ids(starts, "propose_batch");
+  const size_t n = sessions.size();
+  if (start_ids.span().size() != n)
+    ThrowInvalid("propose_batch: " + std::to_string(n) + " sessions but " +
+                 std::to_string(start_ids.span().size()) + " start ids");
+  std::vector<Session*> wrappers(n);
+  for (size_t i = 0; i < n; ++i) {
+    py::object item = sessions[i];
+    if (!py::isinstance<Session>(item))
+      ThrowInvalid("propose_batch: sessions[" + std::to_string(i) + "] is not a Session");
+    wrappers[i] = &item.cast<Session&>();  // the sequence keeps it alive
+  }
+  size_t acquired = 0;
+  struct ReleaseAll {
+    std::vector<Session*>& w;
+    size_t& count;
+    ~ReleaseAll() {
+      for (size_t i = 0; i < count; ++i) w[i]->Release();
+    }
+  } release_all{wrappers, acquired};
+  for (; acquired < n; ++acquired)
+    if (!wrappers[acquired]->TryAcquire())
+      ThrowInvalid("propose_batch: session " + std::to_string(acquired) +
+                   " appears twice or is used by another thread at the same time");
+  std::vector<sam::runtime::Session*> natives(n);
+  for (size_t i = 0; i < n; ++i) natives[i] = wrappers[i]->native();
+  std::vector<sam::runtime::BatchDraft> drafts(n);
+  std::vector<Draft> taken(n);
+  {
+    py::gil_scoped_release release;
+    pool.Propose(natives, start_ids.span(), drafts);
+    for (size_t i = 0; i < n; ++i)
+      if (!drafts[i].error) taken[i] = wrappers[i]->Take(*drafts[i].tree);
+  }
+  py::list out;
+  for (size_t i = 0; i < n; ++i) {
+    if (!drafts[i].error) {
+      out.append(py::cast(std::move(taken[i])));
+      continue;
+    }
+    try {
+      std::rethrow_exception(drafts[i].error);
+    } catch (const Error& e) {
+      out.append(MakeError(e.code(), e.what()));
+    } catch (const std::exception& e) {
+      out.append(MakeError(ErrorCode::kInternal, e.what()));
+    }
+  }
+  return out;
+}
+
+// The pool of samdecoding.propose_batch without a pool: all cores, made on
+// first use, never destroyed (its workers sleep until the process ends).
+sam::runtime::DraftPool& DefaultPool() {
+  static auto* pool = new sam::runtime::DraftPool(0);
+  return *pool;
+}
 
 std::string HexOrNone(const sam::format::IndexHeader& h) {
   return h.has_tokenizer() ? sam::format::DigestToHex(h.tokenizer_sha256) : std::string();
@@ -486,4 +566,16 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("policy", &Session::policy)
       .def_property_readonly("draft_size", &Session::draft_size)
       .def_property_readonly("num_indexes", &Session::num_indexes);
+
+  py::class_<sam::runtime::DraftPool>(m, "DraftPool")
+      .def(py::init<size_t>(), py::arg("threads") = 0)
+      .def_property_readonly("threads", &sam::runtime::DraftPool::num_threads)
+      .def("propose", &ProposeBatch, py::arg("sessions"), py::arg("starts"));
+  m.def(
+      "propose_batch",
+      [](const py::sequence& sessions, const py::handle& starts, py::object pool) {
+        if (pool.is_none()) return ProposeBatch(DefaultPool(), sessions, starts);
+        return ProposeBatch(py::cast<sam::runtime::DraftPool&>(pool), sessions, starts);
+      },
+      py::arg("sessions"), py::arg("starts"), py::arg("pool") = py::none());
 }

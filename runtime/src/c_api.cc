@@ -4,6 +4,7 @@
 #include <exception>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <span>
@@ -14,6 +15,7 @@
 #include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
+#include "sam/runtime/batch.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
@@ -349,6 +351,73 @@ const char* sam_session_stats_json(sam_session* session) {
     session->stats_json = session->session->statistics().ToJson();
   });
   return status == SAM_OK ? session->stats_json.c_str() : nullptr;
+}
+
+}  // extern "C"
+
+// ---- Batched drafting (sam_draft_pool, sam_propose_batch).
+
+struct sam_draft_pool {
+  explicit sam_draft_pool(size_t num_threads) : pool(num_threads) {}
+  sam::runtime::DraftPool pool;
+  std::mutex mutex;  // guards the scratch below (DraftPool serializes calls itself)
+  // Reused between calls: a step allocates nothing once they are big enough.
+  std::vector<sam::runtime::Session*> sessions;
+  std::vector<sam::runtime::BatchDraft> drafts;
+};
+
+extern "C" {
+
+int sam_draft_pool_new(size_t num_threads, sam_draft_pool** out) {
+  return Guard([&] {
+    Require(out != nullptr, "sam_draft_pool_new", "out is NULL");
+    *out = nullptr;
+    *out = new sam_draft_pool(num_threads);
+  });
+}
+
+void sam_draft_pool_free(sam_draft_pool* pool) { delete pool; }
+
+size_t sam_draft_pool_num_threads(const sam_draft_pool* pool) {
+  return pool ? pool->pool.num_threads() : 0;
+}
+
+int sam_propose_batch(sam_draft_pool* pool, sam_session* const* sessions,
+                      const uint32_t* start_tokens, size_t n, sam_draft* out, int* statuses) {
+  std::string first_failure;
+  const int status = Guard([&] {
+    const char* f = "sam_propose_batch";
+    Require(pool != nullptr, f, "pool is NULL");
+    Require(n == 0 || (sessions && start_tokens && out && statuses), f,
+            "sessions, start_tokens, out or statuses is NULL but n > 0");
+    for (size_t i = 0; i < n; ++i)
+      if (sessions[i] == nullptr)
+        throw sam::Error(sam::ErrorCode::kInvalidArgument,
+                         "sam_propose_batch: session " + std::to_string(i) + " is NULL");
+    std::lock_guard lock(pool->mutex);
+    pool->sessions.resize(n);
+    pool->drafts.resize(n);
+    for (size_t i = 0; i < n; ++i) pool->sessions[i] = sessions[i]->session.get();
+    pool->pool.Propose(pool->sessions, {start_tokens, n}, pool->drafts);
+    for (size_t i = 0; i < n; ++i) {
+      const sam::runtime::BatchDraft& d = pool->drafts[i];
+      if (d.error) {
+        statuses[i] = Guard([&] { std::rethrow_exception(d.error); });
+        if (first_failure.empty())
+          first_failure = "sam_propose_batch: session " + std::to_string(i) + ": " + last_error;
+        continue;
+      }
+      statuses[i] = SAM_OK;
+      out[i].tokens = d.tree->tokens.data();
+      out[i].parents = d.tree->parents.data();
+      out[i].depths = d.tree->depths.data();
+      out[i].count = d.tree->size();
+      out[i].source = static_cast<int>(d.tree->source);
+      out[i].match_len = d.tree->match_len;
+    }
+  });
+  if (status == SAM_OK && !first_failure.empty()) Fail(SAM_OK, first_failure);
+  return status;
 }
 
 }  // extern "C"

@@ -91,6 +91,57 @@ class DraftsTest(unittest.TestCase):
         self.assertTrue(np.shares_memory(draft.tokens, session.propose(step["start"]).tokens))
 
 
+class BatchTest(unittest.TestCase):
+    """propose_batch gives each session the draft its own propose gives."""
+
+    def test_batch_matches_the_cpp_drafts(self):
+        index = sd.Index.open(INDEX)
+        policies = [p for p in sd.POLICIES for _ in range(3)]   # 3 sessions per policy
+        for pool in (None, sd.DraftPool(3), sd.DraftPool(1)):
+            if pool is not None:
+                self.assertIn(pool.threads, (1, 3))
+            # Fresh sessions: Reset keeps sam-rec's Token Recycling table.
+            sessions = []
+            for policy in policies:
+                s = new_session(policy)
+                s.attach(index)
+                s.prefill(REF["prompt"])
+                sessions.append(s)
+            for n in range(max(len(REF["policies"][p]["steps"]) for p in policies)):
+                live = [i for i, p in enumerate(policies) if n < len(REF["policies"][p]["steps"])]
+                steps = [REF["policies"][policies[i]]["steps"][n] for i in live]
+                drafts = sd.propose_batch([sessions[i] for i in live],
+                                          [st["start"] for st in steps], pool=pool)
+                self.assertEqual(len(drafts), len(live))
+                for i, step, draft in zip(live, steps, drafts):
+                    where = "%s session %d step %d" % (policies[i], i, n)
+                    self.assertIsInstance(draft, sd.Draft, where)
+                    self.assertEqual(draft.tokens.tolist(), step["tokens"], where)
+                    self.assertEqual(draft.parents.tolist(), step["parents"], where)
+                    self.assertEqual(draft.depths.tolist(), step["depths"], where)
+                    self.assertEqual(draft.source, step["source"], where)
+                    sessions[i].commit(step["commit"])
+                    k = REF["top_k"]
+                    sessions[i].observe_topk(step["commit"], np.array(step["topk"]).reshape(-1, k))
+
+    def test_bad_batches_are_refused(self):
+        s = new_session("sam")
+        s.attach(sd.Index.open(INDEX))
+        s.prefill(REF["prompt"])
+        start = REF["policies"]["sam"]["steps"][0]["start"]
+        with self.assertRaises(sd.Error) as caught:
+            sd.propose_batch([s, s], [start, start])
+        self.assertEqual(caught.exception.code, "invalid-argument")
+        with self.assertRaises(sd.Error):
+            sd.propose_batch([s], [start, start])
+        with self.assertRaises(sd.Error):
+            sd.propose_batch([s, "not a session"], [start, start])
+        self.assertEqual(sd.propose_batch([], []), [])
+        # The session is usable afterwards (released after each refusal).
+        self.assertEqual(sd.propose_batch([s], [start])[0].tokens.tolist(),
+                         REF["policies"]["sam"]["steps"][0]["tokens"])
+
+
 class HeaderTest(unittest.TestCase):
     def test_properties(self):
         index = sd.Index.open(INDEX)

@@ -46,8 +46,8 @@ expect() {
 build=$bin/sam-build inspect=$bin/sam-inspect replay=$bin/sam-replay gen=$bin/sam-generate
 
 # ---------------------------------------------------------------- --help of every program
-programs=(sam-build sam-inspect sam-replay sam-generate bench-build bench-step bench-generate
-          bench-forward)
+programs=(sam-build sam-inspect sam-replay sam-generate bench-build bench-step bench-batch
+          bench-generate bench-forward)
 for p in "${programs[@]}"; do
   have "$p" || continue
   expect 0 "Examples:" -- "$bin/$p" --help
@@ -87,6 +87,12 @@ if have bench-step; then
   expect 2 "policies" -- "$bin/bench-step" --index x.sam --policies bogus
   expect 2 "load" -- "$bin/bench-step" --index x.sam --load bogus
   expect 2 "steps" -- "$bin/bench-step" --index x.sam --steps abc
+fi
+if have bench-batch; then
+  expect 2 "index" -- "$bin/bench-batch" --traces x.jsonl
+  expect 2 "policy" -- "$bin/bench-batch" --index x.sam --traces x.jsonl --policy bogus
+  expect 2 "runs" -- "$bin/bench-batch" --index x.sam --traces x.jsonl --runs 0
+  expect 2 "sessions" -- "$bin/bench-batch" --index x.sam --traces x.jsonl --sessions abc
 fi
 if have bench-generate; then
   expect 2 "tokenizer" -- "$bin/bench-generate"

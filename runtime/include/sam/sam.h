@@ -252,6 +252,37 @@ SAM_API int sam_session_reset(sam_session* session);
  * draft tokens + 1). NULL on failure (see sam_last_error). */
 SAM_API const char* sam_session_stats_json(sam_session* session);
 
+/* ---- Batched drafting (sam/runtime/batch.h): one call drafts for many
+ * sessions on a fixed thread pool.
+ *
+ *   sam_draft_pool* pool = NULL;
+ *   sam_draft_pool_new(0, &pool);                 // threads made once (0: all cores)
+ *   int rc = sam_propose_batch(pool, sessions, starts, n, drafts, statuses);
+ *   // rc == SAM_OK: drafts[i] is session i's draft when statuses[i] == SAM_OK
+ *   sam_draft_pool_free(pool);
+ */
+typedef struct sam_draft_pool sam_draft_pool;
+
+/* A pool drafting on num_threads threads, the caller's included (0: the
+ * machine's core count; 1: no worker thread; at most 1024). */
+SAM_API int sam_draft_pool_new(size_t num_threads, sam_draft_pool** out);
+SAM_API void sam_draft_pool_free(sam_draft_pool* pool);
+SAM_API size_t sam_draft_pool_num_threads(const sam_draft_pool* pool);
+
+/* Proposes sessions[i]'s draft rooted at start_tokens[i] into out[i], for
+ * i < n, and returns when all are done: the same drafts as
+ * sam_session_propose on each in turn. statuses[i] gets session i's status
+ * (out[i] is meaningful only when it is SAM_OK); the call returns SAM_OK
+ * when it ran, failed sessions or not, and sam_last_error() then names the
+ * first failed session and its message. A NULL pool, array or session (when
+ * n > 0) is SAM_ERR_INVALID_ARGUMENT before anything is drafted. A session
+ * may appear once in a batch and must not be used elsewhere during the call;
+ * concurrent calls on one pool run one after the other. The draft arrays
+ * stay valid until the next call on their session. */
+SAM_API int sam_propose_batch(sam_draft_pool* pool, sam_session* const* sessions,
+                              const uint32_t* start_tokens, size_t n, sam_draft* out,
+                              int* statuses);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif
