@@ -171,6 +171,17 @@ const char* sam_status_name(int status) {
 
 const char* sam_last_error(void) { return last_error.c_str(); }
 
+// SAM_BUILD_VERSION_* and SAM_BUILD_ABI_VERSION come from CMake (the project version and the
+// soname's number), so the library reports what it was built as, not what sam.h claims.
+int sam_version(void) {
+  return SAM_MAKE_VERSION(SAM_BUILD_VERSION_MAJOR, SAM_BUILD_VERSION_MINOR,
+                          SAM_BUILD_VERSION_PATCH);
+}
+
+const char* sam_version_string(void) { return SAM_BUILD_VERSION_STRING; }
+
+int sam_abi_version(void) { return SAM_BUILD_ABI_VERSION; }
+
 const char* sam_policy_name(int policy) {
   // The table's names are string literals: NUL-terminated static storage.
   return IsPolicy(policy) ? sam::runtime::PolicyName(static_cast<sam::runtime::Policy>(policy)).data()

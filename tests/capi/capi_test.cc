@@ -242,6 +242,18 @@ TEST(Capi, StatusNamesAreStable) {
   EXPECT_STREQ(sam_status_name(-3), "unknown");
 }
 
+TEST(Capi, HeaderAndLibraryVersionsAgree) {
+  // The library's version comes from CMake's project(VERSION), the macros from sam.h.
+  EXPECT_EQ(sam_version(), SAM_VERSION);
+  EXPECT_EQ(SAM_VERSION, SAM_MAKE_VERSION(SAM_VERSION_MAJOR, SAM_VERSION_MINOR, SAM_VERSION_PATCH));
+  EXPECT_EQ(SAM_VERSION, 100);  // 0.1.0
+  EXPECT_STREQ(sam_version_string(), SAM_VERSION_STRING);
+  EXPECT_EQ(std::string(SAM_VERSION_STRING), std::to_string(SAM_VERSION_MAJOR) + "." +
+                                                 std::to_string(SAM_VERSION_MINOR) + "." +
+                                                 std::to_string(SAM_VERSION_PATCH));
+  EXPECT_EQ(sam_abi_version(), SAM_ABI_VERSION);
+}
+
 TEST(Capi, LastErrorIsPerThread) {
   sam_index* index = nullptr;
   ASSERT_EQ(sam_index_open(nullptr, nullptr, &index), SAM_ERR_INVALID_ARGUMENT);

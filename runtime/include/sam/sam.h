@@ -83,6 +83,31 @@
 extern "C" {
 #endif
 
+/* ---- Versions ----------------------------------------------------------- */
+
+/* The version of this header: the CMake project version (the build refuses
+ * to configure when they differ). Compare with sam_version() at run time to
+ * detect a header / library mismatch. */
+#define SAM_VERSION_MAJOR 0
+#define SAM_VERSION_MINOR 1
+#define SAM_VERSION_PATCH 0
+#define SAM_VERSION_STRING "0.1.0"
+/* Packs a version into one int: major * 10000 + minor * 100 + patch. */
+#define SAM_MAKE_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
+#define SAM_VERSION SAM_MAKE_VERSION(SAM_VERSION_MAJOR, SAM_VERSION_MINOR, SAM_VERSION_PATCH)
+/* The ABI version: the number of the shared library's soname
+ * (libsam_runtime.so.0). It changes only when the ABI breaks; a program
+ * built against this header runs with any library of the same ABI version
+ * whose sam_version() is at least SAM_VERSION. */
+#define SAM_ABI_VERSION 0
+
+/* The library's version, packed as SAM_VERSION (e.g. 100 for 0.1.0). */
+SAM_API int sam_version(void);
+/* The library's version as "MAJOR.MINOR.PATCH"; static storage. */
+SAM_API const char* sam_version_string(void);
+/* The library's ABI version (SAM_ABI_VERSION of the header it was built with). */
+SAM_API int sam_abi_version(void);
+
 /* Stable status codes; values never change meaning, new ones are appended. */
 typedef enum sam_status {
   SAM_OK = 0,
