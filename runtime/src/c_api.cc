@@ -1,6 +1,8 @@
 // The C API (sam/sam.h) over sam::format::IndexFile and sam::runtime::Session.
 // Every entry point runs its body through Guard(), which turns exceptions
 // into status codes plus a thread-local message.
+#include <cstddef>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -144,6 +146,41 @@ sam::runtime::Policy PolicyOf(int policy) {
   return static_cast<sam::runtime::Policy>(policy);
 }
 
+// Copies the fields of `in` that in.struct_size covers whole into *out (which holds the
+// defaults), by the rule of sam.h: a larger struct_size is accepted only when the bytes past
+// sam_session_config are zero.
+void ReadConfig(const sam_session_config& in, sam_session_config* out) {
+  const size_t size = in.struct_size;
+  constexpr size_t kFirstOptionEnd =
+      offsetof(sam_session_config, draft_size) + sizeof(sam_session_config::draft_size);
+  Require(size >= kFirstOptionEnd, "sam_session_new_ex",
+          ("struct_size " + std::to_string(size) + " is below " + std::to_string(kFirstOptionEnd) +
+           ": initialise the config with sam_session_config_init()")
+              .c_str());
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&in);
+  if (size > sizeof(sam_session_config)) {
+    for (size_t i = sizeof(sam_session_config); i < size; ++i)
+      if (bytes[i] != 0)
+        throw sam::Error(sam::ErrorCode::kInvalidArgument,
+                         "sam_session_new_ex: struct_size " + std::to_string(size) +
+                             " is larger than this library's sam_session_config (" +
+                             std::to_string(sizeof(sam_session_config)) + " bytes, version " +
+                             SAM_BUILD_VERSION_STRING + ") and byte " + std::to_string(i) +
+                             " is not zero: an option this library does not know is set");
+  }
+  // Each field whose bytes the caller's struct holds whole, read as bytes: the caller's
+  // object may end before the fields it does not know.
+  auto read = [size, bytes](auto* to, size_t offset) {
+    if (offset + sizeof(*to) <= size) std::memcpy(to, bytes + offset, sizeof(*to));
+  };
+  read(&out->draft_size, offsetof(sam_session_config, draft_size));
+  read(&out->policy, offsetof(sam_session_config, policy));
+  read(&out->l_bias, offsetof(sam_session_config, l_bias));
+  read(&out->l_threshold, offsetof(sam_session_config, l_threshold));
+  read(&out->recycling_vocab_size, offsetof(sam_session_config, recycling_vocab_size));
+  read(&out->max_dynamic_bytes, offsetof(sam_session_config, max_dynamic_bytes));
+}
+
 }  // namespace
 
 extern "C" {
@@ -256,21 +293,48 @@ uint64_t sam_index_num_documents(const sam_index* index) {
 
 void sam_session_options_default(sam_session_options* options) {
   if (options == nullptr) return;
+  sam_session_config config;
+  sam_session_config_init(&config);
+  options->draft_size = config.draft_size;
+  options->policy = config.policy;
+  options->l_bias = config.l_bias;
+  options->l_threshold = config.l_threshold;
+  options->recycling_vocab_size = config.recycling_vocab_size;
+  options->max_dynamic_bytes = config.max_dynamic_bytes;
+}
+
+void sam_session_config_init(sam_session_config* config) {
+  if (config == nullptr) return;
   const sam::runtime::SessionOptions defaults;
-  options->draft_size = defaults.selection.draft_size;
-  options->policy = SAM_POLICY_PAPER;
-  options->l_bias = -1;
-  options->l_threshold = defaults.selection.l_threshold;
-  options->recycling_vocab_size = 0;
-  options->max_dynamic_bytes = defaults.max_dynamic_bytes;
+  *config = sam_session_config{};
+  config->struct_size = sizeof(sam_session_config);
+  config->draft_size = defaults.selection.draft_size;
+  config->policy = SAM_POLICY_PAPER;
+  config->l_bias = -1;
+  config->l_threshold = defaults.selection.l_threshold;
+  config->recycling_vocab_size = 0;
+  config->max_dynamic_bytes = defaults.max_dynamic_bytes;
 }
 
 int sam_session_new(const sam_session_options* options, sam_session** out) {
+  if (options == nullptr) return sam_session_new_ex(nullptr, out);
+  sam_session_config config;
+  sam_session_config_init(&config);
+  config.draft_size = options->draft_size;
+  config.policy = options->policy;
+  config.l_bias = options->l_bias;
+  config.l_threshold = options->l_threshold;
+  config.recycling_vocab_size = options->recycling_vocab_size;
+  config.max_dynamic_bytes = options->max_dynamic_bytes;
+  return sam_session_new_ex(&config, out);
+}
+
+int sam_session_new_ex(const sam_session_config* config, sam_session** out) {
   return Guard([&] {
     Require(out != nullptr, "sam_session_new", "out is NULL");
-    sam_session_options c_options;
-    sam_session_options_default(&c_options);
-    if (options != nullptr) c_options = *options;
+    sam_session_config c_options;
+    sam_session_config_init(&c_options);
+    if (config != nullptr) ReadConfig(*config, &c_options);
     if (c_options.draft_size < 1 || c_options.draft_size > SAM_MAX_DRAFT_SIZE)
       throw sam::Error(sam::ErrorCode::kInvalidArgument, "sam_session_new: draft_size must be in 1..SAM_MAX_DRAFT_SIZE (" +
                                   std::to_string(SAM_MAX_DRAFT_SIZE) + "), got " +

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <string>
@@ -153,6 +155,131 @@ TEST(Capi, RejectsBadOptions) {
   options.draft_size = 0;
   EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(session, nullptr);
+}
+
+// The drafts of a dynamic-only session over a repetitive prompt (the draft fills draft_size).
+std::vector<uint32_t> RepetitiveDraft(sam_session* session) {
+  std::vector<uint32_t> prompt;
+  for (uint32_t i = 0; i < 100; ++i) prompt.push_back(1 + i % 7);
+  EXPECT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
+  sam_draft d;
+  EXPECT_EQ(sam_session_propose(session, 1 + 100 % 7, &d), SAM_OK) << sam_last_error();
+  return {d.tokens, d.tokens + d.count};
+}
+
+TEST(Capi, ConfigDefaultsEqualTheOptionsDefaults) {
+  sam_session_config config;
+  sam_session_config_init(&config);
+  sam_session_options options;
+  sam_session_options_default(&options);
+  EXPECT_EQ(config.struct_size, sizeof(sam_session_config));
+  EXPECT_EQ(config.draft_size, options.draft_size);
+  EXPECT_EQ(config.policy, options.policy);
+  EXPECT_EQ(config.l_bias, options.l_bias);
+  EXPECT_EQ(config.l_threshold, options.l_threshold);
+  EXPECT_EQ(config.recycling_vocab_size, options.recycling_vocab_size);
+  EXPECT_EQ(config.max_dynamic_bytes, options.max_dynamic_bytes);
+
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new_ex(&config, &session), SAM_OK) << sam_last_error();
+  sam_session_free(session);
+  session = nullptr;
+  ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK) << sam_last_error();
+  sam_session_free(session);
+  EXPECT_EQ(sam_session_new_ex(&config, nullptr), SAM_ERR_INVALID_ARGUMENT);
+}
+
+// Both entry points build the same session from the same options.
+TEST(Capi, ConfigAndOptionsGiveTheSameDrafts) {
+  sam_session_options options;
+  sam_session_options_default(&options);
+  options.policy = SAM_POLICY_DYNAMIC_ONLY;
+  options.draft_size = 12;
+  sam_session_config config;
+  sam_session_config_init(&config);
+  config.policy = SAM_POLICY_DYNAMIC_ONLY;
+  config.draft_size = 12;
+  sam_session *old_api = nullptr, *new_api = nullptr;
+  ASSERT_EQ(sam_session_new(&options, &old_api), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_session_new_ex(&config, &new_api), SAM_OK) << sam_last_error();
+  const std::vector<uint32_t> draft = RepetitiveDraft(old_api);
+  EXPECT_EQ(draft.size(), 12u);
+  EXPECT_EQ(RepetitiveDraft(new_api), draft);
+  sam_session_free(old_api);
+  sam_session_free(new_api);
+}
+
+// A caller compiled against an older, shorter sam_session_config: its object ends early (a
+// buffer of exactly struct_size bytes here, so that reading past it would be caught by ASan),
+// and the fields it does not cover take their defaults, whatever lies past it.
+TEST(Capi, ShorterConfigGetsDefaultsForTheMissingFields) {
+  sam_session_config full;
+  sam_session_config_init(&full);
+  full.draft_size = 12;
+  full.policy = 17;  // not a policy: refused when read
+  sam_session* session = nullptr;
+  EXPECT_EQ(sam_session_new_ex(&full, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("policy 17"), std::string::npos) << sam_last_error();
+
+  // Only struct_size and draft_size: policy (and everything after) is the default.
+  const size_t old_size = offsetof(sam_session_config, policy);
+  full.struct_size = old_size;
+  std::vector<unsigned char> old_caller(reinterpret_cast<unsigned char*>(&full),
+                                        reinterpret_cast<unsigned char*>(&full) + old_size);
+  ASSERT_EQ(sam_session_new_ex(reinterpret_cast<const sam_session_config*>(old_caller.data()),
+                               &session),
+            SAM_OK)
+      << sam_last_error();
+  sam_session_config expected;
+  sam_session_config_init(&expected);
+  expected.draft_size = 12;  // the default policy, SAM_POLICY_PAPER
+  sam_session* reference = nullptr;
+  ASSERT_EQ(sam_session_new_ex(&expected, &reference), SAM_OK);
+  const std::vector<uint32_t> draft = RepetitiveDraft(session);
+  EXPECT_EQ(draft.size(), 12u);
+  EXPECT_EQ(RepetitiveDraft(reference), draft);
+  sam_session_free(session);
+  sam_session_free(reference);
+
+  // A field cut in the middle is not read either.
+  full.struct_size = old_size + 1;
+  session = nullptr;
+  EXPECT_EQ(sam_session_new_ex(&full, &session), SAM_OK) << sam_last_error();
+  sam_session_free(session);
+
+  // Too short to hold draft_size: refused.
+  full.struct_size = offsetof(sam_session_config, draft_size);
+  session = nullptr;
+  EXPECT_EQ(sam_session_new_ex(&full, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(session, nullptr);
+  EXPECT_NE(std::string(sam_last_error()).find("struct_size"), std::string::npos);
+}
+
+// A caller compiled against a newer, longer struct: unknown trailing bytes must be zero.
+TEST(Capi, LongerConfigNeedsZeroTrailingBytes) {
+  struct Newer {
+    sam_session_config known;
+    uint64_t future_option;
+    uint32_t another;
+  } newer;
+  std::memset(&newer, 0, sizeof newer);  // padding included
+  sam_session_config_init(&newer.known);
+  newer.known.struct_size = sizeof(Newer);
+  newer.known.draft_size = 12;
+  newer.known.policy = SAM_POLICY_DYNAMIC_ONLY;
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new_ex(&newer.known, &session), SAM_OK) << sam_last_error();
+  EXPECT_EQ(RepetitiveDraft(session).size(), 12u);
+  sam_session_free(session);
+
+  newer.another = 1;
+  session = nullptr;
+  EXPECT_EQ(sam_session_new_ex(&newer.known, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(session, nullptr);
+  const std::string message = sam_last_error();
+  EXPECT_NE(message.find("struct_size " + std::to_string(sizeof(Newer))), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("not zero"), std::string::npos) << message;
 }
 
 // draft_size has a documented maximum: SAM_MAX_DRAFT_SIZE is accepted (and

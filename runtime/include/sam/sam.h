@@ -211,7 +211,9 @@ typedef enum sam_draft_source {
   SAM_SOURCE_OTHER = 6
 } sam_draft_source;
 
-/* Always initialise with sam_session_options_default(), then change fields. */
+/* Always initialise with sam_session_options_default(), then change fields.
+ * This struct's layout is frozen (sam_session_new keeps reading exactly
+ * these fields); options added later go to sam_session_config only. */
 typedef struct sam_session_options {
   size_t draft_size;             /* nodes per draft, start token included (40);
                                     1..SAM_MAX_DRAFT_SIZE */
@@ -228,6 +230,42 @@ SAM_API void sam_session_options_default(sam_session_options* options);
  * (draft_size 0 or above SAM_MAX_DRAFT_SIZE, an unknown policy) is
  * SAM_ERR_INVALID_ARGUMENT, with a message naming the field and its range. */
 SAM_API int sam_session_new(const sam_session_options* options, sam_session** out);
+/* Session options that can grow without breaking old callers: new fields are
+ * only ever appended, and struct_size tells the library which fields the
+ * caller knows.
+ *
+ *   sam_session_config c;
+ *   sam_session_config_init(&c);   // defaults, and c.struct_size = sizeof c
+ *   c.draft_size = 64;
+ *   sam_session_new_ex(&c, &sess);
+ *
+ * The rule: the library reads a field only if the caller's struct_size
+ * covers it whole (offset + size <= struct_size); a field it does not cover
+ * takes its default, so a program compiled against an older, shorter
+ * struct gets the defaults of the fields added since. A struct_size larger
+ * than the library's struct (a caller compiled against a newer header) is
+ * accepted when every byte past the library's struct is zero (a newer field
+ * left at zero) and refused with SAM_ERR_INVALID_ARGUMENT otherwise: the
+ * caller asked for something this library cannot do. A struct_size smaller
+ * than the first option's end (sizeof(size_t) * 2) is SAM_ERR_INVALID_ARGUMENT.
+ * Fields and defaults are those of sam_session_options. */
+typedef struct sam_session_config {
+  size_t struct_size;            /* sizeof(sam_session_config) of the caller */
+  size_t draft_size;
+  int policy;
+  int32_t l_bias;
+  uint32_t l_threshold;
+  uint32_t recycling_vocab_size;
+  size_t max_dynamic_bytes;
+} sam_session_config;
+
+/* Fills *config with the defaults and struct_size = sizeof(sam_session_config)
+ * (NULL is a no-op). */
+SAM_API void sam_session_config_init(sam_session_config* config);
+/* sam_session_new with a sam_session_config (the rule above); config NULL
+ * means the defaults. Invalid options as in sam_session_new. */
+SAM_API int sam_session_new_ex(const sam_session_config* config, sam_session** out);
+
 /* Frees the session (NULL is a no-op). */
 SAM_API void sam_session_free(sam_session* session);
 
