@@ -20,6 +20,7 @@
 #include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
+#include "sam/runtime/verify.h"
 #include "sam/sam.h"
 
 struct sam_index {
@@ -33,6 +34,11 @@ struct sam_session {
   std::unique_ptr<sam::runtime::RecyclingDrafter> recycling;
   std::unique_ptr<sam::runtime::Session> session;
   std::string stats_json;
+  // The last proposal, until the next commit, reset, prefill or attach (Session::Propose's
+  // reference stays valid until the next call on the session).
+  const sam::runtime::DraftTree* proposed = nullptr;
+  sam::runtime::VerifyResult verified;
+  std::vector<uint32_t> commit_tokens;
 };
 
 namespace {
@@ -365,6 +371,7 @@ int sam_session_attach_index(sam_session* session, sam_index* index) {
   return Guard([&] {
     Require(session != nullptr, "sam_session_attach_index", "session is NULL");
     Require(index != nullptr, "sam_session_attach_index", "index is NULL");
+    session->proposed = nullptr;
     // The session shares the index (and its prepared tables): it stays
     // mapped after sam_index_close.
     if (index->prepared) session->session->AttachIndex(index->prepared);
@@ -375,6 +382,7 @@ int sam_session_attach_index(sam_session* session, sam_index* index) {
 int sam_session_prefill(sam_session* session, const uint32_t* ids, size_t n) {
   return Guard([&] {
     Require(session != nullptr, "sam_session_prefill", "session is NULL");
+    session->proposed = nullptr;
     session->session->Prefill(Ids(ids, n, "sam_session_prefill"));
   });
 }
@@ -383,7 +391,9 @@ int sam_session_propose(sam_session* session, uint32_t start_token, sam_draft* o
   return Guard([&] {
     Require(session != nullptr, "sam_session_propose", "session is NULL");
     Require(out != nullptr, "sam_session_propose", "out is NULL");
+    session->proposed = nullptr;
     const sam::runtime::DraftTree& tree = session->session->Propose(start_token);
+    session->proposed = &tree;
     out->tokens = tree.tokens.data();
     out->parents = tree.parents.data();
     out->depths = tree.depths.data();
@@ -396,7 +406,34 @@ int sam_session_propose(sam_session* session, uint32_t start_token, sam_draft* o
 int sam_session_commit(sam_session* session, const uint32_t* ids, size_t n) {
   return Guard([&] {
     Require(session != nullptr, "sam_session_commit", "session is NULL");
+    session->proposed = nullptr;
     session->session->Commit(Ids(ids, n, "sam_session_commit"));
+  });
+}
+
+int sam_session_verify_greedy(sam_session* session, const uint32_t* argmax, size_t n,
+                              sam_verify_result* out) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_verify_greedy", "session is NULL");
+    Require(out != nullptr, "sam_session_verify_greedy", "out is NULL");
+    Require(session->proposed != nullptr, "sam_session_verify_greedy",
+            "no proposal to verify: call sam_session_propose first (a commit, reset, prefill or "
+            "attach ends the proposal)");
+    const sam::runtime::DraftTree& tree = *session->proposed;
+    Require(n == tree.size(), "sam_session_verify_greedy",
+            ("n is " + std::to_string(n) + "; expected the draft's count, " +
+             std::to_string(tree.size()))
+                .c_str());
+    sam::runtime::VerifyGreedy(tree, Ids(argmax, n, "sam_session_verify_greedy"),
+                               &session->verified);
+    const sam::runtime::VerifyResult& r = session->verified;
+    session->commit_tokens.assign(1, tree.tokens[0]);
+    session->commit_tokens.insert(session->commit_tokens.end(), r.accepted_tokens.begin(),
+                                  r.accepted_tokens.end());
+    out->accepted_nodes = r.accepted_nodes.data();
+    out->commit_tokens = session->commit_tokens.data();
+    out->accepted_count = r.accepted_tokens.size();
+    out->bonus_token = r.bonus_token;
   });
 }
 
@@ -414,6 +451,7 @@ int sam_session_observe_topk(sam_session* session, const uint32_t* tokens, size_
 int sam_session_reset(sam_session* session) {
   return Guard([&] {
     Require(session != nullptr, "sam_session_reset", "session is NULL");
+    session->proposed = nullptr;
     session->session->Reset();
   });
 }

@@ -449,6 +449,16 @@ void ExpectSameDraftsAsSession(const std::string& path, const std::vector<uint32
     const auto r = sam::runtime::VerifyGreedy(tree, argmax);
     std::vector<uint32_t> committed{text[pos]};
     committed.insert(committed.end(), r.accepted_tokens.begin(), r.accepted_tokens.end());
+    // The C API's greedy acceptance is VerifyGreedy's.
+    sam_verify_result c_r;
+    ASSERT_EQ(sam_session_verify_greedy(c_session, argmax.data(), argmax.size(), &c_r), SAM_OK)
+        << sam_last_error();
+    ASSERT_EQ(c_r.accepted_count, r.accepted_tokens.size());
+    EXPECT_EQ(std::vector<int32_t>(c_r.accepted_nodes, c_r.accepted_nodes + c_r.accepted_count + 1),
+              r.accepted_nodes);
+    EXPECT_EQ(std::vector<uint32_t>(c_r.commit_tokens, c_r.commit_tokens + c_r.accepted_count + 1),
+              committed);
+    EXPECT_EQ(c_r.bonus_token, r.bonus_token);
     // Token Recycling feedback: the "model" predicts the next text token.
     std::vector<uint32_t> topk;
     for (size_t i = 0; i < tree.size(); ++i) topk.insert(topk.end(), {argmax[i], 1, 2});
@@ -466,6 +476,104 @@ void ExpectSameDraftsAsSession(const std::string& path, const std::vector<uint32
   EXPECT_EQ(sam_session_reset(c_session), SAM_OK);
   sam_session_free(c_session);
   sam_index_close(index);
+}
+
+// A deterministic stand-in for a model: the next token is a hash of the last two. Its text
+// falls into cycles, so the session's drafts are often accepted.
+uint32_t FakeModelNext(const std::vector<uint32_t>& context) {
+  const size_t n = context.size();
+  const uint64_t a = n > 0 ? context[n - 1] : 0, b = n > 1 ? context[n - 2] : 0;
+  uint64_t h = (a * 0x9E3779B97F4A7C15ull) ^ (b + 0x632BE59BD9B4E019ull);
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  return 2 + static_cast<uint32_t>(h % 23);
+}
+
+// The whole loop in C (propose, the model's argmax per node, sam_session_verify_greedy,
+// commit) emits exactly what plain greedy decoding of the fake model emits.
+TEST(Capi, VerifyGreedyLoopEqualsPlainGreedyDecoding) {
+  const std::vector<uint32_t> prompt{1, 7, 9, 4, 11, 3};
+  constexpr size_t kGenerate = 400;
+  std::vector<uint32_t> plain = prompt;
+  while (plain.size() < prompt.size() + kGenerate) plain.push_back(FakeModelNext(plain));
+  plain.erase(plain.begin(), plain.begin() + prompt.size());
+
+  for (int policy : {SAM_POLICY_PAPER, SAM_POLICY_TREE, SAM_POLICY_DYNAMIC_ONLY}) {
+    sam_session_config config;
+    sam_session_config_init(&config);
+    config.policy = policy;
+    config.draft_size = 8;
+    sam_session* session = nullptr;
+    ASSERT_EQ(sam_session_new_ex(&config, &session), SAM_OK) << sam_last_error();
+    ASSERT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
+    std::vector<uint32_t> context = prompt;  // what the model has seen
+    uint32_t start = FakeModelNext(context);
+    std::vector<uint32_t> emitted{start};
+    size_t steps = 0, accepted = 0;
+    while (emitted.size() < kGenerate) {
+      sam_draft d;
+      ASSERT_EQ(sam_session_propose(session, start, &d), SAM_OK) << sam_last_error();
+      // The model after node i: the context, then the path from the root to node i.
+      std::vector<uint32_t> argmax(d.count);
+      for (size_t i = 0; i < d.count; ++i) {
+        std::vector<uint32_t> path;
+        for (int32_t node = static_cast<int32_t>(i); node >= 0; node = d.parents[node])
+          path.insert(path.begin(), d.tokens[node]);
+        std::vector<uint32_t> seen = context;
+        seen.insert(seen.end(), path.begin(), path.end());
+        argmax[i] = FakeModelNext(seen);
+      }
+      sam_verify_result r;
+      ASSERT_EQ(sam_session_verify_greedy(session, argmax.data(), d.count, &r), SAM_OK)
+          << sam_last_error();
+      ASSERT_EQ(r.commit_tokens[0], start);
+      emitted.insert(emitted.end(), r.commit_tokens + 1, r.commit_tokens + 1 + r.accepted_count);
+      emitted.push_back(r.bonus_token);
+      context.insert(context.end(), r.commit_tokens, r.commit_tokens + r.accepted_count + 1);
+      ASSERT_EQ(sam_session_commit(session, r.commit_tokens, r.accepted_count + 1), SAM_OK);
+      start = r.bonus_token;
+      ++steps;
+      accepted += r.accepted_count;
+    }
+    emitted.resize(kGenerate);
+    EXPECT_EQ(emitted, plain) << sam_policy_name(policy);
+    EXPECT_GT(accepted, kGenerate / 2) << sam_policy_name(policy);  // drafts were used
+    EXPECT_LT(steps, kGenerate / 2) << sam_policy_name(policy);
+    sam_session_free(session);
+  }
+}
+
+TEST(Capi, VerifyGreedyNeedsAProposalAndOneArgmaxPerNode) {
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK);
+  const uint32_t argmax[2] = {3, 4};
+  sam_verify_result r;
+  EXPECT_EQ(sam_session_verify_greedy(session, argmax, 1, &r), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("sam_session_propose"), std::string::npos);
+  const std::vector<uint32_t> prompt{5, 6, 7, 5, 6, 7, 5, 6};
+  ASSERT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
+  sam_draft d;
+  ASSERT_EQ(sam_session_propose(session, 7, &d), SAM_OK);
+  ASSERT_GT(d.count, 1u);
+  EXPECT_EQ(sam_session_verify_greedy(session, argmax, 1, &r), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("draft's count"), std::string::npos)
+      << sam_last_error();
+  EXPECT_EQ(sam_session_verify_greedy(session, nullptr, d.count, &r), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_verify_greedy(nullptr, argmax, 1, &r), SAM_ERR_INVALID_ARGUMENT);
+  std::vector<uint32_t> model(d.count, 42);  // rejects every draft token
+  ASSERT_EQ(sam_session_verify_greedy(session, model.data(), d.count, nullptr),
+            SAM_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(sam_session_verify_greedy(session, model.data(), d.count, &r), SAM_OK);
+  EXPECT_EQ(r.accepted_count, 0u);
+  EXPECT_EQ(r.bonus_token, 42u);
+  EXPECT_EQ(r.commit_tokens[0], 7u);
+  EXPECT_EQ(r.accepted_nodes[0], 0);
+  ASSERT_EQ(sam_session_commit(session, r.commit_tokens, 1), SAM_OK);
+  // The commit ended the proposal.
+  EXPECT_EQ(sam_session_verify_greedy(session, model.data(), d.count, &r),
+            SAM_ERR_INVALID_ARGUMENT);
+  sam_session_free(session);
 }
 
 // A document with every 9th token replaced: drafts are accepted in part.

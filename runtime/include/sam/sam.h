@@ -17,9 +17,11 @@
  *   for (;;) {
  *     sam_draft d;
  *     sam_session_propose(sess, start, &d);   // d.tokens[0] == start
- *     ... verify d.tokens / d.parents with the model: accepted path + bonus ...
- *     sam_session_commit(sess, accepted_path_tokens, n_accepted_path);  // start first
- *     start = bonus;
+ *     ... run the model on d.tokens / d.parents: argmax[i] after node i ...
+ *     sam_verify_result r;
+ *     sam_session_verify_greedy(sess, argmax, d.count, &r);
+ *     sam_session_commit(sess, r.commit_tokens, r.accepted_count + 1);  // start first
+ *     start = r.bonus_token;
  *   }
  *   sam_session_free(sess);
  *   sam_index_close(idx);
@@ -298,6 +300,37 @@ SAM_API int sam_session_propose(sam_session* session, uint32_t start_token, sam_
  * the last proposal, then the accepted draft tokens (the bonus token is the
  * next start token and is committed with the next step). */
 SAM_API int sam_session_commit(sam_session* session, const uint32_t* ids, size_t n);
+
+/* ---- Verification -------------------------------------------------------- */
+
+/* What one verification step accepted. The arrays point into the session and
+ * stay valid until the next call on it; commit_tokens may be passed straight
+ * to sam_session_commit. */
+typedef struct sam_verify_result {
+  const int32_t* accepted_nodes; /* accepted_count + 1 node indices, root first
+                                    (node 0): keep the KV entries of these */
+  const uint32_t* commit_tokens; /* accepted_count + 1 tokens: the start token,
+                                    then the accepted draft tokens */
+  size_t accepted_count;         /* draft tokens accepted (bonus excluded) */
+  uint32_t bonus_token;          /* the model's token after the accepted path:
+                                    emit it; it is the next start token */
+} sam_verify_result;
+
+/* Greedy acceptance of the session's last proposal (sam_session_propose):
+ * argmax[i] is the model's most likely token after draft node i (after the
+ * context, node i's ancestors and node i), n must equal the draft's count.
+ * Accepts the longest root path whose every token equals the argmax at its
+ * parent (sam/runtime/verify.h VerifyGreedy), so the accepted tokens and the
+ * bonus token are exactly what plain greedy decoding emits. Then:
+ *
+ *   sam_session_commit(sess, r.commit_tokens, r.accepted_count + 1);
+ *   start = r.bonus_token;
+ *
+ * Nothing is committed here. Without a proposal since the last commit,
+ * reset, prefill or attach, or with n != count, SAM_ERR_INVALID_ARGUMENT.
+ * O(count); no allocation once the session's buffers have grown. */
+SAM_API int sam_session_verify_greedy(sam_session* session, const uint32_t* argmax, size_t n,
+                                      sam_verify_result* out);
 
 /* Model feedback for Token Recycling: for each of the n evaluated nodes,
  * tokens[i] and its k best next tokens topk[i*k .. i*k+k), best first. A
