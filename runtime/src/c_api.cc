@@ -34,6 +34,11 @@ struct sam_session {
   std::unique_ptr<sam::runtime::RecyclingDrafter> recycling;
   std::unique_ptr<sam::runtime::Session> session;
   std::string stats_json;
+  bool collect_timing = false;
+  // The session's statistics at the last sam_session_stats_reset (the totals' origin) and at
+  // the start of the current request (sam_session_reset).
+  sam::runtime::SessionStatistics totals_origin;
+  sam::runtime::SessionStatistics request_origin;
   // The last proposal, until the next commit, reset, prefill or attach (Session::Propose's
   // reference stays valid until the next call on the session).
   const sam::runtime::DraftTree* proposed = nullptr;
@@ -185,6 +190,7 @@ void ReadConfig(const sam_session_config& in, sam_session_config* out) {
   read(&out->l_threshold, offsetof(sam_session_config, l_threshold));
   read(&out->recycling_vocab_size, offsetof(sam_session_config, recycling_vocab_size));
   read(&out->max_dynamic_bytes, offsetof(sam_session_config, max_dynamic_bytes));
+  read(&out->collect_timing, offsetof(sam_session_config, collect_timing));
 }
 
 }  // namespace
@@ -320,6 +326,7 @@ void sam_session_config_init(sam_session_config* config) {
   config->l_threshold = defaults.selection.l_threshold;
   config->recycling_vocab_size = 0;
   config->max_dynamic_bytes = defaults.max_dynamic_bytes;
+  config->collect_timing = defaults.collect_timing ? 1 : 0;
 }
 
 int sam_session_new(const sam_session_options* options, sam_session** out) {
@@ -353,6 +360,7 @@ int sam_session_new_ex(const sam_session_config* config, sam_session** out) {
       session_options.selection.l_bias = static_cast<uint32_t>(c_options.l_bias);
     session_options.selection.l_threshold = c_options.l_threshold;
     session_options.max_dynamic_bytes = c_options.max_dynamic_bytes;
+    session_options.collect_timing = c_options.collect_timing != 0;
 
     auto session = std::make_unique<sam_session>();
     if (c_options.recycling_vocab_size > 0) {
@@ -361,6 +369,7 @@ int sam_session_new_ex(const sam_session_config* config, sam_session** out) {
       session_options.fallback = session->recycling.get();
     }
     session->session = std::make_unique<sam::runtime::Session>(session_options);
+    session->collect_timing = session_options.collect_timing;
     *out = session.release();
   });
 }
@@ -453,15 +462,33 @@ int sam_session_reset(sam_session* session) {
     Require(session != nullptr, "sam_session_reset", "session is NULL");
     session->proposed = nullptr;
     session->session->Reset();
+    session->request_origin = session->session->statistics();
   });
 }
 
 const char* sam_session_stats_json(sam_session* session) {
   const int status = Guard([&] {
     Require(session != nullptr, "sam_session_stats_json", "session is NULL");
-    session->stats_json = session->session->statistics().ToJson();
+    sam::runtime::SessionStatistics totals = session->session->statistics();
+    sam::runtime::SessionStatistics request = totals;
+    totals.Subtract(session->totals_origin);
+    request.Subtract(session->request_origin);
+    // The totals' object, with "timing" and "request" added before its closing brace.
+    std::string json = totals.ToJson();
+    json.pop_back();
+    json += session->collect_timing ? ",\"timing\":true" : ",\"timing\":false";
+    json += ",\"request\":" + request.ToJson() + "}";
+    session->stats_json = std::move(json);
   });
   return status == SAM_OK ? session->stats_json.c_str() : nullptr;
+}
+
+int sam_session_stats_reset(sam_session* session) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_stats_reset", "session is NULL");
+    session->totals_origin = session->session->statistics();
+    session->request_origin = session->totals_origin;
+  });
 }
 
 }  // extern "C"

@@ -1,6 +1,7 @@
 // Tests of the C API: error codes and messages, lifetime rules, and drafts
 // identical to the C++ Session's on the same inputs.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
 #include <cstddef>
@@ -472,7 +473,15 @@ void ExpectSameDraftsAsSession(const std::string& path, const std::vector<uint32
   EXPECT_GT(drafted, 0);
   const char* json = sam_session_stats_json(c_session);
   ASSERT_NE(json, nullptr);
-  EXPECT_EQ(WithoutTimings(json), WithoutTimings(session.statistics().ToJson()));
+  // The totals are the session's statistics; the request is the whole session here.
+  nlohmann::json c_stats = nlohmann::json::parse(json);
+  EXPECT_EQ(c_stats["timing"], false);
+  const std::string request = c_stats["request"].dump();
+  c_stats.erase("timing");
+  c_stats.erase("request");
+  const std::string expected = nlohmann::json::parse(session.statistics().ToJson()).dump();
+  EXPECT_EQ(WithoutTimings(c_stats.dump()), WithoutTimings(expected));
+  EXPECT_EQ(WithoutTimings(request), WithoutTimings(expected));
   EXPECT_EQ(sam_session_reset(c_session), SAM_OK);
   sam_session_free(c_session);
   sam_index_close(index);
@@ -542,6 +551,107 @@ TEST(Capi, VerifyGreedyLoopEqualsPlainGreedyDecoding) {
     EXPECT_LT(steps, kGenerate / 2) << sam_policy_name(policy);
     sam_session_free(session);
   }
+}
+
+// Runs one request of the fake model through the C loop: `steps` verified drafts.
+void RunFakeModelRequest(sam_session* session, std::vector<uint32_t> context, size_t steps) {
+  ASSERT_EQ(sam_session_prefill(session, context.data(), context.size()), SAM_OK);
+  uint32_t start = FakeModelNext(context);
+  for (size_t step = 0; step < steps; ++step) {
+    sam_draft d;
+    ASSERT_EQ(sam_session_propose(session, start, &d), SAM_OK);
+    std::vector<uint32_t> argmax(d.count);
+    for (size_t i = 0; i < d.count; ++i) {
+      std::vector<uint32_t> seen = context;
+      size_t at = seen.size();
+      for (int32_t node = static_cast<int32_t>(i); node >= 0; node = d.parents[node])
+        seen.insert(seen.begin() + at, d.tokens[node]);
+      argmax[i] = FakeModelNext(seen);
+    }
+    sam_verify_result r;
+    ASSERT_EQ(sam_session_verify_greedy(session, argmax.data(), d.count, &r), SAM_OK);
+    context.insert(context.end(), r.commit_tokens, r.commit_tokens + r.accepted_count + 1);
+    ASSERT_EQ(sam_session_commit(session, r.commit_tokens, r.accepted_count + 1), SAM_OK);
+    start = r.bonus_token;
+  }
+}
+
+// Figures of one statistics object of sam_session_stats_json hold together.
+void ExpectConsistent(const nlohmann::json& stats, uint64_t steps) {
+  EXPECT_EQ(stats["steps"], steps) << stats;
+  const nlohmann::json& total = stats["total"];
+  EXPECT_EQ(total["steps"], steps) << stats;
+  uint64_t source_steps = 0, accepted = 0;
+  for (const auto& [name, source] : stats["sources"].items()) {
+    source_steps += source["steps"].get<uint64_t>();
+    accepted += source["accepted_tokens"].get<uint64_t>();
+  }
+  EXPECT_EQ(source_steps, steps) << stats;
+  EXPECT_EQ(total["accepted_tokens"], accepted) << stats;
+  if (steps == 0) return;
+  double mat = 1;
+  for (double share : total["mat_by_depth"]) mat += share;
+  EXPECT_NEAR(total["mat"].get<double>(), mat, 1e-9) << stats;
+  EXPECT_NEAR(total["mat"].get<double>(),
+              1.0 + static_cast<double>(accepted) / static_cast<double>(steps), 1e-9);
+}
+
+TEST(Capi, StatsReportTheRequestAndTheTotals) {
+  sam_session_config config;
+  sam_session_config_init(&config);
+  config.draft_size = 8;
+  config.collect_timing = 1;
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new_ex(&config, &session), SAM_OK);
+  RunFakeModelRequest(session, {1, 7, 9, 4, 11, 3}, 30);
+  nlohmann::json first = nlohmann::json::parse(sam_session_stats_json(session));
+  EXPECT_EQ(first["timing"], true);
+  ExpectConsistent(first, 30);
+  ExpectConsistent(first["request"], 30);
+  EXPECT_GT(first["total"]["mat"].get<double>(), 1.0) << first;  // drafts were accepted
+  EXPECT_GT(first["commit_ns"].get<uint64_t>(), 0u);
+  EXPECT_GT(first["prefill_ns"].get<uint64_t>(), 0u);
+  EXPECT_GT(first["total"]["propose_ns"].get<uint64_t>(), 0u);
+
+  ASSERT_EQ(sam_session_reset(session), SAM_OK);
+  nlohmann::json between = nlohmann::json::parse(sam_session_stats_json(session));
+  ExpectConsistent(between, 30);
+  ExpectConsistent(between["request"], 0);
+  EXPECT_EQ(between["request"]["committed_tokens"], 0);
+  EXPECT_EQ(between["request"]["sources"], nlohmann::json::object());
+
+  RunFakeModelRequest(session, {2, 5, 8}, 20);
+  nlohmann::json second = nlohmann::json::parse(sam_session_stats_json(session));
+  ExpectConsistent(second, 50);
+  ExpectConsistent(second["request"], 20);
+  EXPECT_EQ(second["request"]["prefill_tokens"], 3);
+  EXPECT_EQ(second["prefill_tokens"], 9);
+  EXPECT_EQ(second["committed_tokens"].get<uint64_t>(),
+            first["committed_tokens"].get<uint64_t>() +
+                second["request"]["committed_tokens"].get<uint64_t>());
+  EXPECT_EQ(second["total"]["accepted_tokens"].get<uint64_t>(),
+            first["total"]["accepted_tokens"].get<uint64_t>() +
+                second["request"]["total"]["accepted_tokens"].get<uint64_t>());
+
+  ASSERT_EQ(sam_session_stats_reset(session), SAM_OK);
+  nlohmann::json reset = nlohmann::json::parse(sam_session_stats_json(session));
+  ExpectConsistent(reset, 0);
+  ExpectConsistent(reset["request"], 0);
+  EXPECT_EQ(reset["commit_ns"], 0);
+  RunFakeModelRequest(session, {2, 5, 8}, 5);
+  nlohmann::json after = nlohmann::json::parse(sam_session_stats_json(session));
+  ExpectConsistent(after, 5);
+  EXPECT_EQ(sam_session_stats_reset(nullptr), SAM_ERR_INVALID_ARGUMENT);
+  sam_session_free(session);
+
+  // Without collect_timing the times are 0 and "timing" says so.
+  ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK);
+  RunFakeModelRequest(session, {1, 7, 9, 4, 11, 3}, 5);
+  nlohmann::json untimed = nlohmann::json::parse(sam_session_stats_json(session));
+  EXPECT_EQ(untimed["timing"], false);
+  EXPECT_EQ(untimed["commit_ns"], 0);
+  EXPECT_EQ(untimed["total"]["propose_ns"], 0);
+  sam_session_free(session);
 }
 
 TEST(Capi, VerifyGreedyNeedsAProposalAndOneArgmaxPerNode) {

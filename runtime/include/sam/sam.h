@@ -250,7 +250,8 @@ SAM_API int sam_session_new(const sam_session_options* options, sam_session** ou
  * left at zero) and refused with SAM_ERR_INVALID_ARGUMENT otherwise: the
  * caller asked for something this library cannot do. A struct_size smaller
  * than the first option's end (sizeof(size_t) * 2) is SAM_ERR_INVALID_ARGUMENT.
- * Fields and defaults are those of sam_session_options. */
+ * Fields and defaults are those of sam_session_options, then the fields
+ * added since (sam_session_options stays as it is). */
 typedef struct sam_session_config {
   size_t struct_size;            /* sizeof(sam_session_config) of the caller */
   size_t draft_size;
@@ -259,6 +260,10 @@ typedef struct sam_session_config {
   uint32_t l_threshold;
   uint32_t recycling_vocab_size;
   size_t max_dynamic_bytes;
+  /* Added in 0.1.0 after the fields above: nonzero measures propose, commit
+   * and prefill time into the statistics (two clock reads, about 50 ns, per
+   * call); 0 (default) leaves the *_ns figures at 0. */
+  int collect_timing;
 } sam_session_config;
 
 /* Fills *config with the defaults and struct_size = sizeof(sam_session_config)
@@ -342,11 +347,30 @@ SAM_API int sam_session_observe_topk(sam_session* session, const uint32_t* token
  * Recycling table and attached indexes are kept). */
 SAM_API int sam_session_reset(sam_session* session);
 
-/* Statistics as a JSON object: {"steps", "committed_tokens", ..., "sources":
- * {"static": {"steps", "draft_tokens", "accepted_tokens", "mat", "propose_ns",
- * ...}, ...}} (sam/runtime/statistics.h; "mat" = mean over steps of accepted
- * draft tokens + 1). NULL on failure (see sam_last_error). */
+/* Statistics as a JSON object, for the totals since the session was created
+ * or since sam_session_stats_reset, and for the current request (since the
+ * last sam_session_reset):
+ *
+ *   {"steps", "committed_tokens", "prefill_tokens", "commit_ns", "prefill_ns",
+ *    "total": {...}, "sources": {"static": {...}, "dynamic": {...}, ...},
+ *    "timing": true|false,
+ *    "request": {"steps", ..., "total": {...}, "sources": {...}}}
+ *
+ * The top level holds the totals; "request" the same figures for the
+ * current request. "total" (all sources) and each source (by name, those
+ * with steps) hold "steps" (verified drafts), "draft_tokens",
+ * "accepted_tokens", "mat" (mean over steps of accepted draft tokens + 1),
+ * "propose_ns", "proposed_at_depth" and "accepted_at_depth" (steps whose
+ * draft / accepted path reached depth d + 1), "mat_by_depth"
+ * (accepted_at_depth / steps: mat = 1 + its sum), "steps_by_match_length"
+ * and "accepted_by_match_length" (sam/runtime/statistics.h). "timing" says
+ * whether the *_ns times are measured (sam_session_config.collect_timing);
+ * otherwise they are 0. NULL on failure (see sam_last_error). */
 SAM_API const char* sam_session_stats_json(sam_session* session);
+/* Starts the totals of sam_session_stats_json, and the current request's
+ * figures, from zero. Drafting is unaffected (what the sam-cal policy has
+ * learnt is kept). */
+SAM_API int sam_session_stats_reset(sam_session* session);
 
 #ifdef __cplusplus
 } /* extern "C" */
