@@ -28,6 +28,10 @@ struct sam_index {
   std::shared_ptr<const sam::runtime::StaticIndex> prepared;  // SAM_OPEN_PREPARE; else null
 };
 
+struct sam_rng {
+  sam::runtime::Rng rng;
+};
+
 struct sam_session {
   // Declared before `session`, which borrows it, so it outlives it. (The
   // session shares the indexes it attaches: IndexFile::shared_view().)
@@ -191,6 +195,34 @@ void ReadConfig(const sam_session_config& in, sam_session_config* out) {
   read(&out->recycling_vocab_size, offsetof(sam_session_config, recycling_vocab_size));
   read(&out->max_dynamic_bytes, offsetof(sam_session_config, max_dynamic_bytes));
   read(&out->collect_timing, offsetof(sam_session_config, collect_timing));
+}
+
+// The last proposal of `session`, checked to exist and to have n nodes.
+const sam::runtime::DraftTree& Proposed(const sam_session* session, size_t n,
+                                        const char* function) {
+  Require(session != nullptr, function, "session is NULL");
+  Require(session->proposed != nullptr, function,
+          "no proposal to verify: call sam_session_propose first (a commit, reset, prefill or "
+          "attach ends the proposal)");
+  const sam::runtime::DraftTree& tree = *session->proposed;
+  Require(n == tree.size(), function,
+          ("n is " + std::to_string(n) + "; expected the draft's count, " +
+           std::to_string(tree.size()))
+              .c_str());
+  return tree;
+}
+
+// Fills *out from session->verified, the verification of `tree`.
+void ReturnVerified(sam_session* session, const sam::runtime::DraftTree& tree,
+                    sam_verify_result* out) {
+  const sam::runtime::VerifyResult& r = session->verified;
+  session->commit_tokens.assign(1, tree.tokens[0]);
+  session->commit_tokens.insert(session->commit_tokens.end(), r.accepted_tokens.begin(),
+                                r.accepted_tokens.end());
+  out->accepted_nodes = r.accepted_nodes.data();
+  out->commit_tokens = session->commit_tokens.data();
+  out->accepted_count = r.accepted_tokens.size();
+  out->bonus_token = r.bonus_token;
 }
 
 }  // namespace
@@ -423,26 +455,61 @@ int sam_session_commit(sam_session* session, const uint32_t* ids, size_t n) {
 int sam_session_verify_greedy(sam_session* session, const uint32_t* argmax, size_t n,
                               sam_verify_result* out) {
   return Guard([&] {
-    Require(session != nullptr, "sam_session_verify_greedy", "session is NULL");
+    const sam::runtime::DraftTree& tree = Proposed(session, n, "sam_session_verify_greedy");
     Require(out != nullptr, "sam_session_verify_greedy", "out is NULL");
-    Require(session->proposed != nullptr, "sam_session_verify_greedy",
-            "no proposal to verify: call sam_session_propose first (a commit, reset, prefill or "
-            "attach ends the proposal)");
-    const sam::runtime::DraftTree& tree = *session->proposed;
-    Require(n == tree.size(), "sam_session_verify_greedy",
-            ("n is " + std::to_string(n) + "; expected the draft's count, " +
-             std::to_string(tree.size()))
-                .c_str());
     sam::runtime::VerifyGreedy(tree, Ids(argmax, n, "sam_session_verify_greedy"),
                                &session->verified);
-    const sam::runtime::VerifyResult& r = session->verified;
-    session->commit_tokens.assign(1, tree.tokens[0]);
-    session->commit_tokens.insert(session->commit_tokens.end(), r.accepted_tokens.begin(),
-                                  r.accepted_tokens.end());
-    out->accepted_nodes = r.accepted_nodes.data();
-    out->commit_tokens = session->commit_tokens.data();
-    out->accepted_count = r.accepted_tokens.size();
-    out->bonus_token = r.bonus_token;
+    ReturnVerified(session, tree, out);
+  });
+}
+
+int sam_rng_new(uint64_t seed, sam_rng** out) {
+  return Guard([&] {
+    Require(out != nullptr, "sam_rng_new", "out is NULL");
+    *out = new sam_rng{sam::runtime::Rng(seed)};
+  });
+}
+
+void sam_rng_free(sam_rng* rng) { delete rng; }
+
+int sam_sampling_apply(float* scores, size_t vocab_size, float temperature, int top_k,
+                       float top_p, int scores_are_logits) {
+  return Guard([&] {
+    Require(scores != nullptr, "sam_sampling_apply", "scores is NULL");
+    sam::runtime::SamplingParams params;
+    params.temperature = temperature;
+    params.top_k = top_k;
+    params.top_p = top_p;
+    sam::runtime::ApplySampling(std::span<float>(scores, vocab_size), params,
+                                scores_are_logits ? sam::runtime::ScoreKind::kLogits
+                                                  : sam::runtime::ScoreKind::kProbabilities);
+  });
+}
+
+int sam_sample_token(const float* weights, size_t vocab_size, sam_rng* rng, uint32_t* token) {
+  return Guard([&] {
+    Require(weights != nullptr, "sam_sample_token", "weights is NULL");
+    Require(rng != nullptr, "sam_sample_token", "rng is NULL");
+    Require(token != nullptr, "sam_sample_token", "token is NULL");
+    *token = sam::runtime::SampleToken(std::span<const float>(weights, vocab_size), rng->rng);
+  });
+}
+
+int sam_session_verify_sampling(sam_session* session, const float* probs, size_t vocab_size,
+                                size_t n, sam_rng* rng, sam_verify_result* out) {
+  return Guard([&] {
+    const sam::runtime::DraftTree& tree = Proposed(session, n, "sam_session_verify_sampling");
+    Require(probs != nullptr, "sam_session_verify_sampling", "probs is NULL");
+    Require(vocab_size > 0, "sam_session_verify_sampling", "vocab_size is 0");
+    Require(n <= std::numeric_limits<size_t>::max() / vocab_size, "sam_session_verify_sampling",
+            "n * vocab_size overflows");
+    Require(rng != nullptr, "sam_session_verify_sampling", "rng is NULL");
+    Require(out != nullptr, "sam_session_verify_sampling", "out is NULL");
+    const auto row = [&](int32_t node) {
+      return std::span<const float>(probs + static_cast<size_t>(node) * vocab_size, vocab_size);
+    };
+    session->verified = sam::runtime::VerifySampling(tree, row, rng->rng);
+    ReturnVerified(session, tree, out);
   });
 }
 

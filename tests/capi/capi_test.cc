@@ -654,6 +654,132 @@ TEST(Capi, StatsReportTheRequestAndTheTotals) {
   sam_session_free(session);
 }
 
+// The fake model's scores after `context` (kSampleVocab logits): FakeModelNext is the most
+// likely token, every other token has some probability.
+constexpr size_t kSampleVocab = 32;
+std::vector<float> FakeModelLogits(const std::vector<uint32_t>& context) {
+  std::vector<float> logits(kSampleVocab);
+  const uint32_t next = FakeModelNext(context);
+  for (size_t v = 0; v < kSampleVocab; ++v)
+    logits[v] = static_cast<float>((next * 7 + v * 13) % 5) * 0.25f;
+  logits[next] += 3.0f;
+  return logits;
+}
+
+// Runs `steps` steps of the sampling loop in C over the fake model with the given temperature;
+// returns the emitted tokens. With check_against_cpp, every step is also verified by
+// sam::runtime::VerifySampling with a C++ Rng of the same seed, which must agree.
+std::vector<uint32_t> SamplingLoop(float temperature, uint64_t seed, size_t steps,
+                                   bool check_against_cpp) {
+  sam_session_config config;
+  sam_session_config_init(&config);
+  config.draft_size = 8;
+  sam_session* session = nullptr;
+  sam_rng* rng = nullptr;
+  EXPECT_EQ(sam_session_new_ex(&config, &session), SAM_OK);
+  EXPECT_EQ(sam_rng_new(seed, &rng), SAM_OK);
+  sam::runtime::Rng cpp_rng(seed);
+  std::vector<uint32_t> context{1, 7, 9, 4, 11, 3};
+  EXPECT_EQ(sam_session_prefill(session, context.data(), context.size()), SAM_OK);
+  std::vector<float> first = FakeModelLogits(context);
+  EXPECT_EQ(sam_sampling_apply(first.data(), first.size(), temperature, 0, 1.0f, 1), SAM_OK);
+  uint32_t start = 0;
+  EXPECT_EQ(sam_sample_token(first.data(), first.size(), rng, &start), SAM_OK);
+  EXPECT_EQ(sam::runtime::SampleToken(first, cpp_rng), start);
+  std::vector<uint32_t> emitted{start};
+  for (size_t step = 0; step < steps; ++step) {
+    sam_draft d;
+    EXPECT_EQ(sam_session_propose(session, start, &d), SAM_OK);
+    std::vector<float> probs;
+    for (size_t i = 0; i < d.count; ++i) {
+      std::vector<uint32_t> seen = context;
+      const size_t at = seen.size();
+      for (int32_t node = static_cast<int32_t>(i); node >= 0; node = d.parents[node])
+        seen.insert(seen.begin() + at, d.tokens[node]);
+      std::vector<float> row = FakeModelLogits(seen);
+      EXPECT_EQ(sam_sampling_apply(row.data(), row.size(), temperature, 0, 1.0f, 1), SAM_OK);
+      probs.insert(probs.end(), row.begin(), row.end());
+    }
+    sam_verify_result r;
+    EXPECT_EQ(sam_session_verify_sampling(session, probs.data(), kSampleVocab, d.count, rng, &r),
+              SAM_OK)
+        << sam_last_error();
+    if (check_against_cpp) {
+      sam::runtime::DraftTree tree;
+      tree.Reset(d.tokens[0], sam::runtime::DraftSource::kOther);
+      for (size_t i = 1; i < d.count; ++i) tree.Add(d.parents[i], d.tokens[i]);
+      const sam::runtime::VerifyResult expected = sam::runtime::VerifySampling(
+          tree,
+          [&](int32_t node) {
+            return std::span<const float>(probs.data() + node * kSampleVocab, kSampleVocab);
+          },
+          cpp_rng);
+      EXPECT_EQ(std::vector<int32_t>(r.accepted_nodes, r.accepted_nodes + r.accepted_count + 1),
+                expected.accepted_nodes);
+      EXPECT_EQ(r.bonus_token, expected.bonus_token);
+    }
+    emitted.insert(emitted.end(), r.commit_tokens + 1, r.commit_tokens + 1 + r.accepted_count);
+    emitted.push_back(r.bonus_token);
+    context.insert(context.end(), r.commit_tokens, r.commit_tokens + r.accepted_count + 1);
+    EXPECT_EQ(sam_session_commit(session, r.commit_tokens, r.accepted_count + 1), SAM_OK);
+    start = r.bonus_token;
+  }
+  sam_rng_free(rng);
+  sam_session_free(session);
+  return emitted;
+}
+
+TEST(Capi, VerifySamplingEqualsTheCppVerifySampling) {
+  const std::vector<uint32_t> a = SamplingLoop(1.0f, 5, 150, true);
+  EXPECT_EQ(SamplingLoop(1.0f, 5, 150, false), a);  // the seed decides everything
+  EXPECT_NE(SamplingLoop(1.0f, 6, 150, false), a);
+}
+
+// Temperature 0 makes every row one-hot: sampling acceptance is then plain greedy decoding.
+TEST(Capi, VerifySamplingAtTemperatureZeroIsGreedyDecoding) {
+  std::vector<uint32_t> emitted = SamplingLoop(0.0f, 9, 150, true);
+  std::vector<uint32_t> plain{1, 7, 9, 4, 11, 3};
+  const size_t prompt = plain.size();
+  while (plain.size() < prompt + emitted.size()) plain.push_back(FakeModelNext(plain));
+  plain.erase(plain.begin(), plain.begin() + prompt);
+  EXPECT_EQ(emitted, plain);
+  EXPECT_GT(emitted.size(), 150u * 2);  // drafts were accepted
+}
+
+TEST(Capi, VerifySamplingRefusesBadArguments) {
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK);
+  sam_rng* rng = nullptr;
+  ASSERT_EQ(sam_rng_new(1, &rng), SAM_OK);
+  EXPECT_EQ(sam_rng_new(1, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  const std::vector<uint32_t> prompt{5, 6, 7, 5, 6, 7, 5, 6};
+  ASSERT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
+  sam_draft d;
+  ASSERT_EQ(sam_session_propose(session, 7, &d), SAM_OK);
+  ASSERT_GT(d.count, 1u);
+  std::vector<float> probs(d.count * 6, 1.0f);  // draft tokens 5..7 fit a vocabulary of 6...
+  sam_verify_result r;
+  EXPECT_EQ(sam_session_verify_sampling(session, probs.data(), 6, d.count, nullptr, &r),
+            SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_verify_sampling(session, probs.data(), 6, d.count - 1, rng, &r),
+            SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_verify_sampling(session, nullptr, 6, d.count, rng, &r),
+            SAM_ERR_INVALID_ARGUMENT);
+  // ... but not one of 5.
+  EXPECT_EQ(sam_session_verify_sampling(session, probs.data(), 5, d.count, rng, &r),
+            SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_verify_sampling(session, probs.data(), 6, d.count, rng, &r), SAM_OK)
+      << sam_last_error();
+  EXPECT_LT(r.bonus_token, 6u);
+  float bad[3] = {1.0f, -1.0f, 0.0f};
+  EXPECT_EQ(sam_sampling_apply(bad, 3, 1.0f, 0, 1.0f, 0), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_sampling_apply(bad, 3, 1.0f, 0, 2.0f, 1), SAM_ERR_INVALID_ARGUMENT);
+  uint32_t token = 0;
+  EXPECT_EQ(sam_sample_token(bad, 3, rng, &token), SAM_ERR_INVALID_ARGUMENT);
+  sam_rng_free(rng);
+  sam_session_free(session);
+}
+
 TEST(Capi, VerifyGreedyNeedsAProposalAndOneArgmaxPerNode) {
   sam_session* session = nullptr;
   ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK);

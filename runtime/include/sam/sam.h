@@ -337,6 +337,44 @@ typedef struct sam_verify_result {
 SAM_API int sam_session_verify_greedy(sam_session* session, const uint32_t* argmax, size_t n,
                                       sam_verify_result* out);
 
+/* Sampling acceptance needs randomness that the caller controls: a small
+ * seedable PRNG (xoshiro256**, sam/runtime/verify.h Rng); the same seed gives
+ * the same draws on every platform. One generator per thread. */
+typedef struct sam_rng sam_rng;
+SAM_API int sam_rng_new(uint64_t seed, sam_rng** out);
+/* NULL is a no-op. */
+SAM_API void sam_rng_free(sam_rng* rng);
+
+/* Turns one position's scores (vocab_size floats) into the sampling
+ * distribution, in place, as sam::runtime::ApplySampling: temperature (0:
+ * greedy, a one-hot distribution on the argmax), then top_k (<= 0: off), then
+ * top_p (1: off), then renormalisation. scores_are_logits: nonzero for
+ * logits (-inf masks a token), 0 for non-negative weights. Process every row
+ * given to sam_session_verify_sampling, and the row of the first token after
+ * prefill, with the same parameters. Invalid scores or parameters are
+ * SAM_ERR_INVALID_ARGUMENT. O(vocab_size) (O(V log V) with top_p). */
+SAM_API int sam_sampling_apply(float* scores, size_t vocab_size, float temperature, int top_k,
+                               float top_p, int scores_are_logits);
+
+/* Draws a token with probability weights[i] / sum(weights) (e.g. the first
+ * token after prefill from a row processed by sam_sampling_apply). */
+SAM_API int sam_sample_token(const float* weights, size_t vocab_size, sam_rng* rng,
+                             uint32_t* token);
+
+/* Sampling acceptance of the session's last proposal (lossless: the emitted
+ * tokens are distributed exactly as tokens sampled one at a time from the
+ * model). probs holds n rows of vocab_size floats: row i is the model's
+ * distribution after draft node i, processed by sam_sampling_apply; n must
+ * equal the draft's count. Recursive rejection over each node's children
+ * (sam::runtime::VerifySampling, DraftMode::kDeterministic: the session's
+ * drafts do not depend on the randomness), drawing from rng. The result and
+ * the commit that follows are as for sam_session_verify_greedy. Draft tokens
+ * >= vocab_size, invalid rows or a missing proposal are
+ * SAM_ERR_INVALID_ARGUMENT. O(accepted depth * (vocab_size + count)). */
+SAM_API int sam_session_verify_sampling(sam_session* session, const float* probs,
+                                        size_t vocab_size, size_t n, sam_rng* rng,
+                                        sam_verify_result* out);
+
 /* Model feedback for Token Recycling: for each of the n evaluated nodes,
  * tokens[i] and its k best next tokens topk[i*k .. i*k+k), best first. A
  * no-op without a Token Recycling fallback. */
