@@ -7,14 +7,16 @@
  *     fprintf(stderr, "%s\n", sam_last_error());
  *     return 1;
  *   }
- *   sam_session_options opts;
- *   sam_session_options_default(&opts);
+ *   if (sam_abi_version() != SAM_ABI_VERSION || sam_version() < SAM_VERSION)
+ *     return 1;                              // not the library this was built for
+ *   sam_session_config config;
+ *   sam_session_config_init(&config);        // defaults; config.struct_size
  *   sam_session* sess = NULL;
- *   sam_session_new(&opts, &sess);
+ *   sam_session_new_ex(&config, &sess);
  *   sam_session_attach_index(sess, idx);
  *   sam_session_prefill(sess, prompt_ids, prompt_len);
  *   uint32_t start = first_token_from_prefill;
- *   for (;;) {
+ *   while (!done) {
  *     sam_draft d;
  *     sam_session_propose(sess, start, &d);   // d.tokens[0] == start
  *     ... run the model on d.tokens / d.parents: argmax[i] after node i ...
@@ -23,8 +25,12 @@
  *     sam_session_commit(sess, r.commit_tokens, r.accepted_count + 1);  // start first
  *     start = r.bonus_token;
  *   }
+ *   puts(sam_session_stats_json(sess));       // this request and the totals
  *   sam_session_free(sess);
  *   sam_index_close(idx);
+ *
+ * Sampling instead of greedy: rows processed by sam_sampling_apply, then
+ * sam_session_verify_sampling with a caller-seeded sam_rng.
  *
  * Link with sam::runtime (CMake: find_package(sam CONFIG REQUIRED)) or with
  * `pkg-config --cflags --libs sam-runtime`: libsam_runtime.so.0.
@@ -65,9 +71,12 @@
  *
  * Lifetime: an index handle is reference counted internally: a session that
  * attached it keeps the mapping (and its SAM_OPEN_PREPARE tables) alive, so
- * sam_index_close and sam_session_free may be called in any order. Pointers returned in a
- * sam_draft or by sam_session_stats_json point into the session and stay
- * valid until the next call on that session.
+ * sam_index_close and sam_session_free may be called in any order. Pointers
+ * returned in a sam_draft or a sam_verify_result, or by
+ * sam_session_stats_json, point into the session and stay valid until the
+ * next call on that session (a sam_verify_result's commit_tokens may be
+ * passed to sam_session_commit). A sam_rng is the caller's, freed with
+ * sam_rng_free.
  *
  * Threads: an index may be attached to any number of sessions in any
  * threads. A session must be used by one thread at a time. sam_last_error()
