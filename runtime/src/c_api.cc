@@ -1,6 +1,8 @@
 // The C API (sam/sam.h) over sam::format::IndexFile and sam::runtime::Session.
 // Every entry point runs its body through Guard(), which turns exceptions
 // into status codes plus a thread-local message.
+#include <cstddef>
+#include <cstring>
 #include <exception>
 #include <limits>
 #include <memory>
@@ -20,11 +22,16 @@
 #include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
+#include "sam/runtime/verify.h"
 #include "sam/sam.h"
 
 struct sam_index {
   std::shared_ptr<const sam::format::IndexFile> file;
   std::shared_ptr<const sam::runtime::StaticIndex> prepared;  // SAM_OPEN_PREPARE; else null
+};
+
+struct sam_rng {
+  sam::runtime::Rng rng;
 };
 
 struct sam_session {
@@ -33,6 +40,16 @@ struct sam_session {
   std::unique_ptr<sam::runtime::RecyclingDrafter> recycling;
   std::unique_ptr<sam::runtime::Session> session;
   std::string stats_json;
+  bool collect_timing = false;
+  // The session's statistics at the last sam_session_stats_reset (the totals' origin) and at
+  // the start of the current request (sam_session_reset).
+  sam::runtime::SessionStatistics totals_origin;
+  sam::runtime::SessionStatistics request_origin;
+  // The last proposal, until the next commit, reset, prefill or attach (Session::Propose's
+  // reference stays valid until the next call on the session).
+  const sam::runtime::DraftTree* proposed = nullptr;
+  sam::runtime::VerifyResult verified;
+  std::vector<uint32_t> commit_tokens;
 };
 
 namespace {
@@ -146,6 +163,70 @@ sam::runtime::Policy PolicyOf(int policy) {
   return static_cast<sam::runtime::Policy>(policy);
 }
 
+// Copies the fields of `in` that in.struct_size covers whole into *out (which holds the
+// defaults), by the rule of sam.h: a larger struct_size is accepted only when the bytes past
+// sam_session_config are zero.
+void ReadConfig(const sam_session_config& in, sam_session_config* out) {
+  const size_t size = in.struct_size;
+  constexpr size_t kFirstOptionEnd =
+      offsetof(sam_session_config, draft_size) + sizeof(sam_session_config::draft_size);
+  Require(size >= kFirstOptionEnd, "sam_session_new_ex",
+          ("struct_size " + std::to_string(size) + " is below " + std::to_string(kFirstOptionEnd) +
+           ": initialise the config with sam_session_config_init()")
+              .c_str());
+  const auto* bytes = reinterpret_cast<const unsigned char*>(&in);
+  if (size > sizeof(sam_session_config)) {
+    for (size_t i = sizeof(sam_session_config); i < size; ++i)
+      if (bytes[i] != 0)
+        throw sam::Error(sam::ErrorCode::kInvalidArgument,
+                         "sam_session_new_ex: struct_size " + std::to_string(size) +
+                             " is larger than this library's sam_session_config (" +
+                             std::to_string(sizeof(sam_session_config)) + " bytes, version " +
+                             SAM_BUILD_VERSION_STRING + ") and byte " + std::to_string(i) +
+                             " is not zero: an option this library does not know is set");
+  }
+  // Each field whose bytes the caller's struct holds whole, read as bytes: the caller's
+  // object may end before the fields it does not know.
+  auto read = [size, bytes](auto* to, size_t offset) {
+    if (offset + sizeof(*to) <= size) std::memcpy(to, bytes + offset, sizeof(*to));
+  };
+  read(&out->draft_size, offsetof(sam_session_config, draft_size));
+  read(&out->policy, offsetof(sam_session_config, policy));
+  read(&out->l_bias, offsetof(sam_session_config, l_bias));
+  read(&out->l_threshold, offsetof(sam_session_config, l_threshold));
+  read(&out->recycling_vocab_size, offsetof(sam_session_config, recycling_vocab_size));
+  read(&out->max_dynamic_bytes, offsetof(sam_session_config, max_dynamic_bytes));
+  read(&out->collect_timing, offsetof(sam_session_config, collect_timing));
+}
+
+// The last proposal of `session`, checked to exist and to have n nodes.
+const sam::runtime::DraftTree& Proposed(const sam_session* session, size_t n,
+                                        const char* function) {
+  Require(session != nullptr, function, "session is NULL");
+  Require(session->proposed != nullptr, function,
+          "no proposal to verify: call sam_session_propose first (a commit, reset, prefill or "
+          "attach ends the proposal)");
+  const sam::runtime::DraftTree& tree = *session->proposed;
+  Require(n == tree.size(), function,
+          ("n is " + std::to_string(n) + "; expected the draft's count, " +
+           std::to_string(tree.size()))
+              .c_str());
+  return tree;
+}
+
+// Fills *out from session->verified, the verification of `tree`.
+void ReturnVerified(sam_session* session, const sam::runtime::DraftTree& tree,
+                    sam_verify_result* out) {
+  const sam::runtime::VerifyResult& r = session->verified;
+  session->commit_tokens.assign(1, tree.tokens[0]);
+  session->commit_tokens.insert(session->commit_tokens.end(), r.accepted_tokens.begin(),
+                                r.accepted_tokens.end());
+  out->accepted_nodes = r.accepted_nodes.data();
+  out->commit_tokens = session->commit_tokens.data();
+  out->accepted_count = r.accepted_tokens.size();
+  out->bonus_token = r.bonus_token;
+}
+
 }  // namespace
 
 extern "C" {
@@ -172,6 +253,17 @@ const char* sam_status_name(int status) {
 }
 
 const char* sam_last_error(void) { return last_error.c_str(); }
+
+// SAM_BUILD_VERSION_* and SAM_BUILD_ABI_VERSION come from CMake (the project version and the
+// soname's number), so the library reports what it was built as, not what sam.h claims.
+int sam_version(void) {
+  return SAM_MAKE_VERSION(SAM_BUILD_VERSION_MAJOR, SAM_BUILD_VERSION_MINOR,
+                          SAM_BUILD_VERSION_PATCH);
+}
+
+const char* sam_version_string(void) { return SAM_BUILD_VERSION_STRING; }
+
+int sam_abi_version(void) { return SAM_BUILD_ABI_VERSION; }
 
 const char* sam_policy_name(int policy) {
   // The table's names are string literals: NUL-terminated static storage.
@@ -247,21 +339,49 @@ uint64_t sam_index_num_documents(const sam_index* index) {
 
 void sam_session_options_default(sam_session_options* options) {
   if (options == nullptr) return;
+  sam_session_config config;
+  sam_session_config_init(&config);
+  options->draft_size = config.draft_size;
+  options->policy = config.policy;
+  options->l_bias = config.l_bias;
+  options->l_threshold = config.l_threshold;
+  options->recycling_vocab_size = config.recycling_vocab_size;
+  options->max_dynamic_bytes = config.max_dynamic_bytes;
+}
+
+void sam_session_config_init(sam_session_config* config) {
+  if (config == nullptr) return;
   const sam::runtime::SessionOptions defaults;
-  options->draft_size = defaults.selection.draft_size;
-  options->policy = SAM_POLICY_PAPER;
-  options->l_bias = -1;
-  options->l_threshold = defaults.selection.l_threshold;
-  options->recycling_vocab_size = 0;
-  options->max_dynamic_bytes = defaults.max_dynamic_bytes;
+  *config = sam_session_config{};
+  config->struct_size = sizeof(sam_session_config);
+  config->draft_size = defaults.selection.draft_size;
+  config->policy = SAM_POLICY_PAPER;
+  config->l_bias = -1;
+  config->l_threshold = defaults.selection.l_threshold;
+  config->recycling_vocab_size = 0;
+  config->max_dynamic_bytes = defaults.max_dynamic_bytes;
+  config->collect_timing = defaults.collect_timing ? 1 : 0;
 }
 
 int sam_session_new(const sam_session_options* options, sam_session** out) {
+  if (options == nullptr) return sam_session_new_ex(nullptr, out);
+  sam_session_config config;
+  sam_session_config_init(&config);
+  config.draft_size = options->draft_size;
+  config.policy = options->policy;
+  config.l_bias = options->l_bias;
+  config.l_threshold = options->l_threshold;
+  config.recycling_vocab_size = options->recycling_vocab_size;
+  config.max_dynamic_bytes = options->max_dynamic_bytes;
+  return sam_session_new_ex(&config, out);
+}
+
+int sam_session_new_ex(const sam_session_config* config, sam_session** out) {
   return Guard([&] {
     Require(out != nullptr, "sam_session_new", "out is NULL");
-    sam_session_options c_options;
-    sam_session_options_default(&c_options);
-    if (options != nullptr) c_options = *options;
+    sam_session_config c_options;
+    sam_session_config_init(&c_options);
+    if (config != nullptr) ReadConfig(*config, &c_options);
     if (c_options.draft_size < 1 || c_options.draft_size > SAM_MAX_DRAFT_SIZE)
       throw sam::Error(sam::ErrorCode::kInvalidArgument, "sam_session_new: draft_size must be in 1..SAM_MAX_DRAFT_SIZE (" +
                                   std::to_string(SAM_MAX_DRAFT_SIZE) + "), got " +
@@ -274,6 +394,7 @@ int sam_session_new(const sam_session_options* options, sam_session** out) {
       session_options.selection.l_bias = static_cast<uint32_t>(c_options.l_bias);
     session_options.selection.l_threshold = c_options.l_threshold;
     session_options.max_dynamic_bytes = c_options.max_dynamic_bytes;
+    session_options.collect_timing = c_options.collect_timing != 0;
 
     auto session = std::make_unique<sam_session>();
     if (c_options.recycling_vocab_size > 0) {
@@ -282,6 +403,7 @@ int sam_session_new(const sam_session_options* options, sam_session** out) {
       session_options.fallback = session->recycling.get();
     }
     session->session = std::make_unique<sam::runtime::Session>(session_options);
+    session->collect_timing = session_options.collect_timing;
     *out = session.release();
   });
 }
@@ -292,6 +414,7 @@ int sam_session_attach_index(sam_session* session, sam_index* index) {
   return Guard([&] {
     Require(session != nullptr, "sam_session_attach_index", "session is NULL");
     Require(index != nullptr, "sam_session_attach_index", "index is NULL");
+    session->proposed = nullptr;
     // The session shares the index (and its prepared tables): it stays
     // mapped after sam_index_close.
     if (index->prepared) session->session->AttachIndex(index->prepared);
@@ -302,6 +425,7 @@ int sam_session_attach_index(sam_session* session, sam_index* index) {
 int sam_session_prefill(sam_session* session, const uint32_t* ids, size_t n) {
   return Guard([&] {
     Require(session != nullptr, "sam_session_prefill", "session is NULL");
+    session->proposed = nullptr;
     session->session->Prefill(Ids(ids, n, "sam_session_prefill"));
   });
 }
@@ -310,7 +434,9 @@ int sam_session_propose(sam_session* session, uint32_t start_token, sam_draft* o
   return Guard([&] {
     Require(session != nullptr, "sam_session_propose", "session is NULL");
     Require(out != nullptr, "sam_session_propose", "out is NULL");
+    session->proposed = nullptr;
     const sam::runtime::DraftTree& tree = session->session->Propose(start_token);
+    session->proposed = &tree;
     out->tokens = tree.tokens.data();
     out->parents = tree.parents.data();
     out->depths = tree.depths.data();
@@ -323,7 +449,69 @@ int sam_session_propose(sam_session* session, uint32_t start_token, sam_draft* o
 int sam_session_commit(sam_session* session, const uint32_t* ids, size_t n) {
   return Guard([&] {
     Require(session != nullptr, "sam_session_commit", "session is NULL");
+    session->proposed = nullptr;
     session->session->Commit(Ids(ids, n, "sam_session_commit"));
+  });
+}
+
+int sam_session_verify_greedy(sam_session* session, const uint32_t* argmax, size_t n,
+                              sam_verify_result* out) {
+  return Guard([&] {
+    const sam::runtime::DraftTree& tree = Proposed(session, n, "sam_session_verify_greedy");
+    Require(out != nullptr, "sam_session_verify_greedy", "out is NULL");
+    sam::runtime::VerifyGreedy(tree, Ids(argmax, n, "sam_session_verify_greedy"),
+                               &session->verified);
+    ReturnVerified(session, tree, out);
+  });
+}
+
+int sam_rng_new(uint64_t seed, sam_rng** out) {
+  return Guard([&] {
+    Require(out != nullptr, "sam_rng_new", "out is NULL");
+    *out = new sam_rng{sam::runtime::Rng(seed)};
+  });
+}
+
+void sam_rng_free(sam_rng* rng) { delete rng; }
+
+int sam_sampling_apply(float* scores, size_t vocab_size, float temperature, int top_k,
+                       float top_p, int scores_are_logits) {
+  return Guard([&] {
+    Require(scores != nullptr, "sam_sampling_apply", "scores is NULL");
+    sam::runtime::SamplingParams params;
+    params.temperature = temperature;
+    params.top_k = top_k;
+    params.top_p = top_p;
+    sam::runtime::ApplySampling(std::span<float>(scores, vocab_size), params,
+                                scores_are_logits ? sam::runtime::ScoreKind::kLogits
+                                                  : sam::runtime::ScoreKind::kProbabilities);
+  });
+}
+
+int sam_sample_token(const float* weights, size_t vocab_size, sam_rng* rng, uint32_t* token) {
+  return Guard([&] {
+    Require(weights != nullptr, "sam_sample_token", "weights is NULL");
+    Require(rng != nullptr, "sam_sample_token", "rng is NULL");
+    Require(token != nullptr, "sam_sample_token", "token is NULL");
+    *token = sam::runtime::SampleToken(std::span<const float>(weights, vocab_size), rng->rng);
+  });
+}
+
+int sam_session_verify_sampling(sam_session* session, const float* probs, size_t vocab_size,
+                                size_t n, sam_rng* rng, sam_verify_result* out) {
+  return Guard([&] {
+    const sam::runtime::DraftTree& tree = Proposed(session, n, "sam_session_verify_sampling");
+    Require(probs != nullptr, "sam_session_verify_sampling", "probs is NULL");
+    Require(vocab_size > 0, "sam_session_verify_sampling", "vocab_size is 0");
+    Require(n <= std::numeric_limits<size_t>::max() / vocab_size, "sam_session_verify_sampling",
+            "n * vocab_size overflows");
+    Require(rng != nullptr, "sam_session_verify_sampling", "rng is NULL");
+    Require(out != nullptr, "sam_session_verify_sampling", "out is NULL");
+    const auto row = [&](int32_t node) {
+      return std::span<const float>(probs + static_cast<size_t>(node) * vocab_size, vocab_size);
+    };
+    session->verified = sam::runtime::VerifySampling(tree, row, rng->rng);
+    ReturnVerified(session, tree, out);
   });
 }
 
@@ -341,16 +529,35 @@ int sam_session_observe_topk(sam_session* session, const uint32_t* tokens, size_
 int sam_session_reset(sam_session* session) {
   return Guard([&] {
     Require(session != nullptr, "sam_session_reset", "session is NULL");
+    session->proposed = nullptr;
     session->session->Reset();
+    session->request_origin = session->session->statistics();
   });
 }
 
 const char* sam_session_stats_json(sam_session* session) {
   const int status = Guard([&] {
     Require(session != nullptr, "sam_session_stats_json", "session is NULL");
-    session->stats_json = session->session->statistics().ToJson();
+    sam::runtime::SessionStatistics totals = session->session->statistics();
+    sam::runtime::SessionStatistics request = totals;
+    totals.Subtract(session->totals_origin);
+    request.Subtract(session->request_origin);
+    // The totals' object, with "timing" and "request" added before its closing brace.
+    std::string json = totals.ToJson();
+    json.pop_back();
+    json += session->collect_timing ? ",\"timing\":true" : ",\"timing\":false";
+    json += ",\"request\":" + request.ToJson() + "}";
+    session->stats_json = std::move(json);
   });
   return status == SAM_OK ? session->stats_json.c_str() : nullptr;
+}
+
+int sam_session_stats_reset(sam_session* session) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_stats_reset", "session is NULL");
+    session->totals_origin = session->session->statistics();
+    session->request_origin = session->totals_origin;
+  });
 }
 
 }  // extern "C"

@@ -33,6 +33,21 @@ void SourceStatistics::Merge(const SourceStatistics& o) {
   }
 }
 
+void SourceStatistics::Subtract(const SourceStatistics& o) {
+  steps -= o.steps;
+  draft_tokens -= o.draft_tokens;
+  accepted_tokens -= o.accepted_tokens;
+  propose_ns -= o.propose_ns;
+  for (size_t i = 0; i < kTrackedDepths; ++i) {
+    proposed_at_depth[i] -= o.proposed_at_depth[i];
+    accepted_at_depth[i] -= o.accepted_at_depth[i];
+  }
+  for (size_t i = 0; i < kMatchLengthBuckets; ++i) {
+    steps_by_match_length[i] -= o.steps_by_match_length[i];
+    accepted_by_match_length[i] -= o.accepted_by_match_length[i];
+  }
+}
+
 SourceStatistics SessionStatistics::Total() const {
   SourceStatistics total;
   for (const SourceStatistics& s : by_source) total.Merge(s);
@@ -48,6 +63,15 @@ void SessionStatistics::Merge(const SessionStatistics& o) {
   prefill_ns += o.prefill_ns;
 }
 
+void SessionStatistics::Subtract(const SessionStatistics& o) {
+  for (size_t i = 0; i < kNumDraftSources; ++i) by_source[i].Subtract(o.by_source[i]);
+  steps -= o.steps;
+  committed_tokens -= o.committed_tokens;
+  prefill_tokens -= o.prefill_tokens;
+  commit_ns -= o.commit_ns;
+  prefill_ns -= o.prefill_ns;
+}
+
 namespace {
 
 template <size_t N>
@@ -59,6 +83,25 @@ void WriteArray(std::ostringstream& out, const std::array<uint64_t, N>& a) {
   out << ']';
 }
 
+// One source's object of ToJson().
+void WriteSource(std::ostringstream& out, const SourceStatistics& s) {
+  out << "{\"steps\":" << s.steps << ",\"draft_tokens\":" << s.draft_tokens
+      << ",\"accepted_tokens\":" << s.accepted_tokens << ",\"mat\":" << s.Mat()
+      << ",\"propose_ns\":" << s.propose_ns << ",\"proposed_at_depth\":";
+  WriteArray(out, s.proposed_at_depth);
+  out << ",\"accepted_at_depth\":";
+  WriteArray(out, s.accepted_at_depth);
+  out << ",\"mat_by_depth\":[";
+  for (size_t d = 0; d < kTrackedDepths && s.accepted_at_depth[d] > 0; ++d)
+    out << (d ? "," : "")
+        << static_cast<double>(s.accepted_at_depth[d]) / static_cast<double>(s.steps);
+  out << "],\"steps_by_match_length\":";
+  WriteArray(out, s.steps_by_match_length);
+  out << ",\"accepted_by_match_length\":";
+  WriteArray(out, s.accepted_by_match_length);
+  out << '}';
+}
+
 }  // namespace
 
 std::string SessionStatistics::ToJson() const {
@@ -66,23 +109,15 @@ std::string SessionStatistics::ToJson() const {
   out.precision(17);  // doubles round-trip
   out << "{\"steps\":" << steps << ",\"committed_tokens\":" << committed_tokens
       << ",\"prefill_tokens\":" << prefill_tokens << ",\"commit_ns\":" << commit_ns
-      << ",\"prefill_ns\":" << prefill_ns << ",\"sources\":{";
+      << ",\"prefill_ns\":" << prefill_ns << ",\"total\":";
+  WriteSource(out, Total());
+  out << ",\"sources\":{";
   bool first = true;
   for (size_t i = 0; i < kNumDraftSources; ++i) {
     const SourceStatistics& s = by_source[i];
     if (s.steps == 0) continue;
-    out << (first ? "" : ",") << '"' << DraftSourceName(static_cast<DraftSource>(i))
-        << "\":{\"steps\":" << s.steps << ",\"draft_tokens\":" << s.draft_tokens
-        << ",\"accepted_tokens\":" << s.accepted_tokens << ",\"mat\":" << s.Mat()
-        << ",\"propose_ns\":" << s.propose_ns << ",\"proposed_at_depth\":";
-    WriteArray(out, s.proposed_at_depth);
-    out << ",\"accepted_at_depth\":";
-    WriteArray(out, s.accepted_at_depth);
-    out << ",\"steps_by_match_length\":";
-    WriteArray(out, s.steps_by_match_length);
-    out << ",\"accepted_by_match_length\":";
-    WriteArray(out, s.accepted_by_match_length);
-    out << '}';
+    out << (first ? "" : ",") << '"' << DraftSourceName(static_cast<DraftSource>(i)) << "\":";
+    WriteSource(out, s);
     first = false;
   }
   out << "}}";

@@ -1,9 +1,12 @@
 // Tests of the C API: error codes and messages, lifetime rules, and drafts
 // identical to the C++ Session's on the same inputs.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <regex>
 #include <string>
@@ -155,6 +158,131 @@ TEST(Capi, RejectsBadOptions) {
   EXPECT_EQ(session, nullptr);
 }
 
+// The drafts of a dynamic-only session over a repetitive prompt (the draft fills draft_size).
+std::vector<uint32_t> RepetitiveDraft(sam_session* session) {
+  std::vector<uint32_t> prompt;
+  for (uint32_t i = 0; i < 100; ++i) prompt.push_back(1 + i % 7);
+  EXPECT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
+  sam_draft d;
+  EXPECT_EQ(sam_session_propose(session, 1 + 100 % 7, &d), SAM_OK) << sam_last_error();
+  return {d.tokens, d.tokens + d.count};
+}
+
+TEST(Capi, ConfigDefaultsEqualTheOptionsDefaults) {
+  sam_session_config config;
+  sam_session_config_init(&config);
+  sam_session_options options;
+  sam_session_options_default(&options);
+  EXPECT_EQ(config.struct_size, sizeof(sam_session_config));
+  EXPECT_EQ(config.draft_size, options.draft_size);
+  EXPECT_EQ(config.policy, options.policy);
+  EXPECT_EQ(config.l_bias, options.l_bias);
+  EXPECT_EQ(config.l_threshold, options.l_threshold);
+  EXPECT_EQ(config.recycling_vocab_size, options.recycling_vocab_size);
+  EXPECT_EQ(config.max_dynamic_bytes, options.max_dynamic_bytes);
+
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new_ex(&config, &session), SAM_OK) << sam_last_error();
+  sam_session_free(session);
+  session = nullptr;
+  ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK) << sam_last_error();
+  sam_session_free(session);
+  EXPECT_EQ(sam_session_new_ex(&config, nullptr), SAM_ERR_INVALID_ARGUMENT);
+}
+
+// Both entry points build the same session from the same options.
+TEST(Capi, ConfigAndOptionsGiveTheSameDrafts) {
+  sam_session_options options;
+  sam_session_options_default(&options);
+  options.policy = SAM_POLICY_DYNAMIC_ONLY;
+  options.draft_size = 12;
+  sam_session_config config;
+  sam_session_config_init(&config);
+  config.policy = SAM_POLICY_DYNAMIC_ONLY;
+  config.draft_size = 12;
+  sam_session *old_api = nullptr, *new_api = nullptr;
+  ASSERT_EQ(sam_session_new(&options, &old_api), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_session_new_ex(&config, &new_api), SAM_OK) << sam_last_error();
+  const std::vector<uint32_t> draft = RepetitiveDraft(old_api);
+  EXPECT_EQ(draft.size(), 12u);
+  EXPECT_EQ(RepetitiveDraft(new_api), draft);
+  sam_session_free(old_api);
+  sam_session_free(new_api);
+}
+
+// A caller compiled against an older, shorter sam_session_config: its object ends early (a
+// buffer of exactly struct_size bytes here, so that reading past it would be caught by ASan),
+// and the fields it does not cover take their defaults, whatever lies past it.
+TEST(Capi, ShorterConfigGetsDefaultsForTheMissingFields) {
+  sam_session_config full;
+  sam_session_config_init(&full);
+  full.draft_size = 12;
+  full.policy = 17;  // not a policy: refused when read
+  sam_session* session = nullptr;
+  EXPECT_EQ(sam_session_new_ex(&full, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("policy 17"), std::string::npos) << sam_last_error();
+
+  // Only struct_size and draft_size: policy (and everything after) is the default.
+  const size_t old_size = offsetof(sam_session_config, policy);
+  full.struct_size = old_size;
+  std::vector<unsigned char> old_caller(reinterpret_cast<unsigned char*>(&full),
+                                        reinterpret_cast<unsigned char*>(&full) + old_size);
+  ASSERT_EQ(sam_session_new_ex(reinterpret_cast<const sam_session_config*>(old_caller.data()),
+                               &session),
+            SAM_OK)
+      << sam_last_error();
+  sam_session_config expected;
+  sam_session_config_init(&expected);
+  expected.draft_size = 12;  // the default policy, SAM_POLICY_PAPER
+  sam_session* reference = nullptr;
+  ASSERT_EQ(sam_session_new_ex(&expected, &reference), SAM_OK);
+  const std::vector<uint32_t> draft = RepetitiveDraft(session);
+  EXPECT_EQ(draft.size(), 12u);
+  EXPECT_EQ(RepetitiveDraft(reference), draft);
+  sam_session_free(session);
+  sam_session_free(reference);
+
+  // A field cut in the middle is not read either.
+  full.struct_size = old_size + 1;
+  session = nullptr;
+  EXPECT_EQ(sam_session_new_ex(&full, &session), SAM_OK) << sam_last_error();
+  sam_session_free(session);
+
+  // Too short to hold draft_size: refused.
+  full.struct_size = offsetof(sam_session_config, draft_size);
+  session = nullptr;
+  EXPECT_EQ(sam_session_new_ex(&full, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(session, nullptr);
+  EXPECT_NE(std::string(sam_last_error()).find("struct_size"), std::string::npos);
+}
+
+// A caller compiled against a newer, longer struct: unknown trailing bytes must be zero.
+TEST(Capi, LongerConfigNeedsZeroTrailingBytes) {
+  struct Newer {
+    sam_session_config known;
+    uint64_t future_option;
+    uint32_t another;
+  } newer;
+  std::memset(&newer, 0, sizeof newer);  // padding included
+  sam_session_config_init(&newer.known);
+  newer.known.struct_size = sizeof(Newer);
+  newer.known.draft_size = 12;
+  newer.known.policy = SAM_POLICY_DYNAMIC_ONLY;
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new_ex(&newer.known, &session), SAM_OK) << sam_last_error();
+  EXPECT_EQ(RepetitiveDraft(session).size(), 12u);
+  sam_session_free(session);
+
+  newer.another = 1;
+  session = nullptr;
+  EXPECT_EQ(sam_session_new_ex(&newer.known, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(session, nullptr);
+  const std::string message = sam_last_error();
+  EXPECT_NE(message.find("struct_size " + std::to_string(sizeof(Newer))), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("not zero"), std::string::npos) << message;
+}
+
 // draft_size has a documented maximum: SAM_MAX_DRAFT_SIZE is accepted (and
 // a draft can reach it, depths included), one more is refused with a message.
 TEST(Capi, DraftSizeAtAndBeyondTheMaximum) {
@@ -242,6 +370,18 @@ TEST(Capi, StatusNamesAreStable) {
   EXPECT_STREQ(sam_status_name(-3), "unknown");
 }
 
+TEST(Capi, HeaderAndLibraryVersionsAgree) {
+  // The library's version comes from CMake's project(VERSION), the macros from sam.h.
+  EXPECT_EQ(sam_version(), SAM_VERSION);
+  EXPECT_EQ(SAM_VERSION, SAM_MAKE_VERSION(SAM_VERSION_MAJOR, SAM_VERSION_MINOR, SAM_VERSION_PATCH));
+  EXPECT_EQ(SAM_VERSION, 100);  // 0.1.0
+  EXPECT_STREQ(sam_version_string(), SAM_VERSION_STRING);
+  EXPECT_EQ(std::string(SAM_VERSION_STRING), std::to_string(SAM_VERSION_MAJOR) + "." +
+                                                 std::to_string(SAM_VERSION_MINOR) + "." +
+                                                 std::to_string(SAM_VERSION_PATCH));
+  EXPECT_EQ(sam_abi_version(), SAM_ABI_VERSION);
+}
+
 TEST(Capi, LastErrorIsPerThread) {
   sam_index* index = nullptr;
   ASSERT_EQ(sam_index_open(nullptr, nullptr, &index), SAM_ERR_INVALID_ARGUMENT);
@@ -310,6 +450,16 @@ void ExpectSameDraftsAsSession(const std::string& path, const std::vector<uint32
     const auto r = sam::runtime::VerifyGreedy(tree, argmax);
     std::vector<uint32_t> committed{text[pos]};
     committed.insert(committed.end(), r.accepted_tokens.begin(), r.accepted_tokens.end());
+    // The C API's greedy acceptance is VerifyGreedy's.
+    sam_verify_result c_r;
+    ASSERT_EQ(sam_session_verify_greedy(c_session, argmax.data(), argmax.size(), &c_r), SAM_OK)
+        << sam_last_error();
+    ASSERT_EQ(c_r.accepted_count, r.accepted_tokens.size());
+    EXPECT_EQ(std::vector<int32_t>(c_r.accepted_nodes, c_r.accepted_nodes + c_r.accepted_count + 1),
+              r.accepted_nodes);
+    EXPECT_EQ(std::vector<uint32_t>(c_r.commit_tokens, c_r.commit_tokens + c_r.accepted_count + 1),
+              committed);
+    EXPECT_EQ(c_r.bonus_token, r.bonus_token);
     // Token Recycling feedback: the "model" predicts the next text token.
     std::vector<uint32_t> topk;
     for (size_t i = 0; i < tree.size(); ++i) topk.insert(topk.end(), {argmax[i], 1, 2});
@@ -323,10 +473,343 @@ void ExpectSameDraftsAsSession(const std::string& path, const std::vector<uint32
   EXPECT_GT(drafted, 0);
   const char* json = sam_session_stats_json(c_session);
   ASSERT_NE(json, nullptr);
-  EXPECT_EQ(WithoutTimings(json), WithoutTimings(session.statistics().ToJson()));
+  // The totals are the session's statistics; the request is the whole session here.
+  nlohmann::json c_stats = nlohmann::json::parse(json);
+  EXPECT_EQ(c_stats["timing"], false);
+  const std::string request = c_stats["request"].dump();
+  c_stats.erase("timing");
+  c_stats.erase("request");
+  const std::string expected = nlohmann::json::parse(session.statistics().ToJson()).dump();
+  EXPECT_EQ(WithoutTimings(c_stats.dump()), WithoutTimings(expected));
+  EXPECT_EQ(WithoutTimings(request), WithoutTimings(expected));
   EXPECT_EQ(sam_session_reset(c_session), SAM_OK);
   sam_session_free(c_session);
   sam_index_close(index);
+}
+
+// A deterministic stand-in for a model: the next token is a hash of the last two. Its text
+// falls into cycles, so the session's drafts are often accepted.
+uint32_t FakeModelNext(const std::vector<uint32_t>& context) {
+  const size_t n = context.size();
+  const uint64_t a = n > 0 ? context[n - 1] : 0, b = n > 1 ? context[n - 2] : 0;
+  uint64_t h = (a * 0x9E3779B97F4A7C15ull) ^ (b + 0x632BE59BD9B4E019ull);
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 32;
+  return 2 + static_cast<uint32_t>(h % 23);
+}
+
+// The whole loop in C (propose, the model's argmax per node, sam_session_verify_greedy,
+// commit) emits exactly what plain greedy decoding of the fake model emits.
+TEST(Capi, VerifyGreedyLoopEqualsPlainGreedyDecoding) {
+  const std::vector<uint32_t> prompt{1, 7, 9, 4, 11, 3};
+  constexpr size_t kGenerate = 400;
+  std::vector<uint32_t> plain = prompt;
+  while (plain.size() < prompt.size() + kGenerate) plain.push_back(FakeModelNext(plain));
+  plain.erase(plain.begin(), plain.begin() + prompt.size());
+
+  for (int policy : {SAM_POLICY_PAPER, SAM_POLICY_TREE, SAM_POLICY_DYNAMIC_ONLY}) {
+    sam_session_config config;
+    sam_session_config_init(&config);
+    config.policy = policy;
+    config.draft_size = 8;
+    sam_session* session = nullptr;
+    ASSERT_EQ(sam_session_new_ex(&config, &session), SAM_OK) << sam_last_error();
+    ASSERT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
+    std::vector<uint32_t> context = prompt;  // what the model has seen
+    uint32_t start = FakeModelNext(context);
+    std::vector<uint32_t> emitted{start};
+    size_t steps = 0, accepted = 0;
+    while (emitted.size() < kGenerate) {
+      sam_draft d;
+      ASSERT_EQ(sam_session_propose(session, start, &d), SAM_OK) << sam_last_error();
+      // The model after node i: the context, then the path from the root to node i.
+      std::vector<uint32_t> argmax(d.count);
+      for (size_t i = 0; i < d.count; ++i) {
+        std::vector<uint32_t> path;
+        for (int32_t node = static_cast<int32_t>(i); node >= 0; node = d.parents[node])
+          path.insert(path.begin(), d.tokens[node]);
+        std::vector<uint32_t> seen = context;
+        seen.insert(seen.end(), path.begin(), path.end());
+        argmax[i] = FakeModelNext(seen);
+      }
+      sam_verify_result r;
+      ASSERT_EQ(sam_session_verify_greedy(session, argmax.data(), d.count, &r), SAM_OK)
+          << sam_last_error();
+      ASSERT_EQ(r.commit_tokens[0], start);
+      emitted.insert(emitted.end(), r.commit_tokens + 1, r.commit_tokens + 1 + r.accepted_count);
+      emitted.push_back(r.bonus_token);
+      context.insert(context.end(), r.commit_tokens, r.commit_tokens + r.accepted_count + 1);
+      ASSERT_EQ(sam_session_commit(session, r.commit_tokens, r.accepted_count + 1), SAM_OK);
+      start = r.bonus_token;
+      ++steps;
+      accepted += r.accepted_count;
+    }
+    emitted.resize(kGenerate);
+    EXPECT_EQ(emitted, plain) << sam_policy_name(policy);
+    EXPECT_GT(accepted, kGenerate / 2) << sam_policy_name(policy);  // drafts were used
+    EXPECT_LT(steps, kGenerate / 2) << sam_policy_name(policy);
+    sam_session_free(session);
+  }
+}
+
+// Runs one request of the fake model through the C loop: `steps` verified drafts.
+void RunFakeModelRequest(sam_session* session, std::vector<uint32_t> context, size_t steps) {
+  ASSERT_EQ(sam_session_prefill(session, context.data(), context.size()), SAM_OK);
+  uint32_t start = FakeModelNext(context);
+  for (size_t step = 0; step < steps; ++step) {
+    sam_draft d;
+    ASSERT_EQ(sam_session_propose(session, start, &d), SAM_OK);
+    std::vector<uint32_t> argmax(d.count);
+    for (size_t i = 0; i < d.count; ++i) {
+      std::vector<uint32_t> seen = context;
+      size_t at = seen.size();
+      for (int32_t node = static_cast<int32_t>(i); node >= 0; node = d.parents[node])
+        seen.insert(seen.begin() + at, d.tokens[node]);
+      argmax[i] = FakeModelNext(seen);
+    }
+    sam_verify_result r;
+    ASSERT_EQ(sam_session_verify_greedy(session, argmax.data(), d.count, &r), SAM_OK);
+    context.insert(context.end(), r.commit_tokens, r.commit_tokens + r.accepted_count + 1);
+    ASSERT_EQ(sam_session_commit(session, r.commit_tokens, r.accepted_count + 1), SAM_OK);
+    start = r.bonus_token;
+  }
+}
+
+// Figures of one statistics object of sam_session_stats_json hold together.
+void ExpectConsistent(const nlohmann::json& stats, uint64_t steps) {
+  EXPECT_EQ(stats["steps"], steps) << stats;
+  const nlohmann::json& total = stats["total"];
+  EXPECT_EQ(total["steps"], steps) << stats;
+  uint64_t source_steps = 0, accepted = 0;
+  for (const auto& [name, source] : stats["sources"].items()) {
+    source_steps += source["steps"].get<uint64_t>();
+    accepted += source["accepted_tokens"].get<uint64_t>();
+  }
+  EXPECT_EQ(source_steps, steps) << stats;
+  EXPECT_EQ(total["accepted_tokens"], accepted) << stats;
+  if (steps == 0) return;
+  double mat = 1;
+  for (double share : total["mat_by_depth"]) mat += share;
+  EXPECT_NEAR(total["mat"].get<double>(), mat, 1e-9) << stats;
+  EXPECT_NEAR(total["mat"].get<double>(),
+              1.0 + static_cast<double>(accepted) / static_cast<double>(steps), 1e-9);
+}
+
+TEST(Capi, StatsReportTheRequestAndTheTotals) {
+  sam_session_config config;
+  sam_session_config_init(&config);
+  config.draft_size = 8;
+  config.collect_timing = 1;
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new_ex(&config, &session), SAM_OK);
+  RunFakeModelRequest(session, {1, 7, 9, 4, 11, 3}, 30);
+  nlohmann::json first = nlohmann::json::parse(sam_session_stats_json(session));
+  EXPECT_EQ(first["timing"], true);
+  ExpectConsistent(first, 30);
+  ExpectConsistent(first["request"], 30);
+  EXPECT_GT(first["total"]["mat"].get<double>(), 1.0) << first;  // drafts were accepted
+  EXPECT_GT(first["commit_ns"].get<uint64_t>(), 0u);
+  EXPECT_GT(first["prefill_ns"].get<uint64_t>(), 0u);
+  EXPECT_GT(first["total"]["propose_ns"].get<uint64_t>(), 0u);
+
+  ASSERT_EQ(sam_session_reset(session), SAM_OK);
+  nlohmann::json between = nlohmann::json::parse(sam_session_stats_json(session));
+  ExpectConsistent(between, 30);
+  ExpectConsistent(between["request"], 0);
+  EXPECT_EQ(between["request"]["committed_tokens"], 0);
+  EXPECT_EQ(between["request"]["sources"], nlohmann::json::object());
+
+  RunFakeModelRequest(session, {2, 5, 8}, 20);
+  nlohmann::json second = nlohmann::json::parse(sam_session_stats_json(session));
+  ExpectConsistent(second, 50);
+  ExpectConsistent(second["request"], 20);
+  EXPECT_EQ(second["request"]["prefill_tokens"], 3);
+  EXPECT_EQ(second["prefill_tokens"], 9);
+  EXPECT_EQ(second["committed_tokens"].get<uint64_t>(),
+            first["committed_tokens"].get<uint64_t>() +
+                second["request"]["committed_tokens"].get<uint64_t>());
+  EXPECT_EQ(second["total"]["accepted_tokens"].get<uint64_t>(),
+            first["total"]["accepted_tokens"].get<uint64_t>() +
+                second["request"]["total"]["accepted_tokens"].get<uint64_t>());
+
+  ASSERT_EQ(sam_session_stats_reset(session), SAM_OK);
+  nlohmann::json reset = nlohmann::json::parse(sam_session_stats_json(session));
+  ExpectConsistent(reset, 0);
+  ExpectConsistent(reset["request"], 0);
+  EXPECT_EQ(reset["commit_ns"], 0);
+  RunFakeModelRequest(session, {2, 5, 8}, 5);
+  nlohmann::json after = nlohmann::json::parse(sam_session_stats_json(session));
+  ExpectConsistent(after, 5);
+  EXPECT_EQ(sam_session_stats_reset(nullptr), SAM_ERR_INVALID_ARGUMENT);
+  sam_session_free(session);
+
+  // Without collect_timing the times are 0 and "timing" says so.
+  ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK);
+  RunFakeModelRequest(session, {1, 7, 9, 4, 11, 3}, 5);
+  nlohmann::json untimed = nlohmann::json::parse(sam_session_stats_json(session));
+  EXPECT_EQ(untimed["timing"], false);
+  EXPECT_EQ(untimed["commit_ns"], 0);
+  EXPECT_EQ(untimed["total"]["propose_ns"], 0);
+  sam_session_free(session);
+}
+
+// The fake model's scores after `context` (kSampleVocab logits): FakeModelNext is the most
+// likely token, every other token has some probability.
+constexpr size_t kSampleVocab = 32;
+std::vector<float> FakeModelLogits(const std::vector<uint32_t>& context) {
+  std::vector<float> logits(kSampleVocab);
+  const uint32_t next = FakeModelNext(context);
+  for (size_t v = 0; v < kSampleVocab; ++v)
+    logits[v] = static_cast<float>((next * 7 + v * 13) % 5) * 0.25f;
+  logits[next] += 3.0f;
+  return logits;
+}
+
+// Runs `steps` steps of the sampling loop in C over the fake model with the given temperature;
+// returns the emitted tokens. With check_against_cpp, every step is also verified by
+// sam::runtime::VerifySampling with a C++ Rng of the same seed, which must agree.
+std::vector<uint32_t> SamplingLoop(float temperature, uint64_t seed, size_t steps,
+                                   bool check_against_cpp) {
+  sam_session_config config;
+  sam_session_config_init(&config);
+  config.draft_size = 8;
+  sam_session* session = nullptr;
+  sam_rng* rng = nullptr;
+  EXPECT_EQ(sam_session_new_ex(&config, &session), SAM_OK);
+  EXPECT_EQ(sam_rng_new(seed, &rng), SAM_OK);
+  sam::runtime::Rng cpp_rng(seed);
+  std::vector<uint32_t> context{1, 7, 9, 4, 11, 3};
+  EXPECT_EQ(sam_session_prefill(session, context.data(), context.size()), SAM_OK);
+  std::vector<float> first = FakeModelLogits(context);
+  EXPECT_EQ(sam_sampling_apply(first.data(), first.size(), temperature, 0, 1.0f, 1), SAM_OK);
+  uint32_t start = 0;
+  EXPECT_EQ(sam_sample_token(first.data(), first.size(), rng, &start), SAM_OK);
+  EXPECT_EQ(sam::runtime::SampleToken(first, cpp_rng), start);
+  std::vector<uint32_t> emitted{start};
+  for (size_t step = 0; step < steps; ++step) {
+    sam_draft d;
+    EXPECT_EQ(sam_session_propose(session, start, &d), SAM_OK);
+    std::vector<float> probs;
+    for (size_t i = 0; i < d.count; ++i) {
+      std::vector<uint32_t> seen = context;
+      const size_t at = seen.size();
+      for (int32_t node = static_cast<int32_t>(i); node >= 0; node = d.parents[node])
+        seen.insert(seen.begin() + at, d.tokens[node]);
+      std::vector<float> row = FakeModelLogits(seen);
+      EXPECT_EQ(sam_sampling_apply(row.data(), row.size(), temperature, 0, 1.0f, 1), SAM_OK);
+      probs.insert(probs.end(), row.begin(), row.end());
+    }
+    sam_verify_result r;
+    EXPECT_EQ(sam_session_verify_sampling(session, probs.data(), kSampleVocab, d.count, rng, &r),
+              SAM_OK)
+        << sam_last_error();
+    if (check_against_cpp) {
+      sam::runtime::DraftTree tree;
+      tree.Reset(d.tokens[0], sam::runtime::DraftSource::kOther);
+      for (size_t i = 1; i < d.count; ++i) tree.Add(d.parents[i], d.tokens[i]);
+      const sam::runtime::VerifyResult expected = sam::runtime::VerifySampling(
+          tree,
+          [&](int32_t node) {
+            return std::span<const float>(probs.data() + node * kSampleVocab, kSampleVocab);
+          },
+          cpp_rng);
+      EXPECT_EQ(std::vector<int32_t>(r.accepted_nodes, r.accepted_nodes + r.accepted_count + 1),
+                expected.accepted_nodes);
+      EXPECT_EQ(r.bonus_token, expected.bonus_token);
+    }
+    emitted.insert(emitted.end(), r.commit_tokens + 1, r.commit_tokens + 1 + r.accepted_count);
+    emitted.push_back(r.bonus_token);
+    context.insert(context.end(), r.commit_tokens, r.commit_tokens + r.accepted_count + 1);
+    EXPECT_EQ(sam_session_commit(session, r.commit_tokens, r.accepted_count + 1), SAM_OK);
+    start = r.bonus_token;
+  }
+  sam_rng_free(rng);
+  sam_session_free(session);
+  return emitted;
+}
+
+TEST(Capi, VerifySamplingEqualsTheCppVerifySampling) {
+  const std::vector<uint32_t> a = SamplingLoop(1.0f, 5, 150, true);
+  EXPECT_EQ(SamplingLoop(1.0f, 5, 150, false), a);  // the seed decides everything
+  EXPECT_NE(SamplingLoop(1.0f, 6, 150, false), a);
+}
+
+// Temperature 0 makes every row one-hot: sampling acceptance is then plain greedy decoding.
+TEST(Capi, VerifySamplingAtTemperatureZeroIsGreedyDecoding) {
+  std::vector<uint32_t> emitted = SamplingLoop(0.0f, 9, 150, true);
+  std::vector<uint32_t> plain{1, 7, 9, 4, 11, 3};
+  const size_t prompt = plain.size();
+  while (plain.size() < prompt + emitted.size()) plain.push_back(FakeModelNext(plain));
+  plain.erase(plain.begin(), plain.begin() + prompt);
+  EXPECT_EQ(emitted, plain);
+  EXPECT_GT(emitted.size(), 150u * 2);  // drafts were accepted
+}
+
+TEST(Capi, VerifySamplingRefusesBadArguments) {
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK);
+  sam_rng* rng = nullptr;
+  ASSERT_EQ(sam_rng_new(1, &rng), SAM_OK);
+  EXPECT_EQ(sam_rng_new(1, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  const std::vector<uint32_t> prompt{5, 6, 7, 5, 6, 7, 5, 6};
+  ASSERT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
+  sam_draft d;
+  ASSERT_EQ(sam_session_propose(session, 7, &d), SAM_OK);
+  ASSERT_GT(d.count, 1u);
+  std::vector<float> probs(d.count * 6, 1.0f);  // draft tokens 5..7 fit a vocabulary of 6...
+  sam_verify_result r;
+  EXPECT_EQ(sam_session_verify_sampling(session, probs.data(), 6, d.count, nullptr, &r),
+            SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_verify_sampling(session, probs.data(), 6, d.count - 1, rng, &r),
+            SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_verify_sampling(session, nullptr, 6, d.count, rng, &r),
+            SAM_ERR_INVALID_ARGUMENT);
+  // ... but not one of 5.
+  EXPECT_EQ(sam_session_verify_sampling(session, probs.data(), 5, d.count, rng, &r),
+            SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_verify_sampling(session, probs.data(), 6, d.count, rng, &r), SAM_OK)
+      << sam_last_error();
+  EXPECT_LT(r.bonus_token, 6u);
+  float bad[3] = {1.0f, -1.0f, 0.0f};
+  EXPECT_EQ(sam_sampling_apply(bad, 3, 1.0f, 0, 1.0f, 0), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_sampling_apply(bad, 3, 1.0f, 0, 2.0f, 1), SAM_ERR_INVALID_ARGUMENT);
+  uint32_t token = 0;
+  EXPECT_EQ(sam_sample_token(bad, 3, rng, &token), SAM_ERR_INVALID_ARGUMENT);
+  sam_rng_free(rng);
+  sam_session_free(session);
+}
+
+TEST(Capi, VerifyGreedyNeedsAProposalAndOneArgmaxPerNode) {
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK);
+  const uint32_t argmax[2] = {3, 4};
+  sam_verify_result r;
+  EXPECT_EQ(sam_session_verify_greedy(session, argmax, 1, &r), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("sam_session_propose"), std::string::npos);
+  const std::vector<uint32_t> prompt{5, 6, 7, 5, 6, 7, 5, 6};
+  ASSERT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
+  sam_draft d;
+  ASSERT_EQ(sam_session_propose(session, 7, &d), SAM_OK);
+  ASSERT_GT(d.count, 1u);
+  EXPECT_EQ(sam_session_verify_greedy(session, argmax, 1, &r), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("draft's count"), std::string::npos)
+      << sam_last_error();
+  EXPECT_EQ(sam_session_verify_greedy(session, nullptr, d.count, &r), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_verify_greedy(nullptr, argmax, 1, &r), SAM_ERR_INVALID_ARGUMENT);
+  std::vector<uint32_t> model(d.count, 42);  // rejects every draft token
+  ASSERT_EQ(sam_session_verify_greedy(session, model.data(), d.count, nullptr),
+            SAM_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(sam_session_verify_greedy(session, model.data(), d.count, &r), SAM_OK);
+  EXPECT_EQ(r.accepted_count, 0u);
+  EXPECT_EQ(r.bonus_token, 42u);
+  EXPECT_EQ(r.commit_tokens[0], 7u);
+  EXPECT_EQ(r.accepted_nodes[0], 0);
+  ASSERT_EQ(sam_session_commit(session, r.commit_tokens, 1), SAM_OK);
+  // The commit ended the proposal.
+  EXPECT_EQ(sam_session_verify_greedy(session, model.data(), d.count, &r),
+            SAM_ERR_INVALID_ARGUMENT);
+  sam_session_free(session);
 }
 
 // A document with every 9th token replaced: drafts are accepted in part.

@@ -7,22 +7,30 @@
  *     fprintf(stderr, "%s\n", sam_last_error());
  *     return 1;
  *   }
- *   sam_session_options opts;
- *   sam_session_options_default(&opts);
+ *   if (sam_abi_version() != SAM_ABI_VERSION || sam_version() < SAM_VERSION)
+ *     return 1;                              // not the library this was built for
+ *   sam_session_config config;
+ *   sam_session_config_init(&config);        // defaults; config.struct_size
  *   sam_session* sess = NULL;
- *   sam_session_new(&opts, &sess);
+ *   sam_session_new_ex(&config, &sess);
  *   sam_session_attach_index(sess, idx);
  *   sam_session_prefill(sess, prompt_ids, prompt_len);
  *   uint32_t start = first_token_from_prefill;
- *   for (;;) {
+ *   while (!done) {
  *     sam_draft d;
  *     sam_session_propose(sess, start, &d);   // d.tokens[0] == start
- *     ... verify d.tokens / d.parents with the model: accepted path + bonus ...
- *     sam_session_commit(sess, accepted_path_tokens, n_accepted_path);  // start first
- *     start = bonus;
+ *     ... run the model on d.tokens / d.parents: argmax[i] after node i ...
+ *     sam_verify_result r;
+ *     sam_session_verify_greedy(sess, argmax, d.count, &r);
+ *     sam_session_commit(sess, r.commit_tokens, r.accepted_count + 1);  // start first
+ *     start = r.bonus_token;
  *   }
+ *   puts(sam_session_stats_json(sess));       // this request and the totals
  *   sam_session_free(sess);
  *   sam_index_close(idx);
+ *
+ * Sampling instead of greedy: rows processed by sam_sampling_apply, then
+ * sam_session_verify_sampling with a caller-seeded sam_rng.
  *
  * Link with sam::runtime (CMake: find_package(sam CONFIG REQUIRED)) or with
  * `pkg-config --cflags --libs sam-runtime`: libsam_runtime.so.0.
@@ -63,9 +71,12 @@
  *
  * Lifetime: an index handle is reference counted internally: a session that
  * attached it keeps the mapping (and its SAM_OPEN_PREPARE tables) alive, so
- * sam_index_close and sam_session_free may be called in any order. Pointers returned in a
- * sam_draft or by sam_session_stats_json point into the session and stay
- * valid until the next call on that session.
+ * sam_index_close and sam_session_free may be called in any order. Pointers
+ * returned in a sam_draft or a sam_verify_result, or by
+ * sam_session_stats_json, point into the session and stay valid until the
+ * next call on that session (a sam_verify_result's commit_tokens may be
+ * passed to sam_session_commit). A sam_rng is the caller's, freed with
+ * sam_rng_free.
  *
  * Threads: an index may be attached to any number of sessions in any
  * threads. A session must be used by one thread at a time. sam_last_error()
@@ -82,6 +93,31 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
+
+/* ---- Versions ----------------------------------------------------------- */
+
+/* The version of this header: the CMake project version (the build refuses
+ * to configure when they differ). Compare with sam_version() at run time to
+ * detect a header / library mismatch. */
+#define SAM_VERSION_MAJOR 0
+#define SAM_VERSION_MINOR 1
+#define SAM_VERSION_PATCH 0
+#define SAM_VERSION_STRING "0.1.0"
+/* Packs a version into one int: major * 10000 + minor * 100 + patch. */
+#define SAM_MAKE_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
+#define SAM_VERSION SAM_MAKE_VERSION(SAM_VERSION_MAJOR, SAM_VERSION_MINOR, SAM_VERSION_PATCH)
+/* The ABI version: the number of the shared library's soname
+ * (libsam_runtime.so.0). It changes only when the ABI breaks; a program
+ * built against this header runs with any library of the same ABI version
+ * whose sam_version() is at least SAM_VERSION. */
+#define SAM_ABI_VERSION 0
+
+/* The library's version, packed as SAM_VERSION (e.g. 100 for 0.1.0). */
+SAM_API int sam_version(void);
+/* The library's version as "MAJOR.MINOR.PATCH"; static storage. */
+SAM_API const char* sam_version_string(void);
+/* The library's ABI version (SAM_ABI_VERSION of the header it was built with). */
+SAM_API int sam_abi_version(void);
 
 /* Stable status codes; values never change meaning, new ones are appended. */
 typedef enum sam_status {
@@ -186,7 +222,9 @@ typedef enum sam_draft_source {
   SAM_SOURCE_OTHER = 6
 } sam_draft_source;
 
-/* Always initialise with sam_session_options_default(), then change fields. */
+/* Always initialise with sam_session_options_default(), then change fields.
+ * This struct's layout is frozen (sam_session_new keeps reading exactly
+ * these fields); options added later go to sam_session_config only. */
 typedef struct sam_session_options {
   size_t draft_size;             /* nodes per draft, start token included (40);
                                     1..SAM_MAX_DRAFT_SIZE */
@@ -203,6 +241,47 @@ SAM_API void sam_session_options_default(sam_session_options* options);
  * (draft_size 0 or above SAM_MAX_DRAFT_SIZE, an unknown policy) is
  * SAM_ERR_INVALID_ARGUMENT, with a message naming the field and its range. */
 SAM_API int sam_session_new(const sam_session_options* options, sam_session** out);
+/* Session options that can grow without breaking old callers: new fields are
+ * only ever appended, and struct_size tells the library which fields the
+ * caller knows.
+ *
+ *   sam_session_config c;
+ *   sam_session_config_init(&c);   // defaults, and c.struct_size = sizeof c
+ *   c.draft_size = 64;
+ *   sam_session_new_ex(&c, &sess);
+ *
+ * The rule: the library reads a field only if the caller's struct_size
+ * covers it whole (offset + size <= struct_size); a field it does not cover
+ * takes its default, so a program compiled against an older, shorter
+ * struct gets the defaults of the fields added since. A struct_size larger
+ * than the library's struct (a caller compiled against a newer header) is
+ * accepted when every byte past the library's struct is zero (a newer field
+ * left at zero) and refused with SAM_ERR_INVALID_ARGUMENT otherwise: the
+ * caller asked for something this library cannot do. A struct_size smaller
+ * than the first option's end (sizeof(size_t) * 2) is SAM_ERR_INVALID_ARGUMENT.
+ * Fields and defaults are those of sam_session_options, then the fields
+ * added since (sam_session_options stays as it is). */
+typedef struct sam_session_config {
+  size_t struct_size;            /* sizeof(sam_session_config) of the caller */
+  size_t draft_size;
+  int policy;
+  int32_t l_bias;
+  uint32_t l_threshold;
+  uint32_t recycling_vocab_size;
+  size_t max_dynamic_bytes;
+  /* Added in 0.1.0 after the fields above: nonzero measures propose, commit
+   * and prefill time into the statistics (two clock reads, about 50 ns, per
+   * call); 0 (default) leaves the *_ns figures at 0. */
+  int collect_timing;
+} sam_session_config;
+
+/* Fills *config with the defaults and struct_size = sizeof(sam_session_config)
+ * (NULL is a no-op). */
+SAM_API void sam_session_config_init(sam_session_config* config);
+/* sam_session_new with a sam_session_config (the rule above); config NULL
+ * means the defaults. Invalid options as in sam_session_new. */
+SAM_API int sam_session_new_ex(const sam_session_config* config, sam_session** out);
+
 /* Frees the session (NULL is a no-op). */
 SAM_API void sam_session_free(sam_session* session);
 
@@ -236,6 +315,75 @@ SAM_API int sam_session_propose(sam_session* session, uint32_t start_token, sam_
  * next start token and is committed with the next step). */
 SAM_API int sam_session_commit(sam_session* session, const uint32_t* ids, size_t n);
 
+/* ---- Verification -------------------------------------------------------- */
+
+/* What one verification step accepted. The arrays point into the session and
+ * stay valid until the next call on it; commit_tokens may be passed straight
+ * to sam_session_commit. */
+typedef struct sam_verify_result {
+  const int32_t* accepted_nodes; /* accepted_count + 1 node indices, root first
+                                    (node 0): keep the KV entries of these */
+  const uint32_t* commit_tokens; /* accepted_count + 1 tokens: the start token,
+                                    then the accepted draft tokens */
+  size_t accepted_count;         /* draft tokens accepted (bonus excluded) */
+  uint32_t bonus_token;          /* the model's token after the accepted path:
+                                    emit it; it is the next start token */
+} sam_verify_result;
+
+/* Greedy acceptance of the session's last proposal (sam_session_propose):
+ * argmax[i] is the model's most likely token after draft node i (after the
+ * context, node i's ancestors and node i), n must equal the draft's count.
+ * Accepts the longest root path whose every token equals the argmax at its
+ * parent (sam/runtime/verify.h VerifyGreedy), so the accepted tokens and the
+ * bonus token are exactly what plain greedy decoding emits. Then:
+ *
+ *   sam_session_commit(sess, r.commit_tokens, r.accepted_count + 1);
+ *   start = r.bonus_token;
+ *
+ * Nothing is committed here. Without a proposal since the last commit,
+ * reset, prefill or attach, or with n != count, SAM_ERR_INVALID_ARGUMENT.
+ * O(count); no allocation once the session's buffers have grown. */
+SAM_API int sam_session_verify_greedy(sam_session* session, const uint32_t* argmax, size_t n,
+                                      sam_verify_result* out);
+
+/* Sampling acceptance needs randomness that the caller controls: a small
+ * seedable PRNG (xoshiro256**, sam/runtime/verify.h Rng); the same seed gives
+ * the same draws on every platform. One generator per thread. */
+typedef struct sam_rng sam_rng;
+SAM_API int sam_rng_new(uint64_t seed, sam_rng** out);
+/* NULL is a no-op. */
+SAM_API void sam_rng_free(sam_rng* rng);
+
+/* Turns one position's scores (vocab_size floats) into the sampling
+ * distribution, in place, as sam::runtime::ApplySampling: temperature (0:
+ * greedy, a one-hot distribution on the argmax), then top_k (<= 0: off), then
+ * top_p (1: off), then renormalisation. scores_are_logits: nonzero for
+ * logits (-inf masks a token), 0 for non-negative weights. Process every row
+ * given to sam_session_verify_sampling, and the row of the first token after
+ * prefill, with the same parameters. Invalid scores or parameters are
+ * SAM_ERR_INVALID_ARGUMENT. O(vocab_size) (O(V log V) with top_p). */
+SAM_API int sam_sampling_apply(float* scores, size_t vocab_size, float temperature, int top_k,
+                               float top_p, int scores_are_logits);
+
+/* Draws a token with probability weights[i] / sum(weights) (e.g. the first
+ * token after prefill from a row processed by sam_sampling_apply). */
+SAM_API int sam_sample_token(const float* weights, size_t vocab_size, sam_rng* rng,
+                             uint32_t* token);
+
+/* Sampling acceptance of the session's last proposal (lossless: the emitted
+ * tokens are distributed exactly as tokens sampled one at a time from the
+ * model). probs holds n rows of vocab_size floats: row i is the model's
+ * distribution after draft node i, processed by sam_sampling_apply; n must
+ * equal the draft's count. Recursive rejection over each node's children
+ * (sam::runtime::VerifySampling, DraftMode::kDeterministic: the session's
+ * drafts do not depend on the randomness), drawing from rng. The result and
+ * the commit that follows are as for sam_session_verify_greedy. Draft tokens
+ * >= vocab_size, invalid rows or a missing proposal are
+ * SAM_ERR_INVALID_ARGUMENT. O(accepted depth * (vocab_size + count)). */
+SAM_API int sam_session_verify_sampling(sam_session* session, const float* probs,
+                                        size_t vocab_size, size_t n, sam_rng* rng,
+                                        sam_verify_result* out);
+
 /* Model feedback for Token Recycling: for each of the n evaluated nodes,
  * tokens[i] and its k best next tokens topk[i*k .. i*k+k), best first. A
  * no-op without a Token Recycling fallback. */
@@ -246,11 +394,30 @@ SAM_API int sam_session_observe_topk(sam_session* session, const uint32_t* token
  * Recycling table and attached indexes are kept). */
 SAM_API int sam_session_reset(sam_session* session);
 
-/* Statistics as a JSON object: {"steps", "committed_tokens", ..., "sources":
- * {"static": {"steps", "draft_tokens", "accepted_tokens", "mat", "propose_ns",
- * ...}, ...}} (sam/runtime/statistics.h; "mat" = mean over steps of accepted
- * draft tokens + 1). NULL on failure (see sam_last_error). */
+/* Statistics as a JSON object, for the totals since the session was created
+ * or since sam_session_stats_reset, and for the current request (since the
+ * last sam_session_reset):
+ *
+ *   {"steps", "committed_tokens", "prefill_tokens", "commit_ns", "prefill_ns",
+ *    "total": {...}, "sources": {"static": {...}, "dynamic": {...}, ...},
+ *    "timing": true|false,
+ *    "request": {"steps", ..., "total": {...}, "sources": {...}}}
+ *
+ * The top level holds the totals; "request" the same figures for the
+ * current request. "total" (all sources) and each source (by name, those
+ * with steps) hold "steps" (verified drafts), "draft_tokens",
+ * "accepted_tokens", "mat" (mean over steps of accepted draft tokens + 1),
+ * "propose_ns", "proposed_at_depth" and "accepted_at_depth" (steps whose
+ * draft / accepted path reached depth d + 1), "mat_by_depth"
+ * (accepted_at_depth / steps: mat = 1 + its sum), "steps_by_match_length"
+ * and "accepted_by_match_length" (sam/runtime/statistics.h). "timing" says
+ * whether the *_ns times are measured (sam_session_config.collect_timing);
+ * otherwise they are 0. NULL on failure (see sam_last_error). */
 SAM_API const char* sam_session_stats_json(sam_session* session);
+/* Starts the totals of sam_session_stats_json, and the current request's
+ * figures, from zero. Drafting is unaffected (what the sam-cal policy has
+ * learnt is kept). */
+SAM_API int sam_session_stats_reset(sam_session* session);
 
 /* ---- Batched drafting (sam/runtime/batch.h): one call drafts for many
  * sessions on a fixed thread pool.

@@ -58,6 +58,9 @@ struct SAM_API SourceStatistics {
     return steps ? static_cast<double>(draft_tokens + steps) / static_cast<double>(steps) : 0.0;
   }
   void Merge(const SourceStatistics& other);
+  // The counts since `earlier`, an earlier copy of these statistics (each count minus its
+  // value there).
+  void Subtract(const SourceStatistics& earlier);
 };
 
 struct SAM_API SessionStatistics {
@@ -75,9 +78,13 @@ struct SAM_API SessionStatistics {
   // All sources together.
   SourceStatistics Total() const;
   void Merge(const SessionStatistics& other);
-  // A JSON object with the non-empty sources (for logs and tools): per source
-  // "steps", "draft_tokens", "accepted_tokens", "mat", "propose_ns" and the
-  // arrays (trailing zeros left out).
+  // The counts since `earlier`, an earlier copy of these statistics.
+  void Subtract(const SessionStatistics& earlier);
+  // A JSON object: "steps", "committed_tokens", "prefill_tokens", "commit_ns", "prefill_ns",
+  // "total" (all sources together) and "sources" (the non-empty sources by name). Each source
+  // object has "steps", "draft_tokens", "accepted_tokens", "mat", "propose_ns", the arrays
+  // (trailing zeros left out) and "mat_by_depth": accepted_at_depth[d] / steps, the share of
+  // steps whose accepted path reached depth d + 1, so that mat = 1 + the sum of mat_by_depth.
   std::string ToJson() const;
 };
 
