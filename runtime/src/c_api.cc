@@ -227,6 +227,18 @@ void ReturnVerified(sam_session* session, const sam::runtime::DraftTree& tree,
   out->bonus_token = r.bonus_token;
 }
 
+// Hands `tree`, the session's new proposal, to the caller as `out` and
+// remembers it for the verification calls (sam_session_verify_*).
+void ExposeDraft(sam_session* session, const sam::runtime::DraftTree& tree, sam_draft* out) {
+  session->proposed = &tree;
+  out->tokens = tree.tokens.data();
+  out->parents = tree.parents.data();
+  out->depths = tree.depths.data();
+  out->count = tree.size();
+  out->source = static_cast<int>(tree.source);
+  out->match_len = tree.match_len;
+}
+
 }  // namespace
 
 extern "C" {
@@ -436,13 +448,7 @@ int sam_session_propose(sam_session* session, uint32_t start_token, sam_draft* o
     Require(out != nullptr, "sam_session_propose", "out is NULL");
     session->proposed = nullptr;
     const sam::runtime::DraftTree& tree = session->session->Propose(start_token);
-    session->proposed = &tree;
-    out->tokens = tree.tokens.data();
-    out->parents = tree.parents.data();
-    out->depths = tree.depths.data();
-    out->count = tree.size();
-    out->source = static_cast<int>(tree.source);
-    out->match_len = tree.match_len;
+    ExposeDraft(session, tree, out);
   });
 }
 
@@ -604,7 +610,10 @@ int sam_propose_batch(sam_draft_pool* pool, sam_session* const* sessions,
     std::lock_guard lock(pool->mutex);
     pool->sessions.resize(n);
     pool->drafts.resize(n);
-    for (size_t i = 0; i < n; ++i) pool->sessions[i] = sessions[i]->session.get();
+    for (size_t i = 0; i < n; ++i) {
+      sessions[i]->proposed = nullptr;  // until its new draft is known
+      pool->sessions[i] = sessions[i]->session.get();
+    }
     pool->pool.Propose(pool->sessions, {start_tokens, n}, pool->drafts);
     for (size_t i = 0; i < n; ++i) {
       const sam::runtime::BatchDraft& d = pool->drafts[i];
@@ -615,12 +624,7 @@ int sam_propose_batch(sam_draft_pool* pool, sam_session* const* sessions,
         continue;
       }
       statuses[i] = SAM_OK;
-      out[i].tokens = d.tree->tokens.data();
-      out[i].parents = d.tree->parents.data();
-      out[i].depths = d.tree->depths.data();
-      out[i].count = d.tree->size();
-      out[i].source = static_cast<int>(d.tree->source);
-      out[i].match_len = d.tree->match_len;
+      ExposeDraft(sessions[i], *d.tree, &out[i]);
     }
   });
   if (status == SAM_OK && !first_failure.empty()) Fail(SAM_OK, first_failure);

@@ -98,6 +98,18 @@ TEST(CapiBatch, SameDraftsAsSessionPropose) {
         ASSERT_EQ(sam_session_propose(single[i], starts[i], &want), SAM_OK);
         ASSERT_EQ(Tokens(drafts[i]), Tokens(want)) << "session " << i << ", step " << step;
         ASSERT_EQ(drafts[i].source, want.source);
+        // The batch's draft is the session's proposal, as sam_session_propose's is: the
+        // verification calls see it (the same argmax gives the same result on both).
+        std::vector<uint32_t> argmax(drafts[i].count);
+        for (size_t j = 0; j < argmax.size(); ++j) argmax[j] = (drafts[i].tokens[j] * 7 + j) % 11;
+        sam_verify_result got, expected;
+        ASSERT_EQ(sam_session_verify_greedy(batched[i], argmax.data(), argmax.size(), &got), SAM_OK)
+            << sam_last_error();
+        ASSERT_EQ(sam_session_verify_greedy(single[i], argmax.data(), argmax.size(), &expected),
+                  SAM_OK)
+            << sam_last_error();
+        EXPECT_EQ(got.accepted_count, expected.accepted_count);
+        EXPECT_EQ(got.bonus_token, expected.bonus_token);
         if (batched_streams[i].at + 1 >= batched_streams[i].output.size()) continue;
         any = true;
         Advance(drafts[i], batched[i], &batched_streams[i]);
