@@ -11,14 +11,6 @@
 
 namespace sam::runtime::internal {
 
-// v's explicit edge range, clamped so that a corrupt degree vector never
-// sends a read outside the edge section.
-inline std::pair<uint64_t, uint64_t> ExplicitEdges(const format::IndexView& view, uint64_t v) {
-  auto [lo, hi] = view.EdgeRange(v);
-  hi = std::min(hi, view.num_edges());
-  return {std::min(lo, hi), hi};
-}
-
 // Writes the (at most k) heaviest children of v, whose explicit transitions
 // are edges [lo, hi), into out[0..), heaviest first (count descending, then
 // token ascending), by insertion; returns how many.
@@ -43,7 +35,7 @@ inline uint32_t TopChildrenOf(const format::IndexView& view, uint64_t v, uint64_
 // The same over v's own edge range.
 inline uint32_t TopChildrenOf(const format::IndexView& view, uint64_t v, uint32_t k,
                               StaticIndex::Child* out) {
-  const auto [lo, hi] = ExplicitEdges(view, v);
+  const auto [lo, hi] = view.EdgeRange(v);  // bounded even on a corrupt file
   return TopChildrenOf(view, v, lo, hi, k, out);
 }
 

@@ -68,7 +68,7 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
     if (hubs != nullptr && options.max_width <= hubs->options().top_k) {
       ranked = hubs->TopChildren(v, &top);
     } else if (options.max_width <= kCachedChildren) {
-      const auto [lo, hi] = internal::ExplicitEdges(view, v);
+      const auto [lo, hi] = view.EdgeRange(v);
       if (hi - lo >= kCacheMinDegree) {
         top = TopChildren(view, v);
         ranked = true;
