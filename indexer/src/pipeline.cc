@@ -273,7 +273,8 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
       size_t built_chunks = 0;       // chunks handed to the builder
       uint64_t pending = 0;          // documents claimed but not yet built
       std::vector<char> done(nchunks, 0);
-      std::string worker_error;
+      std::string worker_error;                          // the first failure of a tokenizer
+      ErrorCode worker_code = ErrorCode::kInvalidArgument;  // thread, and the code it keeps
       auto work = [&](unsigned w) {
         for (;;) {
           size_t c;
@@ -298,7 +299,10 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
             }
           } catch (const std::exception& e) {
             std::lock_guard<std::mutex> lock(mu);
-            if (worker_error.empty()) worker_error = DocumentContext(spec.path, d, ndocs, e);
+            if (worker_error.empty()) {
+              worker_error = DocumentContext(spec.path, d, ndocs, e);
+              worker_code = CodeOf(e);
+            }
             stop = true;
           } catch (...) {
             std::lock_guard<std::mutex> lock(mu);
@@ -364,7 +368,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
         }
         pool.Join();
       }
-      if (!worker_error.empty()) throw BuildError(worker_error);
+      if (!worker_error.empty()) throw BuildError(worker_code, worker_error);
       const double total = Since(t);
       // Time the main thread spent waiting is tokenization; the rest is construction.
       rep.tokenize_seconds += waited;

@@ -17,6 +17,7 @@
 #include "sam/corpora/corpora.h"
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
+#include "sam/error.h"
 #include "sam/indexer/pipeline.h"
 #include "sam/indexer/tokenizer.h"
 #include "temp_dir.h"
@@ -430,6 +431,18 @@ TEST_F(PipelineTest, FailureInjectedMidBuildReachesTheCallerWithCorpusAndDocumen
   };
   ExpectBuildError([&] { sam::indexer::BuildIndex(cfg); },
                    {second + ": document 2002 of 3000: tokenizer broke"});
+  // A sam::Error on a tokenizer thread keeps its code.
+  cfg.hooks.after_tokenize = [](size_t corpus, uint64_t document) {
+    if (corpus == 1 && document == 2001)
+      throw sam::Error(sam::ErrorCode::kTokenizer, "encoder failed");
+  };
+  try {
+    sam::indexer::BuildIndex(cfg);
+    ADD_FAILURE() << "no error";
+  } catch (const sam::indexer::BuildError& e) {
+    EXPECT_EQ(e.code(), sam::ErrorCode::kTokenizer);
+    EXPECT_EQ(std::string(e.what()), second + ": document 2002 of 3000: encoder failed");
+  }
   // The progress callback, mid-corpus.
   cfg.hooks.after_tokenize = nullptr;
   int calls = 0;
