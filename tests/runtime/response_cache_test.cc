@@ -1,0 +1,285 @@
+// ResponseCache against brute force over the retained responses: match
+// lengths, drafts, the byte bound and its formula, eviction order and tenant
+// isolation.
+#include "sam/runtime/response_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sam/error.h"
+
+namespace sam::runtime {
+namespace {
+
+using Tokens = std::vector<uint32_t>;
+
+// Longest suffix of context occurring inside one response (brute force).
+uint32_t BruteMatch(const std::vector<Tokens>& responses, const Tokens& context) {
+  auto occurs = [&](size_t len) {
+    const auto first = context.end() - static_cast<ptrdiff_t>(len);
+    for (const Tokens& r : responses)
+      if (std::search(r.begin(), r.end(), first, context.end()) != r.end()) return true;
+    return false;
+  };
+  uint32_t best = 0;
+  for (size_t len = 1; len <= context.size() && occurs(len); ++len) best = static_cast<uint32_t>(len);
+  return best;
+}
+
+// Tokens after the first occurrence (oldest response, then earliest end) of
+// the context's suffix of length len, up to the response's end and `want`.
+Tokens BruteDraft(const std::vector<Tokens>& responses, const Tokens& context, size_t len,
+                  size_t want) {
+  if (len == 0) return {};
+  const auto first = context.end() - static_cast<ptrdiff_t>(len);
+  for (const Tokens& r : responses) {
+    auto it = std::search(r.begin(), r.end(), first, context.end());
+    if (it == r.end()) continue;
+    const auto begin = it + static_cast<ptrdiff_t>(len);
+    return Tokens(begin, begin + static_cast<ptrdiff_t>(
+                                     std::min<size_t>(want, static_cast<size_t>(r.end() - begin))));
+  }
+  return {};
+}
+
+// True when some suffix (length >= 1) of context followed by draft occurs in one response.
+bool FollowsSomeSuffix(const std::vector<Tokens>& responses, const Tokens& context,
+                       const Tokens& draft) {
+  for (size_t k = 1; k <= context.size(); ++k) {
+    Tokens needle(context.end() - static_cast<ptrdiff_t>(k), context.end());
+    needle.insert(needle.end(), draft.begin(), draft.end());
+    for (const Tokens& r : responses)
+      if (std::search(r.begin(), r.end(), needle.begin(), needle.end()) != r.end()) return true;
+  }
+  return false;
+}
+
+size_t FormulaBytes(const ResponseCache& cache) {
+  size_t bytes = 0;
+  for (const std::string& key : cache.Tenants()) {
+    const auto responses = cache.Responses(key);
+    size_t used = 0;
+    for (const Tokens& r : responses) used += r.size() + 1;
+    EXPECT_GE(cache.Capacity(key), used) << key;
+    bytes += ResponseCache::kBytesPerTenant + key.size() +
+             DynamicSam::BytesForCapacity(cache.Capacity(key)) +
+             ResponseCache::kBytesPerResponse * responses.size();
+  }
+  return bytes;
+}
+
+Tokens Random(std::mt19937& rng, size_t n, uint32_t alphabet) {
+  Tokens t(n);
+  for (uint32_t& x : t) x = rng() % alphabet;
+  return t;
+}
+
+// A context: a random piece of a random response (any tenant) with random
+// tokens around it, so that long matches, short matches and none all occur.
+Tokens RandomContext(std::mt19937& rng, const std::vector<Tokens>& pool, uint32_t alphabet) {
+  Tokens c = Random(rng, rng() % 4, alphabet);
+  if (!pool.empty() && rng() % 4 != 0) {
+    const Tokens& r = pool[rng() % pool.size()];
+    size_t a = rng() % r.size(), b = a + rng() % (r.size() - a + 1);
+    c.insert(c.end(), r.begin() + static_cast<ptrdiff_t>(a), r.begin() + static_cast<ptrdiff_t>(b));
+  }
+  if (rng() % 3 == 0) c.push_back(rng() % alphabet);
+  return c;
+}
+
+TEST(ResponseCacheTest, MatchesAndDraftsEqualBruteForceUnderEviction) {
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937 rng(seed);
+    const uint32_t alphabet = 2 + seed % 5;
+    // A few KiB: enough for tens of responses, so eviction runs often.
+    ResponseCache cache(12000 + 2000 * (seed % 4));
+    const std::vector<std::string> keys = {"a", "bb", ""};
+    std::vector<std::pair<std::string, Tokens>> accepted;  // inserts that returned true
+    for (int step = 0; step < 120; ++step) {
+      const std::string& key = keys[rng() % keys.size()];
+      const Tokens r = Random(rng, 1 + rng() % 30, alphabet);
+      if (cache.Insert(key, r)) accepted.emplace_back(key, r);
+      ASSERT_LE(cache.bytes(), cache.max_bytes());
+      ASSERT_EQ(cache.bytes(), FormulaBytes(cache));
+
+      // Retained = a suffix of the accepted inserts (oldest first eviction),
+      // per tenant in insertion order.
+      const size_t retained = cache.num_responses();
+      ASSERT_LE(retained, accepted.size());
+      ASSERT_EQ(cache.num_evicted(), accepted.size() - retained);
+      std::map<std::string, std::vector<Tokens>> expect;
+      for (size_t i = accepted.size() - retained; i < accepted.size(); ++i)
+        expect[accepted[i].first].push_back(accepted[i].second);
+      for (const std::string& k : keys)
+        ASSERT_EQ(cache.Responses(k), expect[k]) << "key " << k << " seed " << seed << " step " << step;
+
+      std::vector<Tokens> pool;
+      for (const auto& [k, r2] : accepted) pool.push_back(r2);
+      for (int q = 0; q < 6; ++q) {
+        const std::string& qk = keys[rng() % keys.size()];
+        const Tokens context = RandomContext(rng, pool, alphabet);
+        const size_t want = 1 + rng() % 12;
+        Tokens out(want);
+        size_t n = 0;
+        const uint32_t len = cache.Draft(qk, context, want, false, out.data(), &n);
+        ASSERT_EQ(len, BruteMatch(expect[qk], context));
+        out.resize(n);
+        ASSERT_EQ(out, BruteDraft(expect[qk], context, len, want));
+        Tokens climbed(want);
+        size_t m = 0;
+        ASSERT_EQ(cache.Draft(qk, context, want, true, climbed.data(), &m), len);
+        climbed.resize(m);
+        ASSERT_GE(m, n);
+        if (m > 0) {
+          ASSERT_TRUE(FollowsSomeSuffix(expect[qk], context, climbed));
+        }
+      }
+    }
+  }
+}
+
+TEST(ResponseCacheTest, CursorEqualsDraftWhileTheCacheChanges) {
+  std::mt19937 rng(7);
+  ResponseCache cache(20000);
+  ResponseCache::Cursor cursor = cache.OpenCursor("t");
+  Tokens fed;
+  std::vector<Tokens> pool;
+  for (int step = 0; step < 400; ++step) {
+    if (rng() % 5 == 0) {
+      Tokens r = Random(rng, 1 + rng() % 20, 4);
+      pool.push_back(r);
+      cache.Insert(rng() % 3 ? "t" : "u", r);
+    }
+    if (rng() % 40 == 0) {
+      cursor.Reset();
+      fed.clear();
+    }
+    const uint32_t token = rng() % 4;
+    Tokens out(8), expect(8);
+    size_t n = 0, m = 0;
+    const uint32_t len = cursor.Peek(token, 8, true, out.data(), &n);
+    Tokens context = fed;
+    context.push_back(token);
+    // Fed contexts stay below kRematchTokens, so the cursor is exact.
+    ASSERT_EQ(len, cache.Draft("t", context, 8, true, expect.data(), &m));
+    out.resize(n);
+    expect.resize(m);
+    ASSERT_EQ(out, expect);
+    const Tokens commit = {token};
+    cursor.Advance(commit);
+    fed.push_back(token);
+    if (fed.size() > 200) {
+      cursor.Reset();
+      fed.clear();
+    }
+    Tokens none(1);
+    size_t z = 0;
+    ASSERT_EQ(cursor.length(), cache.Draft("t", fed, 0, false, none.data(), &z));
+  }
+}
+
+TEST(ResponseCacheTest, TenantTextNeverDraftsForAnotherTenant) {
+  // Both tenants share prefixes; their continuations conflict. Tenant A's
+  // continuations use ids >= 1000, B's ids < 1000.
+  ResponseCache cache(size_t{1} << 20);
+  std::mt19937 rng(3);
+  std::vector<Tokens> a_texts, b_texts;
+  for (int i = 0; i < 50; ++i) {
+    Tokens prefix = Random(rng, 6, 5);
+    Tokens a = prefix, b = prefix;
+    for (int k = 0; k < 10; ++k) a.push_back(1000 + rng() % 5), b.push_back(rng() % 5);
+    ASSERT_TRUE(cache.Insert("A", a));
+    ASSERT_TRUE(cache.Insert("B", b));
+    a_texts.push_back(a);
+    b_texts.push_back(b);
+  }
+  ResponseCache::Cursor b_cursor = cache.OpenCursor("B");
+  ResponseCache::Cursor nobody = cache.OpenCursor("C");
+  for (const Tokens& a : a_texts) {
+    // B's queries made of A's text: any match is B's own, drafts hold no A id.
+    for (size_t cut = 1; cut <= a.size(); ++cut) {
+      const Tokens context(a.begin(), a.begin() + static_cast<ptrdiff_t>(cut));
+      Tokens out(40);
+      size_t n = 0;
+      const uint32_t len = cache.Draft("B", context, 40, true, out.data(), &n);
+      EXPECT_EQ(len, BruteMatch(b_texts, context));
+      for (size_t k = 0; k < n; ++k) EXPECT_LT(out[k], 1000u);
+      EXPECT_EQ(cache.Draft("C", context, 40, true, out.data(), &n), 0u);
+      EXPECT_EQ(n, 0u);
+    }
+    b_cursor.Reset();
+    b_cursor.Advance(std::span<const uint32_t>(a).first(a.size() - 1));
+    Tokens out(40);
+    size_t n = 0;
+    b_cursor.Peek(a.back(), 40, true, out.data(), &n);
+    for (size_t k = 0; k < n; ++k) EXPECT_LT(out[k], 1000u);
+    nobody.Advance(a);
+    EXPECT_EQ(nobody.Peek(a[0], 40, true, out.data(), &n), 0u);
+  }
+}
+
+TEST(ResponseCacheTest, EvictsOldestFirstAcrossTenants) {
+  // Sized for about three 100-token responses of two tenants.
+  const size_t one = ResponseCache::kBytesPerTenant + 1 + DynamicSam::BytesForCapacity(101) +
+                     ResponseCache::kBytesPerResponse;
+  ResponseCache cache(2 * one + DynamicSam::BytesForCapacity(202) -
+                      DynamicSam::BytesForCapacity(101) + ResponseCache::kBytesPerResponse);
+  Tokens a1(100, 1), b1(100, 2), a2(100, 3), b2(100, 4), a3(100, 6);
+  ASSERT_TRUE(cache.Insert("A", a1));
+  ASSERT_TRUE(cache.Insert("B", b1));
+  ASSERT_TRUE(cache.Insert("A", a2));
+  EXPECT_EQ(cache.num_evicted(), 0u);
+  ASSERT_TRUE(cache.Insert("B", b2));  // evicts a1, the oldest
+  EXPECT_EQ(cache.Responses("A"), std::vector<Tokens>{a2});
+  EXPECT_EQ(cache.Responses("B"), (std::vector<Tokens>{b1, b2}));
+  ASSERT_TRUE(cache.Insert("A", a3));  // then b1
+  EXPECT_EQ(cache.Responses("B"), std::vector<Tokens>{b2});
+  EXPECT_EQ(cache.Responses("A"), (std::vector<Tokens>{a2, a3}));
+  EXPECT_EQ(cache.num_evicted(), 2u);
+  EXPECT_LE(cache.bytes(), cache.max_bytes());
+  EXPECT_EQ(cache.bytes(), FormulaBytes(cache));
+  // A tenant whose last response is evicted disappears; a2 (older than b2) goes first.
+  ASSERT_TRUE(cache.Insert("A", Tokens(250, 9)));
+  EXPECT_EQ(cache.Tenants(), std::vector<std::string>{"A"});
+  EXPECT_EQ(cache.Responses("A"), (std::vector<Tokens>{a3, Tokens(250, 9)}));
+  EXPECT_EQ(cache.num_evicted(), 4u);
+}
+
+TEST(ResponseCacheTest, RefusesWhatItCannotHold) {
+  ResponseCache cache(4096);
+  EXPECT_FALSE(cache.Insert("t", Tokens{}));
+  EXPECT_FALSE(cache.Insert("t", Tokens(10000, 1)));  // too large for the bound alone
+  EXPECT_EQ(cache.num_responses(), 0u);
+  EXPECT_EQ(cache.bytes(), 0u);
+  try {
+    cache.Insert("t", Tokens{1, ResponseCache::kSeparator, 2});
+    ADD_FAILURE() << "the separator was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+  try {
+    ResponseCache zero(0);
+    ADD_FAILURE() << "a zero bound was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+  // A query holding the separator never matches across it.
+  ASSERT_TRUE(cache.Insert("t", Tokens{1, 2, 3}));
+  ASSERT_TRUE(cache.Insert("t", Tokens{4, 5, 6}));
+  Tokens out(4);
+  size_t n = 0;
+  EXPECT_EQ(cache.Draft("t", Tokens{3, ResponseCache::kSeparator, 4}, 4, false, out.data(), &n), 1u);
+  EXPECT_EQ(cache.Draft("t", Tokens{2, 3}, 4, false, out.data(), &n), 2u);
+  EXPECT_EQ(n, 0u);  // the draft stops at the response's end
+  cache.Clear();
+  EXPECT_EQ(cache.bytes(), 0u);
+  EXPECT_EQ(cache.Draft("t", Tokens{1, 2}, 4, false, out.data(), &n), 0u);
+}
+
+}  // namespace
+}  // namespace sam::runtime
