@@ -53,9 +53,11 @@ class Session::Calibrator {
     const size_t dynamic = kLengthBuckets * kLengthBuckets;
     const size_t fixed_static = kRatioBuckets * kCountBuckets * kLengthBuckets;
     const size_t fallback = kLengthBuckets * kRankBuckets;
+    const size_t cache = kLengthBuckets * kLengthBuckets;
     static_base_ = dynamic;
     fallback_base_ = dynamic + fixed_static;
-    prior_.resize(dynamic + fixed_static + fallback);
+    cache_base_ = fallback_base_ + fallback;
+    prior_.resize(dynamic + fixed_static + fallback + cache);
     for (size_t l = 0; l < kLengthBuckets; ++l)
       for (size_t d = 0; d < kLengthBuckets; ++d)
         prior_[l * kLengthBuckets + d] = std::min(0.85, 0.35 + 0.05 * static_cast<double>(l + d));
@@ -67,6 +69,11 @@ class Session::Calibrator {
     for (size_t d = 0; d < kLengthBuckets; ++d)
       for (size_t k = 0; k < kRankBuckets; ++k)
         prior_[fallback_base_ + d * kRankBuckets + k] = 0.3 / static_cast<double>(k + 1);
+    // Earlier responses are weaker evidence than the request's own text.
+    for (size_t l = 0; l < kLengthBuckets; ++l)
+      for (size_t d = 0; d < kLengthBuckets; ++d)
+        prior_[cache_base_ + l * kLengthBuckets + d] =
+            std::min(0.8, 0.25 + 0.05 * static_cast<double>(l + d));
     Clear();
   }
 
@@ -92,6 +99,10 @@ class Session::Calibrator {
     return static_cast<int>(fallback_base_ + LengthBucket(depth) * kRankBuckets +
                             std::min(rank, kRankBuckets - 1));
   }
+  int CacheCell(uint64_t match_len, size_t depth) const {
+    return static_cast<int>(cache_base_ + LengthBucket(match_len) * kLengthBuckets +
+                            LengthBucket(depth));
+  }
   double Probability(int cell) const {
     return (hits_[cell] + kPriorWeight * prior_[cell]) / (trials_[cell] + kPriorWeight);
   }
@@ -103,6 +114,7 @@ class Session::Calibrator {
  private:
   size_t static_base_ = 0;
   size_t fallback_base_ = 0;
+  size_t cache_base_ = 0;
   std::vector<double> prior_, hits_, trials_;
 };
 
@@ -115,11 +127,11 @@ struct MergedNode {
   uint16_t depth;
   double prob;   // P(accepted | parent accepted)
   double path;   // product of prob along the path
-  std::array<int, 3> cells;  // dynamic, static, fallback calibration cells (-1: none)
+  std::array<int, 4> cells;  // dynamic, static, fallback, cache calibration cells (-1: none)
   uint8_t sources;           // bit per contributing source
 };
 
-constexpr uint8_t kFromDynamic = 1, kFromStatic = 2, kFromFallback = 4;
+constexpr uint8_t kFromDynamic = 1, kFromStatic = 2, kFromFallback = 4, kFromCache = 8;
 
 }  // namespace
 
@@ -138,7 +150,7 @@ int32_t FindOrAddChild(std::vector<MergedNode>& nodes, int32_t parent, uint32_t 
   for (size_t i = static_cast<size_t>(parent) + 1; i < nodes.size(); ++i)
     if (nodes[i].parent == parent && nodes[i].token == token) return static_cast<int32_t>(i);
   nodes.push_back(MergedNode{token, parent, static_cast<uint16_t>(nodes[parent].depth + 1), 0.0,
-                             0.0, {-1, -1, -1}, 0});
+                             0.0, {-1, -1, -1, -1}, 0});
   return static_cast<int32_t>(nodes.size() - 1);
 }
 
@@ -194,8 +206,38 @@ void Session::AttachIndex(std::shared_ptr<const StaticIndex> index) {
 
 void Session::SetFallback(Drafter* fallback) { options_.fallback = fallback; }
 
+void Session::AttachCache(std::shared_ptr<ResponseCache> cache, std::string_view tenant) {
+  if (cache == nullptr) {
+    cache_.reset();
+    cache_cursor_ = ResponseCache::Cursor();
+    return;
+  }
+  ResponseCache::Cursor cursor = cache->OpenCursor(tenant);
+  // Bring it up to date with the window's last tokens (all a cursor keeps).
+  const size_t n = dynamic_.size();
+  const size_t from = n > ResponseCache::kRematchTokens ? n - ResponseCache::kRematchTokens : 0;
+  std::vector<uint32_t> recent;
+  for (size_t p = from + 1; p <= n; ++p) recent.push_back(dynamic_.Token(p));
+  cursor.Advance(recent);
+  cache_draft_.resize(options_.selection.draft_size);
+  cache_ = std::move(cache);
+  cache_cursor_ = std::move(cursor);
+}
+
+bool Session::CacheRequest() {
+  if (cache_ == nullptr) return false;
+  const uint64_t begin = options_.cache_prompts ? 0 : output_begin_;
+  const uint64_t first = std::max(begin, dynamic_.window_offset());
+  std::vector<uint32_t> text;
+  for (uint64_t t = first; t < dynamic_.total_extended(); ++t)
+    text.push_back(dynamic_.Token(static_cast<size_t>(t - dynamic_.window_offset() + 1)));
+  return cache_->Insert(cache_cursor_.tenant(), text);
+}
+
 void Session::Reset() {
   dynamic_.Reset();
+  cache_cursor_.Reset();
+  output_begin_ = 0;
   for (StaticCursor& c : cursors_) c.Reset();
   if (options_.fallback) options_.fallback->Reset();
   pending_ = false;
@@ -213,6 +255,8 @@ void Session::Prefill(std::span<const uint32_t> prompt) {
   for (StaticCursor& c : cursors_)
     for (uint32_t t : prompt) c.Advance(t);
   if (options_.fallback) options_.fallback->Prefill(prompt);
+  if (cache_) cache_cursor_.Advance(prompt);
+  output_begin_ = dynamic_.total_extended();
   pending_ = false;
   stats_.prefill_tokens += prompt.size();
   if (options_.collect_timing) stats_.prefill_ns += NowNs() - t0;
@@ -249,12 +293,26 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
   num_peeked_ = cursors_.size();
   last_dyn_len_ = dyn.len;
   last_static_len_ = static_cast<uint32_t>(std::min<uint64_t>(best_len, UINT32_MAX));
+  // The response cache's match and continuation (at most draft_size - 1 tokens).
+  size_t cache_count = 0;
+  last_cache_len_ = cache_ ? cache_cursor_.Peek(start_token, cache_draft_.size() - 1,
+                                                sel.dynamic_link_fallback, cache_draft_.data(),
+                                                &cache_count)
+                           : 0;
+  cache_draft_count_ = cache_count;
+  // The paper rule and kTree treat the cache like the dynamic automaton: the
+  // longer of the two matches stands for both, and drafts.
+  const bool cache_wins = last_cache_len_ > dyn.len;
+  const uint32_t own_len = std::max(dyn.len, last_cache_len_);
 
   auto linear_size = [&](uint32_t len) { return std::min(max_nodes, LinearDraftSize(len, sel)); };
   switch (sel.policy) {
     case Policy::kPaper:
-      switch (ChoosePaper(dyn.len, last_static_len_, options_.fallback != nullptr, sel)) {
-        case Choice::kDynamic: ProposeLinearDynamic(dyn, linear_size(dyn.len), tree); break;
+      switch (ChoosePaper(own_len, last_static_len_, options_.fallback != nullptr, sel)) {
+        case Choice::kDynamic:
+          if (cache_wins) ProposeLinearCache(linear_size(own_len), tree);
+          else ProposeLinearDynamic(dyn, linear_size(dyn.len), tree);
+          break;
         case Choice::kStatic:
           ProposeLinearStatic(best, peeked_[best], linear_size(last_static_len_), tree);
           break;
@@ -272,7 +330,7 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
       auto tree_size = [&](uint64_t len) {
         return std::min({max_nodes, sel.max_tree_nodes, 1 + size_t{sel.length_per_match} * len});
       };
-      if (best_len > dyn.len) {
+      if (best_len > own_len) {
         StaticTreeOptions opts;
         opts.max_nodes = tree_size(best_len);
         opts.max_width = sel.max_width;
@@ -282,6 +340,8 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
           tree->source = DraftSource::kStatic;
           tree->match_len = last_static_len_;
         }
+      } else if (cache_wins) {
+        ProposeLinearCache(tree_size(own_len), tree);
       } else if (dyn.len > 0) {
         ProposeLinearDynamic(dyn, tree_size(dyn.len), tree);
       }
@@ -317,6 +377,16 @@ void Session::ProposeLinearDynamic(DynamicSam::Match m, size_t size, DraftTree* 
   ChainLinks(base, tree);
   tree->source = DraftSource::kDynamic;
   tree->match_len = m.len;
+}
+
+void Session::ProposeLinearCache(size_t size, DraftTree* tree) {
+  const size_t n = std::min(cache_draft_count_, size > 0 ? size - 1 : 0);
+  if (n == 0) return;
+  const size_t base = tree->size();
+  tree->tokens.insert(tree->tokens.end(), cache_draft_.begin(), cache_draft_.begin() + n);
+  ChainLinks(base, tree);
+  tree->source = DraftSource::kCache;
+  tree->match_len = last_cache_len_;
 }
 
 void Session::ProposeLinearStatic(size_t index, StaticMatch m, size_t size, DraftTree* tree) {
@@ -355,7 +425,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   if (budget < 2) return;
   std::vector<MergedNode>& nodes = merged_->nodes;
   nodes.clear();
-  nodes.push_back(MergedNode{start_token, -1, 0, 1.0, 1.0, {-1, -1, -1}, 0});
+  nodes.push_back(MergedNode{start_token, -1, 0, 1.0, 1.0, {-1, -1, -1, -1}, 0});
   auto offer = [&](int32_t node, int slot, int cell, uint8_t source) {
     MergedNode& m = nodes[node];
     const double p = calibrator_->Probability(cell);
@@ -373,6 +443,14 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     for (size_t j = 0; j < n; ++j) {
       parent = FindOrAddChild(nodes, parent, chain_[j]);
       offer(parent, 0, calibrator_->DynamicCell(dyn.len, j + 1), kFromDynamic);
+    }
+  }
+  // The response cache's continuation, a source with its own cells.
+  if (last_cache_len_ > 0) {
+    int32_t parent = 0;
+    for (size_t j = 0; j < std::min(cache_draft_count_, budget - 1); ++j) {
+      parent = FindOrAddChild(nodes, parent, cache_draft_[j]);
+      offer(parent, 3, calibrator_->CacheCell(last_cache_len_, j + 1), kFromCache);
     }
   }
   // Count-weighted trees of every static index that matches.
@@ -433,7 +511,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   std::vector<int32_t>& tree_index = merged_->tree_index;
   tree_index.assign(nodes.size(), -1);
   tree_index[0] = 0;
-  node_cells_.assign(1, {-1, -1, -1});
+  node_cells_.assign(1, {-1, -1, -1, -1});
   uint8_t sources = 0;
   for (size_t r = 0; r < keep; ++r) {
     const MergedNode& m = nodes[order[r]];
@@ -447,6 +525,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     case kFromDynamic: tree->source = DraftSource::kDynamic; break;
     case kFromStatic: tree->source = DraftSource::kStatic; break;
     case kFromFallback: tree->source = fallback_source; break;
+    case kFromCache: tree->source = DraftSource::kCache; break;
     case 0: tree->source = DraftSource::kNone; break;
     default: tree->source = DraftSource::kMerged; break;
   }
@@ -507,6 +586,7 @@ void Session::Commit(std::span<const uint32_t> tokens) {
   }
   linear_static_cursor_ = SIZE_MAX;
   if (options_.fallback) options_.fallback->Commit(tokens);
+  if (cache_) cache_cursor_.Advance(tokens);
   stats_.committed_tokens += tokens.size();
   if (options_.collect_timing) stats_.commit_ns += NowNs() - t0;
 }

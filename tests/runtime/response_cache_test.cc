@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "sam/error.h"
+#include "sam/runtime/replay.h"
+#include "sam/runtime/session.h"
 
 namespace sam::runtime {
 namespace {
@@ -279,6 +281,112 @@ TEST(ResponseCacheTest, RefusesWhatItCannotHold) {
   cache.Clear();
   EXPECT_EQ(cache.bytes(), 0u);
   EXPECT_EQ(cache.Draft("t", Tokens{1, 2}, 4, false, out.data(), &n), 0u);
+}
+
+// Drives one request through a session as a greedy verifier would, with the
+// recorded output as the model's; returns the accepted draft tokens per step.
+std::vector<size_t> RunRequest(Session& session, const Tokens& prompt, const Tokens& output) {
+  session.Reset();
+  session.Prefill(prompt);
+  std::vector<size_t> accepted;
+  for (size_t i = 0; i < output.size();) {
+    const DraftTree& tree = session.Propose(output[i]);
+    const size_t a = AcceptedLength(tree, std::span<const uint32_t>(output).subspan(i + 1));
+    session.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
+    accepted.push_back(a);
+    i += a + 1;
+  }
+  return accepted;
+}
+
+TEST(SessionCacheTest, CacheRequestAddsOutputOrPromptAndOutput) {
+  for (bool with_prompt : {false, true}) {
+    auto cache = std::make_shared<ResponseCache>(size_t{1} << 20);
+    SessionOptions o;
+    o.cache_prompts = with_prompt;
+    Session session(o);
+    session.AttachCache(cache, "t");
+    const Tokens prompt = {1, 2, 3}, output = {4, 5, 6, 7};
+    RunRequest(session, prompt, output);
+    ASSERT_TRUE(session.CacheRequest());
+    Tokens expect = output;
+    if (with_prompt) expect.insert(expect.begin(), prompt.begin(), prompt.end());
+    EXPECT_EQ(cache->Responses("t"), std::vector<Tokens>{expect});
+  }
+}
+
+TEST(SessionCacheTest, PaperRuleDraftsTheCachedContinuation) {
+  // Outputs of distinct random tokens: the request's own automaton never
+  // matches, so a second request with a cached identical output drafts the
+  // rest of it from the cache at every step.
+  std::mt19937 rng(5);
+  auto cache = std::make_shared<ResponseCache>(size_t{1} << 20);
+  SessionOptions o;  // the paper rule, 40 nodes, no fallback: any match drafts
+  Session session(o);
+  session.AttachCache(cache, "t");
+  Tokens prompt = {1, 2}, output;
+  for (uint32_t k = 0; k < 150; ++k) output.push_back(1000 + k * 7 + rng() % 7);
+  const std::vector<size_t> cold = RunRequest(session, prompt, output);
+  for (size_t a : cold) EXPECT_EQ(a, 0u);
+  ASSERT_TRUE(session.CacheRequest());
+  const std::vector<size_t> warm = RunRequest(session, prompt, output);
+  size_t i = 0;
+  for (size_t a : warm) {
+    EXPECT_EQ(a, std::min<size_t>(39, output.size() - i - 1)) << "at " << i;
+    i += a + 1;
+  }
+  EXPECT_GT(session.statistics().source(DraftSource::kCache).steps, 0u);
+  EXPECT_NE(session.statistics().ToJson().find("\"cache\""), std::string::npos);
+  // Another tenant sees nothing of it.
+  session.AttachCache(cache, "other");
+  for (size_t a : RunRequest(session, prompt, output)) EXPECT_EQ(a, 0u);
+}
+
+TEST(SessionCacheTest, DraftsEqualTheCacheLookupAndStayInTheTenant) {
+  // Random small-alphabet requests; tenant A's outputs end with ids >= 1000.
+  std::mt19937 rng(11);
+  auto cache = std::make_shared<ResponseCache>(size_t{1} << 20);
+  for (int i = 0; i < 30; ++i) {
+    Tokens a = Random(rng, 20, 4), b = a;
+    for (int k = 0; k < 10; ++k) a.push_back(1000 + rng() % 4), b.push_back(rng() % 4);
+    cache->Insert("A", a);
+    cache->Insert("B", b);
+  }
+  for (Policy policy : {Policy::kPaper, Policy::kTree, Policy::kCalibrated}) {
+    SessionOptions o;
+    o.selection.policy = policy;
+    o.selection.draft_size = 16;
+    Session session(o);
+    session.AttachCache(cache, "B");
+    for (int r = 0; r < 20; ++r) {
+      const Tokens prompt = Random(rng, 5, 4), output = Random(rng, 60, 4);
+      session.Reset();
+      session.Prefill(prompt);
+      Tokens context = prompt;
+      for (size_t i = 0; i < output.size();) {
+        const DraftTree& tree = session.Propose(output[i]);
+        for (uint32_t t : tree.tokens) ASSERT_LT(t, 1000u);
+        context.push_back(output[i]);
+        Tokens expect(15);
+        size_t n = 0;
+        ASSERT_EQ(session.last_cache_length(),
+                  cache->Draft("B", context, 15, true, expect.data(), &n));
+        if (policy == Policy::kPaper && tree.source == DraftSource::kCache) {
+          expect.resize(n);
+          const Tokens drafted(tree.tokens.begin() + 1, tree.tokens.end());
+          ASSERT_EQ(drafted, expect);
+        }
+        const size_t a = AcceptedLength(tree, std::span<const uint32_t>(output).subspan(i + 1));
+        session.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
+        context.insert(context.end(), output.begin() + static_cast<ptrdiff_t>(i) + 1,
+                       output.begin() + static_cast<ptrdiff_t>(i + a + 1));
+        i += a + 1;
+      }
+    }
+    EXPECT_GT(session.statistics().source(DraftSource::kCache).steps +
+                  session.statistics().source(DraftSource::kMerged).steps,
+              0u);
+  }
 }
 
 }  // namespace

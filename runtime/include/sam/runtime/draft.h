@@ -31,6 +31,7 @@ enum class DraftSource : uint8_t {
   kPld = 4,        // prompt lookup decoding (n-gram) baseline
   kMerged = 5,     // a tree merging several sources
   kOther = 6,      // a user-supplied drafter
+  kCache = 7,      // the cross-request response cache (response_cache.h)
 };
 SAM_API std::string_view DraftSourceName(DraftSource source);
 
