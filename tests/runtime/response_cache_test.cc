@@ -6,12 +6,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "sam/error.h"
+#include "sam/format/blob_file.h"
+#include "temp_dir.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
 
@@ -386,6 +390,118 @@ TEST(SessionCacheTest, DraftsEqualTheCacheLookupAndStayInTheTenant) {
     EXPECT_GT(session.statistics().source(DraftSource::kCache).steps +
                   session.statistics().source(DraftSource::kMerged).steps,
               0u);
+  }
+}
+
+std::vector<uint8_t> ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Loading `path` into an empty cache fails with `code`, names the file, and
+// inserts nothing.
+void ExpectLoadFails(const std::string& path, const format::Sha256Digest& tokenizer,
+                     ErrorCode code) {
+  ResponseCache cache(size_t{1} << 20);
+  try {
+    cache.Load(path, tokenizer);
+    ADD_FAILURE() << "loaded " << path;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cache.num_responses(), 0u);
+}
+
+TEST(ResponseCacheFileTest, RoundTripKeepsResponsesTenantsAndOrder) {
+  testing::TempDir dir("sam_cache_test");
+  const std::string path = (dir.path() / "c.samc").string();
+  format::Sha256Digest tok{};
+  tok[0] = 7;
+  std::mt19937 rng(9);
+  ResponseCache cache(30000);
+  const std::vector<std::string> keys = {"a", "bb", ""};
+  for (int i = 0; i < 200; ++i)
+    cache.Insert(keys[rng() % 3], Random(rng, 1 + rng() % 40, 5));
+  ASSERT_GT(cache.num_evicted(), 0u);
+  cache.Save(path, tok);
+  ResponseCache loaded(30000);
+  loaded.Load(path, tok);
+  EXPECT_EQ(loaded.Tenants(), cache.Tenants());
+  for (const std::string& k : keys) EXPECT_EQ(loaded.Responses(k), cache.Responses(k)) << k;
+  EXPECT_EQ(loaded.num_responses(), cache.num_responses());
+  // A smaller bound keeps the newest: a suffix of the saved order.
+  ResponseCache small(12000);
+  small.Load(path, tok);
+  EXPECT_LT(small.num_responses(), cache.num_responses());
+  for (const std::string& k : keys) {
+    const auto all = cache.Responses(k), kept = small.Responses(k);
+    ASSERT_LE(kept.size(), all.size());
+    EXPECT_TRUE(std::equal(kept.begin(), kept.end(), all.end() - static_cast<ptrdiff_t>(kept.size())));
+  }
+  // Saving again gives the same bytes.
+  const std::string again = (dir.path() / "again.samc").string();
+  loaded.Save(again, tok);
+  EXPECT_EQ(ReadBytes(again), ReadBytes(path));
+}
+
+TEST(ResponseCacheFileTest, RefusesDamagedFilesAndAnotherTokenizer) {
+  testing::TempDir dir("sam_cache_test");
+  const std::string path = (dir.path() / "c.samc").string();
+  format::Sha256Digest tok{}, other{};
+  tok[0] = 1;
+  other[0] = 2;
+  ResponseCache cache(size_t{1} << 20);
+  cache.Insert("t", Tokens{1, 2, 3, 4});
+  cache.Insert("u", Tokens{5, 6});
+  cache.Save(path, tok);
+  const std::vector<uint8_t> good = ReadBytes(path);
+  ExpectLoadFails(path, other, ErrorCode::kTokenizerMismatch);
+  ExpectLoadFails((dir.path() / "missing.samc").string(), tok, ErrorCode::kIo);
+
+  const std::string bad = (dir.path() / "bad.samc").string();
+  for (size_t cut : {size_t{0}, size_t{20}, good.size() - 1}) {
+    WriteBytes(bad, std::vector<uint8_t>(good.begin(), good.begin() + static_cast<ptrdiff_t>(cut)));
+    ExpectLoadFails(bad, tok, ErrorCode::kTruncated);
+  }
+  for (size_t at = format::kBlobHeaderSize; at < good.size(); at += 3) {  // every payload region
+    std::vector<uint8_t> flipped = good;
+    flipped[at] ^= 0x10;
+    WriteBytes(bad, flipped);
+    ExpectLoadFails(bad, tok, ErrorCode::kChecksumMismatch);
+  }
+  std::vector<uint8_t> magic = good;
+  magic[0] = 'X';
+  WriteBytes(bad, magic);
+  ExpectLoadFails(bad, tok, ErrorCode::kBadMagic);
+  std::vector<uint8_t> newer = good;
+  newer[12] = 2;  // version 2
+  WriteBytes(bad, newer);
+  ExpectLoadFails(bad, tok, ErrorCode::kUnsupportedVersion);
+
+  // Valid checksums over impossible contents (written as blob files).
+  auto payload_of = [&](uint64_t n, std::vector<uint32_t> words) {
+    std::vector<uint8_t> p(tok.begin(), tok.end());
+    for (int i = 0; i < 8; ++i) p.push_back(static_cast<uint8_t>(n >> (8 * i)));
+    for (uint32_t w : words)
+      for (int i = 0; i < 4; ++i) p.push_back(static_cast<uint8_t>(w >> (8 * i)));
+    return p;
+  };
+  const std::vector<std::vector<uint8_t>> impossible = {
+      payload_of(1, {0, 1000000}),                             // length past the payload
+      payload_of(2, {0, 1, 5}),                                // a response missing
+      payload_of(1, {0, 2, 5, ResponseCache::kSeparator}),     // the separator
+      payload_of(1, {0, 0}),                                   // an empty response
+      payload_of(1, {99, 1, 5}),                               // key past the payload
+      payload_of(0, {7}),                                      // trailing bytes
+  };
+  for (const auto& p : impossible) {
+    format::WriteBlobFile(bad, format::kResponseCacheMagic, 1, p);
+    ExpectLoadFails(bad, tok, ErrorCode::kCorruptStructure);
   }
 }
 

@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "sam/export.h"
+#include "sam/format/index.h"  // Sha256Digest
 #include "sam/runtime/dynamic_sam.h"
 
 namespace sam::runtime {
@@ -91,6 +92,18 @@ class SAM_API ResponseCache {
   bool Insert(std::string_view tenant, std::span<const uint32_t> tokens);
   // Forgets every response.
   void Clear();
+
+  // Persistence (FORMAT.md "Response cache files"): Save writes every
+  // retained response, oldest first, with its tenant key and the fingerprint
+  // of the tokenizer its ids come from, atomically (a blob file: versioned,
+  // checksummed). Load reads such a file and inserts its responses in order
+  // (so a smaller bound keeps the newest). Errors (sam::Error, the file named):
+  // kIo, kTruncated, kBadMagic, kUnsupportedVersion, kChecksumMismatch,
+  // kCorruptStructure, and kTokenizerMismatch when the file's tokenizer is not
+  // `tokenizer_sha256`; on error, nothing is inserted. Save holds the writer
+  // lock while it collects the responses (readers go on).
+  void Save(const std::string& path, const format::Sha256Digest& tokenizer_sha256) const;
+  void Load(const std::string& path, const format::Sha256Digest& tokenizer_sha256);
 
   // The longest suffix of `context` that occurs inside one of the tenant's
   // responses (length 0: none, or unknown tenant), and up to `want` tokens
