@@ -356,7 +356,7 @@ TEST(SessionCacheTest, DraftsEqualTheCacheLookupAndStayInTheTenant) {
     cache->Insert("A", a);
     cache->Insert("B", b);
   }
-  for (Policy policy : {Policy::kPaper, Policy::kTree, Policy::kCalibrated}) {
+  for (Policy policy : {Policy::kPaper, Policy::kCalibrated}) {
     SessionOptions o;
     o.selection.policy = policy;
     o.selection.draft_size = 16;

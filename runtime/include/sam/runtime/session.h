@@ -103,7 +103,7 @@ class SAM_API Session : public Drafter {
   // Drafts also from the earlier responses cached under `tenant` in `cache`
   // (response_cache.h), a source of its own (DraftSource::kCache): the paper
   // rule treats its match like the dynamic one (max of the two lengths, the
-  // longer one drafts), kTree likewise, kCalibrated offers its continuation
+  // longer one drafts), kCalibrated offers its continuation
   // with its own calibration cells. Call again to change the tenant (e.g. per
   // request, before Prefill); null detaches. The session shares the cache,
   // which other sessions and threads may read and fill meanwhile.
