@@ -224,9 +224,11 @@ void Session::AttachCache(std::shared_ptr<ResponseCache> cache, std::string_view
   cache_cursor_ = std::move(cursor);
 }
 
-bool Session::CacheRequest() {
+bool Session::CacheRequest() { return CacheRequest(options_.cache_prompts); }
+
+bool Session::CacheRequest(bool include_prompt) {
   if (cache_ == nullptr) return false;
-  const uint64_t begin = options_.cache_prompts ? 0 : output_begin_;
+  const uint64_t begin = include_prompt ? 0 : output_begin_;
   const uint64_t first = std::max(begin, dynamic_.window_offset());
   std::vector<uint32_t> text;
   for (uint64_t t = first; t < dynamic_.total_extended(); ++t)

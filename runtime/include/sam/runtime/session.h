@@ -115,6 +115,8 @@ class SAM_API Session : public Drafter {
   // the text still in the dynamic window is added. Returns ResponseCache::
   // Insert's result (false without a cache or text).
   bool CacheRequest();
+  // The same, with or without the prompt whatever options.cache_prompts says.
+  bool CacheRequest(bool include_prompt);
 
   // Starts a request with its prompt ids.
   void Prefill(std::span<const uint32_t> prompt) override;
