@@ -13,11 +13,11 @@ Errors raise samdecoding.Error (e.code names the code, e.g. "io").
 """
 import json as _json
 
-from ._native import (MAX_DRAFT_SIZE, POLICIES, Draft, DraftPool, Error, Index, Session,
-                      propose_batch)
+from ._native import (MAX_DRAFT_SIZE, POLICIES, Draft, DraftPool, Error, Index, ResponseCache,
+                      Session, propose_batch)
 
-__all__ = ["Draft", "DraftPool", "Error", "Index", "MAX_DRAFT_SIZE", "POLICIES", "Session",
-           "propose_batch"]
+__all__ = ["Draft", "DraftPool", "Error", "Index", "MAX_DRAFT_SIZE", "POLICIES", "ResponseCache",
+           "Session", "propose_batch"]
 
 
 def _stats(self):
