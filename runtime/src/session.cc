@@ -295,13 +295,14 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
   num_peeked_ = cursors_.size();
   last_dyn_len_ = dyn.len;
   last_static_len_ = static_cast<uint32_t>(std::min<uint64_t>(best_len, UINT32_MAX));
-  // The response cache's match and continuation (at most draft_size - 1 tokens).
-  size_t cache_count = 0;
-  last_cache_len_ = cache_ ? cache_cursor_.Peek(start_token, cache_draft_.size() - 1,
-                                                sel.dynamic_link_fallback, cache_draft_.data(),
-                                                &cache_count)
-                           : 0;
-  cache_draft_count_ = cache_count;
+  // The response cache's match and continuation (at most draft_size - 1
+  // tokens), for the policies that use it.
+  last_cache_len_ = 0;
+  cache_draft_count_ = 0;
+  if (cache_ && (sel.policy == Policy::kPaper || sel.policy == Policy::kCalibrated))
+    last_cache_len_ = cache_cursor_.Peek(start_token, cache_draft_.size() - 1,
+                                         sel.dynamic_link_fallback, cache_draft_.data(),
+                                         &cache_draft_count_);
   // The paper rule treats the cache like the dynamic automaton: the longer of
   // the two matches stands for both, and drafts. (kTree ignores the cache: its
   // chains displaced better static trees, -8% MAT on the dev traces.)

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "sam/runtime/response_cache.h"
+#include "sam/runtime/session.h"
 
 namespace sam::runtime {
 namespace {
@@ -66,6 +67,52 @@ TEST(ResponseCacheConcurrencyTest, ReadersWhileWriting) {
   EXPECT_EQ(foreign.load(), 0);
   EXPECT_GT(drafted.load(), 0u);  // the readers did draft
   EXPECT_LE(cache.bytes(), cache.max_bytes());
+}
+
+// Sessions in several threads share one cache and add their finished
+// requests to it (Session::CacheRequest) while the others draft from it.
+TEST(ResponseCacheConcurrencyTest, SessionsAddWhileOthersDraft) {
+  auto cache = std::make_shared<ResponseCache>(256 << 10);
+  std::atomic<int> foreign{0};
+  std::atomic<uint64_t> from_cache{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      const int tenant = k % 2;
+      SessionOptions o;
+      o.max_dynamic_bytes = 1 << 20;
+      o.selection.policy = k < 2 ? Policy::kPaper : Policy::kCalibrated;
+      o.selection.draft_size = 16;
+      Session session(o);
+      session.AttachCache(cache, tenant == 0 ? "x" : "y");
+      std::mt19937 rng(10 + k);
+      for (int request = 0; request < 60; ++request) {
+        std::vector<uint32_t> prompt(5), output(40);
+        for (uint32_t& t : prompt) t = Id(tenant, rng() % 3);
+        for (uint32_t& t : output) t = Id(tenant, rng() % 3);
+        session.Reset();
+        session.Prefill(prompt);
+        for (size_t i = 0; i < output.size();) {
+          const DraftTree& tree = session.Propose(output[i]);
+          for (uint32_t t : tree.tokens)
+            if (t / 1000 != static_cast<uint32_t>(tenant)) ++foreign;
+          if (tree.source == DraftSource::kCache) ++from_cache;
+          size_t a = 0;
+          while (a + 1 < tree.size() && i + a + 1 < output.size() &&
+                 tree.parents[a + 1] == static_cast<int32_t>(a) &&
+                 tree.tokens[a + 1] == output[i + a + 1])
+            ++a;
+          session.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
+          i += a + 1;
+        }
+        session.CacheRequest();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(foreign.load(), 0);
+  EXPECT_GT(from_cache.load(), 0u);
+  EXPECT_LE(cache->bytes(), cache->max_bytes());
 }
 
 }  // namespace

@@ -142,7 +142,8 @@ class SAM_API Session : public Drafter {
   const SessionOptions& options() const { return options_; }
   const DynamicSam& dynamic_sam() const { return dynamic_; }
   const StaticCursor& cursor(size_t i) const { return cursors_[i]; }
-  // Match lengths of the last Propose (dynamic; best static, its index).
+  // Match lengths of the last Propose (dynamic; best static, its index; the
+  // response cache, 0 for policies that ignore it).
   uint32_t last_dynamic_length() const { return last_dyn_len_; }
   uint32_t last_static_length() const { return last_static_len_; }
   uint32_t last_cache_length() const { return last_cache_len_; }
