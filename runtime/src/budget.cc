@@ -142,7 +142,7 @@ std::string CostCurve::ToCsv(std::span<const CostPoint> points, std::string_view
   out += "tokens,cost\n";
   char buffer[64];
   for (const CostPoint& p : points) {
-    std::snprintf(buffer, sizeof buffer, "%zu,%.17g\n", p.tokens, p.cost);
+    std::snprintf(buffer, sizeof buffer, "%zu,%.10g\n", p.tokens, p.cost);
     out += buffer;
   }
   return out;
