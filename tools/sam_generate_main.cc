@@ -247,7 +247,8 @@ int main(int argc, char** argv) {
   app.add_option("--cost-curve", cost_curve_path,
                  "sam-cal: verification cost curve (CSV 'tokens,cost' rows, as bench-generate "
                  "--cost-curve-out writes); each step drafts as many nodes as pay for their "
-                 "verification (default: none, --draft-size nodes at most)");
+                 "verification (default: none, --draft-size nodes at most)")
+      ->type_name("FILE");
   app.add_option("--device", device, "cpu, cuda or cuda:N (default cpu)")
       ->check(CLI::Validator(CheckDevice, "DEVICE"));
   app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default: fp32 on cpu, fp16/bf16 on cuda; "

@@ -392,18 +392,21 @@ int main(int argc, char** argv) {
                  "incl. the start token; comma-separated, e.g. 8,16,24,40,64) and report MAT "
                  "against tokens verified per step")
       ->delimiter(',')
+      ->type_name("N,N,...")
       ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
   app.add_option("--cost-curve", cost_curve_path,
                  "verification cost curve (CSV 'tokens,cost' rows, as bench-generate "
                  "--cost-curve-out writes; docs/runtime.md): sam-cal sizes each tree to "
-                 "maximise tokens per unit of time, and every policy gets a projected speed-up");
+                 "maximise tokens per unit of time, and every policy gets a projected speed-up")
+      ->type_name("FILE");
   bool project_only = false;
   app.add_flag("--project-only", project_only,
                "with --cost-curve: project every policy's speed-up, but let sam-cal draft as "
                "without a curve (to compare with its cost-aware sizes)");
   app.add_option("--report", report_dir,
                  "write an HTML report with charts to DIR/index.html (created if missing; an "
-                 "index.html there is replaced only if sam-replay wrote it)");
+                 "index.html there is replaced only if sam-replay wrote it)")
+      ->type_name("DIR");
   app.add_flag("--json", as_json, "print one JSON object (default: a table)");
   bool print_prompt_ids = false;
   app.add_flag("--print-prompt-ids", print_prompt_ids,
