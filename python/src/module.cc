@@ -357,6 +357,8 @@ class Session {
         sel.max_width = Option<size_t>(name, value);
       else if (name == "min_path_probability")
         sel.min_path_probability = Option<double>(name, value, "a number");
+      else if (name == "cost_curve")
+        sel.cost_curve = CostCurveOption(value);
       else if (name == "max_dynamic_bytes")
         options.max_dynamic_bytes = Option<size_t>(name, value);
       else if (name == "collect_timing")
@@ -395,7 +397,20 @@ class Session {
   static std::string OptionNames() {
     return "policy, draft_size, l_bias, l_threshold, adaptive_length, length_per_match, "
            "dynamic_link_fallback, max_tree_nodes, max_width, min_path_probability, "
-           "max_dynamic_bytes, collect_timing, recycling_vocab_size";
+           "cost_curve, max_dynamic_bytes, collect_timing, recycling_vocab_size";
+  }
+
+  // cost_curve: None, the path of a cost curve file, or (tokens, cost) pairs
+  // (sam/runtime/budget.h); a curve that breaks the rules is an Error.
+  static sam::runtime::CostCurve CostCurveOption(py::handle value) {
+    if (value.is_none()) return {};
+    if (py::isinstance<py::str>(value))
+      return sam::runtime::CostCurve::Load(py::cast<std::string>(value));
+    const auto pairs = Option<std::vector<std::pair<size_t, double>>>(
+        "cost_curve", value, "a file path or a list of (tokens, cost) pairs");
+    std::vector<sam::runtime::CostPoint> points;
+    for (const auto& [tokens, cost] : pairs) points.push_back({tokens, cost});
+    return sam::runtime::CostCurve::FromPoints(points, "cost_curve");
   }
 
   void Attach(const Index& index) {

@@ -231,6 +231,42 @@ class VerifyTest(unittest.TestCase):
             sd.verify_greedy([1, 2], [-1], [1, 2])
 
 
+class CostCurveTest(unittest.TestCase):
+    def session(self, curve):
+        session = sd.Session(policy="sam-cal", draft_size=REF["draft_size"], cost_curve=curve)
+        session.attach(sd.Index.open(INDEX))
+        session.prefill(REF["prompt"])
+        return session
+
+    def test_flat_curve_drafts_like_none_and_linear_drafts_nothing(self):
+        flat = self.session([(1, 1.0), (4096, 1.0)])
+        linear = self.session([(1, 1.0), (2, 2.0)])  # t(n) = n: no node pays
+        drafted = 0
+        for n, step in enumerate(REF["policies"]["sam-cal"]["steps"]):
+            draft = flat.propose(step["start"])
+            self.assertEqual(draft.tokens.tolist(), step["tokens"], "step %d" % n)
+            self.assertEqual(draft.parents.tolist(), step["parents"], "step %d" % n)
+            self.assertEqual(linear.propose(step["start"]).tokens.tolist(), [step["start"]])
+            drafted += len(step["tokens"]) - 1
+            flat.commit(step["commit"])
+            linear.commit(step["commit"])
+        self.assertGreater(drafted, 0)
+
+    def test_curve_from_a_file_and_errors(self):
+        path = os.path.join(FIXTURE, "curve.csv")
+        with open(path, "w") as f:
+            f.write("tokens,cost\n1,10\n8,12\n")
+        self.session(path).propose(REF["policies"]["sam-cal"]["steps"][0]["start"])
+        with open(path, "w") as f:
+            f.write("tokens,cost\n1,10\n8,x\n")
+        with self.assertRaisesRegex(sd.Error, "curve.csv: line 3: field 'cost'"):
+            self.session(path)
+        with self.assertRaisesRegex(sd.Error, "first point must be 1 token"):
+            self.session([(2, 1.0)])
+        with self.assertRaisesRegex(sd.Error, "cost_curve"):
+            self.session([1, 2, 3])
+
+
 class BatchTest(unittest.TestCase):
     """propose_batch gives each session the draft its own propose gives."""
 

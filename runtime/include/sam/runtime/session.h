@@ -136,6 +136,11 @@ class SAM_API Session : public Drafter {
   void ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, size_t max_nodes,
                          DraftTree* tree);
   void ChainLinks(size_t base, DraftTree* tree);
+  // SelectionOptions::cost_curve: how many of the `keep` best-ranked merged
+  // nodes (indexes into the merged scratch) to draft, and the measured rate it
+  // is chosen against (tokens per t(1) over the session's steps).
+  size_t CostAwareKeep(const int32_t* ranked, size_t keep);
+  double MeasuredRate() const;
   // Statistics and calibration of the pending proposal; returns how many of
   // its nodes `tokens` accepted (the longest matching root path).
   size_t RecordAcceptance(std::span<const uint32_t> tokens);
@@ -163,6 +168,7 @@ class SAM_API Session : public Drafter {
   uint64_t pending_ns_ = 0;
   uint32_t last_dyn_len_ = 0;
   uint32_t last_static_len_ = 0;
+  double rate_tokens_ = 0.0, rate_cost_ = 0.0;  // MeasuredRate(); cleared with the statistics
   SessionStatistics stats_;
 };
 
