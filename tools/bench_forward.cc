@@ -1,5 +1,6 @@
 // bench-forward: time of one verification forward pass of a random Llama after a cached prefix,
-// for 1..64 input tokens laid out as a linear chain and as a tree (binary heap: parent (i-1)/2).
+// for 1..64 input tokens (--sizes) laid out as a linear chain and as a tree (binary heap: parent
+// (i-1)/2).
 //
 //   bench-forward --layers 8 --hidden 1024 --heads 16 --kv-heads 16 --intermediate 2816
 //                 --vocab 32000 --prefix 512 --device cpu --dtype fp32 --repeats 10
@@ -7,6 +8,7 @@
 // Prints a table (median and p90 milliseconds over repeats, after one warm-up) and one JSON line
 // per measurement starting with "JSON ".
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -34,18 +36,19 @@ const char* DtypeName(torch::ScalarType dtype) {
 int main(int argc, char** argv) {
   sam::tools::SetUpTool("bench-forward");
   CLI::App app{"bench-forward: time of one verification forward pass of a random Llama after a\n"
-               "cached prefix, for 1..64 input tokens as a chain and as a tree. Prints a table and\n"
-               "one JSON line per measurement; asserts nothing.\n\n"
+               "cached prefix, for 1..64 input tokens (--sizes) as a chain and as a tree. Prints a\n"
+               "table and one JSON line per measurement; asserts nothing.\n\n"
                "Examples:\n"
                "  bench-forward\n"
                "  bench-forward --layers 4 --hidden 512 --heads 8 --kv-heads 8 --intermediate 1408 \\\n"
                "                --prefix 256 --repeats 5\n"
-               "  bench-forward --device cuda --dtype bf16",
+               "  bench-forward --device cuda --dtype bf16 --sizes 1,2,4,8,16,32,64,96,128",
                "bench-forward"};
   struct {
     int64_t layers = 8, hidden = 1024, heads = 16, kv_heads = 16, intermediate = 2816;
     int64_t vocab = 32000, prefix = 512, repeats = 10;
     std::string device = "cpu", dtype;
+    std::vector<int64_t> sizes = {1, 2, 4, 8, 16, 32, 64};
   } flags;
   const auto positive = CLI::Range(int64_t{1}, int64_t{1} << 20);
   app.add_option("--layers", flags.layers, "decoder layers")->check(positive)->capture_default_str();
@@ -63,8 +66,13 @@ int main(int argc, char** argv) {
   app.add_option("--device", flags.device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--dtype", flags.dtype, "fp32, fp16 or bf16 (default: fp32 on cpu, fp16 on cuda)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}));
+  app.add_option("--sizes", flags.sizes, "input token counts to time (comma-separated, 1..4096)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, int64_t{4096}))
+      ->capture_default_str();
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   return sam::tools::RunTool("bench-forward", [&] {
+    const int64_t max_size = *std::max_element(flags.sizes.begin(), flags.sizes.end());
     at::NoGradGuard no_grad;
     tb::LlamaConfig config;
     config.hidden_size = flags.hidden;
@@ -74,7 +82,7 @@ int main(int argc, char** argv) {
     config.num_key_value_heads = flags.kv_heads;
     config.head_dim = flags.hidden / flags.heads;
     config.vocab_size = flags.vocab;
-    config.max_position_embeddings = flags.prefix + 128;
+    config.max_position_embeddings = flags.prefix + std::max<int64_t>(max_size, 128);
     config.Validate("flags");
     const tb::Model model = tb::Model::FromTensors(config, tb::MakeRandomLlamaWeights(config, 1),
                                                    {.device = flags.device, .dtype = flags.dtype});
@@ -82,8 +90,8 @@ int main(int argc, char** argv) {
       if (model.device().is_cuda()) torch::cuda::synchronize();
     };
 
-    const std::vector<int64_t> sizes = {1, 2, 4, 8, 16, 32, 64};
-    tb::KvCache cache = model.NewCache(flags.prefix + sizes.back());
+    const std::vector<int64_t>& sizes = flags.sizes;
+    tb::KvCache cache = model.NewCache(flags.prefix + max_size);
     if (flags.prefix > 0) {
       std::vector<int64_t> prompt(flags.prefix);
       for (int64_t i = 0; i < flags.prefix; ++i) prompt[i] = (i * 7919 + 13) % flags.vocab;

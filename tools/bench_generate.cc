@@ -3,8 +3,10 @@
 //   bench-generate --tokenizer llama-32k.model --data-dir ../shared/data --index all.sam
 //                  [--replay replay.json] [--layers 8 --hidden 1024 --prefix 512 --prompts 6]
 //
-// 1. Cost curve: the time of one forward pass for 1, 2, 4, ..., 64 chained tokens after a
-//    cached prefix (random Llama of the given shape, vocabulary = the tokenizer's).
+// 1. Cost curve: the time of one forward pass for 1, 2, 4, ..., 128 chained tokens after a
+//    cached prefix (random Llama of the given shape, vocabulary = the tokenizer's);
+//    --cost-curve-out writes it as a cost curve file (sam/runtime/budget.h) for
+//    sam-replay/sam-generate --cost-curve, and --curve-only stops there.
 // 2. End to end: greedy generation on GSM8K test questions (Vicuna template), plain decoding
 //    vs speculation (each --policy), in the same run, prompts interleaved; tokens/s and ratio.
 //    A random model's outputs are not the corpus, so acceptance from the index is near zero:
@@ -34,6 +36,7 @@
 #include "sam/corpora/templates.h"
 #include "sam/error.h"
 #include "sam/format/index.h"
+#include "sam/runtime/budget.h"
 #include "sam/runtime/percentile.h"
 #include "sam/torch/error.h"
 #include "sam/torch/generate.h"
@@ -70,7 +73,8 @@ int main(int argc, char** argv) {
                "Examples:\n"
                "  bench-generate --tokenizer llama-32k.model --data-dir ../shared/data --index chat.sam\n"
                "  bench-generate --tokenizer llama-32k.model --data-dir ../shared/data --index chat.sam \\\n"
-               "                 --replay replay.json --layers 4 --hidden 512 --heads 8 --intermediate 1408",
+               "                 --replay replay.json --layers 4 --hidden 512 --heads 8 --intermediate 1408\n"
+               "  bench-generate --tokenizer llama-32k.model --curve-only --cost-curve-out cpu.csv",
                "bench-generate"};
   std::string tokenizer_path, data_dir, replay_path, device = "cpu", dtype;
   std::vector<std::string> index_paths, policies = {"sam-rec"};
@@ -78,7 +82,8 @@ int main(int argc, char** argv) {
   int64_t prompts = 6, max_new_tokens = 64;
   app.add_option("--tokenizer", tokenizer_path,
                  "SentencePiece model (vocabulary of the model; required)")->required();
-  app.add_option("--data-dir", data_dir, "data folder with gsm8k/test.jsonl (required)")->required();
+  app.add_option("--data-dir", data_dir,
+                 "data folder with gsm8k/test.jsonl (required unless --curve-only)");
   app.add_option("--index", index_paths, "static index (repeatable; default: none)");
   app.add_option("--policy", policies, "speculative policies to compare")->capture_default_str();
   app.add_option("--replay", replay_path,
@@ -103,9 +108,26 @@ int main(int argc, char** argv) {
   app.add_option("--device", device, "cpu, cuda or cuda:N")->capture_default_str();
   app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default: fp32 on cpu, fp16/bf16 on cuda)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}));
+  std::vector<int64_t> curve_tokens = {1, 2, 4, 8, 16, 32, 64, 128};
+  std::string curve_out;
+  bool curve_only = false;
+  app.add_option("--curve-tokens", curve_tokens,
+                 "token counts of the cost curve (comma-separated, increasing, the first 1)")
+      ->delimiter(',')
+      ->check(CLI::Range(int64_t{1}, static_cast<int64_t>(sam::runtime::kMaxDraftSize)))
+      ->capture_default_str();
+  app.add_option("--cost-curve-out", curve_out,
+                 "write the cost curve (CSV 'tokens,cost', ms) for --cost-curve of sam-replay and "
+                 "sam-generate (default: not written)");
+  app.add_flag("--curve-only", curve_only, "measure the cost curve only (no generation)");
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
 
   return sam::tools::RunTool("bench-generate", [&] {
+    if (!curve_only && data_dir.empty()) throw sam::tools::UsageError("--data-dir is required");
+    for (size_t i = 0; i < curve_tokens.size(); ++i)
+      if ((i == 0 && curve_tokens[0] != 1) || (i > 0 && curve_tokens[i] <= curve_tokens[i - 1]))
+        throw sam::tools::UsageError("--curve-tokens must start at 1 and increase");
+    if (!curve_out.empty()) sam::tools::CheckOutputPath("--cost-curve-out", curve_out, {tokenizer_path});
     for (const auto& p : policies) {
       try {
         tb::GeneratorOptionsForPolicy(p);
@@ -138,7 +160,7 @@ int main(int argc, char** argv) {
     };
     std::vector<std::pair<double, double>> curve;  // (tokens, ms)
     {
-      tb::KvCache cache = model.NewCache(prefix + 64);
+      tb::KvCache cache = model.NewCache(prefix + curve_tokens.back());
       std::vector<int64_t> text(prefix);
       for (int64_t i = 0; i < prefix; ++i) text[i] = (i * 7919 + 13) % config.vocab_size;
       if (prefix > 0) {
@@ -147,7 +169,7 @@ int main(int argc, char** argv) {
       }
       std::printf("\ncost curve (chain after a %lld-token prefix):\n%8s %10s %10s\n", (long long)prefix,
                   "tokens", "median_ms", "vs t(1)");
-      for (int64_t n = 1; n <= 64; n *= 2) {
+      for (const int64_t n : curve_tokens) {
         std::vector<int64_t> input(n);
         for (int64_t i = 0; i < n; ++i) input[i] = (i * 31 + 5) % config.vocab_size;
         model.Forward(cache, input);  // warm-up; nothing is committed
@@ -167,6 +189,24 @@ int main(int argc, char** argv) {
         std::fflush(stdout);
       }
     }
+    if (!curve_out.empty()) {
+      std::vector<sam::runtime::CostPoint> points;
+      for (const auto& [n, ms] : curve) points.push_back({static_cast<size_t>(n), ms});
+      char comment[512];
+      std::snprintf(comment, sizeof comment,
+                    "bench-generate: one forward pass over n chained tokens after a %lld-token "
+                    "cached prefix, ms (median of %lld)\nrandom Llama layers=%lld hidden=%lld "
+                    "heads=%lld intermediate=%lld vocab=%lld device=%s threads=%d",
+                    (long long)prefix, (long long)repeats, (long long)layers, (long long)hidden,
+                    (long long)heads, (long long)intermediate, (long long)config.vocab_size,
+                    device.c_str(), at::get_num_threads());
+      sam::runtime::CostCurve::FromPoints(points, curve_out);  // the rules the readers apply
+      sam::tools::AtomicOutputFile file(curve_out);
+      file.stream() << sam::runtime::CostCurve::ToCsv(points, comment);
+      file.Commit();
+      std::printf("wrote the cost curve to %s\n", curve_out.c_str());
+    }
+    if (curve_only) return 0;
 
     // ---- 2. End to end on GSM8K test questions.
     sam::format::OpenOptions open;

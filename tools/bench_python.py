@@ -9,8 +9,11 @@ prints the median ns per step (propose + commit) of each over the
 repetitions, per policy, with the least in parentheses (on a busy machine the
 least is the steadier figure). Columns: C++; Python with list ids; the same
 reading draft.tokens and draft.parents each step; Python with uint32 numpy
-ids; the overhead (Python with list ids minus C++). A benchmark, not a test:
-it asserts nothing.
+ids; the overhead (Python with list ids minus C++). Then, for N = 1, 8, 64
+and 256 sessions (each at a different point of the generation), the time of
+one propose per session from Python: a loop of session.propose against one
+samdecoding.propose_batch call (a pool over all cores, the GIL released). A
+benchmark, not a test: it asserts nothing.
 """
 import json
 import os
@@ -96,6 +99,43 @@ def main():
         print("%-9s %6d %13s %13s %15s %13s %13s" % (
             policy, steps, cell(c), cell(py), cell(py_arrays), cell(py_numpy),
             cell((py[0] - c[0], py[1] - c[1]))))
+
+    batch_table(index, prompt, generation, reps)
+
+
+def batch_table(index, prompt, generation, reps):
+    """propose for N sessions: a Python loop against propose_batch."""
+    ref_session = sd.Session(policy="sam", draft_size=16)
+    ref_session.attach(index)
+    commits = commits_of(ref_session, prompt, generation)
+    print("\n%-6s %16s %16s %16s %8s" % ("N", "loop us/call", "batch us/call", "batch us/session",
+                                          "speedup"))
+    pool = sd.DraftPool()
+    for n in (1, 8, 64, 256):
+        sessions, starts = [], []
+        for i in range(n):
+            s = sd.Session(policy="sam", draft_size=16)
+            s.attach(index)
+            s.prefill(prompt)
+            upto = (i * 7) % len(commits)
+            for c in commits[:upto]:
+                s.propose(c[0])
+                s.commit(c)
+            sessions.append(s)
+            starts.append(commits[upto][0])
+        loop, batch = [], []
+        for _ in range(reps):
+            t0 = time.perf_counter_ns()
+            for s, start in zip(sessions, starts):
+                s.propose(start)
+            t1 = time.perf_counter_ns()
+            pool.propose(sessions, starts)
+            t2 = time.perf_counter_ns()
+            loop.append((t1 - t0) / 1e3)
+            batch.append((t2 - t1) / 1e3)
+        lm, bm = statistics.median(loop), statistics.median(batch)
+        print("%-6d %16.1f %16.1f %16.2f %7.2fx" % (n, lm, bm, bm / n, lm / bm))
+    print("(pool threads: %d)" % pool.threads)
 
 
 if __name__ == "__main__":

@@ -201,6 +201,8 @@ int main(int argc, char** argv) {
       "               --template vicuna --prompt 'Name three colours.' --max-new-tokens 128\n"
       "  sam-generate --model /models/vicuna-7b --tokenizer llama-32k.model --prompt-file q.txt \\\n"
       "               --temperature 0.7 --top-p 0.9 --seed 1 --json\n"
+      "  sam-generate --model /models/vicuna-7b --tokenizer llama-32k.model --index chat.sam \\\n"
+      "               --policy sam-cal --cost-curve gpu.csv --prompt 'Name three colours.'\n"
       "  sam-generate --make-random-model /tmp/rnd --tokenizer llama-32k.model   # testing only\n"
       "\nPolicies:\n" +
           std::string(tb::GeneratorPolicyHelp()),
@@ -241,6 +243,12 @@ int main(int argc, char** argv) {
   app.add_option("--policy", policy, "draft policy (default sam-rec; see above)");
   app.add_option("--draft-size", draft_size, "draft nodes incl. the start token (default 40)")
       ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
+  std::string cost_curve_path;
+  app.add_option("--cost-curve", cost_curve_path,
+                 "sam-cal: verification cost curve (CSV 'tokens,cost' rows, as bench-generate "
+                 "--cost-curve-out writes); each step drafts as many nodes as pay for their "
+                 "verification (default: none, --draft-size nodes at most)")
+      ->type_name("FILE");
   app.add_option("--device", device, "cpu, cuda or cuda:N (default cpu)")
       ->check(CLI::Validator(CheckDevice, "DEVICE"));
   app.add_option("--dtype", dtype, "fp32, fp16 or bf16 (default: fp32 on cpu, fp16/bf16 on cuda; "
@@ -317,6 +325,11 @@ int main(int argc, char** argv) {
       throw UsageError(e.what());
     }
     if (draft_size) generator_options.selection.draft_size = *draft_size;
+    if (!cost_curve_path.empty()) {
+      if (generator_options.selection.policy != rt::Policy::kCalibrated || no_spec)
+        throw UsageError("--cost-curve sizes sam-cal's drafts; use it with --policy sam-cal");
+      generator_options.selection.cost_curve = rt::CostCurve::Load(cost_curve_path);
+    }
     std::error_code ec;
     if (!fs::exists(model_dir, ec))
       throw sam::Error(sam::ErrorCode::kIo, "model directory " + model_dir + " does not exist");

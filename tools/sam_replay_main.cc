@@ -25,10 +25,12 @@
 #include "sam/error.h"
 #include "sam/format/error.h"
 #include "sam/format/index.h"
+#include "sam/runtime/budget.h"
 #include "sam/runtime/pld.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
+#include "replay_report.h"
 #include "trace_io.h"
 
 namespace {
@@ -197,6 +199,10 @@ struct Tuning {
   size_t dynamic_bytes = size_t{64} << 20;
   std::optional<size_t> draft_size;    // overrides 40
   std::optional<double> min_path_probability;  // sam-cal
+  rt::CostCurve cost_curve;                    // sam-cal sizes its trees by it when set
+  // A budget-curve point: every policy drafts at most this many nodes (start token
+  // included): draft_size, sam-tree's max_tree_nodes, PLD's tokens + 1.
+  std::optional<size_t> budget;
 };
 
 using SharedIndexes = std::vector<std::shared_ptr<const rt::StaticIndex>>;
@@ -205,14 +211,18 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
                      const SharedIndexes& views) {
   PolicyRun run;
   run.name = name;
+  if (tuning.budget) run.max_nodes = *tuning.budget;
   if (name == kPld) {
-    run.drafter = std::make_unique<rt::PldDrafter>(3, 10);
+    const size_t tokens = tuning.budget ? std::max<size_t>(*tuning.budget, 2) - 1 : 10;
+    run.drafter = std::make_unique<rt::PldDrafter>(3, tokens);
     return run;
   }
   rt::SessionOptions o;
   o.max_dynamic_bytes = tuning.dynamic_bytes;
   if (tuning.draft_size) o.selection.draft_size = *tuning.draft_size;
   if (tuning.min_path_probability) o.selection.min_path_probability = *tuning.min_path_probability;
+  o.selection.cost_curve = tuning.cost_curve;
+  if (tuning.budget) o.selection.draft_size = o.selection.max_tree_nodes = *tuning.budget;
   const rt::NamedPolicy& named = *FindSessionPolicy(name);
   o.selection.policy = named.policy;
   if (named.recycling_fallback) {
@@ -229,11 +239,31 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   return run;
 }
 
-json PolicyJson(const std::string& name, const rt::ReplayReport& r) {
+// Lower edges (us) of the step-time histogram's bins; the last bin is open.
+constexpr double kStepTimeEdgesUs[] = {0, 0.25, 0.5, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512};
+
+// Steps by propose + commit time.
+json StepTimeHistogram(const rt::ReplayReport& r) {
+  std::vector<uint64_t> counts(std::size(kStepTimeEdgesUs), 0);
+  for (size_t i = 0; i < r.propose_ns.size(); ++i) {
+    const double us = (static_cast<double>(r.propose_ns[i]) + r.commit_ns[i]) / 1000.0;
+    size_t bin = 0;
+    while (bin + 1 < counts.size() && us >= kStepTimeEdgesUs[bin + 1]) ++bin;
+    ++counts[bin];
+  }
+  return {{"edges_us", kStepTimeEdgesUs}, {"counts", counts}};
+}
+
+json PolicyJson(const std::string& name, const rt::ReplayReport& r, const Tuning& tuning,
+                const rt::CostCurve& projection) {
   json p;
   p["name"] = name;
   p["mat"] = r.total.Mat();
   p["tokens_per_step"] = r.total.TokensPerStep();
+  if (!projection.empty()) {
+    p["projected_speedup"] = r.ProjectedSpeedup(projection);
+    p["cost_aware"] = name == "sam-cal" && !tuning.cost_curve.empty();
+  }
   p["draft_share"] = r.DraftShare();
   p["steps"] = r.total.steps;
   p["tokens"] = r.total.Tokens();
@@ -257,6 +287,7 @@ json PolicyJson(const std::string& name, const rt::ReplayReport& r) {
   for (size_t d = 0; d < 16 && r.total.steps; ++d)
     depth.push_back(static_cast<double>(r.total.accepted_at_depth[d]) / r.total.steps);
   p["accepted_at_depth"] = depth;  // share of steps whose accepted path reached depth d+1
+  p["step_us_histogram"] = StepTimeHistogram(r);
   return p;
 }
 
@@ -265,8 +296,10 @@ void PrintTable(const json& policies) {
   for (const auto& p : policies)
     for (const auto& [c, _] : p["by_category"].items())
       if (std::find(cats.begin(), cats.end(), c) == cats.end()) cats.push_back(c);
+  const bool speedup = !policies.empty() && policies[0].contains("projected_speedup");
   std::printf("%-10s %7s %9s %7s %12s %12s %10s", "policy", "MAT", "tok/step", "draft%",
               "propose p50", "propose p99", "commit p50");
+  if (speedup) std::printf(" %9s", "speed-up");
   for (const auto& c : cats) std::printf(" %12s", ("MAT " + c.substr(0, 8)).c_str());
   std::printf("\n");
   for (const auto& p : policies) {
@@ -275,6 +308,7 @@ void PrintTable(const json& policies) {
                 p["tokens_per_step"].get<double>(), 100 * p["draft_share"].get<double>(),
                 p["propose_us_p50"].get<double>(), p["propose_us_p99"].get<double>(),
                 p["commit_us_p50"].get<double>());
+    if (speedup) std::printf(" %8.2fx", p["projected_speedup"].get<double>());
     for (const auto& c : cats) {
       if (p["by_category"].contains(c))
         std::printf(" %12.3f", p["by_category"][c]["mat"].get<double>());
@@ -285,6 +319,29 @@ void PrintTable(const json& policies) {
     for (const auto& [s, v] : p["by_source"].items())
       std::printf("  %s %.1f%% (MAT %.2f)", s.c_str(), 100 * v["share"].get<double>(),
                   v["mat"].get<double>());
+    std::printf("\n");
+  }
+}
+
+// The budget curve of every policy: one row per policy, "MAT @ tokens/step" per draft size.
+void PrintBudgetCurves(const json& policies, const std::vector<size_t>& sizes, bool with_speedup) {
+  std::printf("\nbudget curve: MAT @ tokens verified per step%s, by draft size\n%-10s",
+              with_speedup ? " (projected speed-up)" : "", "policy");
+  for (size_t s : sizes) std::printf(" %*zu", with_speedup ? 22 : 14, s);
+  std::printf("\n");
+  for (const auto& p : policies) {
+    std::printf("%-10s", p["name"].get<std::string>().c_str());
+    for (const auto& point : p["budget_curve"]) {
+      char cell[64];
+      if (with_speedup)
+        std::snprintf(cell, sizeof cell, "%.3f @ %.1f (%.2fx)", point["mat"].get<double>(),
+                      point["tokens_per_step"].get<double>(),
+                      point["projected_speedup"].get<double>());
+      else
+        std::snprintf(cell, sizeof cell, "%.3f @ %.1f", point["mat"].get<double>(),
+                      point["tokens_per_step"].get<double>());
+      std::printf(" %*s", with_speedup ? 22 : 14, cell);
+    }
     std::printf("\n");
   }
 }
@@ -304,12 +361,15 @@ int main(int argc, char** argv) {
       "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
       "             --policy sam --policy pld --json\n"
       "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
+      "             --draft-sizes 8,16,24,40,64 --cost-curve cpu.csv --report report/\n"
+      "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
       "             --cross-request --tenant-field category --cache-mib 64\n\n"
       "Cross-request replay (--cross-request): each session policy gets a fresh response\n"
       "cache (docs/runtime.md); traces are replayed in file order and each finished trace's\n"
       "output (with --cache-prompts, prompt and output) is added to the cache under its tenant\n"
       "(the --tenant-field value, else one tenant for all) before the next trace: what a\n"
-      "server would have seen. pld ignores the cache.\n\nPolicies:\n" +
+      "server would have seen. pld ignores the cache; --draft-sizes curves use it too.\n"
+      "\nPolicies:\n" +
           PolicyHelpText(),
       "sam-replay"};
   std::vector<std::string> index_paths, policies;
@@ -334,6 +394,29 @@ int main(int argc, char** argv) {
                  "sam-cal: leave out nodes whose estimated path probability is lower "
                  "(default 0.01)")
       ->check(CLI::Range(0.0, 1.0));
+  // Budgets, cost curves and the HTML report (kept together).
+  std::vector<size_t> draft_sizes;
+  std::string cost_curve_path, report_dir;
+  app.add_option("--draft-sizes", draft_sizes,
+                 "budget curve: also replay every policy at each of these draft sizes (nodes "
+                 "incl. the start token; comma-separated, e.g. 8,16,24,40,64) and report MAT "
+                 "against tokens verified per step")
+      ->delimiter(',')
+      ->type_name("N,N,...")
+      ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
+  app.add_option("--cost-curve", cost_curve_path,
+                 "verification cost curve (CSV 'tokens,cost' rows, as bench-generate "
+                 "--cost-curve-out writes; docs/runtime.md): sam-cal sizes each tree to "
+                 "maximise tokens per unit of time, and every policy gets a projected speed-up")
+      ->type_name("FILE");
+  bool project_only = false;
+  app.add_flag("--project-only", project_only,
+               "with --cost-curve: project every policy's speed-up, but let sam-cal draft as "
+               "without a curve (to compare with its cost-aware sizes)");
+  app.add_option("--report", report_dir,
+                 "write an HTML report with charts to DIR/index.html (created if missing; an "
+                 "index.html there is replaced only if sam-replay wrote it)")
+      ->type_name("DIR");
   app.add_flag("--json", as_json, "print one JSON object (default: a table)");
   bool cross_request = false, cache_prompts = false;
   std::string tenant_field;
@@ -378,6 +461,12 @@ int main(int argc, char** argv) {
       for (const rt::NamedPolicy& p : rt::NamedPolicies()) policies.emplace_back(p.name);
     }
     for (const auto& name : policies) FindSessionPolicy(name);  // before any loading
+    if (!report_dir.empty())
+      sam::tools::CheckReportDir(report_dir, {traces_path, tokenizer_path, cost_curve_path});
+    if (project_only && cost_curve_path.empty()) throw UsageError("--project-only needs --cost-curve");
+    rt::CostCurve projection;
+    if (!cost_curve_path.empty()) projection = rt::CostCurve::Load(cost_curve_path);
+    if (!project_only) tuning.cost_curve = projection;
 
     std::unique_ptr<Tokenizer> tokenizer;
     sam::format::OpenOptions open;
@@ -408,42 +497,78 @@ int main(int argc, char** argv) {
     }
 
     json out_policies = json::array();
+    tuning.dynamic_bytes = dynamic_mib << 20;
+    const uint32_t session_vocab = vocab == UINT32_MAX ? 1 << 20 : vocab;
     for (const auto& name : policies) {
-      tuning.dynamic_bytes = dynamic_mib << 20;
-      PolicyRun run = MakePolicy(name, tuning, vocab == UINT32_MAX ? 1 << 20 : vocab, views);
+      // One replay of a policy; with --cross-request, over a fresh response cache
+      // that each finished trace's text joins before the next trace.
+      auto replay = [&](PolicyRun& r, std::shared_ptr<rt::ResponseCache>* cache_out) {
+        std::shared_ptr<rt::ResponseCache> cache;
+        rt::ReplayHooks hooks;
+        if (cross_request && r.session != nullptr) {
+          cache = std::make_shared<rt::ResponseCache>(cache_mib << 20);
+          rt::Session* session = r.session;
+          hooks.before_trace = [&, session](const rt::ReplayTrace& t) {
+            session->AttachCache(cache, t.tenant);
+          };
+          hooks.after_trace = [&](const rt::ReplayTrace& t) {
+            std::vector<uint32_t> text;
+            if (cache_prompts) text = t.prompt;
+            text.insert(text.end(), t.output.begin(), t.output.end());
+            cache->Insert(t.tenant, text);
+          };
+        }
+        rt::ReplayReport report = rt::Replay(*r.drafter, traces, r.max_nodes, hooks);
+        if (cache_out) *cache_out = cache;
+        return report;
+      };
+      PolicyRun run = MakePolicy(name, tuning, session_vocab, views);
       std::shared_ptr<rt::ResponseCache> cache;
-      rt::ReplayHooks hooks;
-      if (cross_request && run.session != nullptr) {
-        cache = std::make_shared<rt::ResponseCache>(cache_mib << 20);
-        rt::Session* session = run.session;
-        hooks.before_trace = [&, session](const rt::ReplayTrace& t) {
-          session->AttachCache(cache, t.tenant);
-        };
-        hooks.after_trace = [&](const rt::ReplayTrace& t) {
-          std::vector<uint32_t> text;
-          if (cache_prompts) text = t.prompt;
-          text.insert(text.end(), t.output.begin(), t.output.end());
-          cache->Insert(t.tenant, text);
-        };
-      }
-      const rt::ReplayReport report = rt::Replay(*run.drafter, traces, run.max_nodes, hooks);
-      json p = PolicyJson(name, report);
+      const rt::ReplayReport report = replay(run, &cache);
+      json p = PolicyJson(name, report, tuning, projection);
       if (cache)
         p["cache"] = {{"bytes", cache->bytes()},
                       {"responses", cache->num_responses()},
                       {"evicted", cache->num_evicted()},
                       {"tenants", cache->num_tenants()}};
-      out_policies.push_back(std::move(p));
+      if (!draft_sizes.empty()) {
+        json curve = json::array();
+        for (size_t size : draft_sizes) {
+          Tuning at = tuning;
+          at.budget = size;
+          PolicyRun sized = MakePolicy(name, at, session_vocab, views);
+          const rt::ReplayReport r = replay(sized, nullptr);
+          json point = {{"draft_size", size},
+                        {"mat", r.total.Mat()},
+                        {"tokens_per_step", r.total.TokensPerStep()}};
+          if (!projection.empty()) point["projected_speedup"] = r.ProjectedSpeedup(projection);
+          curve.push_back(point);
+        }
+        p["budget_curve"] = curve;
+      }
+      out_policies.push_back(p);
     }
     json out;
     out["traces"] = traces.size();
     out["cross_request"] = cross_request;
+    if (!cost_curve_path.empty()) {
+      json points = json::array();
+      for (const rt::CostPoint& c : projection.points())
+        points.push_back({c.tokens, c.cost / projection.points().front().cost});
+      out["cost_curve"] = {{"file", cost_curve_path}, {"relative", points}};
+    }
     out["policies"] = out_policies;
     if (as_json) {
       std::cout << out.dump(2) << "\n";
     } else {
       std::printf("%zu traces from %s\n", traces.size(), traces_path.c_str());
       PrintTable(out_policies);
+      if (!draft_sizes.empty())
+        PrintBudgetCurves(out_policies, draft_sizes, !projection.empty());
+    }
+    if (!report_dir.empty()) {
+      const std::string page = sam::tools::WriteReport(report_dir, out, traces_path);
+      std::fprintf(stderr, "sam-replay: wrote the report %s\n", page.c_str());
     }
     return 0;
   });

@@ -9,15 +9,25 @@
     session.commit(accepted_path)                   # start + the accepted draft tokens
     print(session.stats())
 
+Verification (greedy or lossless sampling) of the last proposal:
+
+    r = session.verify_greedy(argmax)               # argmax[i]: the model's token after node i
+    session.commit(r.commit_tokens); start = r.bonus_token
+
+Engine adapters: samdecoding.vllm, samdecoding.sglang, samdecoding.hf
+(docs/embedding.md).
+
 Errors raise samdecoding.Error (e.code names the code, e.g. "io").
 """
 import json as _json
 
 from ._native import (MAX_DRAFT_SIZE, POLICIES, Draft, DraftPool, Error, Index, ResponseCache,
-                      Session, propose_batch)
+                      Rng, Session, VerifyResult, apply_sampling, propose_batch, sample_token,
+                      verify_greedy, verify_sampling)
 
 __all__ = ["Draft", "DraftPool", "Error", "Index", "MAX_DRAFT_SIZE", "POLICIES", "ResponseCache",
-           "Session", "propose_batch"]
+           "Rng", "Session", "VerifyResult", "apply_sampling", "propose_batch", "sample_token",
+           "verify_greedy", "verify_sampling"]
 
 
 def _stats(self):

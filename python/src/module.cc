@@ -33,6 +33,7 @@
 #include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
+#include "sam/runtime/verify.h"
 
 namespace py = pybind11;
 
@@ -263,6 +264,114 @@ class ResponseCache {
   std::shared_ptr<sam::runtime::ResponseCache> cache_;
 };
 
+
+// ---------------------------------------------------------------------------
+// Verification helpers (sam/runtime/verify.h).
+
+// What a verification accepted, with numpy views of its own vectors.
+struct Verified {
+  std::shared_ptr<sam::runtime::VerifyResult> result;
+  std::vector<uint32_t> commit;  // start token + accepted tokens
+};
+
+py::object MakeVerified(const sam::runtime::DraftTree& tree, sam::runtime::VerifyResult&& r) {
+  auto v = std::make_shared<Verified>();
+  v->result = std::make_shared<sam::runtime::VerifyResult>(std::move(r));
+  v->commit.assign(1, tree.tokens[0]);
+  v->commit.insert(v->commit.end(), v->result->accepted_tokens.begin(),
+                   v->result->accepted_tokens.end());
+  return py::cast(v);
+}
+
+// A draft tree from Python arrays: tokens (ids) and parents (parents[0] = -1,
+// parents[i] < i); depths are derived. Malformed trees are Error
+// (invalid-argument) naming the node.
+sam::runtime::DraftTree TreeFromArrays(const py::handle& tokens_object,
+                                       const py::handle& parents_object, const char* what) {
+  TokenIds tokens(tokens_object, what);
+  py::array_t<int64_t, py::array::c_style | py::array::forcecast> parents =
+      py::array_t<int64_t, py::array::c_style | py::array::forcecast>::ensure(parents_object);
+  if (!parents) {
+    PyErr_Clear();
+    ThrowInvalid(std::string(what) + ": parents must be a sequence of integers");
+  }
+  const size_t n = tokens.span().size();
+  if (parents.ndim() != 1 || static_cast<size_t>(parents.size()) != n || n == 0)
+    ThrowInvalid(std::string(what) + ": tokens and parents must be 1-D, non-empty and of one size (" +
+                 std::to_string(n) + " tokens, " + std::to_string(parents.size()) + " parents)");
+  sam::runtime::DraftTree tree;
+  tree.Reset(tokens.span()[0], sam::runtime::DraftSource::kOther);
+  const int64_t* p = parents.data();
+  if (p[0] != -1) ThrowInvalid(std::string(what) + ": parents[0] must be -1 (node 0 is the root)");
+  for (size_t i = 1; i < n; ++i) {
+    if (p[i] < 0 || p[i] >= static_cast<int64_t>(i))
+      ThrowInvalid(std::string(what) + ": parents[" + std::to_string(i) + "] = " +
+                   std::to_string(p[i]) + " must be in [0, " + std::to_string(i) +
+                   ") (a parent comes before its children)");
+    tree.Add(static_cast<int>(p[i]), tokens.span()[i]);
+  }
+  return tree;
+}
+
+// Probability rows (n, V), float32, C-contiguous (converted when not).
+using FloatRows = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+std::span<const float> RowOf(const FloatRows& rows, int32_t node) {
+  const size_t v = static_cast<size_t>(rows.shape(1));
+  return {rows.data() + static_cast<size_t>(node) * v, v};
+}
+
+FloatRows Rows(const py::handle& object, size_t n, const char* what, const char* name) {
+  FloatRows rows = FloatRows::ensure(object);
+  if (!rows) {
+    PyErr_Clear();
+    ThrowInvalid(std::string(what) + ": " + name + " must be a 2-D array of numbers");
+  }
+  if (rows.ndim() != 2 || static_cast<size_t>(rows.shape(0)) != n || rows.shape(1) == 0)
+    ThrowInvalid(std::string(what) + ": " + name + " must have shape (" + std::to_string(n) +
+                 ", vocab_size): one row per draft node");
+  return rows;
+}
+
+sam::runtime::DraftMode ModeOf(const std::string& mode) {
+  if (mode == "deterministic") return sam::runtime::DraftMode::kDeterministic;
+  if (mode == "without-replacement") return sam::runtime::DraftMode::kWithoutReplacement;
+  ThrowInvalid("verify_sampling: mode '" + mode +
+               "' is not one of 'deterministic', 'without-replacement'");
+}
+
+py::object VerifyGreedyTree(const sam::runtime::DraftTree& tree, const py::handle& argmax) {
+  TokenIds ids(argmax, "verify_greedy");
+  sam::runtime::VerifyResult r;
+  {
+    py::gil_scoped_release release;
+    sam::runtime::VerifyGreedy(tree, ids.span(), &r);
+  }
+  return MakeVerified(tree, std::move(r));
+}
+
+py::object VerifySamplingTree(const sam::runtime::DraftTree& tree, const py::handle& probs,
+                              sam::runtime::Rng& rng, const std::string& mode,
+                              const py::handle& proposal) {
+  const sam::runtime::DraftMode m = ModeOf(mode);
+  FloatRows target = Rows(probs, tree.size(), "verify_sampling", "probs");
+  FloatRows q;
+  if (m == sam::runtime::DraftMode::kWithoutReplacement) {
+    if (proposal.is_none())
+      ThrowInvalid("verify_sampling: mode 'without-replacement' needs proposal (rows of q)");
+    q = Rows(proposal, tree.size(), "verify_sampling", "proposal");
+  }
+  sam::runtime::VerifyResult r;
+  {
+    py::gil_scoped_release release;
+    const auto p_row = [&](int32_t node) { return RowOf(target, node); };
+    sam::runtime::NodeDistribution q_row;
+    if (q) q_row = [&](int32_t node) { return RowOf(q, node); };
+    r = sam::runtime::VerifySampling(tree, p_row, rng, m, q_row);
+  }
+  return MakeVerified(tree, std::move(r));
+}
+
 class Session {
  public:
   explicit Session(const py::kwargs& kwargs) {
@@ -292,6 +401,8 @@ class Session {
         sel.max_width = Option<size_t>(name, value);
       else if (name == "min_path_probability")
         sel.min_path_probability = Option<double>(name, value, "a number");
+      else if (name == "cost_curve")
+        sel.cost_curve = CostCurveOption(value);
       else if (name == "max_dynamic_bytes")
         options.max_dynamic_bytes = Option<size_t>(name, value);
       else if (name == "collect_timing")
@@ -330,17 +441,32 @@ class Session {
   static std::string OptionNames() {
     return "policy, draft_size, l_bias, l_threshold, adaptive_length, length_per_match, "
            "dynamic_link_fallback, max_tree_nodes, max_width, min_path_probability, "
-           "max_dynamic_bytes, collect_timing, recycling_vocab_size";
+           "cost_curve, max_dynamic_bytes, collect_timing, recycling_vocab_size";
+  }
+
+  // cost_curve: None, the path of a cost curve file, or (tokens, cost) pairs
+  // (sam/runtime/budget.h); a curve that breaks the rules is an Error.
+  static sam::runtime::CostCurve CostCurveOption(py::handle value) {
+    if (value.is_none()) return {};
+    if (py::isinstance<py::str>(value))
+      return sam::runtime::CostCurve::Load(py::cast<std::string>(value));
+    const auto pairs = Option<std::vector<std::pair<size_t, double>>>(
+        "cost_curve", value, "a file path or a list of (tokens, cost) pairs");
+    std::vector<sam::runtime::CostPoint> points;
+    for (const auto& [tokens, cost] : pairs) points.push_back({tokens, cost});
+    return sam::runtime::CostCurve::FromPoints(points, "cost_curve");
   }
 
   void Attach(const Index& index) {
     InUse guard(this);
+    proposed_ = false;
     index.AttachTo(session_.get());
   }
 
   void Prefill(const py::handle& ids) {
     TokenIds tokens(ids, "prefill");
     InUse guard(this);
+    proposed_ = false;
     py::gil_scoped_release release;
     session_->Prefill(tokens.span());
   }
@@ -355,6 +481,7 @@ class Session {
       // stay valid memory.
       session_->Propose(start, SIZE_MAX, &buffer_->tree);
     }
+    proposed_ = true;
     const sam::runtime::DraftTree& tree = buffer_->tree;
     return Draft{buffer_, tree.size(), tree.source, tree.match_len};
   }
@@ -362,6 +489,7 @@ class Session {
   void Commit(const py::handle& ids) {
     TokenIds tokens(ids, "commit");
     InUse guard(this);
+    proposed_ = false;
     py::gil_scoped_release release;
     session_->Commit(tokens.span());
   }
@@ -387,6 +515,7 @@ class Session {
 
   void Reset() {
     InUse guard(this);
+    proposed_ = false;
     session_->Reset();
   }
   // cache: None detaches. The session shares the cache.
@@ -415,7 +544,20 @@ class Session {
   sam::runtime::Session* native() { return session_.get(); }
   Draft Take(const sam::runtime::DraftTree& tree) {
     buffer_->tree = tree;  // within the reserved capacity: no reallocation
+    proposed_ = true;
     return Draft{buffer_, tree.size(), tree.source, tree.match_len};
+  }
+
+  // Verification of the last proposal (propose or propose_batch); nothing
+  // is committed.
+  py::object VerifyGreedy(const py::handle& argmax) {
+    InUse guard(this);
+    return VerifyGreedyTree(Proposal("verify_greedy"), argmax);
+  }
+  py::object VerifySampling(const py::handle& probs, sam::runtime::Rng& rng) {
+    InUse guard(this);
+    return VerifySamplingTree(Proposal("verify_sampling"), probs, rng, "deterministic",
+                              py::none());
   }
 
   const std::string& policy() const { return policy_; }
@@ -446,6 +588,15 @@ class Session {
   std::shared_ptr<DraftBuffer> buffer_ = std::make_shared<DraftBuffer>();
   std::string policy_;
   std::atomic<bool> busy_{false};
+  bool proposed_ = false;  // buffer_ holds a proposal not yet committed
+
+  const sam::runtime::DraftTree& Proposal(const char* what) const {
+    if (!proposed_)
+      ThrowInvalid(std::string(what) +
+                   ": no proposal to verify: call propose first (a commit, reset, prefill or "
+                   "attach ends the proposal)");
+    return buffer_->tree;
+  }
 };
 
 // propose_batch: one DraftPool::Propose over the sessions, with the GIL
@@ -617,6 +768,8 @@ PYBIND11_MODULE(_native, m) {
       .def("reset", &Session::Reset)
       .def("reset_statistics", &Session::ResetStatistics)
       .def("stats_json", &Session::StatsJson)
+      .def("verify_greedy", &Session::VerifyGreedy, py::arg("argmax"))
+      .def("verify_sampling", &Session::VerifySampling, py::arg("probs"), py::arg("rng"))
       .def_property_readonly("policy", &Session::policy)
       .def_property_readonly("draft_size", &Session::draft_size)
       .def_property_readonly("num_indexes", &Session::num_indexes)
@@ -644,6 +797,94 @@ PYBIND11_MODULE(_native, m) {
       .def(py::init<size_t>(), py::arg("threads") = 0)
       .def_property_readonly("threads", &sam::runtime::DraftPool::num_threads)
       .def("propose", &ProposeBatch, py::arg("sessions"), py::arg("starts"));
+
+  py::class_<sam::runtime::Rng>(m, "Rng")
+      .def(py::init<uint64_t>(), py::arg("seed") = 0)
+      .def("seed", &sam::runtime::Rng::Seed, py::arg("seed"))
+      .def("next", &sam::runtime::Rng::Next)
+      .def("uniform", &sam::runtime::Rng::Uniform);
+
+  py::class_<Verified, std::shared_ptr<Verified>>(m, "VerifyResult")
+      .def_property_readonly("accepted_nodes",
+                             [](py::object self) {
+                               const auto& v = self.cast<const Verified&>();
+                               return View(v.result->accepted_nodes.data(),
+                                           v.result->accepted_nodes.size(), self);
+                             })
+      .def_property_readonly("accepted_tokens",
+                             [](py::object self) {
+                               const auto& v = self.cast<const Verified&>();
+                               return View(v.result->accepted_tokens.data(),
+                                           v.result->accepted_tokens.size(), self);
+                             })
+      .def_property_readonly("commit_tokens",
+                             [](py::object self) {
+                               const auto& v = self.cast<const Verified&>();
+                               return View(v.commit.data(), v.commit.size(), self);
+                             })
+      .def_property_readonly("bonus_token",
+                             [](const Verified& v) { return v.result->bonus_token; })
+      .def_property_readonly("accepted_count",
+                             [](const Verified& v) { return v.result->accepted_tokens.size(); })
+      .def("__repr__", [](const Verified& v) {
+        std::string s = "VerifyResult(accepted_tokens=[";
+        for (size_t i = 0; i < v.result->accepted_tokens.size(); ++i)
+          s += (i ? ", " : "") + std::to_string(v.result->accepted_tokens[i]);
+        return s + "], bonus_token=" + std::to_string(v.result->bonus_token) + ")";
+      });
+
+  m.def(
+      "verify_greedy",
+      [](const py::handle& tokens, const py::handle& parents, const py::handle& argmax) {
+        return VerifyGreedyTree(TreeFromArrays(tokens, parents, "verify_greedy"), argmax);
+      },
+      py::arg("tokens"), py::arg("parents"), py::arg("argmax"));
+  m.def(
+      "verify_sampling",
+      [](const py::handle& tokens, const py::handle& parents, const py::handle& probs,
+         sam::runtime::Rng& rng, const std::string& mode, const py::handle& proposal) {
+        return VerifySamplingTree(TreeFromArrays(tokens, parents, "verify_sampling"), probs, rng,
+                                  mode, proposal);
+      },
+      py::arg("tokens"), py::arg("parents"), py::arg("probs"), py::arg("rng"),
+      py::arg("mode") = "deterministic", py::arg("proposal") = py::none());
+  m.def(
+      "apply_sampling",
+      [](py::array scores, float temperature, int top_k, float top_p, bool logits) {
+        if (!py::isinstance<py::array_t<float>>(scores) ||
+            !(scores.flags() & py::array::c_style) || !scores.writeable() ||
+            (scores.ndim() != 1 && scores.ndim() != 2) || scores.size() == 0)
+          ThrowInvalid(
+              "apply_sampling: scores must be a non-empty, writeable, C-contiguous float32 "
+              "array of 1 or 2 dimensions (rows are processed in place)");
+        const size_t v = static_cast<size_t>(scores.shape(scores.ndim() - 1));
+        const size_t rows = static_cast<size_t>(scores.size()) / v;
+        float* data = static_cast<float*>(scores.mutable_data());
+        const sam::runtime::SamplingParams params{temperature, top_k, top_p};
+        {
+          py::gil_scoped_release release;
+          for (size_t r = 0; r < rows; ++r)
+            sam::runtime::ApplySampling(std::span<float>(data + r * v, v), params,
+                                        logits ? sam::runtime::ScoreKind::kLogits
+                                               : sam::runtime::ScoreKind::kProbabilities);
+        }
+        return scores;
+      },
+      py::arg("scores"), py::arg("temperature") = 1.0f, py::arg("top_k") = 0,
+      py::arg("top_p") = 1.0f, py::arg("logits") = true);
+  m.def(
+      "sample_token",
+      [](const py::handle& weights, sam::runtime::Rng& rng) {
+        py::array_t<float, py::array::c_style | py::array::forcecast> w =
+            py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(weights);
+        if (!w || w.ndim() != 1) {
+          PyErr_Clear();
+          ThrowInvalid("sample_token: weights must be a 1-D array of numbers");
+        }
+        return sam::runtime::SampleToken(
+            std::span<const float>(w.data(), static_cast<size_t>(w.size())), rng);
+      },
+      py::arg("weights"), py::arg("rng"));
   m.def(
       "propose_batch",
       [](const py::sequence& sessions, const py::handle& starts, py::object pool) {

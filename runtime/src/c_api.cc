@@ -202,6 +202,8 @@ void ReadConfig(const sam_session_config& in, sam_session_config* out) {
   read(&out->recycling_vocab_size, offsetof(sam_session_config, recycling_vocab_size));
   read(&out->max_dynamic_bytes, offsetof(sam_session_config, max_dynamic_bytes));
   read(&out->collect_timing, offsetof(sam_session_config, collect_timing));
+  read(&out->cost_curve, offsetof(sam_session_config, cost_curve));
+  read(&out->cost_curve_size, offsetof(sam_session_config, cost_curve_size));
 }
 
 // The last proposal of `session`, checked to exist and to have n nodes.
@@ -412,6 +414,16 @@ int sam_session_new_ex(const sam_session_config* config, sam_session** out) {
     session_options.selection.l_threshold = c_options.l_threshold;
     session_options.max_dynamic_bytes = c_options.max_dynamic_bytes;
     session_options.collect_timing = c_options.collect_timing != 0;
+    if (c_options.cost_curve_size > 0) {
+      Require(c_options.cost_curve != nullptr, "sam_session_new_ex",
+              "cost_curve is NULL but cost_curve_size is not 0");
+      Require(c_options.cost_curve_size <= SAM_MAX_DRAFT_SIZE, "sam_session_new_ex",
+              "cost_curve_size is above SAM_MAX_DRAFT_SIZE");
+      std::vector<sam::runtime::CostPoint> points(c_options.cost_curve_size);
+      for (size_t i = 0; i < points.size(); ++i) points[i] = {i + 1, c_options.cost_curve[i]};
+      session_options.selection.cost_curve =
+          sam::runtime::CostCurve::FromPoints(points, "sam_session_config.cost_curve");
+    }
 
     auto session = std::make_unique<sam_session>();
     if (c_options.recycling_vocab_size > 0) {

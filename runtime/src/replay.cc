@@ -18,6 +18,10 @@ double ReplayReport::DraftShare() const {
   return total.steps ? 1.0 - static_cast<double>(none) / total.steps : 0.0;
 }
 
+double ReplayReport::ProjectedSpeedup(const CostCurve& curve) const {
+  return runtime::ProjectedSpeedup(steps_by_size, total.Tokens(), curve);
+}
+
 ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces, size_t max_nodes) {
   return Replay(drafter, traces, max_nodes, ReplayHooks{});
 }
@@ -51,6 +55,8 @@ ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces, size_
 
       const DraftSource source = tree.size() > 1 ? tree.source : DraftSource::kNone;
       report.total.Record(tree, accepted);
+      if (report.steps_by_size.size() <= tree.size()) report.steps_by_size.resize(tree.size() + 1);
+      ++report.steps_by_size[tree.size()];
       category.Record(tree, accepted);
       report.by_source[static_cast<size_t>(source)].Record(tree, accepted);
       i += accepted + 1;

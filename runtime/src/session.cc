@@ -141,6 +141,7 @@ struct Session::MergedScratch {
   std::vector<MergedNode> nodes;
   std::vector<int32_t> order;
   std::vector<int32_t> tree_index;
+  std::vector<double> ranked_paths;  // cost-aware sizing (SelectionOptions::cost_curve)
 };
 
 namespace {
@@ -248,6 +249,7 @@ void Session::Reset() {
 
 void Session::ResetStatistics() {
   stats_ = SessionStatistics{};
+  rate_tokens_ = rate_cost_ = 0.0;
   calibrator_->Clear();
 }
 
@@ -503,13 +505,14 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   order.clear();
   for (size_t i = 1; i < nodes.size(); ++i)
     if (nodes[i].path >= sel.min_path_probability) order.push_back(static_cast<int32_t>(i));
-  const size_t keep = std::min(order.size(), budget - 1);
+  size_t keep = std::min(order.size(), budget - 1);
   auto better = [&](int32_t a, int32_t b) {
     if (nodes[a].path != nodes[b].path) return nodes[a].path > nodes[b].path;
     if (nodes[a].depth != nodes[b].depth) return nodes[a].depth < nodes[b].depth;
     return a < b;
   };
   std::partial_sort(order.begin(), order.begin() + keep, order.end(), better);
+  if (!sel.cost_curve.empty()) keep = CostAwareKeep(order.data(), keep);
   std::vector<int32_t>& tree_index = merged_->tree_index;
   tree_index.assign(nodes.size(), -1);
   tree_index[0] = 0;
@@ -534,6 +537,21 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   tree->match_len = std::max(dyn.len, last_static_len_);
 }
 
+size_t Session::CostAwareKeep(const int32_t* ranked, size_t keep) {
+  std::vector<double>& paths = merged_->ranked_paths;
+  paths.clear();
+  for (size_t r = 0; r < keep; ++r) paths.push_back(merged_->nodes[ranked[r]].path);
+  return ChooseTreeSize(paths, options_.selection.cost_curve, MeasuredRate()) - 1;
+}
+
+double Session::MeasuredRate() const {
+  // Tokens per t(1) over the steps so far, starting from plain decoding's 1
+  // (worth kPriorSteps steps), so that the first steps draft like a session
+  // that has not yet seen speculation pay.
+  constexpr double kPriorSteps = 4.0;
+  return (rate_tokens_ + kPriorSteps) / (rate_cost_ + kPriorSteps);
+}
+
 size_t Session::RecordAcceptance(std::span<const uint32_t> tokens) {
   const DraftTree& t = tree_;
   // The accepted path; its nodes are marked only for calibration.
@@ -552,6 +570,10 @@ size_t Session::RecordAcceptance(std::span<const uint32_t> tokens) {
   }
   SourceStatistics& s = stats_.source(t.source);
   s.Record(t, accepted);
+  if (!options_.selection.cost_curve.empty()) {
+    rate_tokens_ += static_cast<double>(accepted + 1);
+    rate_cost_ += options_.selection.cost_curve.Relative(t.size());
+  }
   s.propose_ns += pending_ns_;
   ++stats_.steps;
 

@@ -210,6 +210,48 @@ TEST(Capi, ConfigAndOptionsGiveTheSameDrafts) {
   sam_session_free(new_api);
 }
 
+// sam-cal with a cost curve: a flat one drafts as none; t(n) = n (one value: proportional
+// beyond it) drafts nothing; bad curves are refused.
+TEST(Capi, CostCurveSizesCalibratedDrafts) {
+  auto draft = [](const std::vector<double>& curve) {
+    sam_session_config config;
+    sam_session_config_init(&config);
+    EXPECT_EQ(config.cost_curve, nullptr);
+    EXPECT_EQ(config.cost_curve_size, 0u);
+    config.policy = SAM_POLICY_CALIBRATED;
+    config.draft_size = 12;
+    config.cost_curve = curve.empty() ? nullptr : curve.data();
+    config.cost_curve_size = curve.size();
+    sam_session* session = nullptr;
+    EXPECT_EQ(sam_session_new_ex(&config, &session), SAM_OK) << sam_last_error();
+    const std::vector<uint32_t> tokens = RepetitiveDraft(session);
+    sam_session_free(session);
+    return tokens;
+  };
+  const std::vector<uint32_t> plain = draft({});
+  EXPECT_GT(plain.size(), 1u);
+  EXPECT_EQ(draft(std::vector<double>(SAM_MAX_DRAFT_SIZE, 2.5)), plain);
+  EXPECT_EQ(draft({3.0}).size(), 1u);
+
+  sam_session_config config;
+  sam_session_config_init(&config);
+  config.policy = SAM_POLICY_CALIBRATED;
+  sam_session* session = nullptr;
+  const double bad[] = {1.0, -1.0};
+  config.cost_curve = bad;
+  config.cost_curve_size = 2;
+  EXPECT_EQ(sam_session_new_ex(&config, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("cost_curve"), std::string::npos) << sam_last_error();
+  EXPECT_NE(std::string(sam_last_error()).find("positive finite"), std::string::npos);
+  config.cost_curve = nullptr;
+  EXPECT_EQ(sam_session_new_ex(&config, &session), SAM_ERR_INVALID_ARGUMENT);
+  const std::vector<double> long_curve(SAM_MAX_DRAFT_SIZE + 1, 1.0);
+  config.cost_curve = long_curve.data();
+  config.cost_curve_size = long_curve.size();
+  EXPECT_EQ(sam_session_new_ex(&config, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(session, nullptr);
+}
+
 // A caller compiled against an older, shorter sam_session_config: its object ends early (a
 // buffer of exactly struct_size bytes here, so that reading past it would be caught by ASan),
 // and the fields it does not cover take their defaults, whatever lies past it.

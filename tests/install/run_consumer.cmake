@@ -104,5 +104,32 @@ if(PYTHON)
   run(out ${PYTHON} ${SOURCE_DIR}/tests/install/ctypes_example.py ${prefix}/include/sam/sam.h
       ${SAM_H_INDEX} ${libdir})
   message(STATUS "ctypes example on the installed library:\n${out}")
+
+  # The installed samdecoding package (when the build had it), imported from a
+  # folder outside the build tree with only the prefix on PYTHONPATH: a
+  # session drafts, and the engine adapters import.
+  file(GLOB_RECURSE native ${prefix}/_native*.so)
+  list(FILTER native INCLUDE REGEX "/samdecoding/_native[^/]*\\.so$")
+  if(native)
+    get_filename_component(package ${native} DIRECTORY)
+    get_filename_component(site ${package} DIRECTORY)
+    file(MAKE_DIRECTORY ${WORK_DIR}/py)
+    execute_process(
+      COMMAND ${CMAKE_COMMAND} -E env PYTHONPATH=${site} ${PYTHON} -c
+              "import samdecoding as sd, samdecoding.vllm, samdecoding.sglang, samdecoding.hf\n\
+s = sd.Session(policy='sam', draft_size=8)\n\
+s.attach(sd.Index.open('${INDEX}'))\n\
+s.prefill([1, 10, 11, 12])\n\
+d = s.propose(13)\n\
+print('python:', sd.__file__.startswith('${site}'), d.source, d.tokens.tolist())"
+      WORKING_DIRECTORY ${WORK_DIR}/py RESULT_VARIABLE status OUTPUT_VARIABLE out ERROR_VARIABLE err)
+    if(NOT status EQUAL 0)
+      message(FATAL_ERROR "the installed samdecoding package failed (${status}):\n${out}${err}")
+    endif()
+    message(STATUS "installed Python package: ${out}")
+    if(NOT out MATCHES "^python: True static \\[13, 14, 15, 16, 17, 18, 19, 20\\]")
+      message(FATAL_ERROR "samdecoding was not imported from the prefix: ${out}")
+    endif()
+  endif()
 endif()
 file(REMOVE_RECURSE ${WORK_DIR})

@@ -86,6 +86,87 @@ std::vector<uint32_t> AcceptedPath(const sam::runtime::DraftTree& tree,
   return path;
 }
 
+// The first-child chain of `tree` (node 1, its first child, ...), at most
+// `limit` tokens: what the chain-verifying engine adapters (vLLM, HF) hand over.
+std::vector<uint32_t> FirstChildChain(const sam::runtime::DraftTree& tree, size_t limit) {
+  std::vector<uint32_t> chain;
+  int node = 0;
+  for (size_t i = 1; i < tree.size() && chain.size() < limit; ++i)
+    if (tree.parents[i] == node) {
+      chain.push_back(tree.tokens[i]);
+      node = static_cast<int>(i);
+    }
+  return chain;
+}
+
+// The engine interface tests' oracle (test_engines.py): kEngineRequests
+// requests (prompt, generation), and for policies sam and sam-cal what a
+// fresh C++ session per request drafts when an engine verifies
+//   "chain": the first-child chain of at most kChainTokens tokens (vLLM,
+//            HF transformers; session draft_size kChainTokens + 1),
+//            accepting its longest prefix that the generation continues;
+//   "tree":  the whole tree (SGLang; draft_size kTreeNodes), accepting the
+//            longest root path that the generation continues.
+constexpr size_t kEngineRequests = 6;
+constexpr size_t kChainTokens = 7;
+constexpr size_t kTreeNodes = 12;
+
+template <typename Text>
+nlohmann::json EngineReference(const sam::format::IndexFile& file, Text& text) {
+  nlohmann::json requests = nlohmann::json::array();
+  std::vector<std::vector<uint32_t>> prompts, generations;
+  for (size_t r = 0; r < kEngineRequests; ++r) {
+    std::vector<uint32_t> prompt = {kBos};
+    const auto body = text(20 + 7 * r);
+    prompt.insert(prompt.end(), body.begin(), body.end());
+    prompts.push_back(prompt);
+    generations.push_back(text(60 + 25 * r));
+    requests.push_back({{"prompt", prompts.back()}, {"generation", generations.back()}});
+  }
+  nlohmann::json out = {{"chain_tokens", kChainTokens},
+                        {"tree_nodes", kTreeNodes},
+                        {"requests", requests}};
+  for (const char* policy : {"sam", "sam-cal"}) {
+    for (const bool chain_mode : {true, false}) {
+      nlohmann::json per_request = nlohmann::json::array();
+      for (size_t r = 0; r < kEngineRequests; ++r) {
+        sam::runtime::SessionOptions options;
+        options.selection.policy = sam::runtime::FindPolicy(policy).policy;
+        options.selection.draft_size = chain_mode ? kChainTokens + 1 : kTreeNodes;
+        sam::runtime::Session session(options);
+        session.AttachIndex(file.shared_view());
+        // The engines' first step: the prompt is prefilled and the model's
+        // first token (generation[0]) is the first start token.
+        session.Prefill(prompts[r]);
+        const auto& generation = generations[r];
+        nlohmann::json steps = nlohmann::json::array();
+        for (size_t i = 0; i + 1 < generation.size();) {
+          const sam::runtime::DraftTree& tree = session.Propose(generation[i]);
+          std::vector<uint32_t> path = {generation[i]};
+          if (chain_mode) {
+            const std::vector<uint32_t> chain = FirstChildChain(tree, kChainTokens);
+            for (size_t k = 0; k < chain.size() && i + 1 + k < generation.size() &&
+                               chain[k] == generation[i + 1 + k];
+                 ++k)
+              path.push_back(chain[k]);
+            steps.push_back({{"chain", chain}, {"accepted", path.size() - 1}});
+          } else {
+            path = AcceptedPath(tree, generation, i);
+            steps.push_back({{"tokens", tree.tokens},
+                             {"parents", tree.parents},
+                             {"accepted", path.size() - 1}});
+          }
+          session.Commit(path);
+          i += path.size();
+        }
+        per_request.push_back(steps);
+      }
+      out[chain_mode ? "chain" : "tree"][policy] = per_request;
+    }
+  }
+  return out;
+}
+
 int Fixture(const std::string& dir, size_t num_documents, size_t generation_length) {
   Rng rng{0x9E3779B97F4A7C15ull};
   std::vector<std::vector<uint32_t>> phrases(40);
@@ -153,6 +234,7 @@ int Fixture(const std::string& dir, size_t num_documents, size_t generation_leng
     out["policies"][std::string(named.name)] = {
         {"steps", steps}, {"stats", nlohmann::json::parse(ref.session->statistics().ToJson())}};
   }
+  out["engines"] = EngineReference(file, text);
   std::ofstream(dir + "/reference.json") << out.dump() << "\n";
   return 0;
 }

@@ -91,6 +91,182 @@ class DraftsTest(unittest.TestCase):
         self.assertTrue(np.shares_memory(draft.tokens, session.propose(step["start"]).tokens))
 
 
+def naive_greedy(tokens, parents, argmax):
+    """The oracle of verify_greedy: the deepest node whose every token on the
+    root path is the argmax at its parent (lowest index among equals)."""
+    valid, depth = [True], [0]
+    for i in range(1, len(tokens)):
+        p = parents[i]
+        valid.append(valid[p] and tokens[i] == argmax[p])
+        depth.append(depth[p] + 1)
+    end = min((i for i in range(len(tokens)) if valid[i]), key=lambda i: (-depth[i], i))
+    path = [end]
+    while path[-1] != 0:
+        path.append(parents[path[-1]])
+    path.reverse()
+    return path, [tokens[i] for i in path[1:]], argmax[end]
+
+
+class VerifyTest(unittest.TestCase):
+    def test_greedy_equals_naive_on_random_trees(self):
+        rng = np.random.default_rng(7)
+        for trial in range(300):
+            n = int(rng.integers(1, 30))
+            parents = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+            tokens = rng.integers(0, 4, n).tolist()
+            argmax = rng.integers(0, 4, n).tolist()
+            nodes, accepted, bonus = naive_greedy(tokens, parents, argmax)
+            r = sd.verify_greedy(tokens, parents, argmax)
+            self.assertEqual(r.accepted_nodes.tolist(), nodes, trial)
+            self.assertEqual(r.accepted_tokens.tolist(), accepted, trial)
+            self.assertEqual(r.bonus_token, bonus, trial)
+            self.assertEqual(r.commit_tokens.tolist(), [tokens[0]] + accepted, trial)
+
+    def test_session_greedy_loop_equals_plain_greedy(self):
+        """A whole greedy loop through the session's verification: the emitted
+        tokens are the "model's" (the generation), and the commits are the C++
+        replay's."""
+        index = sd.Index.open(INDEX)
+        session = new_session("sam")
+        session.attach(index)
+        session.prefill(REF["prompt"])
+        gen = REF["generation"]
+        emitted, start = [gen[0]], gen[0]
+        steps = REF["policies"]["sam"]["steps"]
+        for step in steps:
+            draft = session.propose(start)
+            tokens, parents = draft.tokens.tolist(), draft.parents.tolist()
+            # The model: after node i it predicts the generation's next token.
+            pos = len(emitted) - 1
+            depth = draft.depths.tolist()
+
+            def on_generation(j):  # node j's root path is the generation's text
+                return all(pos + depth[k] < len(gen) and tokens[k] == gen[pos + depth[k]]
+                           for k in self._path(parents, j))
+            argmax = [gen[pos + depth[i] + 1]
+                      if pos + depth[i] + 1 < len(gen) and on_generation(i) else 0
+                      for i in range(len(tokens))]
+            r = session.verify_greedy(argmax)
+            self.assertEqual(r.commit_tokens.tolist(), step["commit"])
+            session.commit(r.commit_tokens)
+            emitted.extend(r.accepted_tokens.tolist() + [r.bonus_token])
+            start = r.bonus_token
+            if len(emitted) >= len(gen):
+                break
+        self.assertEqual(emitted[:len(gen)], gen)
+        with self.assertRaisesRegex(sd.Error, "no proposal to verify"):
+            session.verify_greedy([0])
+
+    @staticmethod
+    def _path(parents, i):
+        path = []
+        while i != -1:
+            path.append(i)
+            i = parents[i]
+        return path
+
+    def test_sampling_is_lossless(self):
+        """The first token emitted (an accepted child or the bonus) is
+        distributed as the target: chi-square over 20,000 draws, 3 degrees
+        of freedom, threshold 16.27 (p = 0.001)."""
+        p = np.array([0.1, 0.2, 0.3, 0.4], dtype=np.float32)
+        probs = np.tile(p, (3, 1))
+        rng = sd.Rng(12345)
+        counts = np.zeros(4)
+        for _ in range(20000):
+            r = sd.verify_sampling([9, 3, 1], [-1, 0, 0], probs, rng)
+            first = r.accepted_tokens[0] if r.accepted_count else r.bonus_token
+            counts[first] += 1
+        expected = 20000 * p
+        chi2 = float(((counts - expected) ** 2 / expected).sum())
+        self.assertLess(chi2, 16.27, counts)
+
+    def test_without_replacement_needs_and_uses_the_proposal(self):
+        p = np.tile(np.array([0.25, 0.25, 0.25, 0.25], dtype=np.float32), (2, 1))
+        with self.assertRaisesRegex(sd.Error, "needs proposal"):
+            sd.verify_sampling([0, 1], [-1, 0], p, sd.Rng(1), mode="without-replacement")
+        r = sd.verify_sampling([0, 1], [-1, 0], p, sd.Rng(1), mode="without-replacement",
+                               proposal=p)  # q == p: the child is always accepted
+        self.assertEqual(r.accepted_tokens.tolist(), [1])
+        with self.assertRaisesRegex(sd.Error, "mode"):
+            sd.verify_sampling([0, 1], [-1, 0], p, sd.Rng(1), mode="nucleus")
+
+    def test_session_sampling_equals_module_sampling(self):
+        index = sd.Index.open(INDEX)
+        session = new_session("sam")
+        session.attach(index)
+        session.prefill(REF["prompt"])
+        draft = session.propose(REF["generation"][0])
+        probs = np.random.default_rng(3).random((len(draft), REF["vocab_size"])).astype(np.float32)
+        sd.apply_sampling(probs, logits=False)
+        a = session.verify_sampling(probs, sd.Rng(99))
+        b = sd.verify_sampling(draft.tokens, draft.parents, probs, sd.Rng(99))
+        self.assertEqual(a.commit_tokens.tolist(), b.commit_tokens.tolist())
+        self.assertEqual(a.bonus_token, b.bonus_token)
+
+    def test_apply_sampling_equals_numpy(self):
+        logits = np.random.default_rng(5).normal(size=(3, 50)).astype(np.float32)
+        out = logits.copy()
+        sd.apply_sampling(out, temperature=0.7, top_k=10)
+        for row, got in zip(logits, out):
+            keep = np.argsort(-row, kind="stable")[:10]
+            want = np.zeros(50)
+            e = np.exp((row[keep] - row[keep].max()) / 0.7)
+            want[keep] = e / e.sum()
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-7)
+        with self.assertRaisesRegex(sd.Error, "float32"):
+            sd.apply_sampling(np.zeros(4, dtype=np.float64))
+        with self.assertRaises(sd.Error):
+            sd.apply_sampling(np.zeros(4, dtype=np.float32), temperature=-1)
+        counts = np.bincount([sd.sample_token([0.0, 1.0, 0.0], sd.Rng(i)) for i in range(50)],
+                             minlength=3)
+        self.assertEqual(counts.tolist(), [0, 50, 0])
+
+    def test_bad_shapes(self):
+        with self.assertRaisesRegex(sd.Error, "shape"):
+            sd.verify_sampling([1, 2], [-1, 0], np.zeros((3, 4), np.float32), sd.Rng())
+        with self.assertRaisesRegex(sd.Error, "parents\\[0\\]"):
+            sd.verify_greedy([1, 2], [0, 0], [1, 2])
+        with self.assertRaisesRegex(sd.Error, "one size"):
+            sd.verify_greedy([1, 2], [-1], [1, 2])
+
+
+class CostCurveTest(unittest.TestCase):
+    def session(self, curve):
+        session = sd.Session(policy="sam-cal", draft_size=REF["draft_size"], cost_curve=curve)
+        session.attach(sd.Index.open(INDEX))
+        session.prefill(REF["prompt"])
+        return session
+
+    def test_flat_curve_drafts_like_none_and_linear_drafts_nothing(self):
+        flat = self.session([(1, 1.0), (4096, 1.0)])
+        linear = self.session([(1, 1.0), (2, 2.0)])  # t(n) = n: no node pays
+        drafted = 0
+        for n, step in enumerate(REF["policies"]["sam-cal"]["steps"]):
+            draft = flat.propose(step["start"])
+            self.assertEqual(draft.tokens.tolist(), step["tokens"], "step %d" % n)
+            self.assertEqual(draft.parents.tolist(), step["parents"], "step %d" % n)
+            self.assertEqual(linear.propose(step["start"]).tokens.tolist(), [step["start"]])
+            drafted += len(step["tokens"]) - 1
+            flat.commit(step["commit"])
+            linear.commit(step["commit"])
+        self.assertGreater(drafted, 0)
+
+    def test_curve_from_a_file_and_errors(self):
+        path = os.path.join(FIXTURE, "curve.csv")
+        with open(path, "w") as f:
+            f.write("tokens,cost\n1,10\n8,12\n")
+        self.session(path).propose(REF["policies"]["sam-cal"]["steps"][0]["start"])
+        with open(path, "w") as f:
+            f.write("tokens,cost\n1,10\n8,x\n")
+        with self.assertRaisesRegex(sd.Error, "curve.csv: line 3: field 'cost'"):
+            self.session(path)
+        with self.assertRaisesRegex(sd.Error, "first point must be 1 token"):
+            self.session([(2, 1.0)])
+        with self.assertRaisesRegex(sd.Error, "cost_curve"):
+            self.session([1, 2, 3])
+
+
 class BatchTest(unittest.TestCase):
     """propose_batch gives each session the draft its own propose gives."""
 

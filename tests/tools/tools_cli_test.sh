@@ -97,6 +97,10 @@ fi
 if have bench-generate; then
   expect 2 "tokenizer" -- "$bin/bench-generate"
   expect 2 "policy" -- "$bin/bench-generate" --tokenizer x --data-dir "$tmp" --policy bogus
+  expect 2 "must start at 1" -- "$bin/bench-generate" --tokenizer x --curve-only --curve-tokens 2,4
+  expect 2 "increase" -- "$bin/bench-generate" --tokenizer x --curve-only --curve-tokens 1,8,4
+  expect 2 "data-dir" -- "$bin/bench-generate" --tokenizer x
+  expect 2 "does not exist" -- "$bin/bench-generate" --tokenizer x --curve-only --cost-curve-out "$tmp/no/c.csv"
 fi
 if have bench-forward; then
   expect 2 "layers" -- "$bin/bench-forward" --layers abc
@@ -113,6 +117,14 @@ if have sam-generate; then
   expect 2 "policy" -- "$gen" "${base[@]}" --policy bogus
   expect 2 "--model" -- "$gen" --tokenizer x --prompt hi
   expect 2 "--force applies only" -- "$gen" "${base[@]}" --force
+  # --cost-curve: parsed (errors name the file and line, exit 1) before the model is looked at,
+  # and only with sam-cal.
+  printf 'tokens,cost\n1,10\n8,x\n' > "$tmp/bad-curve.csv"
+  printf '# ok\n1,10\n8,12\n' > "$tmp/curve.csv"
+  expect 1 "bad-curve.csv: line 3: field 'cost'" -- "$gen" "${base[@]}" --policy sam-cal --cost-curve "$tmp/bad-curve.csv"
+  expect 1 "cost curve" -- "$gen" "${base[@]}" --policy sam-cal --cost-curve "$tmp/no-curve.csv"
+  expect 2 "use it with --policy sam-cal" -- "$gen" "${base[@]}" --cost-curve "$tmp/curve.csv"
+  expect 1 "$tmp/none does not exist" -- "$gen" "${base[@]}" --policy sam-cal --cost-curve "$tmp/curve.csv"
 fi
 
 # ---------------------------------------------------------------- sam-build -o safety

@@ -98,6 +98,7 @@ struct PolicyCase {
   bool recycling;
   bool attach_index;
   bool expect_long_acceptance;  // MAT > 1.5 expected (drafts from the model's own outputs)
+  std::string cost_curve = "";   // SelectionOptions::cost_curve as CSV text ("": none)
 };
 
 std::vector<PolicyCase> AllPolicyCases() {
@@ -109,6 +110,10 @@ std::vector<PolicyCase> AllPolicyCases() {
       {"tree", rt::Policy::kTree, false, true, true},
       {"calibrated", rt::Policy::kCalibrated, false, true, true},
       {"calibrated+recycling", rt::Policy::kCalibrated, true, true, true},
+      // Cost-aware sizes: this CPU's curve; t(n) = n, where no draft pays (MAT exactly 1).
+      {"calibrated+cpu-curve", rt::Policy::kCalibrated, false, true, true,
+       "1,178\n2,191\n4,202\n8,229\n16,235\n32,289\n64,443\n"},
+      {"calibrated+linear-curve", rt::Policy::kCalibrated, false, true, false, "1,1\n2,2\n"},
       {"recycling-only", rt::Policy::kPaper, true, false, false},
   };
 }
@@ -151,6 +156,7 @@ class GreedyExactness : public ::testing::Test {
     tb::GeneratorOptions go;
     go.selection.policy = c.policy;
     go.recycling_fallback = c.recycling;
+    if (!c.cost_curve.empty()) go.selection.cost_curve = rt::CostCurve::Parse(c.cost_curve);
     tb::Generator generator(*model_, go);
     if (c.attach_index) generator.AttachIndex(&index_->view());
     tb::GenerateOptions options{.max_new_tokens = kNewTokens};
@@ -189,8 +195,11 @@ class GreedyExactness : public ::testing::Test {
       if (c.expect_long_acceptance) {
         EXPECT_GT(mat, 1.5) << c.name;
       }
+      if (c.name == "calibrated+linear-curve") {
+        EXPECT_DOUBLE_EQ(mat, 1.0) << c.name;
+      }
     }
-    // 8 policies x 24 prompts x 40 tokens: near-ties are rare; many would mean a real bug.
+    // 10 policies x 24 prompts x 40 tokens: near-ties are rare; many would mean a real bug.
     EXPECT_LE(near_ties, 3);
   }
 

@@ -274,6 +274,17 @@ typedef struct sam_session_config {
    * and prefill time into the statistics (two clock reads, about 50 ns, per
    * call); 0 (default) leaves the *_ns figures at 0. */
   int collect_timing;
+  /* Added in 0.1.0 after collect_timing: the verification cost curve of
+   * SAM_POLICY_CALIBRATED (docs/runtime.md, "Budgets from the cost of
+   * verification"). cost_curve[i] is the time of one verification pass over
+   * i + 1 tokens, in any unit, for i < cost_curve_size (<= SAM_MAX_DRAFT_SIZE;
+   * beyond it the cost grows in proportion to the tokens); each step then
+   * drafts only the nodes that pay for their verification. NULL and 0
+   * (default): no curve. The array is copied by sam_session_new_ex. A value
+   * that is not positive and finite, or a NULL array with a nonzero size, is
+   * SAM_ERR_INVALID_ARGUMENT. */
+  const double* cost_curve;
+  size_t cost_curve_size;
 } sam_session_config;
 
 /* Fills *config with the defaults and struct_size = sizeof(sam_session_config)

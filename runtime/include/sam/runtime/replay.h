@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "sam/export.h"
+#include "sam/runtime/budget.h"
 #include "sam/runtime/draft.h"
 #include "sam/runtime/drafter.h"
 #include "sam/runtime/percentile.h"  // Percentile of the timings
@@ -54,8 +55,15 @@ struct SAM_API ReplayReport {
   std::array<SourceStatistics, kNumDraftSources> by_source{};
   std::vector<uint32_t> propose_ns;  // one per step
   std::vector<uint32_t> commit_ns;   // one per step
+  // steps_by_size[n]: steps whose draft had n nodes (start token included), so
+  // that any verification cost curve can be applied afterwards
+  // (ProjectedSpeedup, budget.h).
+  std::vector<uint64_t> steps_by_size;
   // Share of steps that carried a draft (a tree with more than the root).
   double DraftShare() const;
+  // Tokens produced / the steps' verification cost in units of t(1): the
+  // speed-up over plain decoding projected for `curve` (drafting excluded).
+  double ProjectedSpeedup(const CostCurve& curve) const;
 };
 
 // Replays every trace through `drafter` (Reset, Prefill, then Propose/Commit

@@ -24,7 +24,9 @@
 //                count), and the nodes with the highest path probability are kept.
 //                Nodes whose estimated path probability is below min_path_probability
 //                are left out, so drafts shrink when acceptance is low. The fallback
-//                drafter (if any) contributes when no automaton matches.
+//                drafter (if any) contributes when no automaton matches. With a
+//                cost_curve, each step keeps only as many of the ranked nodes as pay
+//                for their verification (ChooseTreeSize, budget.h).
 #ifndef SAM_RUNTIME_SELECTION_H_
 #define SAM_RUNTIME_SELECTION_H_
 
@@ -36,6 +38,7 @@
 #include <string_view>
 
 #include "sam/export.h"
+#include "sam/runtime/budget.h"
 
 namespace sam::runtime {
 
@@ -96,6 +99,12 @@ struct SAM_API SelectionOptions {
   size_t max_width = 8;
   // kCalibrated: nodes below this estimated path probability are not drafted.
   double min_path_probability = 0.01;
+  // kCalibrated: the verification cost curve t(n)/t(1) (budget.h); empty: off.
+  // When set, each step keeps the n best-ranked nodes (n <= draft_size) that
+  // maximise E(n) - rate * t(n)/t(1), with rate the session's measured tokens
+  // per t(1) so far (ChooseTreeSize), so the tree grows where verification is
+  // cheap (GPU) and shrinks where it is not (CPU), down to no draft at all.
+  CostCurve cost_curve;
 };
 
 enum class Choice { kNone, kStatic, kDynamic, kFallback };

@@ -160,6 +160,11 @@ class SAM_API Session : public Drafter {
   void ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, size_t max_nodes,
                          DraftTree* tree);
   void ChainLinks(size_t base, DraftTree* tree);
+  // SelectionOptions::cost_curve: how many of the `keep` best-ranked merged
+  // nodes (indexes into the merged scratch) to draft, and the measured rate it
+  // is chosen against (tokens per t(1) over the session's steps).
+  size_t CostAwareKeep(const int32_t* ranked, size_t keep);
+  double MeasuredRate() const;
   // Statistics and calibration of the pending proposal; returns how many of
   // its nodes `tokens` accepted (the longest matching root path).
   size_t RecordAcceptance(std::span<const uint32_t> tokens);
@@ -194,6 +199,7 @@ class SAM_API Session : public Drafter {
   uint32_t last_cache_len_ = 0;
   size_t cache_draft_count_ = 0;
   uint64_t output_begin_ = 0;  // dynamic_.total_extended() after the last Prefill
+  double rate_tokens_ = 0.0, rate_cost_ = 0.0;  // MeasuredRate(); cleared with the statistics
   SessionStatistics stats_;
 };
 

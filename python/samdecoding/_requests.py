@@ -1,0 +1,138 @@
+"""Per-request sessions kept in step with an engine's token sequences.
+
+The engine adapters (vllm.py, sglang.py, hf.py) share this: an engine hands
+over, at every step, each running request's tokens so far (prompt, then
+every verified token); the adapter turns the difference since the last step
+into the session's calls:
+
+    first sight   session.prefill(context[:-1]); session.propose(context[-1])
+    later steps   session.commit(context[m:n-1])   # the last start + accepted
+                  session.propose(context[n-1])    # the bonus token starts the next draft
+
+where m is how many tokens the session has taken in (prefill + commits) and
+n the context's length now. That is exactly the loop of docs/python.md, so
+an adapter drafts what a session driven by hand drafts.
+"""
+import numpy as np
+
+from ._native import Error, Index, Session
+
+# How a context is handed over: a 1-D array of ids (numpy, a list, a CPU
+# torch tensor's .numpy()).
+
+
+def as_ids(context):
+    """A 1-D numpy array of the ids in `context` (no copy for numpy arrays)."""
+    array = np.asarray(context)
+    if array.ndim != 1:
+        raise Error("a request's tokens must be one-dimensional, got shape %s" % (array.shape,))
+    return array
+
+
+def first_child_chain(draft, limit):
+    """The draft's first-child chain (node 1, its first child, and so on),
+    at most `limit` tokens: the linear draft a chain-verifying engine gets.
+    For linear drafts (the paper rule `sam`) this is the whole draft."""
+    tokens, parents = draft.tokens, draft.parents
+    chain, node = [], 0
+    for i in range(1, len(tokens)):
+        if len(chain) >= limit:
+            break
+        if parents[i] == node:
+            chain.append(int(tokens[i]))
+            node = i
+    return chain
+
+
+def open_index(index, tokenizer=None):
+    """`index` as an Index: an Index is used as is, a path is opened
+    (prepared: one StaticIndex shared by every session)."""
+    if isinstance(index, Index):
+        return index
+    if index is None:
+        raise Error("no index: give index=PATH (or set SAM_INDEX for the engine adapters)")
+    return Index.open(index, tokenizer=tokenizer)
+
+
+class SessionPool:
+    """Sessions over one index with one set of options; a freed session is
+    Reset() and reused by the next request (a session reserves its dynamic
+    automaton's memory once). With reuse=False every request gets a fresh
+    session: sam-cal's learned estimates then start from the prior for each
+    request, as in a fresh C++ session."""
+
+    def __init__(self, index, options, reuse=True):
+        self.index = index
+        self.options = dict(options)
+        self.reuse = reuse
+        self._free = []
+        Session(**self.options)  # refuses bad options now, not at the first request
+
+    def get(self):
+        if self._free:
+            return self._free.pop()
+        session = Session(**self.options)
+        session.attach(self.index)
+        return session
+
+    def put(self, session):
+        if self.reuse:
+            session.reset()
+            self._free.append(session)
+
+
+class RequestDrafter:
+    """One request's session and how much of its context it has taken in."""
+
+    __slots__ = ("session", "taken", "_seen", "last_draft")
+
+    def __init__(self, session, context, keep_text=True):
+        context = as_ids(context)
+        self.session = session
+        session.prefill(context[:-1])
+        self.taken = len(context) - 1
+        # The ids taken in, to recognise the request by its text (engines that
+        # do not name requests: vLLM's proposer interface, HF).
+        self._seen = np.array(context[:-1], dtype=np.int64) if keep_text else None
+        self.last_draft = None
+
+    def continues(self, context):
+        """True when `context` is this request's text: it starts with every id
+        taken in and has at least one more (the next start token)."""
+        m = self.taken
+        return len(context) > m and np.array_equal(context[:m], self._seen[:m])
+
+    def propose(self, context):
+        """Commits what joined the context since the last step and proposes
+        from its last token."""
+        context = as_ids(context)
+        n = len(context)
+        if n < self.taken + 1:
+            raise Error("a request's context shrank from %d to %d tokens" % (self.taken + 1, n))
+        if n - 1 > self.taken:
+            new = context[self.taken:n - 1]
+            self.session.commit(new)
+            if self._seen is not None:
+                self._append(new)
+            self.taken = n - 1
+        self.last_draft = self.session.propose(int(context[n - 1]))
+        return self.last_draft
+
+    def propose_tail(self, pending, start):
+        """propose() for engines that hand over only what is new: `pending`
+        are context[taken:n-1], `start` is context[n-1]."""
+        if len(pending):
+            self.session.commit(pending)
+            if self._seen is not None:
+                self._append(as_ids(pending))
+            self.taken += len(pending)
+        self.last_draft = self.session.propose(int(start))
+        return self.last_draft
+
+    def _append(self, new):
+        m, k = self.taken, len(new)
+        if m + k > len(self._seen):
+            grown = np.empty(max(2 * len(self._seen), m + k, 64), dtype=np.int64)
+            grown[:m] = self._seen[:m]
+            self._seen = grown
+        self._seen[m:m + k] = new

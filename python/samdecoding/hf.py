@@ -1,0 +1,118 @@
+"""SAM-Decoding drafts in Hugging Face transformers' generate().
+
+transformers' assisted generation asks a *candidate generator* for draft
+tokens at every step (transformers.generation.candidate_generator):
+
+    candidate_ids, candidate_logits = generator.get_candidates(input_ids)
+    # candidate_ids: input_ids followed by the draft ids; logits: None here
+    ... one forward pass over candidate_ids, accept the longest prefix ...
+    generator.update_candidate_strategy(input_ids, scores, num_matches)
+
+SamCandidateGenerator implements that interface (it subclasses transformers'
+CandidateGenerator when transformers is installed) with one session for the
+sequence being generated: prefilled with the prompt at the first call, then
+fed the verified tokens, so its drafts are the session's (the first-child
+chain of the policy's draft, at most num_output_tokens ids).
+
+generate() runs model.generate() with it. transformers has no public argument
+for a custom candidate generator; generate() enters assisted generation the
+way prompt lookup decoding does (prompt_lookup_num_tokens) and hands
+transformers this generator instead of the prompt-lookup one, by overriding
+the model's _get_candidate_generator for the duration of the call:
+
+    import samdecoding.hf
+    out = samdecoding.hf.generate(model, input_ids, index="chat.sam", policy="sam",
+                                  max_new_tokens=256)
+
+Assisted generation in transformers handles one sequence at a time (batch
+size 1); greedy and sampling both stay exact (the drafts are deterministic,
+so transformers' acceptance rule for drafts without logits applies).
+
+transformers cannot be installed on the machine this package is developed
+on: this adapter follows the CandidateGenerator interface and the assisted
+decoding loop of transformers' sources, and is tested by replaying that call
+sequence with torch tensors (tests/python/test_engines.py).
+"""
+from ._requests import RequestDrafter, SessionPool, first_child_chain, open_index
+
+try:  # the base class when transformers is there; a plain object otherwise
+    from transformers.generation.candidate_generator import CandidateGenerator as _Base
+except Exception:  # noqa: BLE001 (any import problem: work without it)
+    _Base = object
+
+
+class SamCandidateGenerator(_Base):
+    """A transformers candidate generator drafting with a SAM-Decoding session."""
+
+    def __init__(self, index, num_output_tokens=10, max_length=None, policy="sam",
+                 tokenizer=None, **options):
+        if num_output_tokens < 1:
+            raise ValueError("SamCandidateGenerator: num_output_tokens must be at least 1")
+        self.num_output_tokens = int(num_output_tokens)
+        self.max_length = max_length
+        options = dict(options, policy=policy)
+        options.setdefault("draft_size", self.num_output_tokens + 1)
+        self._pool = SessionPool(open_index(index, tokenizer), options, reuse=True)
+        self._drafter = None
+
+    @property
+    def session(self):
+        """The session of the sequence being generated (None before the
+        first call)."""
+        return None if self._drafter is None else self._drafter.session
+
+    def get_candidates(self, input_ids):
+        """input_ids: (1, n) LongTensor of the sequence so far. Returns
+        (input_ids followed by the draft, None)."""
+        import torch
+
+        if input_ids.shape[0] != 1:
+            raise ValueError("SamCandidateGenerator: assisted generation handles batch size 1")
+        context = input_ids[0].detach().cpu().numpy()
+        drafter = self._drafter
+        if drafter is None or not drafter.continues(context):  # a new sequence
+            if drafter is not None:
+                self._pool.put(drafter.session)
+            drafter = self._drafter = RequestDrafter(self._pool.get(), context)
+        draft = drafter.propose(context)
+        limit = self.num_output_tokens
+        if self.max_length is not None:
+            limit = min(limit, self.max_length - 1 - len(context))
+        chain = first_child_chain(draft, limit) if limit > 0 else []
+        if not chain:
+            return input_ids, None
+        tail = torch.tensor([chain], dtype=input_ids.dtype, device=input_ids.device)
+        return torch.cat((input_ids, tail), dim=-1), None
+
+    def update_candidate_strategy(self, input_ids, scores, num_matches):
+        """Nothing to adapt: the policy sizes each draft, and the verified
+        tokens reach the session at the next get_candidates."""
+
+
+def generate(model, inputs, index, *, policy="sam", num_output_tokens=10, tokenizer=None,
+             session_options=None, **generate_kwargs):
+    """model.generate(inputs, **generate_kwargs) with SAM-Decoding drafts
+    (greedy or sampling: exact either way). Returns what generate returns."""
+    generator = SamCandidateGenerator(index, num_output_tokens=num_output_tokens,
+                                      policy=policy, tokenizer=tokenizer,
+                                      **(session_options or {}))
+
+    def candidate_generator(*args, **kwargs):
+        config = kwargs.get("generation_config", args[0] if args else None)
+        generator.max_length = getattr(config, "max_length", None)
+        return generator
+
+    had_own = "_get_candidate_generator" in vars(model)
+    saved = vars(model).get("_get_candidate_generator")
+    model._get_candidate_generator = candidate_generator
+    try:
+        return model.generate(inputs, prompt_lookup_num_tokens=num_output_tokens,
+                              **generate_kwargs)
+    finally:
+        if had_own:
+            model._get_candidate_generator = saved
+        else:
+            del model._get_candidate_generator
+
+
+__all__ = ["SamCandidateGenerator", "generate"]

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# The whole GPU run, on the lent GPU machine (docs/generation.md, "GPU kit"):
+# builds the project against the PyTorch there with the carried Debian
+# packages (tools/gpu_kit/prepare.sh), runs the torch-gpu tests and the
+# transformers adapter against real transformers, measures the verification
+# cost curve t(n)/t(1), n = 1..128, of random 7B-shaped (fp16, bf16) and
+# 1B-shaped models, and end-to-end tokens/s per policy with a random pair;
+# writes every figure into $OUT/gpu_kit.json (plus the logs).
+#
+#   device: run(command="bash tools/gpu_kit/run.sh", carry=[".gpukit"], timeout_s=600)
+#   here:   SAM_KIT_REHEARSE=1 bash tools/gpu_kit/run.sh    # CPU, tiny shapes, Debian libtorch
+#
+# Switches: SAM_KIT_REHEARSE=1 (CPU rehearsal: tiny models, the system's
+# libtorch and packages), SAM_KIT_BUILD (build folder, default build-gpu),
+# SAM_KIT_JOBS (default: all cores), OUT (default /tmp/gpu_kit_out).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+kit=$PWD/.gpukit
+out=${OUT:-/tmp/gpu_kit_out}
+build=${SAM_KIT_BUILD:-build-gpu}
+jobs=${SAM_KIT_JOBS:-$(nproc)}
+rehearse=${SAM_KIT_REHEARSE:-0}
+mkdir -p "$out"
+log() { echo "[gpu_kit $(date +%T)] $*" | tee -a "$out/steps.log"; }
+fail() { log "FAILED: $*"; python3 tools/gpu_kit/collect.py "$out" || true; exit 1; }
+[[ -d $kit/data ]] || { echo "run.sh: $kit is missing: run tools/gpu_kit/prepare.sh first" >&2; exit 2; }
+
+if [[ $rehearse == 1 ]]; then
+  device=cpu; dtypes=(fp32); py=/usr/bin/python3
+  big=(--layers 2 --hidden 128 --heads 4 --kv-heads 4 --intermediate 256)
+  small=(--layers 1 --hidden 64 --heads 4 --kv-heads 4 --intermediate 128)
+  gen_shape=(--layers 1 --hidden 64 --heads 4 --intermediate 128)
+  repeats=2; prompts=2; new_tokens=16
+  prefix_path=
+else
+  device=cuda; dtypes=(fp16 bf16); py=python3
+  big=(--layers 32 --hidden 4096 --heads 32 --kv-heads 32 --intermediate 11008)    # Llama-2-7B
+  small=(--layers 16 --hidden 2048 --heads 32 --kv-heads 8 --intermediate 8192)    # Llama-3.2-1B
+  gen_shape=(--layers 16 --hidden 2048 --heads 32 --intermediate 8192)
+  repeats=10; prompts=6; new_tokens=64
+  # The carried packages, unpacked outside / (the image's own stay untouched).
+  deps=/tmp/sam-deps
+  rm -rf "$deps" && mkdir -p "$deps"
+  for f in "$kit"/debs/*.deb; do dpkg -x "$f" "$deps" || fail "dpkg -x $f"; done
+  export PATH=$deps/usr/bin:$PATH
+  export PKG_CONFIG_PATH=$deps/usr/lib/x86_64-linux-gnu/pkgconfig:$deps/usr/share/pkgconfig
+  export PKG_CONFIG_SYSROOT_DIR=$deps
+  export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  prefix_path="$deps/usr;$($py -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+fi
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
+  $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1
+  git rev-parse HEAD 2>/dev/null; nproc; } > "$out/environment.txt"
+log "environment: $(tr '\n' ' ' < "$out/environment.txt")"
+
+# 1. Build (Release) against that PyTorch.
+gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+cfg=(-DCMAKE_BUILD_TYPE=Release -DSAM_BUILD_BENCHMARKS=ON)
+[[ -n $prefix_path ]] && cfg+=("-DCMAKE_PREFIX_PATH=$prefix_path" -DPython_EXECUTABLE="$(command -v $py)"
+                               -DCMAKE_CUDA_ARCHITECTURES=90)
+if $py -c 'import pybind11' 2>/dev/null; then cfg+=("-Dpybind11_DIR=$($py -m pybind11 --cmakedir)"); fi
+log "configure"
+cmake -S . -B "$build" "${gen[@]}" "${cfg[@]}" > "$out/configure.log" 2>&1 || fail "configure (configure.log)"
+grep -q "the torch backend and sam-generate are not built" "$out/configure.log" && fail "libtorch not found"
+log "build ($jobs jobs)"
+start=$SECONDS
+cmake --build "$build" -j "$jobs" > "$out/build.log" 2>&1 || fail "build (build.log)"
+log "built in $((SECONDS - start)) s"
+
+# An index for the runs below (GSM8K train: small, enough for costs).
+"$build/bin/sam-build" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
+    --corpus gsm8k="$kit/data/gsm8k/train.jsonl" -o "$build/kit-gsm8k.sam" > "$out/sam_build.log" 2>&1 ||
+    log "sam-build failed"
+
+# 2. Tests: the GPU tests, and the transformers adapter against real transformers.
+label=torch-gpu; [[ $rehearse == 1 ]] && label=torch
+ctest --test-dir "$build" -L "$label" --output-on-failure > "$out/ctest.log" 2>&1
+log "ctest -L $label: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
+if [[ -d $build/python/samdecoding ]]; then
+  PYTHONPATH=$build/python $py tools/gpu_kit/hf_live_check.py --device "$device" \
+      --tokenizer "$kit/data/tokenizer/llama-32k.model" --index "$build/kit-gsm8k.sam" \
+      --build "$build" --data "$kit/data" > "$out/hf_live.log" 2>&1
+  log "transformers adapter: $(tail -1 "$out/hf_live.log")"
+fi
+
+# 3. Cost curves t(n)/t(1), n = 1..128 (chain and tree).
+sizes=1,2,4,8,12,16,24,32,40,48,64,80,96,128
+for d in "${dtypes[@]}"; do
+  log "cost curve, 7B-shaped, $d"
+  "$build/bin/bench-forward" "${big[@]}" --vocab 32000 --prefix 512 --repeats "$repeats" \
+      --device "$device" --dtype "$d" --sizes "$sizes" > "$out/forward_7b_$d.log" 2>&1 ||
+      log "bench-forward 7B $d failed"
+done
+log "cost curve, 1B-shaped, ${dtypes[-1]}"
+"$build/bin/bench-forward" "${small[@]}" --vocab 32000 --prefix 512 --repeats "$repeats" \
+    --device "$device" --dtype "${dtypes[-1]}" --sizes "$sizes" > "$out/forward_1b.log" 2>&1 ||
+    log "bench-forward 1B failed"
+
+# 4. End to end with a random model (acceptance means nothing there; the costs do).
+policies=(--policy sam --policy sam-cal --policy sam-rec)
+log "end to end: ${policies[*]}"
+"$build/bin/bench-generate" --tokenizer "$kit/data/tokenizer/llama-32k.model" --data-dir "$kit/data" \
+    --index "$build/kit-gsm8k.sam" "${policies[@]}" "${gen_shape[@]}" --repeats "$repeats" \
+    --prompts "$prompts" --max-new-tokens "$new_tokens" --device "$device" \
+    > "$out/generate_1b.log" 2>&1 || log "bench-generate failed"
+
+python3 tools/gpu_kit/collect.py "$out" && log "figures: $out/gpu_kit.json"
