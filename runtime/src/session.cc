@@ -493,9 +493,11 @@ void Session::ProposeFallback(uint32_t start_token, size_t max_nodes, DraftTree*
 //    (Calibrator::StaticBound) comes up in the best-first queue, or when one
 //    of its children is about to be ranked. Lookups are the cost of a step
 //    (cache misses in the index); most leaves of the draft never need theirs.
-// The ranking is exact: the same nodes in the same order as ranking the whole
-// (unbounded) candidate trie, which tests/runtime/calibrated_test.cc checks
-// against an eager construction.
+// Without max_static_lookups the ranking is exact: the same nodes in the same
+// order as ranking the whole (unbounded) candidate trie, which
+// tests/runtime/calibrated_test.cc checks against an eager construction.
+// max_static_lookups (default 8) stops the lookups of branching states after
+// that many in a step, which bounds the step's cache misses.
 void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, size_t max_nodes,
                                 DraftTree* tree) {
   const SelectionOptions& sel = options_.selection;
@@ -511,15 +513,6 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   }
 
   // ---- Eager sources.
-  // A chain of tokens under the root, one cell per depth.
-  auto offer_chain = [&](const uint32_t* tokens, size_t n, int slot, uint8_t source,
-                         auto&& cell_of_depth) {
-    int32_t node = 0;
-    for (size_t j = 0; j < n; ++j) {
-      node = m.Child(node, tokens[j]);
-      m.Offer(cal, node, slot, cell_of_depth(j + 1), source);
-    }
-  };
   // A draft tree rooted at the start token; cell_of(k) for its node k.
   auto offer_tree = [&](const DraftTree& t, int slot, uint8_t source, auto&& cell_of) {
     m.tree_index.assign(t.size(), 0);
@@ -529,14 +522,15 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       m.Offer(cal, node, slot, cell_of(k), source);
     }
   };
-  // The dynamic continuation (with the suffix-link fallback).
+  // The dynamic continuation (with the suffix-link fallback): a chain, offered
+  // one node at a time as its nodes rank (rank() below), which is the same as
+  // offering it whole now but creates only the nodes that can rank.
+  size_t dyn_chain = 0;
   if (dyn.len > 0) {
     chain_.resize(budget - 1);
-    const size_t n = dynamic_.Continuation(dyn, budget - 1, sel.dynamic_link_fallback,
-                                           chain_.data());
-    offer_chain(chain_.data(), n, 0, kFromDynamic,
-                [&](size_t depth) { return cal.DynamicCell(dyn.len, depth); });
+    dyn_chain = dynamic_.Continuation(dyn, budget - 1, sel.dynamic_link_fallback, chain_.data());
   }
+  int32_t dyn_tip = 0;  // the chain node whose child is offered next
   // The fallback drafter's tree, on the same scale (cells: depth, sibling rank).
   DraftSource fallback_source = DraftSource::kOther;
   if (options_.fallback != nullptr &&
@@ -589,6 +583,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     return std::span<const StaticIndex::Child>(m.children.data(), n);
   };
   // Offers the static children of `node` (in every index where it has a state).
+  size_t lookups = 0;  // of states with more than one occurrence
   auto expand = [&](int32_t node) {
     m.nodes[node].expanded = true;
     const uint16_t depth = m.nodes[node].depth;
@@ -597,6 +592,10 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       const uint64_t v = m.State(node, i);
       const uint64_t total = m.StateCount(node, i);
       if (v == format::kNoState || total == 0) continue;
+      // Past max_static_lookups, a branching state offers no children: the
+      // bound on a step's cache misses (states that occur once are free).
+      if (total > 1 && sel.max_static_lookups != 0 && ++lookups > sel.max_static_lookups)
+        continue;
       const uint64_t match_len = peeked_[i].len + depth;
       for (const StaticIndex::Child& c : top_children(i, v)) {
         // A child occurs at most as often as its parent; clamping keeps the
@@ -625,10 +624,18 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   };
   // Ranks `node` (its parent ranked and expanded), queues its children.
   auto rank = [&](int32_t node) {
-    MergedNode& n = m.nodes[node];
-    n.rank = static_cast<int32_t>(m.ranked.size());
-    n.path = n.parent < 0 ? 1.0 : m.nodes[n.parent].path * n.prob;
+    {
+      MergedNode& r = m.nodes[node];
+      r.rank = static_cast<int32_t>(m.ranked.size());
+      r.path = r.parent < 0 ? 1.0 : m.nodes[r.parent].path * r.prob;
+    }
     m.ranked.push_back(node);
+    if (node == dyn_tip && m.nodes[node].depth < dyn_chain) {
+      const uint16_t depth = m.nodes[node].depth;
+      dyn_tip = m.Child(node, chain_[depth]);
+      m.Offer(cal, dyn_tip, 0, cal.DynamicCell(dyn.len, depth + 1u), kFromDynamic);
+    }
+    const MergedNode& n = m.nodes[node];
     for (int32_t c = n.first_child; c >= 0; c = m.nodes[c].next_sibling) m.Enqueue(c);
     const double bound = static_bound(node);
     if (bound > 0.0) {

@@ -275,6 +275,7 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, bool hubs, size_t draf
   o.selection.policy = Policy::kCalibrated;
   o.selection.draft_size = draft_size;
   o.selection.max_width = max_width;
+  o.selection.max_static_lookups = 0;  // the exact ranking
   Session s(o);
   std::vector<const format::IndexView*> views;
   for (size_t i = 0; i < num_indexes; ++i) {
@@ -330,6 +331,49 @@ TEST(CalibratedPolicy, LazyRankingMatchesEagerOracleWithHubsAndTwoIndexes) {
 TEST(CalibratedPolicy, SmallBudgetsAndNarrowTrees) {
   for (uint32_t seed = 31; seed <= 34; ++seed) CompareWithOracle(seed, 1, false, 6, 2);
   for (uint32_t seed = 41; seed <= 43; ++seed) CompareWithOracle(seed, 2, false, 12, 1);
+}
+
+// max_static_lookups = k: at most k branching states offer their static
+// children in a step. Without them a node has at most two children (the
+// dynamic chain's and, for a state that occurs once, the text's), so at most
+// k draft nodes have three or more; no limit (0) and a limit never reached
+// draft the same.
+TEST(CalibratedPolicy, StaticLookupLimitBoundsBranchingNodes) {
+  std::mt19937 rng(7);
+  const uint32_t vocab = 4;  // few tokens: bushy trees
+  std::vector<Text> docs = RandomTexts(rng, 40, 20, 40, vocab);
+  BuiltIndex built(docs, vocab, "cal_limit.sam");
+  const Text prompt = Stream(rng, docs, 30, vocab);
+  const Text gen = Stream(rng, docs, 600, vocab);
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (size_t limit : {size_t{0}, size_t{1000}, size_t{1}, size_t{3}}) {
+    SessionOptions o;
+    o.max_dynamic_bytes = 1 << 20;
+    o.selection.policy = Policy::kCalibrated;
+    o.selection.max_static_lookups = limit;
+    sessions.push_back(std::make_unique<Session>(o));
+    sessions.back()->AttachIndex(&built.view());
+    sessions.back()->Prefill(prompt);
+  }
+  size_t limited_smaller = 0;
+  for (size_t i = 0; i + 1 < gen.size(); ++i) {
+    // Every session commits one token a step: their states stay comparable.
+    std::vector<DraftTree> trees;
+    for (auto& s : sessions) trees.push_back(s->Propose(gen[i]));
+    EXPECT_EQ(trees[0].tokens, trees[1].tokens) << i;
+    EXPECT_EQ(trees[0].parents, trees[1].parents) << i;
+    for (size_t k = 2; k < trees.size(); ++k) {
+      const size_t limit = k == 2 ? 1 : 3;
+      std::vector<size_t> children(trees[k].size(), 0);
+      for (size_t n = 1; n < trees[k].size(); ++n) ++children[trees[k].parents[n]];
+      const size_t branching =
+          std::count_if(children.begin(), children.end(), [](size_t c) { return c >= 3; });
+      EXPECT_LE(branching, limit) << "step " << i << " limit " << limit;
+    }
+    limited_smaller += trees[2].size() < trees[0].size();
+    for (auto& s : sessions) s->Commit(Text{gen[i]});
+  }
+  EXPECT_GT(limited_smaller, 0u);  // the limit was reached
 }
 
 }  // namespace
