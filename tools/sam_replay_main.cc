@@ -196,6 +196,7 @@ struct Tuning {
   size_t dynamic_bytes = size_t{64} << 20;
   std::optional<size_t> draft_size;    // overrides 40
   std::optional<double> min_path_probability;  // sam-cal
+  std::optional<size_t> max_static_lookups;    // sam-cal
 };
 
 using SharedIndexes = std::vector<std::shared_ptr<const rt::StaticIndex>>;
@@ -212,6 +213,7 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   o.max_dynamic_bytes = tuning.dynamic_bytes;
   if (tuning.draft_size) o.selection.draft_size = *tuning.draft_size;
   if (tuning.min_path_probability) o.selection.min_path_probability = *tuning.min_path_probability;
+  if (tuning.max_static_lookups) o.selection.max_static_lookups = *tuning.max_static_lookups;
   const rt::NamedPolicy& named = *FindSessionPolicy(name);
   o.selection.policy = named.policy;
   if (named.recycling_fallback) {
@@ -324,6 +326,9 @@ int main(int argc, char** argv) {
                  "sam-cal: leave out nodes whose estimated path probability is lower "
                  "(default 0.01)")
       ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--max-static-lookups", tuning.max_static_lookups,
+                 "sam-cal: lookups of branching states' children per step, best first "
+                 "(0: no limit; default 8)");
   app.add_flag("--json", as_json, "print one JSON object (default: a table)");
   bool print_prompt_ids = false;
   app.add_flag("--print-prompt-ids", print_prompt_ids,
