@@ -178,6 +178,7 @@ class Builder {
     std::vector<int32_t> nodes;
     std::vector<Candidate> candidates;
     std::vector<double> perturbed;
+    std::vector<uint32_t> order;
     for (size_t l = 0; l < o_.depth && !Full() && !beams.empty(); ++l) {
       nodes.clear();
       for (const Beam& b : beams) nodes.push_back(b.node);
@@ -193,11 +194,18 @@ class Builder {
           perturbed[v] = b.log_prob + std::log(double{row[v]}) + Gumbel(rng_);
           z = std::max(z, perturbed[v]);
         }
-        for (size_t v = 0; v < vocab_; ++v) {
-          if (row[v] <= 0) continue;
+        // The truncation is increasing in the perturbed score within a beam, and at most W
+        // children survive in all: only this beam's W best scores can be among them.
+        order.clear();
+        for (size_t v = 0; v < vocab_; ++v)
+          if (row[v] > 0) order.push_back(static_cast<uint32_t>(v));
+        const size_t best = std::min(o_.width, order.size());
+        std::partial_sort(order.begin(), order.begin() + best, order.end(),
+                          [&](uint32_t x, uint32_t y) { return perturbed[x] > perturbed[y]; });
+        for (size_t c = 0; c < best; ++c) {
+          const uint32_t v = order[c];
           candidates.push_back({TruncatedKey(b.key, perturbed[v], z),
-                                b.log_prob + std::log(double{row[v]}), bi,
-                                static_cast<uint32_t>(v)});
+                                b.log_prob + std::log(double{row[v]}), bi, v});
         }
       }
       const size_t keep = std::min({o_.width, max_nodes_ - tree.size(), candidates.size()});
