@@ -223,6 +223,9 @@ class GreedyExactness : public ::testing::Test {
     return steps ? static_cast<double>(step_tokens) / static_cast<double>(steps) : 0.0;
   }
 
+  // Every tree mode under the policies model and sam-model, with a noisy copy of the target.
+  void CheckDraftModels(const std::string& device);
+
   void CheckAllPolicies() {
     int near_ties = 0;
     for (const PolicyCase& c : AllPolicyCases()) {
@@ -251,8 +254,10 @@ TEST_F(GreedyExactness, PlainDecodingEqualsRecomputation) {
 
 TEST_F(GreedyExactness, SpeculativeEqualsPlainForEveryPolicy) { CheckAllPolicies(); }
 
-TEST_F(GreedyExactness, DraftModelEqualsPlainForEveryTreeModeAndPolicy) {
-  const tb::Model draft = NoisyTinyModel(kVocab, 7, 0.3);
+TEST_F(GreedyExactness, DraftModelEqualsPlainForEveryTreeModeAndPolicy) { CheckDraftModels("cpu"); }
+
+void GreedyExactness::CheckDraftModels(const std::string& device) {
+  const tb::Model draft = NoisyTinyModel(kVocab, 7, 0.3, device);
   int near_ties = 0;
   for (const rt::TreeMode mode : kAllTreeModes) {
     for (const char* policy : {"model", "sam-model"}) {
@@ -625,6 +630,8 @@ class Gpu : public GreedyExactness {
 };
 
 TEST_F(Gpu, SpeculativeEqualsPlainForEveryPolicy) { CheckAllPolicies(); }
+
+TEST_F(Gpu, DraftModelEqualsPlainForEveryTreeModeAndPolicy) { CheckDraftModels("cuda"); }
 
 TEST_F(Gpu, SamplingRunsAndIsSeeded) {
   tb::GeneratorOptions go;
