@@ -586,6 +586,26 @@ TEST_F(SamplingDistribution, DraftModelRsdSMatchesExact) {
   }
 }
 
+TEST_F(SamplingDistribution, SamModelMixesBothRulesLosslessly) {
+  // sam-model: SAM's deterministic linear drafts (recursive rejection) on long matches, the
+  // draft model's RSD-S trees (residuals with q) otherwise; the mix must stay exact.
+  const tb::Model draft = tb::Model::FromTensors(TinyConfig(kVocab), NoisyTarget(0.2));
+  tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy("sam-model");
+  go.draft_model = &draft;
+  go.draft_tree = DraftTree(rt::TreeMode::kRsdS);
+  go.selection.l_threshold = 2;  // short matches already choose SAM on this small index
+  tb::Generator generator(*model_, go);
+  generator.AttachIndex(&index_->view());
+  double share = 0;
+  EXPECT_GT(Sample(generator, true, kRuns, &share, /*max_new_tokens=*/12), kFalseFailure);
+  const rt::SourceStatistics& model = generator.session().statistics().by_source[static_cast<size_t>(rt::DraftSource::kModel)];
+  uint64_t sam_steps = 0;
+  for (const rt::DraftSource s : {rt::DraftSource::kStatic, rt::DraftSource::kDynamic})
+    sam_steps += generator.session().statistics().by_source[static_cast<size_t>(s)].steps;
+  EXPECT_GT(model.steps, 0u);
+  EXPECT_GT(sam_steps, 0u);
+}
+
 TEST_F(SamplingDistribution, DraftEqualsTargetAcceptsTheFirstChild) {
   // p / q = 1 at every node: RSD accepts the first child down to the draft's depth.
   const tb::Model draft = tb::Model::FromTensors(TinyConfig(kVocab), NoisyTarget(0.0));
