@@ -219,7 +219,9 @@ int main(int argc, char** argv) {
       "sampling, SpecInfer-style trees, RSD-C and RSD-S at fixed target budgets, with a synthetic\n"
       "target and a draft = the target plus logit noise calibrated to total variations TV(p, q).\n"
       "Prints markdown tables (best shape per method and budget). Figures, not a test.\n\n"
-      "Example:\n  bench-draft-trees --steps 300 --budgets 4,8,16,32,64 --tv 0.1,0.2,0.4,0.6\n",
+      "Examples:\n"
+      "  bench-draft-trees\n"
+      "  bench-draft-trees --steps 1000 --budgets 4,8,16,32,64 --tv 0.1,0.2,0.4,0.6\n",
       "bench-draft-trees"};
   World world;
   int steps = 200;
