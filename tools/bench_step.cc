@@ -153,6 +153,7 @@ int main(int argc, char** argv) {
   bool share_index = true;
   std::string load = "mmap";
   rt::StaticIndex::Options hub_options;
+  size_t max_static_lookups = rt::SelectionOptions{}.max_static_lookups;
   app.add_option("--index", index_path, "static index file")->required();
   app.add_option("--traces", traces_path,
                  "JSONL traces (sam-replay make-traces) for realistic streams");
@@ -172,6 +173,9 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--share-index", share_index,
                  "attach a shared StaticIndex (precomputed top children) instead of a bare view")
+      ->capture_default_str();
+  app.add_option("--max-static-lookups", max_static_lookups,
+                 "sam-cal: lookups of branching states' children per step (0: no limit)")
       ->capture_default_str();
   app.add_option("--hub-degree", hub_options.min_degree,
                  "StaticIndex: explicit transitions that make a state a hub")
@@ -255,6 +259,7 @@ int main(int argc, char** argv) {
             o.fallback = recycling.get();
           }
           o.selection.draft_size = draft;
+          o.selection.max_static_lookups = max_static_lookups;
           o.collect_timing = false;
           auto s = std::make_unique<rt::Session>(o);
           if (shared) s->AttachIndex(shared); else s->AttachIndex(&view);

@@ -4,6 +4,7 @@
 //   sam-generate --model /models/vicuna-7b --tokenizer llama-32k.model --index all.sam
 //                --template vicuna --prompt "Name three colours." --max-new-tokens 128
 //   sam-generate ... --temperature 0.7 --top-p 0.9 --seed 1 --json
+//   sam-generate ... --draft-model /models/llama-68m --policy model --draft-mode rsd-s
 //   sam-generate --make-random-model /tmp/rnd --tokenizer llama-32k.model   # testing only
 //
 // Exit codes: 0 success, 1 runtime error (unreadable model, tokenizer/index mismatch, a prompt
@@ -173,6 +174,57 @@ class TextStreamer {
   std::string printed_;
 };
 
+// "4,2,2,1" -> {4, 2, 2, 1}.
+std::vector<size_t> ParseBranching(const std::string& text) {
+  std::vector<size_t> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    if (item.empty() || item.size() > 4 || item.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoul(item) == 0)
+      throw UsageError("--draft-branching '" + text +
+                       "': expected positive integers separated by commas, e.g. 4,2,2,1");
+    out.push_back(std::stoul(item));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// The bytes of a file, or nullopt when it does not exist.
+std::optional<std::string> ReadIfExists(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return std::nullopt;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw sam::Error(sam::ErrorCode::kIo, "cannot read " + path.string());
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  return bytes.str();
+}
+
+// A draft model must share the target's vocabulary and tokenizer: refuses a different
+// vocabulary size (config.json) or a tokenizer.model beside it that differs from --tokenizer.
+void CheckDraftModel(const std::string& draft_dir, const tb::LlamaConfig& draft,
+                     const std::string& model_dir, const tb::LlamaConfig& target,
+                     const std::string& tokenizer_path) {
+  if (draft.vocab_size != target.vocab_size)
+    throw sam::Error(sam::ErrorCode::kTokenizerMismatch,
+                     "the draft model " + draft_dir + " has " + std::to_string(draft.vocab_size) +
+                         " tokens, the model " + model_dir + " has " +
+                         std::to_string(target.vocab_size) +
+                         " (vocab_size in config.json): a draft model must share the target's "
+                         "vocabulary and tokenizer");
+  const std::optional<std::string> draft_tokenizer = ReadIfExists(fs::path(draft_dir) / "tokenizer.model");
+  if (!draft_tokenizer) return;
+  const std::optional<std::string> target_tokenizer = ReadIfExists(tokenizer_path);
+  if (target_tokenizer && *draft_tokenizer != *target_tokenizer)
+    throw sam::Error(sam::ErrorCode::kTokenizerMismatch,
+                     "the draft model's tokenizer " + (fs::path(draft_dir) / "tokenizer.model").string() +
+                         " differs from the tokenizer " + tokenizer_path +
+                         " of the model " + model_dir +
+                         ": a draft model must share the target's tokenizer");
+}
+
 json BySourceJson(const tb::GenerateResult& r) {
   json sources = json::object();
   for (size_t i = 0; i < r.by_source.size(); ++i) {
@@ -203,7 +255,16 @@ int main(int argc, char** argv) {
       "               --temperature 0.7 --top-p 0.9 --seed 1 --json\n"
       "  sam-generate --model /models/vicuna-7b --tokenizer llama-32k.model --index chat.sam \\\n"
       "               --policy sam-cal --cost-curve gpu.csv --prompt 'Name three colours.'\n"
+      "  sam-generate --model /models/llama-7b --tokenizer llama-32k.model --prompt-file q.txt \\\n"
+      "               --draft-model /models/llama-68m --policy model --temperature 1   # RSD-S\n"
       "  sam-generate --make-random-model /tmp/rnd --tokenizer llama-32k.model   # testing only\n"
+      "\nDraft-model tree modes (--draft-mode; verified losslessly under sampling):\n"
+      "  chain      L tokens (--draft-depth): the draft's argmax (greedy) or sampled from it\n"
+      "  tree       best-first top-W tree by draft path probability (--draft-width W, depth L)\n"
+      "  rsd-c      RSD with branching factors b_1..b_L (--draft-branching), Gumbel-top-k\n"
+      "  rsd-s      RSD stochastic beam search, width W, depth L (at most 1 + W*L nodes)\n"
+      "  specinfer  b_l independent samples per node (with replacement), SpecInfer-style\n"
+      "  Defaults: chain under greedy decoding, rsd-s under sampling; L 4, W 4, b 4,2,2,1.\n"
       "\nPolicies:\n" +
           std::string(tb::GeneratorPolicyHelp()),
       "sam-generate"};
@@ -267,6 +328,21 @@ int main(int argc, char** argv) {
   app.add_option("--random-hidden", random_hidden, "hidden size of the random model (default 64)")
       ->check(CLI::Range(int64_t{16}, int64_t{16384}));
   app.add_option("--random-seed", random_seed, "seed of the random weights (default 1)");
+  std::string draft_model_dir, draft_mode, draft_branching = "4,2,2,1";
+  size_t draft_depth = 4, draft_width = 4;
+  app.add_option("--draft-model", draft_model_dir,
+                 "draft checkpoint directory (the target's vocabulary and tokenizer) for the "
+                 "policies model and sam-model; loaded on --device with --dtype");
+  app.add_option("--draft-mode", draft_mode,
+                 "draft model tree mode: chain, tree, rsd-c, rsd-s, specinfer (default: chain "
+                 "for greedy, rsd-s for sampling)")
+      ->check(CLI::IsMember({"chain", "tree", "rsd-c", "rsd-s", "specinfer"}));
+  app.add_option("--draft-depth", draft_depth, "draft tree depth L (chain, tree, rsd-s; default 4)")
+      ->check(CLI::Range(size_t{1}, size_t{64}));
+  app.add_option("--draft-width", draft_width, "beam width W (rsd-s) / top-W (tree); default 4")
+      ->check(CLI::Range(size_t{1}, size_t{64}));
+  app.add_option("--draft-branching", draft_branching,
+                 "branching factors b_1,...,b_L (rsd-c, specinfer; default 4,2,2,1)");
   bool print_prompt_ids = false;
   app.add_flag("--print-prompt-ids", print_prompt_ids,
                "print the prompt's ids (BOS first, after --template) as a JSON array and exit; "
@@ -330,6 +406,20 @@ int main(int argc, char** argv) {
         throw UsageError("--cost-curve sizes sam-cal's drafts; use it with --policy sam-cal");
       generator_options.selection.cost_curve = rt::CostCurve::Load(cost_curve_path);
     }
+    const bool needs_draft = tb::PolicyNeedsDraftModel(policy);
+    if (needs_draft && draft_model_dir.empty())
+      throw UsageError("--policy " + policy + " needs --draft-model DIR");
+    if (!needs_draft && !draft_model_dir.empty())
+      throw UsageError("--draft-model is used by the policies model and sam-model, not " + policy);
+    if (needs_draft) {
+      rt::TreeDraftOptions& tree = generator_options.draft_tree;
+      const std::string mode = !draft_mode.empty() ? draft_mode : temperature == 0.0f ? "chain" : "rsd-s";
+      tree.mode = *rt::TreeModeFromName(mode);
+      tree.depth = draft_depth;
+      tree.width = draft_width;
+      tree.branching = ParseBranching(draft_branching);
+      draft_mode = mode;
+    }
     std::error_code ec;
     if (!fs::exists(model_dir, ec))
       throw sam::Error(sam::ErrorCode::kIo, "model directory " + model_dir + " does not exist");
@@ -375,6 +465,15 @@ int main(int argc, char** argv) {
     std::vector<sam::format::IndexFile> indexes;
     for (const auto& p : index_paths) indexes.push_back(sam::format::IndexFile::Open(p, open));
 
+    std::optional<tb::LlamaConfig> draft_config;
+    if (!draft_model_dir.empty()) {
+      if (!fs::is_directory(draft_model_dir, ec) || !fs::exists(fs::path(draft_model_dir) / "config.json"))
+        throw sam::Error(sam::ErrorCode::kIo, "--draft-model " + draft_model_dir +
+                                                  " is not a checkpoint directory with a config.json");
+      draft_config = tb::LlamaConfig::Load(fs::path(draft_model_dir) / "config.json");
+      CheckDraftModel(draft_model_dir, *draft_config, model_dir, config, tokenizer_path);
+    }
+
     const tb::Model model = tb::Model::Load(model_dir, {.device = device, .dtype = dtype});
     if (model.config().vocab_size != static_cast<int64_t>(tokenizer->vocab_size()))
       throw sam::Error(sam::ErrorCode::kTokenizerMismatch,
@@ -383,6 +482,11 @@ int main(int argc, char** argv) {
                            tokenizer_path + " has " + std::to_string(tokenizer->vocab_size()) +
                            "; use the checkpoint's own tokenizer");
 
+    std::optional<tb::Model> draft_model;
+    if (draft_config) {
+      draft_model.emplace(tb::Model::Load(draft_model_dir, {.device = device, .dtype = dtype}));
+      generator_options.draft_model = &*draft_model;
+    }
     tb::Generator generator(model, generator_options);
     for (const auto& f : indexes) generator.AttachIndex(&f.view());
     tb::GenerateOptions options;
@@ -411,6 +515,11 @@ int main(int argc, char** argv) {
       out["decode_seconds"] = r.decode_seconds;
       out["stop_reason"] = std::string(tb::StopReasonName(r.stop_reason));
       out["policy"] = no_spec ? "none" : policy;
+      if (draft_model) {
+        out["draft_model"] = draft_model_dir;
+        out["draft_mode"] = draft_mode;
+        out["draft_forward_passes"] = r.draft_forward_passes;
+      }
       out["by_source"] = BySourceJson(r);
       std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     } else {

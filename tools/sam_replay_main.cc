@@ -203,6 +203,7 @@ struct Tuning {
   // A budget-curve point: every policy drafts at most this many nodes (start token
   // included): draft_size, sam-tree's max_tree_nodes, PLD's tokens + 1.
   std::optional<size_t> budget;
+  std::optional<size_t> max_static_lookups;    // sam-cal
 };
 
 using SharedIndexes = std::vector<std::shared_ptr<const rt::StaticIndex>>;
@@ -223,6 +224,7 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   if (tuning.min_path_probability) o.selection.min_path_probability = *tuning.min_path_probability;
   o.selection.cost_curve = tuning.cost_curve;
   if (tuning.budget) o.selection.draft_size = o.selection.max_tree_nodes = *tuning.budget;
+  if (tuning.max_static_lookups) o.selection.max_static_lookups = *tuning.max_static_lookups;
   const rt::NamedPolicy& named = *FindSessionPolicy(name);
   o.selection.policy = named.policy;
   if (named.recycling_fallback) {
@@ -417,6 +419,9 @@ int main(int argc, char** argv) {
                  "write an HTML report with charts to DIR/index.html (created if missing; an "
                  "index.html there is replaced only if sam-replay wrote it)")
       ->type_name("DIR");
+  app.add_option("--max-static-lookups", tuning.max_static_lookups,
+                 "sam-cal: lookups of branching states' children per step, best first "
+                 "(0: no limit; default 8)");
   app.add_flag("--json", as_json, "print one JSON object (default: a table)");
   bool cross_request = false, cache_prompts = false;
   std::string tenant_field;

@@ -15,6 +15,7 @@ std::string_view DraftSourceName(DraftSource source) {
     case DraftSource::kPld: return "pld";
     case DraftSource::kMerged: return "merged";
     case DraftSource::kOther: return "other";
+    case DraftSource::kModel: return "model";
     case DraftSource::kCache: return "cache";
   }
   return "unknown";

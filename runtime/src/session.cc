@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "index_children.h"
 #include "sam/error.h"
 
 namespace sam::runtime {
@@ -27,7 +28,7 @@ size_t LengthBucket(uint64_t x) {
 }
 constexpr size_t kLengthBuckets = 11;
 
-// 1, 2, 3-4, 5-8, ..., 513+ -> 0..7.
+// 1, 2, 3-4, 5-8, 9-16, 17-128, 129-1024, 1025+ -> 0..7.
 size_t CountBucket(uint64_t count) {
   size_t b = 0;
   for (uint64_t upper = 1; b < 7 && count > upper; upper *= (b < 5 ? 2 : 8)) ++b;
@@ -44,7 +45,10 @@ constexpr size_t kRankBuckets = 8;
 // lets Policy::kCalibrated compare a dynamic continuation, count-weighted
 // static branches and fallback branches on one scale (expected accepted
 // tokens = sum of path probabilities), and learn which of them deserve the
-// node budget on the current workload.
+// node budget on the current workload. Estimates are kept ready (updated at
+// each observation), with, per (parent count, match length) of a static
+// node, the largest estimate over the count ratios: an upper bound on any
+// static child's probability before the children are looked up.
 class Session::Calibrator {
  public:
   static constexpr double kPriorWeight = 4.0;
@@ -80,6 +84,10 @@ class Session::Calibrator {
   void Clear() {
     hits_.assign(prior_.size(), 0.0);
     trials_.assign(prior_.size(), 0.0);
+    prob_.resize(prior_.size());
+    for (size_t c = 0; c < prior_.size(); ++c) prob_[c] = Estimate(c);
+    static_max_.assign(kCountBuckets * kLengthBuckets, 0.0);
+    for (size_t k = 0; k < static_max_.size(); ++k) UpdateStaticMax(k);
   }
 
   int DynamicCell(uint64_t match_len, size_t depth) const {
@@ -103,59 +111,182 @@ class Session::Calibrator {
     return static_cast<int>(cache_base_ + LengthBucket(match_len) * kLengthBuckets +
                             LengthBucket(depth));
   }
-  double Probability(int cell) const {
-    return (hits_[cell] + kPriorWeight * prior_[cell]) / (trials_[cell] + kPriorWeight);
+  double Probability(int cell) const { return prob_[static_cast<size_t>(cell)]; }
+  // At least Probability(StaticCell(r, parent_count, match_len)) for every ratio r.
+  double StaticBound(uint64_t parent_count, uint64_t match_len) const {
+    return static_max_[CountBucket(parent_count) * kLengthBuckets + LengthBucket(match_len)];
   }
   void Observe(int cell, bool accepted) {
-    trials_[cell] += 1.0;
-    if (accepted) hits_[cell] += 1.0;
+    const size_t c = static_cast<size_t>(cell);
+    trials_[c] += 1.0;
+    if (accepted) hits_[c] += 1.0;
+    prob_[c] = Estimate(c);
+    if (c >= static_base_ && c < fallback_base_)
+      UpdateStaticMax((c - static_base_) % (kCountBuckets * kLengthBuckets));
   }
 
  private:
+  double Estimate(size_t cell) const {
+    return (hits_[cell] + kPriorWeight * prior_[cell]) / (trials_[cell] + kPriorWeight);
+  }
+  // k = count bucket * kLengthBuckets + length bucket.
+  void UpdateStaticMax(size_t k) {
+    double best = 0.0;
+    for (size_t r = 0; r < kRatioBuckets; ++r)
+      best = std::max(best, prob_[static_base_ + r * kCountBuckets * kLengthBuckets + k]);
+    static_max_[k] = best;
+  }
+
   size_t static_base_ = 0;
   size_t fallback_base_ = 0;
   size_t cache_base_ = 0;
-  std::vector<double> prior_, hits_, trials_;
+  std::vector<double> prior_, hits_, trials_, prob_, static_max_;
 };
 
 namespace {
 
-// Candidate nodes of a merged tree (kCalibrated), before selection.
+// A node of the merged candidate trie of Policy::kCalibrated.
 struct MergedNode {
   uint32_t token;
   int32_t parent;
   uint16_t depth;
-  double prob;   // P(accepted | parent accepted)
-  double path;   // product of prob along the path
+  uint8_t sources;        // bit per contributing source
+  bool expanded;          // its static children have been offered (or it has none)
+  double prob;            // P(accepted | parent accepted): the best offer
+  double path;            // product of prob along the path (set when ranked)
+  double queued;          // key of its latest queue entry (-1: none)
+  int32_t rank;           // position in the ranking (-1: not ranked)
+  int32_t first_child;    // children list (-1: none)
+  int32_t next_sibling;
   std::array<int, 4> cells;  // dynamic, static, fallback, cache calibration cells (-1: none)
-  uint8_t sources;           // bit per contributing source
 };
 
 constexpr uint8_t kFromDynamic = 1, kFromStatic = 2, kFromFallback = 4, kFromCache = 8;
+// Static candidates are offered down to this depth (StaticTreeOptions' default).
+constexpr uint16_t kMaxStaticDepth = 64;
+
+// An entry of the best-first queue: a node to rank (key = its path
+// probability), or a ranked node whose static children are still to be
+// looked up (key = its path probability times an upper bound on any static
+// child's probability).
+struct QueueEntry {
+  double key;
+  int32_t node;
+  int32_t parent_rank;
+  uint32_t token;
+  uint16_t depth;
+  bool expand;
+};
+
+// The ranking order: path probability descending; at equal keys an expansion
+// first (it may offer a node of that key), then the shallower node, then the
+// one whose parent ranks first, then the smaller token. Everything but the
+// key is a property of the node itself, so the order (and the drafts) do not
+// depend on the order in which candidates were offered.
+bool RanksBefore(const QueueEntry& a, const QueueEntry& b) {
+  if (a.key != b.key) return a.key > b.key;
+  if (a.expand != b.expand) return a.expand;
+  if (a.depth != b.depth) return a.depth < b.depth;
+  if (a.parent_rank != b.parent_rank) return a.parent_rank < b.parent_rank;
+  if (a.token != b.token) return a.token < b.token;
+  return a.node < b.node;
+}
+bool QueueLess(const QueueEntry& a, const QueueEntry& b) { return RanksBefore(b, a); }
 
 }  // namespace
 
 // Scratch for kCalibrated, kept across steps so that proposing does not
-// allocate once warm.
+// allocate once warm: the merged trie, its best-first queue and ranking,
+// each node's automaton state in every static index (kNoState: none).
 struct Session::MergedScratch {
   std::vector<MergedNode> nodes;
-  std::vector<int32_t> order;
+  size_t num_indexes = 0;
+  std::vector<uint64_t> states;  // nodes.size() x num_indexes
+  std::vector<uint64_t> counts;  // Count() of those states
+  std::vector<QueueEntry> queue;
+  std::vector<int32_t> ranked;   // ranked[r]: the node of rank r (tree node r)
   std::vector<int32_t> tree_index;
   std::vector<double> ranked_paths;  // cost-aware sizing (SelectionOptions::cost_curve)
+  std::vector<StaticIndex::Child> children;
+  // Top children of high-degree states of indexes attached without a hub
+  // table (direct mapped; about 1.7 MiB, allocated when first needed).
+  static constexpr size_t kCachedChildren = 8;
+  static constexpr size_t kCacheEntries = 1024;
+  static constexpr uint64_t kCacheMinDegree = 32;
+  struct CachedChildren {
+    const format::IndexView* view = nullptr;
+    uint64_t state = 0;
+    uint32_t size = 0;
+    std::array<StaticIndex::Child, kCachedChildren> children;
+  };
+  std::vector<CachedChildren> cache;
+  // The pending proposal is this trie's ranking (Commit may read the states).
+  bool valid = false;
+
+  void Reset(uint32_t start_token, size_t indexes) {
+    nodes.clear();
+    queue.clear();
+    ranked.clear();
+    num_indexes = indexes;
+    states.clear();
+    counts.clear();
+    valid = false;
+    Add(-1, start_token);
+    nodes[0].prob = 1.0;
+  }
+  int32_t Add(int32_t parent, uint32_t token) {
+    const uint16_t depth = parent < 0 ? 0 : static_cast<uint16_t>(nodes[parent].depth + 1);
+    const int32_t id = static_cast<int32_t>(nodes.size());
+    nodes.push_back(MergedNode{token, parent, depth, 0, false, 0.0, 0.0, -1.0, -1, -1, -1,
+                               {-1, -1, -1, -1}});
+    if (parent >= 0) {
+      nodes[id].next_sibling = nodes[parent].first_child;
+      nodes[parent].first_child = id;
+    }
+    states.resize(states.size() + num_indexes, format::kNoState);
+    counts.resize(counts.size() + num_indexes, 0);
+    return id;
+  }
+  int32_t Child(int32_t parent, uint32_t token) {
+    for (int32_t c = nodes[parent].first_child; c >= 0; c = nodes[c].next_sibling)
+      if (nodes[c].token == token) return c;
+    return Add(parent, token);
+  }
+  uint64_t& State(int32_t node, size_t index) { return states[node * num_indexes + index]; }
+  uint64_t& StateCount(int32_t node, size_t index) { return counts[node * num_indexes + index]; }
+
+  void Push(const QueueEntry& e) {
+    queue.push_back(e);
+    std::push_heap(queue.begin(), queue.end(), QueueLess);
+  }
+  QueueEntry Pop() {
+    std::pop_heap(queue.begin(), queue.end(), QueueLess);
+    const QueueEntry e = queue.back();
+    queue.pop_back();
+    return e;
+  }
+  // Queues a node of a ranked parent (again, when its probability rose).
+  void Enqueue(int32_t node) {
+    MergedNode& n = nodes[node];
+    const MergedNode& p = nodes[n.parent];
+    const double key = p.path * n.prob;
+    if (!(key > n.queued)) return;
+    n.queued = key;
+    Push(QueueEntry{key, node, p.rank, n.token, n.depth, false});
+  }
+  // A source's estimate for a node: the node keeps the best one, and for
+  // each source slot the cell of the best estimate (the cells learn).
+  void Offer(const Calibrator& cal, int32_t node, int slot, int cell, uint8_t source) {
+    MergedNode& n = nodes[node];
+    const double p = cal.Probability(cell);
+    if (n.cells[slot] < 0 || p > cal.Probability(n.cells[slot])) n.cells[slot] = cell;
+    n.sources |= source;
+    if (p > n.prob) {
+      n.prob = p;
+      if (nodes[n.parent].rank >= 0) Enqueue(node);
+    }
+  }
 };
-
-namespace {
-
-int32_t FindOrAddChild(std::vector<MergedNode>& nodes, int32_t parent, uint32_t token) {
-  // Children of a parent are few (<= max width + 2): a scan is cheapest.
-  for (size_t i = static_cast<size_t>(parent) + 1; i < nodes.size(); ++i)
-    if (nodes[i].parent == parent && nodes[i].token == token) return static_cast<int32_t>(i);
-  nodes.push_back(MergedNode{token, parent, static_cast<uint16_t>(nodes[parent].depth + 1), 0.0,
-                             0.0, {-1, -1, -1, -1}, 0});
-  return static_cast<int32_t>(nodes.size() - 1);
-}
-
-}  // namespace
 
 Session::Session(const SessionOptions& options)
     : options_(options),
@@ -283,6 +414,7 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
   tree->Reset(start_token, DraftSource::kNone);
   node_cells_.clear();
   linear_static_cursor_ = SIZE_MAX;
+  merged_->valid = false;
 
   const DynamicSam::Match dyn = dynamic_.Lookup(start_token);
   size_t best = 0;
@@ -416,116 +548,225 @@ void Session::ProposeFallback(uint32_t start_token, size_t max_nodes, DraftTree*
   if (tree->source == DraftSource::kNone) tree->source = DraftSource::kOther;
 }
 
-// Policy::kCalibrated: gather candidate nodes from every drafter into one trie,
-// give each node its calibrated conditional acceptance probability, and keep
-// the max_nodes - 1 nodes of highest path probability. The expected number of
-// accepted tokens of a tree is the sum of its nodes' path probabilities, so
-// this maximises the estimate for the budget; since a child's path
-// probability never exceeds its parent's, the kept set is a tree.
+// Policy::kCalibrated: candidates from every drafter go into one trie, each
+// node with its calibrated conditional acceptance probability (the best
+// offer), and the nodes of highest *path* probability are kept. The expected
+// number of accepted tokens of a tree is the sum of its nodes' path
+// probabilities, so this maximises the estimate for the budget; since a
+// child's path probability never exceeds its parent's, every prefix of the
+// ranking is a tree.
+//
+// Sources come in two kinds:
+//  - eager ones offer their whole draft before the search: the dynamic
+//    continuation and the fallback drafter's tree (OfferChain / OfferTree
+//    below; another source, with its own cells and slot, goes there too);
+//  - the static indexes are lazy: a ranked node's static children (the
+//    max_width heaviest transitions of its automaton state) are looked up
+//    only when they can still rank, i.e. when the node's path probability
+//    times an upper bound on any static child's estimate
+//    (Calibrator::StaticBound) comes up in the best-first queue, or when one
+//    of its children is about to be ranked. Lookups are the cost of a step
+//    (cache misses in the index); most leaves of the draft never need theirs.
+// Without max_static_lookups the ranking is exact: the same nodes in the same
+// order as ranking the whole (unbounded) candidate trie, which
+// tests/runtime/calibrated_test.cc checks against an eager construction.
+// max_static_lookups (default 8) stops the lookups of branching states after
+// that many in a step, which bounds the step's cache misses.
 void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, size_t max_nodes,
                                 DraftTree* tree) {
   const SelectionOptions& sel = options_.selection;
   const size_t budget = std::min(max_nodes, sel.draft_size);
   if (budget < 2) return;
-  std::vector<MergedNode>& nodes = merged_->nodes;
-  nodes.clear();
-  nodes.push_back(MergedNode{start_token, -1, 0, 1.0, 1.0, {-1, -1, -1, -1}, 0});
-  auto offer = [&](int32_t node, int slot, int cell, uint8_t source) {
-    MergedNode& m = nodes[node];
-    const double p = calibrator_->Probability(cell);
-    if (m.cells[slot] < 0 || p > calibrator_->Probability(m.cells[slot])) m.cells[slot] = cell;
-    m.prob = std::max(m.prob, p);
-    m.sources |= source;
-  };
-
-  // The dynamic continuation (with the suffix-link fallback).
-  if (dyn.len > 0) {
-    chain_.resize(budget - 1);
-    const size_t n = dynamic_.Continuation(dyn, budget - 1, sel.dynamic_link_fallback,
-                                           chain_.data());
-    int32_t parent = 0;
-    for (size_t j = 0; j < n; ++j) {
-      parent = FindOrAddChild(nodes, parent, chain_[j]);
-      offer(parent, 0, calibrator_->DynamicCell(dyn.len, j + 1), kFromDynamic);
-    }
-  }
-  // The response cache's continuation, a source with its own cells.
-  if (last_cache_len_ > 0) {
-    int32_t parent = 0;
-    for (size_t j = 0; j < std::min(cache_draft_count_, budget - 1); ++j) {
-      parent = FindOrAddChild(nodes, parent, cache_draft_[j]);
-      offer(parent, 3, calibrator_->CacheCell(last_cache_len_, j + 1), kFromCache);
-    }
-  }
-  // Count-weighted trees of every static index that matches.
-  StaticTreeOptions opts;
-  opts.max_nodes = budget;
-  opts.max_width = sel.max_width;
+  MergedScratch& m = *merged_;
+  const Calibrator& cal = *calibrator_;
+  m.Reset(start_token, cursors_.size());
   for (size_t i = 0; i < cursors_.size(); ++i) {
     if (peeked_[i].len == 0) continue;
-    const format::IndexView& view = *cursors_[i].view();
-    opts.hubs = shared_[i].get();
-    scratch_tree_.Reset(start_token, DraftSource::kStatic);
-    tree_builder_.Build(view, peeked_[i].state, opts, &scratch_tree_, &weights_);
-    const std::vector<uint64_t>& states = tree_builder_.node_states();
-    merged_->tree_index.assign(scratch_tree_.size(), 0);
-    for (size_t k = 1; k < scratch_tree_.size(); ++k) {
-      const int32_t parent = scratch_tree_.parents[k];
-      const int32_t node =
-          FindOrAddChild(nodes, merged_->tree_index[parent], scratch_tree_.tokens[k]);
-      merged_->tree_index[k] = node;
-      const double ratio = weights_[parent] > 0 ? weights_[k] / weights_[parent] : 0.0;
-      offer(node, 1,
-            calibrator_->StaticCell(ratio, view.Count(states[parent]),
-                                    peeked_[i].len + scratch_tree_.depths[k] - 1),
-            kFromStatic);
-    }
+    m.State(0, i) = peeked_[i].state;
+    m.StateCount(0, i) = cursors_[i].view()->Count(peeked_[i].state);
   }
-  // The fallback drafter's tree, on the same scale.
+
+  // ---- Eager sources.
+  // A draft tree rooted at the start token; cell_of(k) for its node k.
+  auto offer_tree = [&](const DraftTree& t, int slot, uint8_t source, auto&& cell_of) {
+    m.tree_index.assign(t.size(), 0);
+    for (size_t k = 1; k < t.size(); ++k) {
+      const int32_t node = m.Child(m.tree_index[t.parents[k]], t.tokens[k]);
+      m.tree_index[k] = node;
+      m.Offer(cal, node, slot, cell_of(k), source);
+    }
+  };
+  // The dynamic continuation (with the suffix-link fallback): a chain, offered
+  // one node at a time as its nodes rank (rank() below), which is the same as
+  // offering it whole now but creates only the nodes that can rank.
+  size_t dyn_chain = 0;
+  if (dyn.len > 0) {
+    chain_.resize(budget - 1);
+    dyn_chain = dynamic_.Continuation(dyn, budget - 1, sel.dynamic_link_fallback, chain_.data());
+  }
+  int32_t dyn_tip = 0;  // the chain node whose child is offered next
+  // The fallback drafter's tree, on the same scale (cells: depth, sibling rank).
   DraftSource fallback_source = DraftSource::kOther;
   if (options_.fallback != nullptr &&
       options_.fallback->Propose(start_token, budget, &scratch_tree_)) {
     if (scratch_tree_.source != DraftSource::kNone) fallback_source = scratch_tree_.source;
-    merged_->tree_index.assign(scratch_tree_.size(), 0);
-    for (size_t k = 1; k < scratch_tree_.size(); ++k) {
-      const int32_t parent = scratch_tree_.parents[k];
+    offer_tree(scratch_tree_, 2, kFromFallback, [&](size_t k) {
       size_t rank = 0;
-      for (size_t j = 1; j < k; ++j) rank += scratch_tree_.parents[j] == parent;
-      const int32_t node =
-          FindOrAddChild(nodes, merged_->tree_index[parent], scratch_tree_.tokens[k]);
-      merged_->tree_index[k] = node;
-      offer(node, 2, calibrator_->FallbackCell(scratch_tree_.depths[k], rank), kFromFallback);
+      for (size_t j = 1; j < k; ++j) rank += scratch_tree_.parents[j] == scratch_tree_.parents[k];
+      return cal.FallbackCell(scratch_tree_.depths[k], rank);
+    });
+  }
+  // The response cache's continuation: a chain with its own cells (slot 3).
+  if (last_cache_len_ > 0) {
+    int32_t node = 0;
+    for (size_t j = 0; j < std::min(cache_draft_count_, budget - 1); ++j) {
+      node = m.Child(node, cache_draft_[j]);
+      m.Offer(cal, node, 3, cal.CacheCell(last_cache_len_, j + 1), kFromCache);
     }
   }
-  if (nodes.size() == 1) return;
 
-  // Path probabilities (parents precede children), then the best nodes.
-  for (size_t i = 1; i < nodes.size(); ++i) nodes[i].path = nodes[nodes[i].parent].path * nodes[i].prob;
-  std::vector<int32_t>& order = merged_->order;
-  order.clear();
-  for (size_t i = 1; i < nodes.size(); ++i)
-    if (nodes[i].path >= sel.min_path_probability) order.push_back(static_cast<int32_t>(i));
-  size_t keep = std::min(order.size(), budget - 1);
-  auto better = [&](int32_t a, int32_t b) {
-    if (nodes[a].path != nodes[b].path) return nodes[a].path > nodes[b].path;
-    if (nodes[a].depth != nodes[b].depth) return nodes[a].depth < nodes[b].depth;
-    return a < b;
+  // ---- The lazy static source.
+  // The max_width heaviest children of state v of index i (count descending,
+  // then token ascending), as StaticTreeBuilder expands them.
+  auto top_children = [&](size_t i, uint64_t v) -> std::span<const StaticIndex::Child> {
+    const format::IndexView& view = *cursors_[i].view();
+    const size_t width = sel.max_width;
+    if (width == 0) return {};
+    // A state that occurs once continues as its one occurrence does: one
+    // child, the next text position (the implicit transition), no edge lookup.
+    if (!view.IsClone(v) && view.Count(v) == 1) {
+      if (v >= view.num_tokens()) return {};
+      const uint32_t token = view.Token(v + 1);
+      if (token >= view.separator()) return {};
+      m.children.assign(1, StaticIndex::Child{token, v + 1, view.Count(v + 1)});
+      return m.children;
+    }
+    const StaticIndex* hubs = shared_[i].get();
+    std::span<const StaticIndex::Child> top;
+    if (hubs != nullptr && width <= hubs->options().top_k && hubs->TopChildren(v, &top))
+      return top.first(std::min(width, top.size()));
+    if (width <= MergedScratch::kCachedChildren) {
+      if (m.cache.empty()) m.cache.resize(MergedScratch::kCacheEntries);
+      const uint64_t h = (v ^ reinterpret_cast<uintptr_t>(&view)) * 0x9E3779B97F4A7C15ull;
+      MergedScratch::CachedChildren& e =
+          m.cache[h >> 40 & (MergedScratch::kCacheEntries - 1)];
+      if (e.view != &view || e.state != v) {
+        e.view = &view;
+        e.state = v;
+        e.size = internal::TopChildrenOf(view, v, MergedScratch::kCachedChildren,
+                                         e.children.data());
+      }
+      return std::span<const StaticIndex::Child>(e.children.data(), std::min<size_t>(width, e.size));
+    }
+    const auto [lo, hi] = view.EdgeRange(v);
+    m.children.resize(width);
+    const uint32_t n =
+        internal::TopChildrenOf(view, v, lo, hi, static_cast<uint32_t>(width), m.children.data());
+    return std::span<const StaticIndex::Child>(m.children.data(), n);
   };
-  std::partial_sort(order.begin(), order.begin() + keep, order.end(), better);
-  if (!sel.cost_curve.empty()) keep = CostAwareKeep(order.data(), keep);
-  std::vector<int32_t>& tree_index = merged_->tree_index;
-  tree_index.assign(nodes.size(), -1);
-  tree_index[0] = 0;
+  // Offers the static children of `node` (in every index where it has a state).
+  size_t lookups = 0;  // of states with more than one occurrence
+  auto expand = [&](int32_t node) {
+    m.nodes[node].expanded = true;
+    const uint16_t depth = m.nodes[node].depth;
+    if (depth >= kMaxStaticDepth) return;
+    for (size_t i = 0; i < m.num_indexes; ++i) {
+      const uint64_t v = m.State(node, i);
+      const uint64_t total = m.StateCount(node, i);
+      if (v == format::kNoState || total == 0) continue;
+      // Past max_static_lookups, a branching state offers no children: the
+      // bound on a step's cache misses (states that occur once are free).
+      if (total > 1 && sel.max_static_lookups != 0 && ++lookups > sel.max_static_lookups)
+        continue;
+      const uint64_t match_len = peeked_[i].len + depth;
+      for (const StaticIndex::Child& c : top_children(i, v)) {
+        // A child occurs at most as often as its parent; clamping keeps the
+        // ratios of a corrupt index in [0, 1].
+        const double ratio =
+            c.count < total ? static_cast<double>(c.count) / static_cast<double>(total) : 1.0;
+        const int32_t child = m.Child(node, c.token);
+        m.State(child, i) = c.target;
+        m.StateCount(child, i) = c.count;
+        m.Offer(cal, child, 1, cal.StaticCell(ratio, total, match_len), kFromStatic);
+        // Its own children may be looked up soon: the first of that lookup's
+        // dependent cache misses starts now, overlapping the rest of the step.
+        if (c.count > 1) cursors_[i].view()->PrefetchEdgeRange(c.target);
+      }
+    }
+  };
+  // An upper bound on the estimate of any static child of `node` (0: none).
+  auto static_bound = [&](int32_t node) {
+    double bound = 0.0;
+    const uint16_t depth = m.nodes[node].depth;
+    if (depth >= kMaxStaticDepth) return bound;
+    for (size_t i = 0; i < m.num_indexes; ++i)
+      if (m.State(node, i) != format::kNoState && m.StateCount(node, i) > 0)
+        bound = std::max(bound, cal.StaticBound(m.StateCount(node, i), peeked_[i].len + depth));
+    return bound;
+  };
+  // Ranks `node` (its parent ranked and expanded), queues its children.
+  auto rank = [&](int32_t node) {
+    {
+      MergedNode& r = m.nodes[node];
+      r.rank = static_cast<int32_t>(m.ranked.size());
+      r.path = r.parent < 0 ? 1.0 : m.nodes[r.parent].path * r.prob;
+    }
+    m.ranked.push_back(node);
+    if (node == dyn_tip && m.nodes[node].depth < dyn_chain) {
+      const uint16_t depth = m.nodes[node].depth;
+      dyn_tip = m.Child(node, chain_[depth]);
+      m.Offer(cal, dyn_tip, 0, cal.DynamicCell(dyn.len, depth + 1u), kFromDynamic);
+    }
+    const MergedNode& n = m.nodes[node];
+    for (int32_t c = n.first_child; c >= 0; c = m.nodes[c].next_sibling) m.Enqueue(c);
+    const double bound = static_bound(node);
+    if (bound > 0.0) {
+      const MergedNode& r = m.nodes[node];
+      m.Push(QueueEntry{r.path * bound, node, r.rank, r.token, r.depth, true});
+    } else {
+      m.nodes[node].expanded = true;
+    }
+  };
+
+  // ---- Best-first ranking, at most `budget` nodes (root included).
+  rank(0);
+  while (!m.queue.empty() && m.ranked.size() < budget) {
+    const QueueEntry e = m.Pop();
+    if (e.key < sel.min_path_probability) break;  // nothing left reaches it
+    if (e.expand) {
+      if (!m.nodes[e.node].expanded) expand(e.node);
+      continue;
+    }
+    if (m.nodes[e.node].rank >= 0 || e.key < m.nodes[e.node].queued) continue;  // stale
+    // Its parent's static offers come first: they may give it a state (and
+    // a cell). They cannot raise its estimate: the parent's expansion entry,
+    // which bounds them, would have come first.
+    const int32_t parent = m.nodes[e.node].parent;
+    if (!m.nodes[parent].expanded) {
+      expand(parent);
+      if (m.nodes[e.node].queued > e.key) continue;  // defensive: re-queued higher
+    }
+    rank(e.node);
+  }
+
+  // ---- Selection: how many of the ranked nodes to draft. Any prefix of the
+  // ranking is a tree (a parent ranks before its children): every ranked node
+  // (at most budget - 1, each at or above min_path_probability), or with a
+  // cost curve the prefix that pays for its verification (ChooseTreeSize).
+  size_t keep = m.ranked.size() - 1;
+  if (!sel.cost_curve.empty()) keep = CostAwareKeep(m.ranked.data() + 1, keep);
+  if (keep == 0) return;
+
   node_cells_.assign(1, {-1, -1, -1, -1});
   uint8_t sources = 0;
-  for (size_t r = 0; r < keep; ++r) {
-    const MergedNode& m = nodes[order[r]];
-    const int32_t parent = tree_index[m.parent];
-    if (parent < 0) continue;  // cannot happen (ancestors rank first); be safe
-    tree_index[order[r]] = tree->Add(parent, m.token);
-    node_cells_.push_back(m.cells);
-    sources |= m.sources;
+  for (size_t r = 1; r <= keep; ++r) {
+    const MergedNode& n = m.nodes[m.ranked[r]];
+    tree->Add(m.nodes[n.parent].rank, n.token);  // tree node r is the node of rank r
+    node_cells_.push_back(n.cells);
+    sources |= n.sources;
   }
+  m.ranked.resize(keep + 1);
+  m.valid = true;
   switch (sources) {
     case kFromDynamic: tree->source = DraftSource::kDynamic; break;
     case kFromStatic: tree->source = DraftSource::kStatic; break;
@@ -605,6 +846,19 @@ void Session::Commit(std::span<const uint32_t> tokens) {
     if (i == linear_static_cursor_ && along > 0) {
       c.Set(AdvanceAlongFirstOccurrence(*c.view(), peeked_[i], along));
       k = 1 + along;
+    } else if (k == 1 && merged_->valid && i < merged_->num_indexes) {
+      // Accepted nodes of a merged tree (kCalibrated) whose state in this
+      // index is known (a transition from the parent's): the cursor moves
+      // there, one node at a time, without looking the transitions up again.
+      int node = 0;
+      for (; k < tokens.size(); ++k) {
+        const int child = tree_.Child(node, tokens[k]);
+        if (child < 0) break;
+        const uint64_t state = merged_->State(merged_->ranked[child], i);
+        if (state == format::kNoState) break;
+        c.Set(StaticMatch{state, peeked_[i].len + k});
+        node = child;
+      }
     }
     for (; k < tokens.size(); ++k) c.Advance(tokens[k]);
   }

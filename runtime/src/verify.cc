@@ -263,15 +263,19 @@ uint32_t SampleToken(std::span<const float> weights, Rng& rng) {
 //   RSD child x ~ q: P(emit y) = q(y) min(1, r(y)/q(y)) + P(reject) r'(y)
 //     with r' = norm(max(r - q, 0)) and P(reject) = sum(max(r - q, 0)),
 //     so P(emit y) = min(q(y), r(y)) + max(r(y) - q(y), 0) = r(y).
+//     (With replacement the same holds with q unchanged for the next sibling.)
 // Descending into an accepted child restarts the invariant there with the
 // model's row for that child.
 SampleResult VerifySampling(const DraftTree& tree, const NodeDistribution& target, Rng& rng,
                             DraftMode mode, const NodeDistribution& proposal) {
   CheckTree(tree);
   if (!target) Fail("VerifySampling: no target distribution accessor");
+  // Both stochastic modes use the proposal; only kWithoutReplacement removes
+  // a rejected sibling from it.
+  const bool stochastic = mode != DraftMode::kDeterministic;
   const bool without_replacement = mode == DraftMode::kWithoutReplacement;
-  if (without_replacement && !proposal)
-    Fail("VerifySampling: DraftMode::kWithoutReplacement needs the proposal distributions");
+  if (stochastic && !proposal)
+    Fail("VerifySampling: a stochastic DraftMode needs the proposal distributions");
 
   const int32_t n = static_cast<int32_t>(tree.size());
   SampleResult result;
@@ -291,12 +295,12 @@ SampleResult VerifySampling(const DraftTree& tree, const NodeDistribution& targe
       if (x >= vocab)
         Fail("VerifySampling: node " + std::to_string(child) + " has token " + std::to_string(x) +
              " outside the vocabulary of " + std::to_string(vocab));
-      if (without_replacement && !q_loaded) {
+      if (stochastic && !q_loaded) {
         q_mass = LoadRow(proposal(node), "proposal", node, &vocab, &q);
         q_loaded = true;
       }
       const double u = rng.Uniform();
-      if (without_replacement && q[x] > 0) {
+      if (stochastic && q[x] > 0) {
         const double p_x = residual[x] / mass;
         const double q_x = q[x] / q_mass;
         if (p_x >= q_x || u * q_x < p_x) {
@@ -309,9 +313,11 @@ SampleResult VerifySampling(const DraftTree& tree, const NodeDistribution& targe
           residual[v] = r > 0 ? r : 0;
           new_mass += residual[v];
         }
-        q_mass -= q[x];
-        q[x] = 0;
-        if (!(q_mass > 0)) q_mass = Sum(q);
+        if (without_replacement) {
+          q_mass -= q[x];
+          q[x] = 0;
+          if (!(q_mass > 0)) q_mass = Sum(q);
+        }
         // max(p - q, 0) vanishes only when p == q, where min(1, p_x / q_x) = 1;
         // only rounding gets here, and x is then accepted.
         if (!(new_mass > 0)) {

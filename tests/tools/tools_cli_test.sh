@@ -47,7 +47,7 @@ build=$bin/sam-build inspect=$bin/sam-inspect replay=$bin/sam-replay gen=$bin/sa
 
 # ---------------------------------------------------------------- --help of every program
 programs=(sam-build sam-inspect sam-replay sam-generate bench-build bench-step bench-batch
-          bench-generate bench-forward)
+          bench-generate bench-forward bench-draft-trees)
 for p in "${programs[@]}"; do
   have "$p" || continue
   expect 0 "Examples:" -- "$bin/$p" --help
@@ -108,8 +108,16 @@ if have bench-forward; then
   expect 2 "repeats" -- "$bin/bench-forward" --repeats 0
   expect 2 "dtype" -- "$bin/bench-forward" --dtype fp8
 fi
+if have bench-draft-trees; then
+  expect 2 "budgets" -- "$bin/bench-draft-trees" --budgets abc
+  expect 2 "budgets" -- "$bin/bench-draft-trees" --budgets 0
+  expect 2 "tv" -- "$bin/bench-draft-trees" --tv 1.5
+  expect 2 "temperatures" -- "$bin/bench-draft-trees" --temperatures 0
+fi
 if have sam-generate; then
   base=(--model "$tmp/none" --tokenizer x --prompt hi)
+  expect 2 "draft-mode" -- "$gen" "${base[@]}" --draft-mode beam
+  expect 2 "draft-model" -- "$gen" "${base[@]}" --policy model
   expect 2 "dtype" -- "$gen" "${base[@]}" --dtype fp8
   expect 2 "device" -- "$gen" "${base[@]}" --device tpu
   expect 2 "device" -- "$gen" "${base[@]}" --device cuda:x

@@ -9,6 +9,10 @@
 //   * sampling: the exact distribution of length-3 continuations, enumerated from one-token
 //     forward passes through the same ApplySampling; the empirical distribution of speculative
 //     and of plain sampling must both pass a chi-square test at p >= 1e-4.
+//   * draft models (policies model and sam-model, every tree mode): greedy output equals plain
+//     greedy decoding; with the draft = the target, greedy chains and RSD trees accept the whole
+//     draft depth (MAT = L + 1 up to floating-point near-ties); RSD-S sampling passes the same
+//     chi-square test; Model::Extend (level-by-level tree passes) equals one Forward of the tree.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -57,6 +61,38 @@ tb::Model TinyModel(int64_t vocab, uint64_t seed, const std::string& device = "c
   const tb::LlamaConfig c = TinyConfig(vocab);
   return tb::Model::FromTensors(c, tb::MakeRandomLlamaWeights(c, seed), {.device = device, .dtype = "fp32"});
 }
+
+// `weights` with Gaussian noise of `sigma` times each tensor's standard deviation: a draft model
+// that agrees with the target often but not always.
+tb::NamedTensors NoisyWeights(const tb::NamedTensors& weights, double sigma, uint64_t seed) {
+  torch::manual_seed(seed);
+  tb::NamedTensors out;
+  for (const auto& [name, t] : weights) {
+    const double sd = t.numel() > 1 ? t.std().item<double>() : 0.0;
+    out.emplace_back(name, t + torch::randn_like(t) * (sigma * sd));
+  }
+  return out;
+}
+
+tb::Model NoisyTinyModel(int64_t vocab, uint64_t seed, double sigma, const std::string& device = "cpu") {
+  const tb::LlamaConfig c = TinyConfig(vocab);
+  return tb::Model::FromTensors(c, NoisyWeights(tb::MakeRandomLlamaWeights(c, seed), sigma, seed + 99),
+                                {.device = device, .dtype = "fp32"});
+}
+
+// Tree options of a mode with small shapes (depth 4).
+rt::TreeDraftOptions DraftTree(rt::TreeMode mode) {
+  rt::TreeDraftOptions o;
+  o.mode = mode;
+  o.depth = 4;
+  o.width = 3;
+  o.branching = mode == rt::TreeMode::kRsdC ? std::vector<size_t>{3, 2, 1, 1}
+                                            : std::vector<size_t>{2, 2, 1, 1};
+  return o;
+}
+
+constexpr rt::TreeMode kAllTreeModes[] = {rt::TreeMode::kChain, rt::TreeMode::kTree, rt::TreeMode::kRsdC,
+                                          rt::TreeMode::kRsdS, rt::TreeMode::kSpecInfer};
 
 std::vector<uint32_t> RandomPrompt(std::mt19937& gen, uint32_t vocab, size_t length) {
   std::vector<uint32_t> p{1};  // a BOS-like first token
@@ -157,6 +193,12 @@ class GreedyExactness : public ::testing::Test {
     go.selection.policy = c.policy;
     go.recycling_fallback = c.recycling;
     if (!c.cost_curve.empty()) go.selection.cost_curve = rt::CostCurve::Parse(c.cost_curve);
+    return CheckGenerator(go, c.name, c.attach_index, near_ties);
+  }
+
+  double CheckGenerator(const tb::GeneratorOptions& go, const std::string& name, bool attach_index,
+                        int* near_ties) {
+    const PolicyCase c{name, go.selection.policy, go.recycling_fallback, attach_index, false};
     tb::Generator generator(*model_, go);
     if (c.attach_index) generator.AttachIndex(&index_->view());
     tb::GenerateOptions options{.max_new_tokens = kNewTokens};
@@ -186,6 +228,9 @@ class GreedyExactness : public ::testing::Test {
     }
     return steps ? static_cast<double>(step_tokens) / static_cast<double>(steps) : 0.0;
   }
+
+  // Every tree mode under the policies model and sam-model, with a noisy copy of the target.
+  void CheckDraftModels(const std::string& device);
 
   void CheckAllPolicies() {
     int near_ties = 0;
@@ -217,6 +262,102 @@ TEST_F(GreedyExactness, PlainDecodingEqualsRecomputation) {
 }
 
 TEST_F(GreedyExactness, SpeculativeEqualsPlainForEveryPolicy) { CheckAllPolicies(); }
+
+TEST_F(GreedyExactness, DraftModelEqualsPlainForEveryTreeModeAndPolicy) { CheckDraftModels("cpu"); }
+
+void GreedyExactness::CheckDraftModels(const std::string& device) {
+  const tb::Model draft = NoisyTinyModel(kVocab, 7, 0.3, device);
+  int near_ties = 0;
+  for (const rt::TreeMode mode : kAllTreeModes) {
+    for (const char* policy : {"model", "sam-model"}) {
+      tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy(policy);
+      go.draft_model = &draft;
+      go.draft_tree = DraftTree(mode);
+      const std::string name = std::string(policy) + "/" + std::string(rt::TreeModeName(mode));
+      const double mat = CheckGenerator(go, name, std::string(policy) == "sam-model", &near_ties);
+      std::printf("  %-22s MAT on indexed prompts %.2f\n", name.c_str(), mat);
+      EXPECT_GT(mat, 1.1) << name;  // the noisy draft agrees with the target often
+    }
+  }
+  EXPECT_LE(near_ties, 3);
+}
+
+TEST_F(GreedyExactness, DraftEqualsTargetAcceptsWholeChains) {
+  // The same weights as the target: every drafted token is the target's argmax, except where a
+  // level-by-level draft pass and the target's tree pass round a near-tie differently.
+  const tb::Model draft = TinyModel(kVocab, 7);
+  for (const rt::TreeMode mode : {rt::TreeMode::kChain}) {
+    tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy("model");
+    go.draft_model = &draft;
+    go.draft_tree = DraftTree(mode);
+    tb::Generator generator(*model_, go);
+    const int64_t n = 1 + 5 * 8;  // the first token, then 8 steps of L + 1 = 5
+    int64_t steps = 0, accepted = 0;
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+      const tb::GenerateResult r = generator.Generate(prompts_[i], {.max_new_tokens = n});
+      steps += r.steps;
+      accepted += static_cast<int64_t>(r.by_source[static_cast<size_t>(rt::DraftSource::kModel)].accepted_tokens);
+      EXPECT_GE(r.draft_forward_passes, r.steps) << "one draft pass per level at least";
+    }
+    const double mat = static_cast<double>(accepted + steps) / static_cast<double>(steps);
+    std::printf("  draft = target, %s: MAT %.3f (L + 1 = 5)\n", std::string(rt::TreeModeName(mode)).c_str(), mat);
+    EXPECT_GT(mat, 4.9) << rt::TreeModeName(mode);
+    EXPECT_LE(mat, 5.0);
+  }
+}
+
+TEST_F(GreedyExactness, DraftModelOptionsAreChecked) {
+  const tb::Model other_vocab = TinyModel(kVocab + 1, 7);
+  tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy("model");
+  EXPECT_THROW(tb::Generator(*model_, go), tb::Error);  // no draft model
+  go.draft_model = &other_vocab;
+  try {
+    tb::Generator generator(*model_, go);
+    ADD_FAILURE() << "a draft model with another vocabulary was accepted";
+  } catch (const tb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("257"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("256"), std::string::npos) << e.what();
+  }
+  tb::GeneratorOptions plain = tb::GeneratorOptionsForPolicy("sam");
+  plain.draft_model = model_.get();
+  EXPECT_THROW(tb::Generator(*model_, plain), tb::Error);  // given but unused
+  EXPECT_TRUE(tb::PolicyNeedsDraftModel("sam-model"));
+  EXPECT_FALSE(tb::PolicyNeedsDraftModel("sam-rec"));
+  try {
+    tb::GeneratorOptionsForPolicy("bogus");
+    ADD_FAILURE();
+  } catch (const tb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("sam-model"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelExtend, LevelByLevelEqualsOneTreePass) {
+  // A tree fed in three Extend calls (after a Forward of the root) gives the logits of one
+  // Forward of the whole tree, and Commit of a path through both leaves the same cache.
+  const tb::Model model = TinyModel(64, 3);
+  torch::NoGradGuard no_grad;
+  const std::vector<int64_t> prompt{1, 5, 9, 12};
+  const tb::TreeInput whole{{7, 8, 9, 10, 11, 12, 13}, {-1, 0, 0, 1, 1, 2, 3}};
+  tb::KvCache a = model.NewCache(32), b = model.NewCache(32);
+  model.Forward(a, prompt);
+  a.CommitPrefix(4);
+  model.Forward(b, prompt);
+  b.CommitPrefix(4);
+  const torch::Tensor one = model.Forward(a, whole);
+  const torch::Tensor l0 = model.Forward(b, tb::TreeInput{{7}, {-1}});
+  const torch::Tensor l1 = model.Extend(b, tb::TreeInput{{8, 9}, {0, 0}});
+  const torch::Tensor l2 = model.Extend(b, tb::TreeInput{{10, 11, 12}, {1, 1, 2}});
+  const torch::Tensor l3 = model.Extend(b, tb::TreeInput{{13}, {3}});
+  const torch::Tensor levels = torch::cat({l0, l1, l2, l3}, 0);
+  EXPECT_TRUE(torch::allclose(one, levels, 1e-4, 1e-5)) << (one - levels).abs().max().item<double>();
+  EXPECT_EQ(b.pending(), 7);
+  a.Commit({0, 1, 3, 6});
+  b.Commit({0, 1, 3, 6});
+  const torch::Tensor next_a = model.Forward(a, std::vector<int64_t>{20, 21});
+  const torch::Tensor next_b = model.Forward(b, std::vector<int64_t>{20, 21});
+  EXPECT_TRUE(torch::allclose(next_a, next_b, 1e-4, 1e-5));
+  EXPECT_THROW(model.Extend(b, tb::TreeInput{{1}, {5}}), tb::Error);  // parent beyond the pending nodes
+}
 
 TEST_F(GreedyExactness, StopTokenMaxTokensAndStreaming) {
   tb::GeneratorOptions go;
@@ -307,6 +448,7 @@ class SamplingDistribution : public ::testing::Test {
         if (name == "lm_head.weight") t = t * scale;
     }
     model_ = std::make_unique<tb::Model>(tb::Model::FromTensors(config, weights));
+    weights_ = weights;
     params_ = {.temperature = 0.8f, .top_k = 4, .top_p = 0.9f};
     EnumerateExact({}, 1.0);
     // An index of sequences sampled from the model so that static drafts are sometimes right.
@@ -347,15 +489,18 @@ class SamplingDistribution : public ::testing::Test {
 
   // Samples `runs` continuations; returns the chi-square p-value against exact_ and checks the
   // drafts' acceptance.
-  double Sample(tb::Generator& generator, bool speculative, int runs, double* accepted_share) {
+  // With max_new_tokens > kLength, the first kLength tokens are counted (still distributed as
+  // plain sampling; the longer run lets tree drafts reach their full depth).
+  double Sample(tb::Generator& generator, bool speculative, int runs, double* accepted_share,
+                int64_t max_new_tokens = kLength) {
     std::map<std::vector<uint32_t>, int> counts;
     int64_t steps = 0, accepted = 0;
     for (int i = 0; i < runs; ++i) {
       const tb::GenerateResult r = generator.Generate(
-          prompt_, {.max_new_tokens = kLength, .speculative = speculative, .sampling = params_,
+          prompt_, {.max_new_tokens = max_new_tokens, .speculative = speculative, .sampling = params_,
                     .seed = static_cast<uint64_t>(i)});
-      EXPECT_EQ(r.output_ids.size(), static_cast<size_t>(kLength));
-      ++counts[r.output_ids];
+      EXPECT_EQ(r.output_ids.size(), static_cast<size_t>(max_new_tokens));
+      ++counts[std::vector<uint32_t>(r.output_ids.begin(), r.output_ids.begin() + kLength)];
       steps += r.steps;
       for (const rt::SourceStatistics& s : r.by_source) accepted += static_cast<int64_t>(s.accepted_tokens);
     }
@@ -388,8 +533,14 @@ class SamplingDistribution : public ::testing::Test {
     return p_value;
   }
 
+  // The target's weights with noise (0: the target itself).
+  tb::NamedTensors NoisyTarget(double sigma) const {
+    return sigma == 0.0 ? weights_ : NoisyWeights(weights_, sigma, 77);
+  }
+
   TempDir dir_;
   std::unique_ptr<tb::Model> model_;
+  tb::NamedTensors weights_;
   rt::SamplingParams params_;
   std::vector<uint32_t> prompt_;
   std::map<std::vector<uint32_t>, double> exact_;
@@ -426,6 +577,76 @@ TEST_F(SamplingDistribution, SpeculativeSamplingMatchesExactWithTreesAndRecyclin
   EXPECT_GT(share, 0.2);
 }
 
+TEST_F(SamplingDistribution, DraftModelRsdSMatchesExact) {
+  // A noisy copy of the target drafts RSD-S trees (and, second, RSD-C trees); recursive
+  // rejection with residuals must keep the emitted tokens distributed as plain sampling.
+  const tb::LlamaConfig config = TinyConfig(kVocab);
+  for (const rt::TreeMode mode : {rt::TreeMode::kRsdS, rt::TreeMode::kRsdC}) {
+    const tb::Model draft = tb::Model::FromTensors(config, NoisyTarget(0.2));
+    tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy("model");
+    go.draft_model = &draft;
+    go.draft_tree = DraftTree(mode);
+    go.draft_tree.width = 2;
+    tb::Generator generator(*model_, go);
+    double share = 0;
+    EXPECT_GT(Sample(generator, true, kRuns, &share, /*max_new_tokens=*/12), kFalseFailure)
+        << rt::TreeModeName(mode);
+    EXPECT_GT(share, 1.0) << rt::TreeModeName(mode);  // accepted draft tokens per step
+  }
+}
+
+TEST_F(SamplingDistribution, SamModelMixesBothRulesLosslessly) {
+  // sam-model: SAM's deterministic linear drafts (recursive rejection) on long matches, the
+  // draft model's RSD-S trees (residuals with q) otherwise; the mix must stay exact.
+  const tb::Model draft = tb::Model::FromTensors(TinyConfig(kVocab), NoisyTarget(0.2));
+  tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy("sam-model");
+  go.draft_model = &draft;
+  go.draft_tree = DraftTree(rt::TreeMode::kRsdS);
+  go.selection.l_threshold = 2;  // short matches already choose SAM on this small index
+  tb::Generator generator(*model_, go);
+  generator.AttachIndex(&index_->view());
+  double share = 0;
+  EXPECT_GT(Sample(generator, true, kRuns, &share, /*max_new_tokens=*/12), kFalseFailure);
+  const rt::SourceStatistics& model = generator.session().statistics().by_source[static_cast<size_t>(rt::DraftSource::kModel)];
+  uint64_t sam_steps = 0;
+  for (const rt::DraftSource s : {rt::DraftSource::kStatic, rt::DraftSource::kDynamic})
+    sam_steps += generator.session().statistics().by_source[static_cast<size_t>(s)].steps;
+  EXPECT_GT(model.steps, 0u);
+  EXPECT_GT(sam_steps, 0u);
+}
+
+TEST_F(SamplingDistribution, DraftEqualsTargetAcceptsTheFirstChild) {
+  // p / q = 1 at every node: RSD accepts the first child down to the draft's depth.
+  const tb::Model draft = tb::Model::FromTensors(TinyConfig(kVocab), NoisyTarget(0.0));
+  for (const rt::TreeMode mode : {rt::TreeMode::kChain, rt::TreeMode::kRsdC, rt::TreeMode::kSpecInfer}) {
+    tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy("model");
+    go.draft_model = &draft;
+    go.draft_tree = DraftTree(mode);
+    tb::Generator generator(*model_, go);
+    // The last steps' trees are cut by the tokens still wanted (breadth first, so shallower):
+    // the claim is that every step accepts its tree's whole depth, i.e. MAT = L + 1 where the
+    // tree reaches depth L.
+    int64_t steps = 0, accepted = 0, proposed_depths = 0, accepted_depths = 0;
+    for (uint64_t seed = 0; seed < 20; ++seed) {
+      const tb::GenerateResult r = generator.Generate(
+          prompt_, {.max_new_tokens = 41, .sampling = params_, .seed = seed});
+      steps += r.steps;
+      accepted += static_cast<int64_t>(r.Total().accepted_tokens);
+      const rt::SourceStatistics t = r.Total();
+      for (size_t d = 0; d < 8; ++d) {
+        proposed_depths += static_cast<int64_t>(t.proposed_at_depth[d]);
+        accepted_depths += static_cast<int64_t>(t.accepted_at_depth[d]);
+      }
+    }
+    const double mat = static_cast<double>(accepted + steps) / static_cast<double>(steps);
+    std::printf("  draft = target, sampling, %s: MAT %.3f, tree depth accepted %lld of %lld\n",
+                std::string(rt::TreeModeName(mode)).c_str(), mat, static_cast<long long>(accepted_depths),
+                static_cast<long long>(proposed_depths));
+    EXPECT_GE(accepted_depths, proposed_depths * 97 / 100) << rt::TreeModeName(mode);
+    EXPECT_GT(mat, 3.8) << rt::TreeModeName(mode);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // CUDA (skipped without it).
 
@@ -438,6 +659,8 @@ class Gpu : public GreedyExactness {
 };
 
 TEST_F(Gpu, SpeculativeEqualsPlainForEveryPolicy) { CheckAllPolicies(); }
+
+TEST_F(Gpu, DraftModelEqualsPlainForEveryTreeModeAndPolicy) { CheckDraftModels("cuda"); }
 
 TEST_F(Gpu, SamplingRunsAndIsSeeded) {
   tb::GeneratorOptions go;

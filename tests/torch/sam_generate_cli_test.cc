@@ -131,6 +131,55 @@ TEST_F(WithTokenizer, GeneratesJsonWithAnIndex) {
   EXPECT_NE(text.output.find("tokens/s"), std::string::npos) << text.output;
 }
 
+TEST_F(WithTokenizer, DraftModelPoliciesAndTheirChecks) {
+  // The checkpoint drafts for itself: greedy chains are accepted whole (up to near-ties).
+  const std::string prompt = " --prompt 'The quick brown fox' --max-new-tokens 13 --json";
+  for (const std::string flags :
+       {" --policy model", " --policy model --draft-mode tree --draft-width 2",
+        " --policy model --temperature 1 --seed 4", " --policy model --temperature 0.7 --draft-mode rsd-c",
+        " --policy model --temperature 1 --draft-mode specinfer --draft-branching 2,1,1",
+        " --policy sam-model"}) {
+    const ProcessResult run = RunGenerate(Base() + " --draft-model " + Quote(model_dir_) + prompt + flags,
+                                          /*merge_stderr=*/false);
+    ASSERT_EQ(run.exit_code, 0) << flags << ": " << run.output;
+    const nlohmann::json j = nlohmann::json::parse(run.output);
+    EXPECT_EQ(j["new_tokens"].get<size_t>(), 13u) << flags;
+    EXPECT_GT(j["draft_forward_passes"].get<int64_t>(), 0) << flags;
+    EXPECT_TRUE(j["by_source"].contains("model")) << flags << ": " << j["by_source"].dump();
+    EXPECT_EQ(j["draft_mode"].get<std::string>(),
+              flags.find("tree") != std::string::npos        ? "tree"
+              : flags.find("rsd-c") != std::string::npos     ? "rsd-c"
+              : flags.find("specinfer") != std::string::npos ? "specinfer"
+              : flags.find("temperature") != std::string::npos ? "rsd-s"
+                                                               : "chain");
+    if (flags == " --policy model") {
+      EXPECT_GT(j["mat"].get<double>(), 3.0) << "draft = target";
+    }
+  }
+  // Usage errors: a model policy without --draft-model, --draft-model with another policy, a bad
+  // mode or branching list.
+  EXPECT_EQ(RunGenerate(Base() + " --policy model --prompt hi").exit_code, 2);
+  EXPECT_EQ(RunGenerate(Base() + " --draft-model " + Quote(model_dir_) + " --policy sam --prompt hi").exit_code, 2);
+  EXPECT_EQ(RunGenerate(Base() + " --draft-model " + Quote(model_dir_) + " --policy model --draft-mode beam --prompt hi").exit_code, 2);
+  EXPECT_EQ(RunGenerate(Base() + " --draft-model " + Quote(model_dir_) + " --policy model --draft-branching 2,,1 --prompt hi").exit_code, 2);
+  // A draft model with another vocabulary: refused, naming both checkpoints.
+  const fs::path small = dir_.path() / "small_draft";
+  ASSERT_EQ(RunGenerate("--make-random-model " + Quote(small) + " --random-vocab 100").exit_code, 0);
+  const ProcessResult run = RunGenerate(Base() + " --draft-model " + Quote(small) + " --policy model --prompt hi");
+  EXPECT_EQ(run.exit_code, 1) << run.output;
+  EXPECT_NE(run.output.find(small.string()), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find(model_dir_.string()), std::string::npos) << run.output;
+  // A draft checkpoint whose tokenizer.model differs from --tokenizer.
+  const fs::path other = dir_.path() / "other_tokenizer_draft";
+  fs::create_directories(other);
+  fs::copy_file(model_dir_ / "config.json", other / "config.json");
+  fs::copy_file(model_dir_ / "model.safetensors", other / "model.safetensors");
+  std::ofstream(other / "tokenizer.model") << "not the same tokenizer";
+  const ProcessResult tok = RunGenerate(Base() + " --draft-model " + Quote(other) + " --policy model --prompt hi");
+  EXPECT_EQ(tok.exit_code, 1) << tok.output;
+  EXPECT_NE(tok.output.find("tokenizer"), std::string::npos) << tok.output;
+}
+
 TEST_F(WithTokenizer, RefusesAnIndexOfAnotherTokenizer) {
   const fs::path index = dir_.path() / "raw.sam";  // built from raw ids: no fingerprint
   sam::indexer::BuildIndexFile({{1, 5, 6, 7}}, 32000, index.string());

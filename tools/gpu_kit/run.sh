@@ -4,7 +4,8 @@
 # packages (tools/gpu_kit/prepare.sh), runs the torch-gpu tests and the
 # transformers adapter against real transformers, measures the verification
 # cost curve t(n)/t(1), n = 1..128, of random 7B-shaped (fp16, bf16) and
-# 1B-shaped models, and end-to-end tokens/s per policy with a random pair;
+# 1B-shaped models, end-to-end tokens/s per policy with a random model, and the
+# draft-model policies (model, sam-model) with a random target/draft pair;
 # writes every figure into $OUT/gpu_kit.json (plus the logs).
 #
 #   device: run(command="bash tools/gpu_kit/run.sh", carry=[".gpukit"], timeout_s=600)
@@ -103,5 +104,29 @@ log "end to end: ${policies[*]}"
     --index "$build/kit-gsm8k.sam" "${policies[@]}" "${gen_shape[@]}" --repeats "$repeats" \
     --prompts "$prompts" --max-new-tokens "$new_tokens" --device "$device" \
     > "$out/generate_1b.log" 2>&1 || log "bench-generate failed"
+
+# 5. The draft-model policies with a random pair (a 1B-shaped target, a small
+# draft), through sam-generate (--json: tokens/s, MAT), against plain decoding.
+pair=$build/kit-pair
+if [[ $rehearse == 1 ]]; then tgt=(--random-layers 2 --random-hidden 64); dft=(--random-layers 1 --random-hidden 32)
+else tgt=(--random-layers 16 --random-hidden 2048); dft=(--random-layers 2 --random-hidden 512); fi
+"$build/bin/sam-generate" --make-random-model "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
+    "${tgt[@]}" --force > "$out/pair.log" 2>&1 &&
+"$build/bin/sam-generate" --make-random-model "$pair/draft" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
+    "${dft[@]}" --random-seed 2 --force >> "$out/pair.log" 2>&1 || log "random pair failed"
+question=$($py -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["question"])' \
+    "$kit/data/gsm8k/test.jsonl")
+log "draft-model policies (random pair)"
+for run in plain sam sam-cal model sam-model; do
+  args=(--policy "$run"); [[ $run == plain ]] && args=(--no-spec)
+  [[ $run == model || $run == sam-model ]] && args+=(--draft-model "$pair/draft")
+  "$build/bin/sam-generate" --model "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
+      --index "$build/kit-gsm8k.sam" --prompt "$question" --max-new-tokens "$new_tokens" \
+      --device "$device" --json "${args[@]}" 2>> "$out/pair.log" |
+    $py -c 'import json,sys; r=json.load(sys.stdin); print("JSON " + json.dumps({"bench": "draft_pair",
+        "run": sys.argv[1], "tokens_per_s": r.get("tokens_per_s"), "mat": r.get("mat"),
+        "new_tokens": r.get("new_tokens"), "steps": r.get("steps")}))' "$run" >> "$out/draft_pair.log" ||
+    log "sam-generate $run failed"
+done
 
 python3 tools/gpu_kit/collect.py "$out" && log "figures: $out/gpu_kit.json"

@@ -45,16 +45,53 @@ void CopyIds(const torch::Tensor& cpu_ids, std::vector<uint32_t>* out) {
 
 }  // namespace
 
-std::string GeneratorPolicyHelp() { return rt::PolicyHelp(); }
+namespace {
+// The policies only this backend runs (they need a draft model), in the table's format.
+struct ModelPolicy {
+  std::string_view name;
+  GeneratorOptions::DraftModelUse use;
+  std::string_view description;
+};
+constexpr ModelPolicy kModelPolicies[] = {
+    {"model", GeneratorOptions::DraftModelUse::kOnly,
+     "the draft model's tree every step (--draft-model, --draft-mode)"},
+    {"sam-model", GeneratorOptions::DraftModelUse::kFallback,
+     "paper rule (l_bias 5, l_threshold 5) with the draft model's tree as fallback"},
+};
+}  // namespace
+
+std::string GeneratorPolicyHelp() {
+  std::string out = rt::PolicyHelp();
+  for (const ModelPolicy& p : kModelPolicies) {
+    std::string name(p.name);
+    name.resize(std::max<size_t>(name.size() + 1, 10), ' ');
+    out += "\n" + name + std::string(p.description);
+  }
+  return out;
+}
+
+bool PolicyNeedsDraftModel(std::string_view name) {
+  for (const ModelPolicy& p : kModelPolicies)
+    if (p.name == name) return true;
+  return false;
+}
 
 GeneratorOptions GeneratorOptionsForPolicy(std::string_view name) {
   GeneratorOptions o;
+  for (const ModelPolicy& p : kModelPolicies) {
+    if (p.name != name) continue;
+    o.selection.policy = rt::Policy::kPaper;
+    o.draft_model_use = p.use;
+    return o;
+  }
   try {
     const rt::NamedPolicy& p = rt::FindPolicy(name);
     o.selection.policy = p.policy;
     o.recycling_fallback = p.recycling_fallback;
   } catch (const sam::Error& e) {
-    throw Error(ErrorCode::kInvalidArgument, e.what());
+    std::string message = e.what();
+    if (!message.empty() && message.back() == ')') message.insert(message.size() - 1, ", model, sam-model");
+    throw Error(ErrorCode::kInvalidArgument, message);
   }
   return o;
 }
@@ -98,6 +135,31 @@ Generator::Generator(const Model& model, const GeneratorOptions& options)
     recycling_ = std::make_unique<rt::RecyclingDrafter>(vocab);
     session_options.fallback = recycling_.get();
   }
+  using Use = GeneratorOptions::DraftModelUse;
+  if (options.draft_model_use != Use::kNone || options.draft_model != nullptr) {
+    const Model* draft = options.draft_model;
+    if (draft == nullptr)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "generate: the policy drafts with a model, but no draft model was given");
+    if (options.draft_model_use == Use::kNone)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "generate: a draft model was given, but the policy does not use it (use model or "
+                  "sam-model)");
+    if (draft->config().vocab_size != model.config().vocab_size)
+      throw Error(ErrorCode::kTokenizerMismatch,
+                  "generate: the draft model has " + std::to_string(draft->config().vocab_size) +
+                      " tokens, the target model " + std::to_string(model.config().vocab_size) +
+                      ": a draft model must share the target's vocabulary and tokenizer");
+    if (draft->device() != model.device())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "generate: the draft model is on " + draft->device().str() + ", the target on " +
+                      model.device().str() + "; load both on the same device");
+    if (options.recycling_fallback && options.draft_model_use == Use::kFallback)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "generate: a session has one fallback drafter: Token Recycling or the draft model");
+    model_drafter_ = std::make_unique<ModelDrafter>(*draft, options.draft_tree);
+    if (options.draft_model_use == Use::kFallback) session_options.fallback = model_drafter_.get();
+  }
   try {
     session_ = std::make_unique<rt::Session>(session_options);
   } catch (const sam::Error& e) {
@@ -109,6 +171,8 @@ Generator::Generator(const Model& model, const GeneratorOptions& options)
       1, options.selection.policy == rt::Policy::kTree
              ? std::max(options.selection.draft_size, options.selection.max_tree_nodes)
              : options.selection.draft_size);
+  if (options.draft_model_use == Use::kOnly)
+    max_draft_nodes_ = std::min(max_draft_nodes_, options.draft_tree.MaxNodes());
 }
 
 Generator::~Generator() = default;
@@ -146,6 +210,12 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
     cache_ = model_.NewCache(needed);
   } else {
     cache_.Truncate(0);
+  }
+  const bool model_only = options_.draft_model_use == GeneratorOptions::DraftModelUse::kOnly;
+  const int64_t draft_passes_before = model_drafter_ ? model_drafter_->forward_passes() : 0;
+  if (model_drafter_) {
+    model_drafter_->Configure(options.sampling, options.seed ^ 0x5851f42d4c957f2dULL);
+    model_drafter_->Reserve(result.prompt_tokens + options.max_new_tokens);
   }
 
   // Feeds Token Recycling the top-k next tokens of every row of `logits` (evaluated `tokens`).
@@ -199,7 +269,9 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
   };
 
   // ---- Prefill: one pass over the prompt; the first token comes from its last position.
-  if (options.speculative) {
+  if (options.speculative && model_only) {
+    model_drafter_->Prefill(prompt);
+  } else if (options.speculative) {
     session_->Reset();
     session_->Prefill(prompt);
   }
@@ -229,7 +301,11 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
     if (options.speculative) {
       // No deeper than the tokens still wanted: remaining - 1 accepted plus the bonus.
       const size_t max_nodes = std::min<size_t>(max_draft_nodes_, static_cast<size_t>(remaining));
-      session_->Propose(start, max_nodes, &s.tree);
+      if (model_only) {
+        model_drafter_->Propose(start, max_nodes, &s.tree);
+      } else {
+        session_->Propose(start, max_nodes, &s.tree);
+      }
     } else {
       s.tree.Reset(start, rt::DraftSource::kNone);
     }
@@ -244,15 +320,26 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
       rt::VerifyGreedy(tree, s.argmax, &s.verified);
     } else {
       reset_rows(tree.size());
-      s.verified = rt::VerifySampling(
-          tree, [&](int32_t node) { return distribution(logits, node); }, rng);
+      auto target = [&](int32_t node) { return distribution(logits, node); };
+      if (tree.source == rt::DraftSource::kModel) {
+        // The draft model's own rule, with its proposal rows q(.|node).
+        const rt::TreeDraft& draft = model_drafter_->last_draft();
+        s.verified = rt::VerifySampling(tree, target, rng, draft.verify_mode,
+                                        [&](int32_t node) { return draft.ProposalRow(node); });
+      } else {
+        s.verified = rt::VerifySampling(tree, target, rng);
+      }
     }
     cache_.Commit(s.verified.accepted_nodes);
     if (options.speculative) {
       s.committed.assign(1, start);
       s.committed.insert(s.committed.end(), s.verified.accepted_tokens.begin(),
                          s.verified.accepted_tokens.end());
-      session_->Commit(s.committed);
+      if (model_only) {
+        model_drafter_->Commit(s.committed);
+      } else {
+        session_->Commit(s.committed);
+      }
     }
 
     ++result.steps;
@@ -265,6 +352,7 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
   }
 
   result.decode_seconds = SecondsSince(decode_start);
+  if (model_drafter_) result.draft_forward_passes = model_drafter_->forward_passes() - draft_passes_before;
   result.mat = result.Total().Mat();
   const double seconds = result.prefill_seconds + result.decode_seconds;
   result.tokens_per_s = seconds > 0 ? static_cast<double>(result.output_ids.size()) / seconds : 0.0;

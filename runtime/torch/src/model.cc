@@ -376,6 +376,14 @@ torch::Tensor Model::Forward(KvCache& cache, const std::vector<int64_t>& tokens)
 }
 
 torch::Tensor Model::Forward(KvCache& cache, const TreeInput& input) const {
+  return ForwardImpl(cache, input, /*extend=*/false);
+}
+
+torch::Tensor Model::Extend(KvCache& cache, const TreeInput& input) const {
+  return ForwardImpl(cache, input, /*extend=*/true);
+}
+
+torch::Tensor Model::ForwardImpl(KvCache& cache, const TreeInput& input, bool extend) const {
   at::NoGradGuard no_grad;
   const auto n = static_cast<int64_t>(input.tokens.size());
   if (n == 0) InvalidArgument("Forward: empty input");
@@ -390,21 +398,27 @@ torch::Tensor Model::Forward(KvCache& cache, const TreeInput& input) const {
     InvalidArgument("Forward: the KV cache was not made by this model's NewCache");
   }
   const int64_t past = cache.length_;
-  if (past + n > cache.capacity_) {
+  // Extend: the pending nodes of the previous pass stay (slots [past, past + old)) and the new
+  // nodes follow them; parents index the whole pending list.
+  const int64_t old = extend ? static_cast<int64_t>(cache.pending_parents_.size()) : 0;
+  const int64_t span = old + n;  // pending nodes after this pass
+  if (past + span > cache.capacity_) {
     throw Error(ErrorCode::kCapacity, "Forward: " + std::to_string(past) + " cached + " +
-                                          std::to_string(n) + " new positions exceed the KV cache capacity " +
+                                          std::to_string(span) + " new positions exceed the KV cache capacity " +
                                           std::to_string(cache.capacity_));
   }
 
+  std::vector<int32_t> parents(cache.pending_parents_.begin(), cache.pending_parents_.begin() + old);
   cache.pending_parents_.clear();  // if anything below throws, nothing is left to commit
 
   // Depths, linear-chain detection and token validation, on the host.
-  std::vector<int64_t> depth(n);
+  std::vector<int64_t> depth(span);
   std::vector<float> positions(n);
-  bool linear = true;
+  for (int64_t j = 0; j < old; ++j) depth[j] = parents[j] < 0 ? 0 : depth[parents[j]] + 1;
+  bool linear = old == 0;
   for (int64_t i = 0; i < n; ++i) {
     const int32_t parent = input.parents[i];
-    if (parent < -1 || parent >= i) {
+    if (parent < -1 || parent >= old + i) {
       InvalidArgument("Forward: parents[" + std::to_string(i) + "] = " + std::to_string(parent) +
                       " (must be -1 or an earlier node index)");
     }
@@ -413,30 +427,32 @@ torch::Tensor Model::Forward(KvCache& cache, const TreeInput& input) const {
       InvalidArgument("Forward: tokens[" + std::to_string(i) + "] = " + std::to_string(token) +
                       " outside the vocabulary [0, " + std::to_string(config_.vocab_size) + ")");
     }
-    depth[i] = parent < 0 ? 0 : depth[parent] + 1;
-    positions[i] = static_cast<float>(past + depth[i]);
+    depth[old + i] = parent < 0 ? 0 : depth[parent] + 1;
+    positions[i] = static_cast<float>(past + depth[old + i]);
     linear = linear && parent == i - 1;
+    parents.push_back(parent);
   }
 
-  // Additive mask over the in-input block [n, n]: node i sees its ancestors and itself. The
+  // Additive mask over the pending block [n, old + n]: node i sees its ancestors and itself. The
   // prefix columns [0, past) are visible to every node, so that part of the mask is all zeros.
   torch::Tensor mask;
   const float kNegInf = -std::numeric_limits<float>::infinity();
-  if (n > 1) {
+  if (span > 1) {
     if (linear) {
       mask = torch::full({n, n}, kNegInf, torch::kFloat32).triu_(1);
     } else {
-      mask = torch::full({n, n}, kNegInf, torch::kFloat32);
-      float* m = mask.data_ptr<float>();
-      for (int64_t i = 0; i < n; ++i) {
-        const int32_t parent = input.parents[i];
-        if (parent >= 0) std::copy(m + parent * n, m + parent * n + parent + 1, m + i * n);
-        m[i * n + i] = 0.0f;
+      // Visibility rows of every pending node (a row is its parent's plus itself).
+      torch::Tensor all = torch::full({span, span}, kNegInf, torch::kFloat32);
+      float* m = all.data_ptr<float>();
+      for (int64_t i = 0; i < span; ++i) {
+        const int32_t parent = parents[i];
+        if (parent >= 0) std::copy(m + parent * span, m + parent * span + parent + 1, m + i * span);
+        m[i * span + i] = 0.0f;
       }
+      mask = all.narrow(0, old, n).contiguous();
     }
     mask = mask.to(device_);
   }
-
   const auto host_long = torch::TensorOptions().dtype(torch::kInt64);
   const torch::Tensor token_ids =
       torch::from_blob(const_cast<int64_t*>(input.tokens.data()), {n}, host_long).to(device_);
@@ -452,7 +468,7 @@ torch::Tensor Model::Forward(KvCache& cache, const TreeInput& input) const {
   const int64_t kv_heads = config_.num_key_value_heads;
   const int64_t group = heads / kv_heads;
   const int64_t head_dim = config_.head_dim;
-  const int64_t total = past + n;
+  const int64_t total = past + span;
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
 
   torch::Tensor x = embed_tokens_.index_select(0, token_ids);  // [n, hidden]
@@ -469,8 +485,8 @@ torch::Tensor Model::Forward(KvCache& cache, const TreeInput& input) const {
     const torch::Tensor layer_cache = cache.storage_.select(0, static_cast<int64_t>(l));  // [2,1,kvh,cap,d]
     const torch::Tensor keys = layer_cache.select(0, 0).select(0, 0);    // [kvh, cap, d]
     const torch::Tensor values = layer_cache.select(0, 1).select(0, 0);  // [kvh, cap, d]
-    keys.narrow(1, past, n).copy_(k.transpose(0, 1));
-    values.narrow(1, past, n).copy_(v.transpose(0, 1));
+    keys.narrow(1, past + old, n).copy_(k.transpose(0, 1));
+    values.narrow(1, past + old, n).copy_(v.transpose(0, 1));
     const torch::Tensor all_keys = keys.narrow(1, 0, total);
     const torch::Tensor all_values = values.narrow(1, 0, total);
 
@@ -482,7 +498,7 @@ torch::Tensor Model::Forward(KvCache& cache, const TreeInput& input) const {
                                .to(torch::kFloat32)
                                .mul_(scale)
                                .view({kv_heads, group, n, total});
-    if (mask.defined()) scores.narrow(3, past, n).add_(mask);
+    if (mask.defined()) scores.narrow(3, past, span).add_(mask);
     const torch::Tensor probs = torch::softmax(scores, -1).to(dtype_).view({kv_heads, group * n, total});
     const torch::Tensor attended = torch::matmul(probs, all_values)  // [kvh, group * n, d]
                                        .view({kv_heads, group, n, head_dim})
@@ -494,7 +510,7 @@ torch::Tensor Model::Forward(KvCache& cache, const TreeInput& input) const {
     x = x + torch::linear(torch::silu(torch::linear(h2, layer.gate_proj)) * torch::linear(h2, layer.up_proj),
                           layer.down_proj);
   }
-  cache.pending_parents_ = input.parents;
+  cache.pending_parents_ = std::move(parents);
   return torch::linear(RmsNorm(x, final_norm_), lm_head_).to(torch::kFloat32);
 }
 

@@ -180,7 +180,6 @@ class SAM_API Session : public Drafter {
   DraftTree tree_;
   DraftTree scratch_tree_;
   std::vector<uint32_t> chain_;
-  std::vector<double> weights_;
   std::unique_ptr<MergedScratch> merged_;
   std::vector<std::array<int, 4>> node_cells_;  // calibration cells of tree_'s nodes
   std::vector<uint8_t> on_path_;

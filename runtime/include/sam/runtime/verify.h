@@ -165,13 +165,21 @@ enum class DraftMode {
   // a repeated sibling) is verified as a deterministic draft, which keeps the
   // step lossless.
   kWithoutReplacement,
+  // Siblings were drawn independently, with replacement, from one proposal q
+  // (SpecInfer-style multi-draft sampling; a single-child chain drawn from q is
+  // the classic speculative sampling rule). Multi-round rejection: accept x_k
+  // with probability min(1, p_k(x_k) / q(x_k)); on rejection p_{k+1} =
+  // norm(max(p_k - q, 0)) with q unchanged (a repeated sibling token is tried
+  // again against the new residual). Needs the proposal rows like
+  // kWithoutReplacement.
+  kWithReplacement,
 };
 
 // Verifies a draft tree against the model's processed distributions.
 //   target(i)   the model's distribution after node i (already processed by
 //               ApplySampling with the step's parameters).
-//   proposal(i) kWithoutReplacement only: the distribution q from which node
-//               i's children were drawn without replacement (same size V).
+//   proposal(i) kWithoutReplacement / kWithReplacement: the distribution q
+//               from which node i's children were drawn (same size V).
 //               Ignored (may be empty) for kDeterministic.
 // The emitted tokens (accepted_tokens, then bonus_token) are distributed
 // exactly as tokens sampled one at a time from target. Consumes one
@@ -179,7 +187,7 @@ enum class DraftMode {
 // O(accepted depth * (V + tree.size())) plus O(V) per rejected
 // kWithoutReplacement child; allocates O(V) scratch.
 // Throws sam::Error (kInvalidArgument) on a malformed tree, a missing proposal in
-// kWithoutReplacement, rows of different sizes or with invalid entries, or a
+// kWithoutReplacement or kWithReplacement, rows of different sizes or with invalid entries, or a
 // draft token >= V.
 SAM_API SampleResult VerifySampling(const DraftTree& tree, const NodeDistribution& target,
                                     Rng& rng, DraftMode mode = DraftMode::kDeterministic,

@@ -29,8 +29,11 @@
 // Sampling (temperature > 0): every position's logits go through the same ApplySampling
 // (temperature, top-k, top-p) — the first token after prefill, every draft node, every bonus
 // token — and VerifySampling's recursive rejection (deterministic drafts) makes the emitted
-// tokens distributed exactly as plain sampling. The Rng is seeded per request by
-// GenerateOptions::seed.
+// tokens distributed exactly as plain sampling. A draft model's trees (source kModel) are verified
+// with their own rule and proposal rows q(.|node): recursive rejection with residuals for RSD-C /
+// RSD-S (drawn without replacement), the multi-round rule for SpecInfer and sampled chains (with
+// replacement), the deterministic rule for kTree. The Rng is seeded per request by
+// GenerateOptions::seed (the draft model's own Rng by a value derived from it).
 // Without speculation (GenerateOptions::speculative = false) every step's tree is the start token
 // alone: plain autoregressive decoding through the same code path.
 //
@@ -58,8 +61,10 @@
 #include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/statistics.h"
+#include "sam/runtime/tree_draft.h"
 #include "sam/runtime/verify.h"
 #include "sam/torch/model.h"
+#include "sam/torch/model_drafter.h"
 
 namespace sam::torch_backend {
 
@@ -71,13 +76,27 @@ struct GeneratorOptions {
   bool recycling_fallback = false;
   // Memory bound of the per-request dynamic suffix automaton.
   size_t max_dynamic_bytes = size_t{64} << 20;
+  // A draft model (ModelDrafter, model_drafter.h): kOnly drafts every step with it (policy
+  // "model"); kFallback makes it the session's fallback drafter (policy "sam-model": SAM's linear
+  // draft when max(l_dyn, l_static - l_bias) >= l_threshold, else the model's tree). The model is
+  // borrowed, must have the target's vocabulary size and live on the target's device.
+  enum class DraftModelUse { kNone, kOnly, kFallback };
+  DraftModelUse draft_model_use = DraftModelUse::kNone;
+  const Model* draft_model = nullptr;
+  // The model's tree shape; `greedy` is set per request from the sampling temperature. Policy
+  // "model" drafts at most selection.draft_size nodes (start token included).
+  runtime::TreeDraftOptions draft_tree;
 };
 
-// Generator options for a policy by its name (runtime::NamedPolicies(),
-// sam/runtime/selection.h: sam, static, dynamic, sam-tree, sam-rec, sam-cal).
+// Generator options for a policy by its name: runtime::NamedPolicies() (sam/runtime/selection.h:
+// sam, static, dynamic, sam-tree, sam-rec, sam-cal) and the two policies that need a draft model,
+// which only this backend can run: "model" (the draft model alone) and "sam-model" (the paper
+// rule with the draft model as fallback, l_bias 5, l_threshold 5). The caller sets draft_model.
 // Throws Error(kInvalidArgument) listing the valid names.
 GeneratorOptions GeneratorOptionsForPolicy(std::string_view name);
-// One line per policy name, for --help texts (runtime::PolicyHelp()).
+// True for the policies that need GeneratorOptions::draft_model.
+bool PolicyNeedsDraftModel(std::string_view name);
+// One line per policy name, for --help texts (runtime::PolicyHelp() and the two above).
 std::string GeneratorPolicyHelp();
 
 // One request's parameters.
@@ -111,6 +130,8 @@ struct GenerateResult {
   // output_ids.size() / (prefill_seconds + decode_seconds).
   double tokens_per_s = 0.0;
   StopReason stop_reason = StopReason::kMaxNewTokens;
+  // Forward passes of the draft model (0 without one).
+  int64_t draft_forward_passes = 0;
   // Per draft source (runtime::DraftSource order), one record per step.
   std::array<runtime::SourceStatistics, runtime::kNumDraftSources> by_source{};
   // All sources together.
@@ -144,6 +165,8 @@ class Generator {
   // drafter (null without recycling_fallback).
   const runtime::Session& session() const { return *session_; }
   const runtime::RecyclingDrafter* recycling() const { return recycling_.get(); }
+  // The draft model's drafter (null without a draft model).
+  const ModelDrafter* model_drafter() const { return model_drafter_.get(); }
 
   // The most nodes a draft may have, start token included (sizes the KV cache).
   size_t max_draft_nodes() const { return max_draft_nodes_; }
@@ -153,6 +176,7 @@ class Generator {
   const Model& model_;
   GeneratorOptions options_;
   std::unique_ptr<runtime::RecyclingDrafter> recycling_;
+  std::unique_ptr<ModelDrafter> model_drafter_;
   std::unique_ptr<runtime::Session> session_;
   size_t max_draft_nodes_ = 1;
   KvCache cache_;  // reused across requests when large enough

@@ -132,6 +132,12 @@ class Model {
   torch::Tensor Forward(KvCache& cache, const TreeInput& input) const;
   // Linear chain convenience: Forward(cache, TreeInput::Linear(tokens)).
   torch::Tensor Forward(KvCache& cache, const std::vector<int64_t>& tokens) const;
+  // Like Forward, but the nodes pending from the previous Forward/Extend stay: with m nodes
+  // pending, input node i becomes pending node m + i, and input.parents[i] is -1 or an index
+  // into the whole pending list (< m + i). Returns the logits of the new nodes only. A draft
+  // model grows its tree one level per call this way; Commit() then takes a path of the whole
+  // pending list. Same errors as Forward (capacity counts every pending node).
+  torch::Tensor Extend(KvCache& cache, const TreeInput& input) const;
 
  private:
   struct Layer {
@@ -141,6 +147,7 @@ class Model {
   template <typename Lookup>
   static Model Build(const LlamaConfig& config, Lookup&& lookup, const ModelOptions& options);
   torch::Tensor RmsNorm(const torch::Tensor& x, const torch::Tensor& weight) const;
+  torch::Tensor ForwardImpl(KvCache& cache, const TreeInput& input, bool extend) const;
 
   LlamaConfig config_;
   torch::Device device_ = torch::kCPU;

@@ -1,0 +1,380 @@
+// Policy::kCalibrated against a naive oracle. The session ranks a merged
+// candidate trie lazily (static children looked up only when they can still
+// rank, cached top children, cursors moved along the accepted nodes' known
+// states). The oracle below builds the trie eagerly instead: the dynamic
+// continuation, and under every node with a static state the max_width
+// heaviest children found by enumerating all of its transitions, down to
+// where no node can reach min_path_probability; then it ranks the nodes
+// greedily (the best node whose parent is ranked, until the budget is full),
+// with its own copy of the acceptance estimates, fed with the same
+// acceptances. Both must give the same drafts at every step, over random
+// streams, one or two indexes, with and without shared hub tables.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "sam/runtime/draft.h"
+#include "sam/runtime/replay.h"
+#include "sam/runtime/session.h"
+#include "sam/runtime/static_index.h"
+#include "sam/runtime/static_match.h"
+#include "test_index.h"
+
+namespace sam::runtime {
+namespace {
+
+using test_util::BuiltIndex;
+using test_util::RandomTexts;
+using test_util::Text;
+
+// The estimates as docs/runtime.md defines them: cells by feature buckets,
+// (hits + 4 prior) / (trials + 4).
+class OracleCalibrator {
+ public:
+  static constexpr size_t kL = 11, kC = 8, kR = 10, kK = 8;
+  OracleCalibrator() {
+    prior_.assign(kL * kL + kR * kC * kL + kL * kK, 0.0);
+    for (size_t l = 0; l < kL; ++l)
+      for (size_t d = 0; d < kL; ++d)
+        prior_[l * kL + d] = std::min(0.85, 0.35 + 0.05 * static_cast<double>(l + d));
+    for (size_t r = 0; r < kR; ++r)
+      for (size_t c = 0; c < kC; ++c)
+        for (size_t l = 0; l < kL; ++l)
+          prior_[kL * kL + (r * kC + c) * kL + l] = 0.8 * (static_cast<double>(r) + 0.5) / kR;
+    hits_.assign(prior_.size(), 0.0);
+    trials_.assign(prior_.size(), 0.0);
+  }
+  static size_t LengthBucket(uint64_t x) {
+    const uint64_t upper[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+    size_t b = 0;
+    while (b < 10 && x > upper[b]) ++b;
+    return b;
+  }
+  static size_t CountBucket(uint64_t c) {  // 1, 2, 3-4, 5-8, 9-16, 17-128, 129-1024, 1025+
+    const uint64_t upper[] = {1, 2, 4, 8, 16, 128, 1024};
+    size_t b = 0;
+    while (b < 7 && c > upper[b]) ++b;
+    return b;
+  }
+  int Dynamic(uint64_t len, size_t depth) const {
+    return static_cast<int>(LengthBucket(len) * kL + LengthBucket(depth));
+  }
+  int Static(uint64_t child, uint64_t parent, uint64_t len) const {
+    const size_t r = child >= parent ? kR - 1 : static_cast<size_t>(
+                                                    static_cast<double>(child) / parent * kR);
+    return static_cast<int>(kL * kL + (r * kC + CountBucket(parent)) * kL + LengthBucket(len));
+  }
+  double P(int cell) const {
+    return (hits_[cell] + 4.0 * prior_[cell]) / (trials_[cell] + 4.0);
+  }
+  void Observe(int cell, bool hit) {
+    trials_[cell] += 1;
+    hits_[cell] += hit;
+  }
+
+ private:
+  std::vector<double> prior_, hits_, trials_;
+};
+
+struct ONode {
+  uint32_t token;
+  int parent;
+  size_t depth;
+  double prob = 0, path = 0;
+  std::array<int, 2> cells{-1, -1};
+  std::vector<uint64_t> states;  // per index (kNoState: none)
+  std::vector<uint64_t> counts;
+  int rank = -1;
+};
+
+class Oracle {
+ public:
+  Oracle(std::vector<const format::IndexView*> views, const SelectionOptions& sel)
+      : views_(std::move(views)), sel_(sel) {
+    for (const auto* v : views_) cursors_.emplace_back(v);
+  }
+  void Prefill(const Text& t) {
+    for (auto& c : cursors_)
+      for (uint32_t x : t) c.Advance(x);
+  }
+  const StaticCursor& cursor(size_t i) const { return cursors_[i]; }
+
+  DraftTree Propose(uint32_t start, const DynamicSam& dyn_sam) {
+    const size_t budget = sel_.draft_size;
+    nodes_.clear();
+    nodes_.push_back(ONode{start, -1, 0});
+    nodes_[0].prob = nodes_[0].path = 1;
+    nodes_[0].states.assign(views_.size(), format::kNoState);
+    nodes_[0].counts.assign(views_.size(), 0);
+    peeked_.clear();
+    for (size_t i = 0; i < views_.size(); ++i) {
+      peeked_.push_back(cursors_[i].Peek(start));
+      if (peeked_[i].len > 0) {
+        nodes_[0].states[i] = peeked_[i].state;
+        nodes_[0].counts[i] = views_[i]->Count(peeked_[i].state);
+      }
+    }
+    const DynamicSam::Match dyn = dyn_sam.Lookup(start);
+    if (dyn.len > 0) {
+      std::vector<uint32_t> chain(budget - 1);
+      const size_t n = dyn_sam.Continuation(dyn, budget - 1, sel_.dynamic_link_fallback,
+                                            chain.data());
+      int node = 0;
+      for (size_t j = 0; j < n; ++j) {
+        node = Child(node, chain[j]);
+        Offer(node, 0, cal.Dynamic(dyn.len, j + 1));
+      }
+    }
+    // Eager static expansion, parents first (nodes_ grows while scanned).
+    for (size_t x = 0; x < nodes_.size(); ++x) {
+      nodes_[x].path = x == 0 ? 1.0 : nodes_[nodes_[x].parent].path * nodes_[x].prob;
+      // A node below min_path (or deeper than any ranked node can be) never
+      // ranks, nor do its descendants.
+      if (nodes_[x].path < sel_.min_path_probability || nodes_[x].depth + 1 >= budget ||
+          nodes_[x].depth >= 64)
+        continue;
+      for (size_t i = 0; i < views_.size(); ++i) {
+        const uint64_t v = nodes_[x].states[i];
+        const uint64_t total = nodes_[x].counts[i];
+        if (v == format::kNoState || total == 0) continue;
+        std::vector<StaticIndex::Child> all;
+        views_[i]->ForEachChild(v, [&](uint32_t token, uint64_t target) {
+          all.push_back({token, target, views_[i]->Count(target)});
+        });
+        std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+          return a.count != b.count ? a.count > b.count : a.token < b.token;
+        });
+        all.resize(std::min(all.size(), sel_.max_width));
+        for (const auto& c : all) {
+          const int child = Child(static_cast<int>(x), c.token);
+          nodes_[child].states[i] = c.target;
+          nodes_[child].counts[i] = c.count;
+          Offer(child, 1, cal.Static(c.count, total, peeked_[i].len + nodes_[x].depth));
+        }
+      }
+    }
+    // Greedy ranking.
+    std::vector<int> ranked = {0};
+    nodes_[0].rank = 0;
+    while (ranked.size() < budget) {
+      int best = -1;
+      for (size_t x = 1; x < nodes_.size(); ++x) {
+        const ONode& n = nodes_[x];
+        if (n.rank >= 0 || nodes_[n.parent].rank < 0 || n.path < sel_.min_path_probability)
+          continue;
+        if (best < 0 || Before(n, nodes_[best])) best = static_cast<int>(x);
+      }
+      if (best < 0) break;
+      nodes_[best].rank = static_cast<int>(ranked.size());
+      ranked.push_back(best);
+    }
+    DraftTree t;
+    t.Reset(start, DraftSource::kNone);
+    tree_cells_.assign(1, {-1, -1});
+    for (size_t r = 1; r < ranked.size(); ++r) {
+      t.Add(nodes_[nodes_[ranked[r]].parent].rank, nodes_[ranked[r]].token);
+      tree_cells_.push_back(nodes_[ranked[r]].cells);
+    }
+    return t;
+  }
+
+  // After the session's Commit of `tokens` for the draft `t`.
+  void Commit(const DraftTree& t, const Text& tokens) {
+    std::vector<char> on(t.size(), 0);
+    on[0] = 1;
+    int node = 0;
+    for (size_t k = 1; k < tokens.size(); ++k) {
+      node = t.Child(node, tokens[k]);
+      if (node < 0) break;
+      on[node] = 1;
+    }
+    if (t.size() > 1)
+      for (size_t i = 1; i < t.size(); ++i) {
+        if (!on[t.parents[i]]) continue;
+        for (int cell : tree_cells_[i])
+          if (cell >= 0) cal.Observe(cell, on[i] != 0);
+      }
+    for (auto& c : cursors_)
+      for (uint32_t x : tokens) c.Advance(x);
+  }
+
+  OracleCalibrator cal;
+
+ private:
+  bool Before(const ONode& a, const ONode& b) const {
+    if (a.path != b.path) return a.path > b.path;
+    if (a.depth != b.depth) return a.depth < b.depth;
+    const int pa = nodes_[a.parent].rank, pb = nodes_[b.parent].rank;
+    if (pa != pb) return pa < pb;
+    return a.token < b.token;
+  }
+  int Child(int parent, uint32_t token) {
+    for (size_t x = 1; x < nodes_.size(); ++x)
+      if (nodes_[x].parent == parent && nodes_[x].token == token) return static_cast<int>(x);
+    ONode n{token, parent, nodes_[parent].depth + 1};
+    n.states.assign(views_.size(), format::kNoState);
+    n.counts.assign(views_.size(), 0);
+    nodes_.push_back(std::move(n));
+    return static_cast<int>(nodes_.size() - 1);
+  }
+  void Offer(int node, int slot, int cell) {
+    ONode& n = nodes_[node];
+    const double p = cal.P(cell);
+    if (n.cells[slot] < 0 || p > cal.P(n.cells[slot])) n.cells[slot] = cell;
+    n.prob = std::max(n.prob, p);
+  }
+
+  std::vector<const format::IndexView*> views_;
+  SelectionOptions sel_;
+  std::vector<StaticCursor> cursors_;
+  std::vector<StaticMatch> peeked_;
+  std::vector<ONode> nodes_;
+  std::vector<std::array<int, 2>> tree_cells_;
+};
+
+// Random streams: stretches copied from the indexed documents (so that
+// drafts are accepted and the estimates move) mixed with random tokens.
+Text Stream(std::mt19937& rng, const std::vector<Text>& docs, size_t n, uint32_t vocab) {
+  Text out;
+  while (out.size() < n) {
+    if (rng() % 3 == 0) {
+      out.push_back(rng() % vocab);
+      continue;
+    }
+    const Text& d = docs[rng() % docs.size()];
+    const size_t from = rng() % d.size();
+    const size_t len = 1 + rng() % 12;
+    for (size_t k = from; k < d.size() && k < from + len; ++k) out.push_back(d[k]);
+  }
+  out.resize(n);
+  return out;
+}
+
+void CompareWithOracle(uint32_t seed, size_t num_indexes, bool hubs, size_t draft_size,
+                       size_t max_width) {
+  std::mt19937 rng(seed);
+  const uint32_t vocab = 6 + seed % 5;
+  std::vector<std::vector<Text>> docs;
+  std::vector<std::unique_ptr<BuiltIndex>> built;
+  for (size_t i = 0; i < num_indexes; ++i) {
+    docs.push_back(RandomTexts(rng, 20 + rng() % 20, 10, 40, vocab));
+    // Repeated phrases give states of several children and longer matches.
+    for (size_t k = 0; k < 10; ++k) docs[i].push_back(docs[i][rng() % docs[i].size()]);
+    built.push_back(std::make_unique<BuiltIndex>(
+        docs[i], vocab, "cal_oracle_" + std::to_string(seed) + "_" + std::to_string(i) + ".sam"));
+  }
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = Policy::kCalibrated;
+  o.selection.draft_size = draft_size;
+  o.selection.max_width = max_width;
+  o.selection.max_static_lookups = 0;  // the exact ranking
+  Session s(o);
+  std::vector<const format::IndexView*> views;
+  for (size_t i = 0; i < num_indexes; ++i) {
+    views.push_back(&built[i]->view());
+    if (hubs) {
+      StaticIndex::Options h;
+      h.min_degree = 3;  // small states become hubs too
+      h.top_k = 4;       // below max_width 8: those use the session's own lookup
+      s.AttachIndex(StaticIndex::Create(&built[i]->view(), h));
+    } else {
+      s.AttachIndex(&built[i]->view());
+    }
+  }
+  Oracle oracle(views, o.selection);
+  const Text prompt = Stream(rng, docs[0], 30, vocab);
+  s.Prefill(prompt);
+  oracle.Prefill(prompt);
+  const Text gen = Stream(rng, docs[rng() % num_indexes], 1500, vocab);
+  size_t steps = 0, accepted_total = 0, branching = 0;
+  for (size_t i = 0; i + 1 < gen.size();) {
+    const DraftTree expected = oracle.Propose(gen[i], s.dynamic_sam());
+    const DraftTree& got = s.Propose(gen[i]);
+    ASSERT_EQ(got.tokens, expected.tokens) << "seed " << seed << " step " << steps;
+    ASSERT_EQ(got.parents, expected.parents) << "seed " << seed << " step " << steps;
+    branching += !got.IsLinear();
+    const size_t accepted =
+        AcceptedLength(got, std::span<const uint32_t>(gen).subspan(i + 1));
+    accepted_total += accepted;
+    const Text commit(gen.begin() + i, gen.begin() + i + accepted + 1);
+    oracle.Commit(expected, commit);
+    s.Commit(commit);
+    for (size_t k = 0; k < num_indexes; ++k) {
+      ASSERT_EQ(s.cursor(k).match().state, oracle.cursor(k).match().state) << steps;
+      ASSERT_EQ(s.cursor(k).match().len, oracle.cursor(k).match().len) << steps;
+    }
+    i += accepted + 1;
+    ++steps;
+  }
+  // The streams exercise what they are meant to: accepted drafts, branching trees.
+  EXPECT_GT(accepted_total, steps / 4) << seed;
+  EXPECT_GT(branching, steps / 10) << seed;
+}
+
+TEST(CalibratedPolicy, LazyRankingMatchesEagerOracle) {
+  for (uint32_t seed = 1; seed <= 6; ++seed) CompareWithOracle(seed, 1, false, 40, 8);
+}
+
+TEST(CalibratedPolicy, LazyRankingMatchesEagerOracleWithHubsAndTwoIndexes) {
+  for (uint32_t seed = 11; seed <= 14; ++seed) CompareWithOracle(seed, 2, true, 40, 8);
+  for (uint32_t seed = 21; seed <= 23; ++seed) CompareWithOracle(seed, 1, true, 16, 3);
+}
+
+TEST(CalibratedPolicy, SmallBudgetsAndNarrowTrees) {
+  for (uint32_t seed = 31; seed <= 34; ++seed) CompareWithOracle(seed, 1, false, 6, 2);
+  for (uint32_t seed = 41; seed <= 43; ++seed) CompareWithOracle(seed, 2, false, 12, 1);
+}
+
+// max_static_lookups = k: at most k branching states offer their static
+// children in a step. Without them a node has at most two children (the
+// dynamic chain's and, for a state that occurs once, the text's), so at most
+// k draft nodes have three or more; no limit (0) and a limit never reached
+// draft the same.
+TEST(CalibratedPolicy, StaticLookupLimitBoundsBranchingNodes) {
+  std::mt19937 rng(7);
+  const uint32_t vocab = 4;  // few tokens: bushy trees
+  std::vector<Text> docs = RandomTexts(rng, 40, 20, 40, vocab);
+  BuiltIndex built(docs, vocab, "cal_limit.sam");
+  const Text prompt = Stream(rng, docs, 30, vocab);
+  const Text gen = Stream(rng, docs, 600, vocab);
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (size_t limit : {size_t{0}, size_t{1000}, size_t{1}, size_t{3}}) {
+    SessionOptions o;
+    o.max_dynamic_bytes = 1 << 20;
+    o.selection.policy = Policy::kCalibrated;
+    o.selection.max_static_lookups = limit;
+    sessions.push_back(std::make_unique<Session>(o));
+    sessions.back()->AttachIndex(&built.view());
+    sessions.back()->Prefill(prompt);
+  }
+  size_t limited_smaller = 0;
+  for (size_t i = 0; i + 1 < gen.size(); ++i) {
+    // Every session commits one token a step: their states stay comparable.
+    std::vector<DraftTree> trees;
+    for (auto& s : sessions) trees.push_back(s->Propose(gen[i]));
+    EXPECT_EQ(trees[0].tokens, trees[1].tokens) << i;
+    EXPECT_EQ(trees[0].parents, trees[1].parents) << i;
+    for (size_t k = 2; k < trees.size(); ++k) {
+      const size_t limit = k == 2 ? 1 : 3;
+      std::vector<size_t> children(trees[k].size(), 0);
+      for (size_t n = 1; n < trees[k].size(); ++n) ++children[trees[k].parents[n]];
+      const size_t branching =
+          std::count_if(children.begin(), children.end(), [](size_t c) { return c >= 3; });
+      EXPECT_LE(branching, limit) << "step " << i << " limit " << limit;
+    }
+    limited_smaller += trees[2].size() < trees[0].size();
+    for (auto& s : sessions) s->Commit(Text{gen[i]});
+  }
+  EXPECT_GT(limited_smaller, 0u);  // the limit was reached
+}
+
+}  // namespace
+}  // namespace sam::runtime
