@@ -332,7 +332,8 @@ int main(int argc, char** argv) {
   size_t draft_depth = 4, draft_width = 4;
   app.add_option("--draft-model", draft_model_dir,
                  "draft checkpoint directory (the target's vocabulary and tokenizer) for the "
-                 "policies model and sam-model; loaded on --device with --dtype");
+                 "policies model and sam-model (required) and sam-cal (optional: its trees join "
+                 "the calibrated merge); loaded on --device with --dtype");
   app.add_option("--draft-mode", draft_mode,
                  "draft model tree mode: chain, tree, rsd-c, rsd-s, specinfer (default: chain "
                  "for greedy, rsd-s for sampling)")
@@ -407,11 +408,17 @@ int main(int argc, char** argv) {
       generator_options.selection.cost_curve = rt::CostCurve::Load(cost_curve_path);
     }
     const bool needs_draft = tb::PolicyNeedsDraftModel(policy);
+    // sam-cal takes a draft model optionally: its trees join the calibrated
+    // merge (cells by depth and the draft's probability).
+    const bool calibrated_with_draft = policy == "sam-cal" && !draft_model_dir.empty();
     if (needs_draft && draft_model_dir.empty())
       throw UsageError("--policy " + policy + " needs --draft-model DIR");
-    if (!needs_draft && !draft_model_dir.empty())
-      throw UsageError("--draft-model is used by the policies model and sam-model, not " + policy);
-    if (needs_draft) {
+    if (!needs_draft && !calibrated_with_draft && !draft_model_dir.empty())
+      throw UsageError("--draft-model is used by the policies model, sam-model and sam-cal, not " +
+                       policy);
+    if (calibrated_with_draft)
+      generator_options.draft_model_use = tb::GeneratorOptions::DraftModelUse::kFallback;
+    if (needs_draft || calibrated_with_draft) {
       rt::TreeDraftOptions& tree = generator_options.draft_tree;
       const std::string mode = !draft_mode.empty() ? draft_mode : temperature == 0.0f ? "chain" : "rsd-s";
       tree.mode = *rt::TreeModeFromName(mode);

@@ -37,6 +37,9 @@ size_t CountBucket(uint64_t count) {
 constexpr size_t kCountBuckets = 8;
 constexpr size_t kRatioBuckets = 10;
 constexpr size_t kRankBuckets = 8;
+// A drafter's own probability of a node given its parent (a draft model's
+// q), in tenths: [0, 0.1) ... [0.9, 1].
+constexpr size_t kProbBuckets = 10;
 
 }  // namespace
 
@@ -57,11 +60,13 @@ class Session::Calibrator {
     const size_t dynamic = kLengthBuckets * kLengthBuckets;
     const size_t fixed_static = kRatioBuckets * kCountBuckets * kLengthBuckets;
     const size_t fallback = kLengthBuckets * kRankBuckets;
+    const size_t model = kLengthBuckets * kProbBuckets;
     const size_t cache = kLengthBuckets * kLengthBuckets;
     static_base_ = dynamic;
     fallback_base_ = dynamic + fixed_static;
-    cache_base_ = fallback_base_ + fallback;
-    prior_.resize(dynamic + fixed_static + fallback + cache);
+    model_base_ = fallback_base_ + fallback;
+    cache_base_ = model_base_ + model;
+    prior_.resize(dynamic + fixed_static + fallback + model + cache);
     for (size_t l = 0; l < kLengthBuckets; ++l)
       for (size_t d = 0; d < kLengthBuckets; ++d)
         prior_[l * kLengthBuckets + d] = std::min(0.85, 0.35 + 0.05 * static_cast<double>(l + d));
@@ -73,6 +78,11 @@ class Session::Calibrator {
     for (size_t d = 0; d < kLengthBuckets; ++d)
       for (size_t k = 0; k < kRankBuckets; ++k)
         prior_[fallback_base_ + d * kRankBuckets + k] = 0.3 / static_cast<double>(k + 1);
+    // A draft model's q: the acceptance of a drafted token is about its
+    // probability under the draft, when the draft resembles the target.
+    for (size_t d = 0; d < kLengthBuckets; ++d)
+      for (size_t q = 0; q < kProbBuckets; ++q)
+        prior_[model_base_ + d * kProbBuckets + q] = 0.9 * (static_cast<double>(q) + 0.5) / kProbBuckets;
     // Earlier responses are weaker evidence than the request's own text.
     for (size_t l = 0; l < kLengthBuckets; ++l)
       for (size_t d = 0; d < kLengthBuckets; ++d)
@@ -111,6 +121,14 @@ class Session::Calibrator {
     return static_cast<int>(cache_base_ + LengthBucket(match_len) * kLengthBuckets +
                             LengthBucket(depth));
   }
+  // A node a drafter proposed with probability q given its parent (a draft
+  // model's tree: DraftTree::draft_probs).
+  int ModelCell(size_t depth, float q) const {
+    const size_t b = !(q > 0.0f) ? 0
+                     : q < 1.0f  ? static_cast<size_t>(q * kProbBuckets)
+                                 : kProbBuckets - 1;
+    return static_cast<int>(model_base_ + LengthBucket(depth) * kProbBuckets + b);
+  }
   double Probability(int cell) const { return prob_[static_cast<size_t>(cell)]; }
   // At least Probability(StaticCell(r, parent_count, match_len)) for every ratio r.
   double StaticBound(uint64_t parent_count, uint64_t match_len) const {
@@ -139,6 +157,7 @@ class Session::Calibrator {
 
   size_t static_base_ = 0;
   size_t fallback_base_ = 0;
+  size_t model_base_ = 0;
   size_t cache_base_ = 0;
   std::vector<double> prior_, hits_, trials_, prob_, static_max_;
 };
@@ -605,12 +624,16 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     dyn_chain = dynamic_.Continuation(dyn, budget - 1, sel.dynamic_link_fallback, chain_.data());
   }
   int32_t dyn_tip = 0;  // the chain node whose child is offered next
-  // The fallback drafter's tree, on the same scale (cells: depth, sibling rank).
+  // The fallback drafter's tree, on the same scale (cells: depth and sibling
+  // rank; or depth and the drafter's own probability q(node | parent) when it
+  // gives one, as a draft model does).
   DraftSource fallback_source = DraftSource::kOther;
   if (options_.fallback != nullptr &&
       options_.fallback->Propose(start_token, budget, &scratch_tree_)) {
     if (scratch_tree_.source != DraftSource::kNone) fallback_source = scratch_tree_.source;
+    const bool has_q = scratch_tree_.draft_probs.size() == scratch_tree_.size();
     offer_tree(scratch_tree_, 2, kFromFallback, [&](size_t k) {
+      if (has_q) return cal.ModelCell(scratch_tree_.depths[k], scratch_tree_.draft_probs[k]);
       size_t rank = 0;
       for (size_t j = 1; j < k; ++j) rank += scratch_tree_.parents[j] == scratch_tree_.parents[k];
       return cal.FallbackCell(scratch_tree_.depths[k], rank);

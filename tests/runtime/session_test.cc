@@ -8,6 +8,7 @@
 #include <memory>
 #include <random>
 #include <stdexcept>
+#include <tuple>
 #include <type_traits>
 #include <string>
 #include <vector>
@@ -374,6 +375,49 @@ TEST(Session, CalibratedTreeIsWithinBudgetAndMergesSources) {
   s.Commit(Text{2, 8});
   EXPECT_EQ(s.statistics().steps, 1u);
   EXPECT_EQ(s.statistics().source(DraftSource::kMerged).accepted_tokens, 1u);
+}
+
+// A fallback drafter proposing two children of the start token, the first
+// (token 100) with draft probability q_first, the second (101) with q_second;
+// without probabilities when both are negative (a deterministic drafter).
+class TwoChildDrafter : public Drafter {
+ public:
+  TwoChildDrafter(float q_first, float q_second) : q_{q_first, q_second} {}
+  std::string_view name() const override { return "two"; }
+  bool Propose(uint32_t start, size_t, DraftTree* out) override {
+    out->Reset(start, DraftSource::kModel);
+    out->Add(0, 100);
+    out->Add(0, 101);
+    if (q_[0] >= 0) out->draft_probs = {1.0f, q_[0], q_[1]};
+    return true;
+  }
+  void Commit(std::span<const uint32_t>) override {}
+  void Prefill(std::span<const uint32_t>) override {}
+
+ private:
+  float q_[2];
+};
+
+// sam-cal ranks a draft model's candidates by the model's own probability
+// (cells by depth and q), a deterministic fallback's by sibling order (cells
+// by depth and rank): with a budget of one drafted node, the kept child shows
+// which feature the estimate used.
+TEST(Session, CalibratedRanksModelCandidatesByDraftProbability) {
+  for (const auto& [q_first, q_second, expected] :
+       {std::tuple{0.05f, 0.9f, 101u}, std::tuple{0.9f, 0.05f, 100u}, std::tuple{-1.0f, -1.0f, 100u}}) {
+    TwoChildDrafter fallback(q_first, q_second);
+    SessionOptions o;
+    o.max_dynamic_bytes = 1 << 20;
+    o.selection.policy = Policy::kCalibrated;
+    o.selection.draft_size = 2;
+    o.fallback = &fallback;
+    Session s(o);
+    s.Prefill(Text{7, 8, 9});
+    const DraftTree& t = s.Propose(3);
+    ASSERT_EQ(t.size(), 2u) << q_first;
+    EXPECT_EQ(t.tokens[1], expected) << q_first << " " << q_second;
+    EXPECT_EQ(t.source, DraftSource::kModel);
+  }
 }
 
 TEST(Session, StatisticsByDepthAndMatchLength) {

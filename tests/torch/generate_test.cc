@@ -269,12 +269,15 @@ void GreedyExactness::CheckDraftModels(const std::string& device) {
   const tb::Model draft = NoisyTinyModel(kVocab, 7, 0.3, device);
   int near_ties = 0;
   for (const rt::TreeMode mode : kAllTreeModes) {
-    for (const char* policy : {"model", "sam-model"}) {
+    for (const char* policy : {"model", "sam-model", "sam-cal"}) {
       tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy(policy);
       go.draft_model = &draft;
       go.draft_tree = DraftTree(mode);
+      // sam-cal takes the draft model as its fallback: its trees join the calibrated merge.
+      if (std::string(policy) == "sam-cal")
+        go.draft_model_use = tb::GeneratorOptions::DraftModelUse::kFallback;
       const std::string name = std::string(policy) + "/" + std::string(rt::TreeModeName(mode));
-      const double mat = CheckGenerator(go, name, std::string(policy) == "sam-model", &near_ties);
+      const double mat = CheckGenerator(go, name, std::string(policy) != "model", &near_ties);
       std::printf("  %-22s MAT on indexed prompts %.2f\n", name.c_str(), mat);
       EXPECT_GT(mat, 1.1) << name;  // the noisy draft agrees with the target often
     }
@@ -613,6 +616,25 @@ TEST_F(SamplingDistribution, SamModelMixesBothRulesLosslessly) {
     sam_steps += generator.session().statistics().by_source[static_cast<size_t>(s)].steps;
   EXPECT_GT(model.steps, 0u);
   EXPECT_GT(sam_steps, 0u);
+}
+
+TEST_F(SamplingDistribution, SamCalMergingModelTreesStaysLossless) {
+  // sam-cal with a draft model: the model's RSD-S trees are re-ranked into sam-cal's own tree
+  // (node indexes no longer the model draft's), so the step is verified by the deterministic
+  // rule, which is exact for any tree drawn independently of the verification.
+  const tb::Model draft = tb::Model::FromTensors(TinyConfig(kVocab), NoisyTarget(0.2));
+  tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy("sam-cal");
+  go.draft_model = &draft;
+  go.draft_model_use = tb::GeneratorOptions::DraftModelUse::kFallback;
+  go.draft_tree = DraftTree(rt::TreeMode::kRsdS);
+  tb::Generator generator(*model_, go);
+  generator.AttachIndex(&index_->view());
+  double share = 0;
+  EXPECT_GT(Sample(generator, true, kRuns, &share, /*max_new_tokens=*/12), kFalseFailure);
+  const rt::SessionStatistics& stats = generator.session().statistics();
+  EXPECT_GT(stats.by_source[static_cast<size_t>(rt::DraftSource::kModel)].steps +
+                stats.by_source[static_cast<size_t>(rt::DraftSource::kMerged)].steps,
+            0u);
 }
 
 TEST_F(SamplingDistribution, DraftEqualsTargetAcceptsTheFirstChild) {

@@ -117,9 +117,9 @@ else tgt=(--random-layers 16 --random-hidden 2048); dft=(--random-layers 2 --ran
 question=$($py -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["question"])' \
     "$kit/data/gsm8k/test.jsonl")
 log "draft-model policies (random pair)"
-for run in plain sam sam-cal model sam-model; do
-  args=(--policy "$run"); [[ $run == plain ]] && args=(--no-spec)
-  [[ $run == model || $run == sam-model ]] && args+=(--draft-model "$pair/draft")
+for run in plain sam sam-cal model sam-model sam-cal+model; do
+  args=(--policy "${run%+model}"); [[ $run == plain ]] && args=(--no-spec)
+  [[ $run == model || $run == sam-model || $run == sam-cal+model ]] && args+=(--draft-model "$pair/draft")
   "$build/bin/sam-generate" --model "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
       --index "$build/kit-gsm8k.sam" --prompt "$question" --max-new-tokens "$new_tokens" \
       --device "$device" --json "${args[@]}" 2>> "$out/pair.log" |

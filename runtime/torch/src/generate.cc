@@ -321,7 +321,11 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
     } else {
       reset_rows(tree.size());
       auto target = [&](int32_t node) { return distribution(logits, node); };
-      if (tree.source == rt::DraftSource::kModel) {
+      // sam-cal re-ranks the model's nodes into its own tree (its node indexes are
+      // not the model draft's): verified by the deterministic rule, which is
+      // exact for any tree drawn independently of the verification randomness.
+      if (tree.source == rt::DraftSource::kModel &&
+          options_.selection.policy != rt::Policy::kCalibrated) {
         // The draft model's own rule, with its proposal rows q(.|node).
         const rt::TreeDraft& draft = model_drafter_->last_draft();
         s.verified = rt::VerifySampling(tree, target, rng, draft.verify_mode,
