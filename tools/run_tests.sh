@@ -44,7 +44,8 @@ stage_tsan() {
   [[ -f "$b/CMakeCache.txt" ]] ||
     cmake -S . -B "$b" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSAM_SANITIZE_THREAD=ON \
           -DSAM_WITH_TORCH=OFF -DSAM_BUILD_BENCHMARKS=OFF -DSAM_BUILD_TOOLS=OFF >/dev/null
-  cmake --build "$b" -j "$jobs" --target runtime_concurrency_test runtime_batch_test
+  cmake --build "$b" -j "$jobs" --target runtime_concurrency_test runtime_batch_test \
+    runtime_response_cache_concurrency_test
   TSAN_OPTIONS=halt_on_error=1 ctest --test-dir "$b" -L tsan --output-on-failure
 }
 

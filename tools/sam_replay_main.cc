@@ -172,6 +172,7 @@ class RecordedRecyclingSession : public rt::Drafter {
 struct PolicyRun {
   std::string name;
   std::unique_ptr<rt::Drafter> drafter;
+  rt::Session* session = nullptr;  // the drafter's session (null for pld)
   size_t max_nodes = 1 << 16;
 };
 
@@ -229,11 +230,13 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   if (named.recycling_fallback) {
     auto rec = std::make_unique<RecordedRecyclingSession>(o, vocab_size);
     for (const auto& v : views) rec->session().AttachIndex(v);
+    run.session = &rec->session();
     run.drafter = std::move(rec);
     return run;
   }
   auto session = std::make_unique<rt::Session>(o);
   for (const auto& v : views) session->AttachIndex(v);
+  run.session = session.get();
   run.drafter = std::move(session);
   return run;
 }
@@ -361,6 +364,13 @@ int main(int argc, char** argv) {
       "             --policy sam --policy pld --json\n"
       "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
       "             --draft-sizes 8,16,24,40,64 --cost-curve cpu.csv --report report/\n"
+      "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
+      "             --cross-request --tenant-field category --cache-mib 64\n\n"
+      "Cross-request replay (--cross-request): each session policy gets a fresh response\n"
+      "cache (docs/runtime.md); traces are replayed in file order and each finished trace's\n"
+      "output (with --cache-prompts, prompt and output) is added to the cache under its tenant\n"
+      "(the --tenant-field value, else one tenant for all) before the next trace: what a\n"
+      "server would have seen. pld ignores the cache; --draft-sizes curves use it too.\n"
       "\nPolicies:\n" +
           PolicyHelpText(),
       "sam-replay"};
@@ -413,6 +423,19 @@ int main(int argc, char** argv) {
                  "sam-cal: lookups of branching states' children per step, best first "
                  "(0: no limit; default 8)");
   app.add_flag("--json", as_json, "print one JSON object (default: a table)");
+  bool cross_request = false, cache_prompts = false;
+  std::string tenant_field;
+  size_t cache_mib = 64;
+  app.add_flag("--cross-request", cross_request,
+               "draft also from a response cache of the earlier traces (see above)");
+  app.add_option("--tenant-field", tenant_field,
+                 "with --cross-request: the trace field whose value is the tenant key "
+                 "(e.g. category); traces of different tenants never draft for each other");
+  app.add_option("--cache-mib", cache_mib, "with --cross-request: the cache's bound (MiB)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_flag("--cache-prompts", cache_prompts,
+               "with --cross-request: cache each trace's prompt before its output");
   bool print_prompt_ids = false;
   app.add_flag("--print-prompt-ids", print_prompt_ids,
                "print each trace's prompt ids, one JSON object {id, prompt_ids} a line, as the "
@@ -436,6 +459,8 @@ int main(int argc, char** argv) {
   return sam::tools::RunTool("sam-replay", [&] {
     if (*make) return MakeTraces(data_dir, out_path, template_name, limit);
     if (traces_path.empty()) throw UsageError("--traces is required");
+    if (!cross_request && (!tenant_field.empty() || cache_prompts || app.count("--cache-mib")))
+      throw UsageError("--tenant-field, --cache-mib and --cache-prompts need --cross-request");
     if (policies.empty()) {  // all of them
       policies = {kPld};
       for (const rt::NamedPolicy& p : rt::NamedPolicies()) policies.emplace_back(p.name);
@@ -469,7 +494,7 @@ int main(int argc, char** argv) {
         throw sam::Error(sam::ErrorCode::kTokenizerMismatch, {.file = f.path()},
                          "vocabulary size " + std::to_string(f.header().vocab_size) +
                              " differs from " + indexes[0].path());
-    const auto traces = ReadTraces(traces_path, tokenizer.get(), bos, vocab);
+    const auto traces = ReadTraces(traces_path, tokenizer.get(), bos, vocab, tenant_field);
     if (print_prompt_ids) {
       for (const auto& t : traces)
         std::cout << json{{"id", t.id}, {"prompt_ids", t.prompt}}.dump() << "\n";
@@ -480,16 +505,44 @@ int main(int argc, char** argv) {
     tuning.dynamic_bytes = dynamic_mib << 20;
     const uint32_t session_vocab = vocab == UINT32_MAX ? 1 << 20 : vocab;
     for (const auto& name : policies) {
+      // One replay of a policy; with --cross-request, over a fresh response cache
+      // that each finished trace's text joins before the next trace.
+      auto replay = [&](PolicyRun& r, std::shared_ptr<rt::ResponseCache>* cache_out) {
+        std::shared_ptr<rt::ResponseCache> cache;
+        rt::ReplayHooks hooks;
+        if (cross_request && r.session != nullptr) {
+          cache = std::make_shared<rt::ResponseCache>(cache_mib << 20);
+          rt::Session* session = r.session;
+          hooks.before_trace = [&, session](const rt::ReplayTrace& t) {
+            session->AttachCache(cache, t.tenant);
+          };
+          hooks.after_trace = [&](const rt::ReplayTrace& t) {
+            std::vector<uint32_t> text;
+            if (cache_prompts) text = t.prompt;
+            text.insert(text.end(), t.output.begin(), t.output.end());
+            cache->Insert(t.tenant, text);
+          };
+        }
+        rt::ReplayReport report = rt::Replay(*r.drafter, traces, r.max_nodes, hooks);
+        if (cache_out) *cache_out = cache;
+        return report;
+      };
       PolicyRun run = MakePolicy(name, tuning, session_vocab, views);
-      const rt::ReplayReport report = rt::Replay(*run.drafter, traces, run.max_nodes);
+      std::shared_ptr<rt::ResponseCache> cache;
+      const rt::ReplayReport report = replay(run, &cache);
       json p = PolicyJson(name, report, tuning, projection);
+      if (cache)
+        p["cache"] = {{"bytes", cache->bytes()},
+                      {"responses", cache->num_responses()},
+                      {"evicted", cache->num_evicted()},
+                      {"tenants", cache->num_tenants()}};
       if (!draft_sizes.empty()) {
         json curve = json::array();
         for (size_t size : draft_sizes) {
           Tuning at = tuning;
           at.budget = size;
           PolicyRun sized = MakePolicy(name, at, session_vocab, views);
-          const rt::ReplayReport r = rt::Replay(*sized.drafter, traces, sized.max_nodes);
+          const rt::ReplayReport r = replay(sized, nullptr);
           json point = {{"draft_size", size},
                         {"mat", r.total.Mat()},
                         {"tokens_per_step", r.total.TokensPerStep()}};
@@ -502,6 +555,7 @@ int main(int argc, char** argv) {
     }
     json out;
     out["traces"] = traces.size();
+    out["cross_request"] = cross_request;
     if (!cost_curve_path.empty()) {
       json points = json::array();
       for (const rt::CostPoint& c : projection.points())

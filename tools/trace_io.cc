@@ -33,7 +33,7 @@ std::vector<uint32_t> ReadIds(const json& j, const ErrorContext& where, const ch
 
 std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path,
                                              const indexer::Tokenizer* tokenizer, uint32_t bos,
-                                             uint32_t vocab_size) {
+                                             uint32_t vocab_size, const std::string& tenant_field) {
   FieldEncoder encode;
   if (tokenizer != nullptr)
     encode = [tokenizer](std::string_view text, bool is_prompt, std::vector<uint32_t>* out) {
@@ -42,11 +42,12 @@ std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path,
       else
         tokenizer->Encode(text, out);
     };
-  return ReadTraces(path, encode, bos, vocab_size);
+  return ReadTraces(path, encode, bos, vocab_size, tenant_field);
 }
 
 std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const FieldEncoder& encode,
-                                             uint32_t bos, uint32_t vocab_size) {
+                                             uint32_t bos, uint32_t vocab_size,
+                                             const std::string& tenant_field) {
   std::ifstream in(path);
   if (!in) throw Error(ErrorCode::kIo, {.file = path}, "cannot open traces");
   std::vector<runtime::ReplayTrace> traces;
@@ -65,6 +66,13 @@ std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const Fiel
     t.id = j.contains("id") ? (j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump())
                             : std::to_string(line_no);
     t.category = j.value("category", std::string("all"));
+    if (!tenant_field.empty()) {
+      if (!j.contains(tenant_field))
+        throw Error(ErrorCode::kBadRecord, InField(where, tenant_field.c_str()),
+                    "the tenant field is missing");
+      const json& v = j[tenant_field];
+      t.tenant = v.is_string() ? v.get<std::string>() : v.dump();
+    }
     auto text_or_ids = [&](const char* text_field, const char* ids_field, bool is_prompt) {
       if (j.contains(ids_field)) return ReadIds(j[ids_field], where, ids_field);
       if (!j.contains(text_field) || !j[text_field].is_string())

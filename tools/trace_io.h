@@ -10,6 +10,8 @@
 // Tokenizer::Encode. Prompts start with `bos` (added when missing, unless it is
 // format::kNoToken); traces with an empty output are skipped. Errors throw
 // sam::Error naming the file, line and field (context() holds them).
+// With a tenant_field, each trace's `tenant` is that field's value (a string
+// as is, any other JSON value as its JSON text); a trace without it is refused.
 #ifndef SAM_TOOLS_TRACE_IO_H_
 #define SAM_TOOLS_TRACE_IO_H_
 
@@ -30,11 +32,13 @@ using FieldEncoder =
 // `tokenizer` may be null when every trace gives ids.
 std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path,
                                              const indexer::Tokenizer* tokenizer, uint32_t bos,
-                                             uint32_t vocab_size);
+                                             uint32_t vocab_size,
+                                             const std::string& tenant_field = "");
 
 // The same with any encoder (empty: string fields are refused), for tests.
 std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const FieldEncoder& encode,
-                                             uint32_t bos, uint32_t vocab_size);
+                                             uint32_t bos, uint32_t vocab_size,
+                                             const std::string& tenant_field = "");
 
 }  // namespace sam::tools
 

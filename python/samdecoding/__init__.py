@@ -21,13 +21,13 @@ Errors raise samdecoding.Error (e.code names the code, e.g. "io").
 """
 import json as _json
 
-from ._native import (MAX_DRAFT_SIZE, POLICIES, Draft, DraftPool, Error, Index, Rng, Session,
-                      VerifyResult, apply_sampling, propose_batch, sample_token, verify_greedy,
-                      verify_sampling)
+from ._native import (MAX_DRAFT_SIZE, POLICIES, Draft, DraftPool, Error, Index, ResponseCache,
+                      Rng, Session, VerifyResult, apply_sampling, propose_batch, sample_token,
+                      verify_greedy, verify_sampling)
 
-__all__ = ["Draft", "DraftPool", "Error", "Index", "MAX_DRAFT_SIZE", "POLICIES", "Rng", "Session",
-           "VerifyResult", "apply_sampling", "propose_batch", "sample_token", "verify_greedy",
-           "verify_sampling"]
+__all__ = ["Draft", "DraftPool", "Error", "Index", "MAX_DRAFT_SIZE", "POLICIES", "ResponseCache",
+           "Rng", "Session", "VerifyResult", "apply_sampling", "propose_batch", "sample_token",
+           "verify_greedy", "verify_sampling"]
 
 
 def _stats(self):

@@ -29,6 +29,7 @@
 #include "sam/runtime/batch.h"
 #include "sam/runtime/draft.h"
 #include "sam/runtime/recycling.h"
+#include "sam/runtime/response_cache.h"
 #include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
@@ -218,6 +219,49 @@ class TokenIds {
   std::array<uint32_t, 64> inline_;
   std::vector<uint32_t> copy_;
   std::span<const uint32_t> span_;
+};
+
+// samdecoding.ResponseCache: shared by sessions (and threads); thread-safe.
+class ResponseCache {
+ public:
+  explicit ResponseCache(size_t max_bytes)
+      : cache_(std::make_shared<sam::runtime::ResponseCache>(max_bytes)) {}
+  const std::shared_ptr<sam::runtime::ResponseCache>& get() const { return cache_; }
+
+  bool Insert(const std::string& tenant, const py::handle& ids) {
+    TokenIds tokens(ids, "insert");
+    py::gil_scoped_release release;
+    return cache_->Insert(tenant, tokens.span());
+  }
+  py::tuple Draft(const std::string& tenant, const py::handle& context, size_t want,
+                  bool climb_links) {
+    TokenIds tokens(context, "draft");
+    std::vector<uint32_t> out(want);
+    size_t n = 0;
+    uint32_t len = 0;
+    {
+      py::gil_scoped_release release;
+      len = cache_->Draft(tenant, tokens.span(), want, climb_links, out.data(), &n);
+    }
+    out.resize(n);
+    return py::make_tuple(len, out);
+  }
+  static sam::format::Sha256Digest Digest(const std::optional<std::string>& hex) {
+    return hex ? sam::format::DigestFromHex(*hex) : sam::format::Sha256Digest{};
+  }
+  void Save(const std::string& path, const std::optional<std::string>& tokenizer_sha256) {
+    const auto digest = Digest(tokenizer_sha256);
+    py::gil_scoped_release release;
+    cache_->Save(path, digest);
+  }
+  void Load(const std::string& path, const std::optional<std::string>& tokenizer_sha256) {
+    const auto digest = Digest(tokenizer_sha256);
+    py::gil_scoped_release release;
+    cache_->Load(path, digest);
+  }
+
+ private:
+  std::shared_ptr<sam::runtime::ResponseCache> cache_;
 };
 
 
@@ -474,6 +518,16 @@ class Session {
     proposed_ = false;
     session_->Reset();
   }
+  // cache: None detaches. The session shares the cache.
+  void AttachCache(const ResponseCache* cache, const std::string& tenant) {
+    InUse guard(this);
+    session_->AttachCache(cache ? cache->get() : nullptr, tenant);
+  }
+  bool CacheRequest(bool include_prompt) {
+    InUse guard(this);
+    py::gil_scoped_release release;
+    return session_->CacheRequest(include_prompt);
+  }
   void ResetStatistics() {
     InUse guard(this);
     session_->ResetStatistics();
@@ -718,7 +772,26 @@ PYBIND11_MODULE(_native, m) {
       .def("verify_sampling", &Session::VerifySampling, py::arg("probs"), py::arg("rng"))
       .def_property_readonly("policy", &Session::policy)
       .def_property_readonly("draft_size", &Session::draft_size)
-      .def_property_readonly("num_indexes", &Session::num_indexes);
+      .def_property_readonly("num_indexes", &Session::num_indexes)
+      .def("attach_cache", &Session::AttachCache, py::arg("cache"), py::arg("tenant") = "")
+      .def("cache_request", &Session::CacheRequest, py::arg("include_prompt") = false);
+
+  py::class_<ResponseCache>(m, "ResponseCache")
+      .def(py::init<size_t>(), py::arg("max_bytes"))
+      .def("insert", &ResponseCache::Insert, py::arg("tenant"), py::arg("ids"))
+      .def("draft", &ResponseCache::Draft, py::arg("tenant"), py::arg("context"),
+           py::arg("want"), py::arg("climb_links") = false)
+      .def("save", &ResponseCache::Save, py::arg("path"), py::arg("tokenizer_sha256") = py::none())
+      .def("load", &ResponseCache::Load, py::arg("path"), py::arg("tokenizer_sha256") = py::none())
+      .def("responses", [](const ResponseCache& c, const std::string& t) { return c.get()->Responses(t); },
+           py::arg("tenant"))
+      .def("tenants", [](const ResponseCache& c) { return c.get()->Tenants(); })
+      .def_property_readonly("bytes", [](const ResponseCache& c) { return c.get()->bytes(); })
+      .def_property_readonly("max_bytes", [](const ResponseCache& c) { return c.get()->max_bytes(); })
+      .def_property_readonly("num_responses",
+                             [](const ResponseCache& c) { return c.get()->num_responses(); })
+      .def_property_readonly("num_evicted",
+                             [](const ResponseCache& c) { return c.get()->num_evicted(); });
 
   py::class_<sam::runtime::DraftPool>(m, "DraftPool")
       .def(py::init<size_t>(), py::arg("threads") = 0)

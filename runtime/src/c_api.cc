@@ -19,6 +19,7 @@
 #include "sam/format/sha256.h"
 #include "sam/runtime/batch.h"
 #include "sam/runtime/recycling.h"
+#include "sam/runtime/response_cache.h"
 #include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
@@ -28,6 +29,10 @@
 struct sam_index {
   std::shared_ptr<const sam::format::IndexFile> file;
   std::shared_ptr<const sam::runtime::StaticIndex> prepared;  // SAM_OPEN_PREPARE; else null
+};
+
+struct sam_cache {
+  std::shared_ptr<sam::runtime::ResponseCache> cache;
 };
 
 struct sam_rng {
@@ -644,3 +649,78 @@ int sam_propose_batch(sam_draft_pool* pool, sam_session* const* sessions,
 }
 
 }  // extern "C"
+
+/* ---- Cross-request response cache ------------------------------------------ */
+
+namespace {
+
+sam::format::Sha256Digest TokenizerDigest(const char* hex, const char* function) {
+  if (hex == nullptr) return sam::format::Sha256Digest{};
+  try {
+    return sam::format::DigestFromHex(hex);
+  } catch (const sam::Error& e) {
+    throw sam::Error(sam::ErrorCode::kInvalidArgument, std::string(function) +
+                                                           ": tokenizer_sha256: " + e.what());
+  }
+}
+
+}  // namespace
+
+int sam_cache_new(size_t max_bytes, sam_cache** out) {
+  return Guard([&] {
+    Require(out != nullptr, "sam_cache_new", "out is NULL");
+    Require(max_bytes > 0, "sam_cache_new", "max_bytes must be positive");
+    auto handle = std::make_unique<sam_cache>();
+    handle->cache = std::make_shared<sam::runtime::ResponseCache>(max_bytes);
+    *out = handle.release();
+  });
+}
+
+void sam_cache_free(sam_cache* cache) { delete cache; }
+
+int sam_cache_insert(sam_cache* cache, const char* tenant, const uint32_t* ids, size_t n,
+                     int* inserted) {
+  return Guard([&] {
+    Require(cache != nullptr, "sam_cache_insert", "cache is NULL");
+    const bool done = cache->cache->Insert(tenant ? tenant : "", Ids(ids, n, "sam_cache_insert"));
+    if (inserted != nullptr) *inserted = done ? 1 : 0;
+  });
+}
+
+size_t sam_cache_bytes(const sam_cache* cache) { return cache ? cache->cache->bytes() : 0; }
+
+size_t sam_cache_num_responses(const sam_cache* cache) {
+  return cache ? cache->cache->num_responses() : 0;
+}
+
+int sam_cache_save(const sam_cache* cache, const char* path, const char* tokenizer_sha256) {
+  return Guard([&] {
+    Require(cache != nullptr, "sam_cache_save", "cache is NULL");
+    Require(path != nullptr, "sam_cache_save", "path is NULL");
+    cache->cache->Save(path, TokenizerDigest(tokenizer_sha256, "sam_cache_save"));
+  });
+}
+
+int sam_cache_load(sam_cache* cache, const char* path, const char* tokenizer_sha256) {
+  return Guard([&] {
+    Require(cache != nullptr, "sam_cache_load", "cache is NULL");
+    Require(path != nullptr, "sam_cache_load", "path is NULL");
+    cache->cache->Load(path, TokenizerDigest(tokenizer_sha256, "sam_cache_load"));
+  });
+}
+
+int sam_session_attach_cache(sam_session* session, sam_cache* cache, const char* tenant) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_attach_cache", "session is NULL");
+    session->proposed = nullptr;
+    session->session->AttachCache(cache ? cache->cache : nullptr, tenant ? tenant : "");
+  });
+}
+
+int sam_session_cache_request(sam_session* session, int include_prompt, int* inserted) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_cache_request", "session is NULL");
+    const bool done = session->session->CacheRequest(include_prompt != 0);
+    if (inserted != nullptr) *inserted = done ? 1 : 0;
+  });
+}

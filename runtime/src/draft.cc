@@ -16,6 +16,7 @@ std::string_view DraftSourceName(DraftSource source) {
     case DraftSource::kMerged: return "merged";
     case DraftSource::kOther: return "other";
     case DraftSource::kModel: return "model";
+    case DraftSource::kCache: return "cache";
   }
   return "unknown";
 }

@@ -23,6 +23,11 @@ double ReplayReport::ProjectedSpeedup(const CostCurve& curve) const {
 }
 
 ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces, size_t max_nodes) {
+  return Replay(drafter, traces, max_nodes, ReplayHooks{});
+}
+
+ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces, size_t max_nodes,
+                    const ReplayHooks& hooks) {
   using Clock = std::chrono::steady_clock;
   auto ns_since = [](Clock::time_point t0) {
     auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - t0).count();
@@ -31,6 +36,7 @@ ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces, size_
   ReplayReport report;
   DraftTree tree;
   for (const ReplayTrace& trace : traces) {
+    if (hooks.before_trace) hooks.before_trace(trace);
     drafter.Reset();
     drafter.Prefill(trace.prompt);
     SourceStatistics& category = report.by_category[trace.category];
@@ -55,6 +61,7 @@ ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces, size_
       report.by_source[static_cast<size_t>(source)].Record(tree, accepted);
       i += accepted + 1;
     }
+    if (hooks.after_trace) hooks.after_trace(trace);
   }
   return report;
 }

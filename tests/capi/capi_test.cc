@@ -930,3 +930,132 @@ TEST(Capi, ErrorsInsideTheRuntimeBecomeCodes) {
 }
 
 }  // namespace
+
+namespace {
+
+// One request through the C API: returns each step's draft (tokens) and source.
+struct Step {
+  std::vector<uint32_t> tokens;
+  int source;
+};
+std::vector<Step> RunCRequest(sam_session* s, const std::vector<uint32_t>& prompt,
+                              const std::vector<uint32_t>& output) {
+  std::vector<Step> steps;
+  EXPECT_EQ(sam_session_reset(s), SAM_OK);
+  EXPECT_EQ(sam_session_prefill(s, prompt.data(), prompt.size()), SAM_OK);
+  for (size_t i = 0; i < output.size();) {
+    sam_draft d;
+    EXPECT_EQ(sam_session_propose(s, output[i], &d), SAM_OK);
+    steps.push_back({std::vector<uint32_t>(d.tokens, d.tokens + d.count), d.source});
+    size_t a = 0;
+    while (a + 1 < d.count && i + a + 1 < output.size() && d.tokens[a + 1] == output[i + a + 1]) ++a;
+    EXPECT_EQ(sam_session_commit(s, output.data() + i, a + 1), SAM_OK);
+    i += a + 1;
+  }
+  return steps;
+}
+
+TEST(CapiCache, SessionsDraftFromTheCacheLikeTheCppSession) {
+  sam::runtime::Rng rng(4);
+  std::vector<uint32_t> prompt = {1, 2}, output;
+  for (uint32_t k = 0; k < 90; ++k) output.push_back(100 + k * 5 + rng.Next() % 5);
+  for (int policy : {SAM_POLICY_PAPER, SAM_POLICY_CALIBRATED}) {
+    sam_cache* cache = nullptr;
+    ASSERT_EQ(sam_cache_new(1 << 20, &cache), SAM_OK);
+    sam_session_options o;
+    sam_session_options_default(&o);
+    o.policy = policy;
+    sam_session* s = nullptr;
+    ASSERT_EQ(sam_session_new(&o, &s), SAM_OK);
+    ASSERT_EQ(sam_session_attach_cache(s, cache, "a"), SAM_OK);
+    // The oracle: the C++ session with its own cache, fed the same way.
+    auto cpp_cache = std::make_shared<sam::runtime::ResponseCache>(1 << 20);
+    sam::runtime::SessionOptions co;
+    co.selection.policy = static_cast<sam::runtime::Policy>(policy);
+    sam::runtime::Session cpp(co);
+    cpp.AttachCache(cpp_cache, "a");
+    for (int request = 0; request < 3; ++request) {
+      const std::vector<Step> steps = RunCRequest(s, prompt, output);
+      cpp.Reset();
+      cpp.Prefill(prompt);
+      size_t k = 0;
+      for (size_t i = 0; i < output.size(); ++k) {
+        const sam::runtime::DraftTree& t = cpp.Propose(output[i]);
+        ASSERT_LT(k, steps.size());
+        EXPECT_EQ(steps[k].tokens, t.tokens) << "request " << request << " step " << k;
+        EXPECT_EQ(steps[k].source, static_cast<int>(t.source));
+        size_t a = 0;
+        while (a + 1 < t.tokens.size() && i + a + 1 < output.size() &&
+               t.tokens[a + 1] == output[i + a + 1])
+          ++a;
+        cpp.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
+        i += a + 1;
+      }
+      EXPECT_EQ(k, steps.size());
+      int inserted = 0;
+      ASSERT_EQ(sam_session_cache_request(s, 0, &inserted), SAM_OK);
+      EXPECT_EQ(inserted, 1);
+      ASSERT_TRUE(cpp.CacheRequest(false));
+      if (request > 0 && policy == SAM_POLICY_PAPER) {
+        EXPECT_EQ(steps[0].source, SAM_SOURCE_CACHE);
+      }
+    }
+    EXPECT_EQ(sam_cache_num_responses(cache), 3u);
+    EXPECT_EQ(sam_cache_bytes(cache), cpp_cache->bytes());
+    // Another tenant: nothing from the cache.
+    ASSERT_EQ(sam_session_attach_cache(s, cache, "b"), SAM_OK);
+    for (const Step& st : RunCRequest(s, prompt, output)) EXPECT_NE(st.source, SAM_SOURCE_CACHE);
+    sam_cache_free(cache);  // the session keeps it
+    ASSERT_EQ(sam_session_attach_cache(s, nullptr, nullptr), SAM_OK);
+    sam_session_free(s);
+  }
+}
+
+TEST(CapiCache, SaveLoadAndErrors) {
+  const std::string hex = sam::format::DigestToHex(FakeTokenizerDigest());
+  const std::string other(64, 'a');
+  sam_cache* cache = nullptr;
+  ASSERT_EQ(sam_cache_new(1 << 20, &cache), SAM_OK);
+  const uint32_t ids[] = {5, 6, 7, 8};
+  int inserted = -1;
+  ASSERT_EQ(sam_cache_insert(cache, "t", ids, 4, &inserted), SAM_OK);
+  EXPECT_EQ(inserted, 1);
+  ASSERT_EQ(sam_cache_insert(cache, nullptr, ids, 2, nullptr), SAM_OK);
+  const uint32_t bad[] = {5, 0xFFFFFFFFu};
+  EXPECT_EQ(sam_cache_insert(cache, "t", bad, 2, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_cache_insert(cache, "t", nullptr, 2, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_cache_new(0, &cache), SAM_ERR_INVALID_ARGUMENT);
+
+  const std::string path = TempPath("cache.samc");
+  ASSERT_EQ(sam_cache_save(cache, path.c_str(), hex.c_str()), SAM_OK);
+  sam_cache* loaded = nullptr;
+  ASSERT_EQ(sam_cache_new(1 << 20, &loaded), SAM_OK);
+  EXPECT_EQ(sam_cache_load(loaded, path.c_str(), other.c_str()), SAM_ERR_TOKENIZER_MISMATCH);
+  EXPECT_NE(std::string(sam_last_error()).find(path), std::string::npos);
+  EXPECT_EQ(sam_cache_load(loaded, path.c_str(), "xyz"), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_cache_num_responses(loaded), 0u);
+  ASSERT_EQ(sam_cache_load(loaded, path.c_str(), hex.c_str()), SAM_OK);
+  EXPECT_EQ(sam_cache_num_responses(loaded), 2u);
+  EXPECT_EQ(sam_cache_bytes(loaded), sam_cache_bytes(cache));
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(50);
+    f.put('\x7f');
+  }
+  sam_cache* damaged = nullptr;
+  ASSERT_EQ(sam_cache_new(1 << 20, &damaged), SAM_OK);
+  EXPECT_EQ(sam_cache_load(damaged, path.c_str(), hex.c_str()), SAM_ERR_FORMAT);
+  EXPECT_EQ(sam_cache_load(damaged, (path + ".missing").c_str(), hex.c_str()), SAM_ERR_IO);
+  EXPECT_EQ(sam_cache_load(damaged, nullptr, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_cache_save(nullptr, path.c_str(), nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_attach_cache(nullptr, cache, "t"), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_cache_request(nullptr, 0, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_cache_bytes(nullptr), 0u);
+  std::remove(path.c_str());
+  sam_cache_free(damaged);
+  sam_cache_free(loaded);
+  sam_cache_free(cache);
+  sam_cache_free(nullptr);
+}
+
+}  // namespace

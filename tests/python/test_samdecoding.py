@@ -471,6 +471,96 @@ class LifetimeTest(unittest.TestCase):
             self.assertEqual(tokens.tolist(), steps[0]["tokens"])
 
 
+class ResponseCacheTest(unittest.TestCase):
+    @staticmethod
+    def brute_match(responses, context):
+        """Longest suffix of context inside one response (brute force)."""
+        best = 0
+        for n in range(1, len(context) + 1):
+            suffix = context[-n:]
+            if any(suffix == r[i:i + n] for r in responses for i in range(len(r) - n + 1)):
+                best = n
+            else:
+                break
+        return best
+
+    def test_matches_equal_brute_force_and_tenants_are_isolated(self):
+        rng = np.random.default_rng(3)
+        cache = sd.ResponseCache(1 << 20)
+        kept = {"a": [], "b": []}
+        for i in range(40):
+            tenant = "ab"[i % 2]
+            r = [int(x) for x in rng.integers(0, 4, 12)] + ([1000] if tenant == "a" else [])
+            self.assertTrue(cache.insert(tenant, r))
+            kept[tenant].append(r)
+        self.assertEqual(cache.responses("a"), kept["a"])
+        self.assertEqual(cache.tenants(), ["a", "b"])
+        self.assertLessEqual(cache.bytes, cache.max_bytes)
+        for _ in range(200):
+            context = [int(x) for x in rng.integers(0, 4, int(rng.integers(1, 10)))]
+            length, draft = cache.draft("b", context, 8)
+            self.assertEqual(length, self.brute_match(kept["b"], context))
+            self.assertNotIn(1000, draft)  # tenant a's id never drafts for b
+        with self.assertRaises(sd.Error):
+            cache.insert("a", [1, 2**32 - 1])
+
+    def test_sessions_draft_from_earlier_requests(self):
+        cache = sd.ResponseCache(1 << 20)
+        output = [100 + 3 * k for k in range(60)]
+
+        def run(session):
+            session.reset()
+            session.prefill([1, 2])
+            sources, i = [], 0
+            while i < len(output):
+                draft = session.propose(output[i])
+                tokens = draft.tokens.tolist()
+                a = 0
+                while a + 1 < len(tokens) and i + a + 1 < len(output) and \
+                        tokens[a + 1] == output[i + a + 1]:
+                    a += 1
+                session.commit(output[i:i + a + 1])
+                sources.append(draft.source)
+                i += a + 1
+            return sources
+
+        session = sd.Session(policy="sam")
+        session.attach_cache(cache, "t")
+        self.assertNotIn("cache", run(session))
+        self.assertTrue(session.cache_request())
+        self.assertEqual(cache.responses("t"), [output])
+        warm = run(session)
+        self.assertEqual(warm, ["cache", "cache"])  # 39 + bonus, then the other 20
+        self.assertIn("cache", session.stats()["sources"])
+        session.attach_cache(cache, "other")
+        self.assertNotIn("cache", run(session))
+        session.attach_cache(None)
+
+    def test_save_and_load(self):
+        import tempfile
+        cache = sd.ResponseCache(1 << 20)
+        cache.insert("t", [5, 6, 7])
+        cache.insert("u", [8, 9])
+        tok = "ab" * 32
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "c.samc")
+            cache.save(path, tok)
+            loaded = sd.ResponseCache(1 << 20)
+            loaded.load(path, tok)
+            self.assertEqual(loaded.responses("t"), [[5, 6, 7]])
+            self.assertEqual(loaded.responses("u"), [[8, 9]])
+            with self.assertRaises(sd.Error) as e:
+                sd.ResponseCache(1 << 20).load(path, "cd" * 32)
+            self.assertIn("tokenizer", e.exception.code)
+            self.assertIn(path, str(e.exception))
+            with open(path, "r+b") as f:
+                f.seek(45)
+                f.write(b"\x7f")
+            with self.assertRaises(sd.Error) as e:
+                sd.ResponseCache(1 << 20).load(path, tok)
+            self.assertIn(path, str(e.exception))
+
+
 class DocsExampleTest(unittest.TestCase):
     def test_docs_example_runs(self):
         """Runs the first python block of docs/python.md with INDEX_PATH set."""

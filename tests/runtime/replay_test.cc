@@ -41,7 +41,7 @@ TEST(Replay, HandComputedMat) {
   o.selection.policy = Policy::kDynamicOnly;
   o.selection.draft_size = 5;
   Session session(o);
-  std::vector<ReplayTrace> traces = {{"t1", "cat", {1, 2, 3, 4, 5}, {1, 2, 3, 4, 9, 9}}};
+  std::vector<ReplayTrace> traces = {{"t1", "cat", {1, 2, 3, 4, 5}, {1, 2, 3, 4, 9, 9}, ""}};
   ReplayReport r = Replay(session, traces);
   EXPECT_EQ(r.total.steps, 3u);
   EXPECT_EQ(r.total.Tokens(), 6u);
@@ -166,12 +166,39 @@ class NoDrafter : public Drafter {
 
 TEST(Replay, PlainDecodingIsOne) {
   NoDrafter d;
-  std::vector<ReplayTrace> traces = {{"a", "x", {1}, {5, 6, 7}}, {"b", "y", {1}, {8}}};
+  std::vector<ReplayTrace> traces = {{"a", "x", {1}, {5, 6, 7}, ""}, {"b", "y", {1}, {8}, ""}};
   ReplayReport r = Replay(d, traces);
   EXPECT_DOUBLE_EQ(r.total.Mat(), 1.0);
   EXPECT_DOUBLE_EQ(r.total.TokensPerStep(), 1.0);
   EXPECT_EQ(r.total.steps, 4u);
   EXPECT_DOUBLE_EQ(r.DraftShare(), 0.0);
+}
+
+TEST(Replay, HooksRunAroundEachTraceInOrder) {
+  // A drafter that logs its calls; the hooks log theirs in the same list.
+  class Logger : public Drafter {
+   public:
+    explicit Logger(std::vector<std::string>* log) : log_(log) {}
+    std::string_view name() const override { return "logger"; }
+    void Reset() override { log_->push_back("reset"); }
+    bool Propose(uint32_t start, size_t, DraftTree* out) override {
+      out->Reset(start, DraftSource::kNone);
+      return false;
+    }
+    void Commit(std::span<const uint32_t>) override { log_->push_back("commit"); }
+
+   private:
+    std::vector<std::string>* log_;
+  };
+  std::vector<std::string> log;
+  Logger logger(&log);
+  std::vector<ReplayTrace> traces = {{"a", "x", {1}, {5, 6}, "t1"}, {"b", "y", {1}, {8}, "t2"}};
+  ReplayHooks hooks;
+  hooks.before_trace = [&](const ReplayTrace& t) { log.push_back("before " + t.tenant); };
+  hooks.after_trace = [&](const ReplayTrace& t) { log.push_back("after " + t.id); };
+  Replay(logger, traces, 40, hooks);
+  EXPECT_EQ(log, (std::vector<std::string>{"before t1", "reset", "commit", "commit", "after a",
+                                           "before t2", "reset", "commit", "after b"}));
 }
 
 TEST(Replay, PercentileNearestRank) {

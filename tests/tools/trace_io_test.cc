@@ -57,6 +57,25 @@ TEST_F(TraceIoTest, GoodTracesRead) {
   EXPECT_EQ(traces[0].output, (std::vector<uint32_t>{6, 7}));
 }
 
+TEST_F(TraceIoTest, TenantFieldIsReadAsGivenOrAsJson) {
+  const std::string path = Write(
+      "t.jsonl", R"({"prompt_ids": [1], "output_ids": [6], "category": "code", "team": 7})"
+                 "\n"
+                 R"({"prompt_ids": [1], "output_ids": [6], "category": "chat"})"
+                 "\n");
+  const auto traces = sam::tools::ReadTraces(path, nullptr, 1, 100, "category");
+  ASSERT_EQ(traces.size(), 2u);
+  EXPECT_EQ(traces[0].tenant, "code");
+  EXPECT_EQ(traces[1].tenant, "chat");
+  EXPECT_EQ(sam::tools::ReadTraces(path, nullptr, 1, 100)[0].tenant, "");
+  const sam::Error missing = Thrown([&] { sam::tools::ReadTraces(path, nullptr, 1, 100, "team"); });
+  EXPECT_EQ(missing.code(), ErrorCode::kBadRecord);
+  EXPECT_EQ(missing.context().record, "line 2");
+  EXPECT_EQ(missing.context().field, "team");
+  const std::string first = Write("one.jsonl", R"({"prompt_ids": [1], "output_ids": [6], "team": 7})");
+  EXPECT_EQ(sam::tools::ReadTraces(first, nullptr, 1, 100, "team")[0].tenant, "7");
+}
+
 TEST_F(TraceIoTest, ErrorsNameFileLineAndField) {
   const std::string path =
       Write("bad.jsonl", std::string(kGood) + "\n\n" + R"({"prompt_ids": [1], "output_ids": "x"})");

@@ -220,7 +220,8 @@ typedef enum sam_draft_source {
   SAM_SOURCE_PLD = 4,
   SAM_SOURCE_MERGED = 5,
   SAM_SOURCE_OTHER = 6,
-  SAM_SOURCE_MODEL = 7 /* a draft model (C++ torch backend only) */
+  SAM_SOURCE_MODEL = 7, /* a draft model (C++ torch backend only) */
+  SAM_SOURCE_CACHE = 8  /* the cross-request response cache (sam_cache_*) */
 } sam_draft_source;
 
 /* Always initialise with sam_session_options_default(), then change fields.
@@ -461,6 +462,55 @@ SAM_API size_t sam_draft_pool_num_threads(const sam_draft_pool* pool);
 SAM_API int sam_propose_batch(sam_draft_pool* pool, sam_session* const* sessions,
                               const uint32_t* start_tokens, size_t n, sam_draft* out,
                               int* statuses);
+
+/* ---- Cross-request response cache (sam/runtime/response_cache.h,
+ * docs/runtime.md): sessions draft from earlier responses of the same
+ * tenant, a source of its own (SAM_SOURCE_CACHE).
+ *
+ *   sam_cache* cache = NULL;
+ *   sam_cache_new(64u << 20, &cache);                 // bound in bytes
+ *   sam_session_attach_cache(session, cache, "team-a");  // per request, before prefill
+ *   ... prefill, propose/commit ...
+ *   sam_session_cache_request(session, 0, NULL);      // add the finished output
+ *   sam_session_reset(session);
+ *   sam_cache_save(cache, "cache.samc", tokenizer_sha256_hex);
+ *
+ * A cache is thread-safe: any number of sessions in any threads read it
+ * while others add responses. Text cached under one tenant key never drafts
+ * for another. Memory stays within max_bytes by the documented accounting;
+ * the oldest responses are evicted first. */
+typedef struct sam_cache sam_cache;
+
+/* A new empty cache bounded to max_bytes (> 0). */
+SAM_API int sam_cache_new(size_t max_bytes, sam_cache** out);
+/* Releases the handle (NULL is a no-op); sessions that attached the cache
+ * keep it until they detach or are freed. */
+SAM_API void sam_cache_free(sam_cache* cache);
+/* Adds one response (n ids) under tenant (a NUL-terminated key; NULL is "").
+ * *inserted (if not NULL) is 1, or 0 when it was not cached (empty, or too
+ * large for the bound alone). The id 0xFFFFFFFF is SAM_ERR_INVALID_ARGUMENT. */
+SAM_API int sam_cache_insert(sam_cache* cache, const char* tenant, const uint32_t* ids, size_t n,
+                             int* inserted);
+/* Accounted bytes (<= max_bytes) and retained responses; 0 for NULL. */
+SAM_API size_t sam_cache_bytes(const sam_cache* cache);
+SAM_API size_t sam_cache_num_responses(const sam_cache* cache);
+/* Saves every response with its tenant atomically (a versioned, checksummed
+ * file), recording the tokenizer fingerprint: 64 hex digits (the SHA-256 of
+ * the SentencePiece model), or NULL for ids from no tokenizer. */
+SAM_API int sam_cache_save(const sam_cache* cache, const char* path,
+                           const char* tokenizer_sha256);
+/* Adds the responses of a saved file, oldest first. A file saved with
+ * another tokenizer is SAM_ERR_TOKENIZER_MISMATCH; a damaged one
+ * SAM_ERR_FORMAT (or SAM_ERR_IO); nothing is added then. */
+SAM_API int sam_cache_load(sam_cache* cache, const char* path, const char* tokenizer_sha256);
+/* Drafts also from `cache` under `tenant` (NULL is ""); a NULL cache
+ * detaches. Call again to change the tenant, e.g. per request. */
+SAM_API int sam_session_attach_cache(sam_session* session, sam_cache* cache, const char* tenant);
+/* Adds the current request's text (its committed output; with
+ * include_prompt, the prompt and the output as one text) to the attached
+ * cache under the session's tenant; *inserted as sam_cache_insert (0 without
+ * a cache). Call when the request is finished, before sam_session_reset. */
+SAM_API int sam_session_cache_request(sam_session* session, int include_prompt, int* inserted);
 
 #ifdef __cplusplus
 } /* extern "C" */

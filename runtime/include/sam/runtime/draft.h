@@ -32,6 +32,7 @@ enum class DraftSource : uint8_t {
   kMerged = 5,     // a tree merging several sources
   kOther = 6,      // a user-supplied drafter
   kModel = 7,      // a draft model (torch backend's ModelDrafter, tree_draft.h)
+  kCache = 8,      // the cross-request response cache (response_cache.h)
 };
 SAM_API std::string_view DraftSourceName(DraftSource source);
 

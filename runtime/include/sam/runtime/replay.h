@@ -21,6 +21,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -40,6 +41,7 @@ struct SAM_API ReplayTrace {
   std::string category;
   std::vector<uint32_t> prompt;  // as the model saw it (BOS first)
   std::vector<uint32_t> output;  // the recorded greedy output
+  std::string tenant;            // tenant key for a cross-request cache ("" by default)
 };
 
 // Depth of the deepest node of `tree` whose root path (excluding the root)
@@ -68,6 +70,17 @@ struct SAM_API ReplayReport {
 // per step with trees of at most max_nodes nodes) and accumulates the report.
 SAM_API ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces,
                             size_t max_nodes = 1 << 16);
+
+// Cross-request replay: before_trace runs before each trace's Reset (e.g. to
+// select its tenant), after_trace after its last Commit (e.g. to add its output
+// to a response cache), so traces are replayed in order as a server would have
+// seen them. Either may be empty.
+struct SAM_API ReplayHooks {
+  std::function<void(const ReplayTrace&)> before_trace;
+  std::function<void(const ReplayTrace&)> after_trace;
+};
+SAM_API ReplayReport Replay(Drafter& drafter, std::span<const ReplayTrace> traces,
+                            size_t max_nodes, const ReplayHooks& hooks);
 
 }  // namespace sam::runtime
 

@@ -50,6 +50,7 @@
 #include "sam/runtime/draft.h"
 #include "sam/runtime/drafter.h"
 #include "sam/runtime/dynamic_sam.h"
+#include "sam/runtime/response_cache.h"
 #include "sam/runtime/selection.h"
 #include "sam/runtime/static_index.h"
 #include "sam/runtime/static_match.h"
@@ -70,6 +71,9 @@ struct SAM_API SessionOptions {
   // about 50 ns, per Propose and per Commit). Off by default: the per-step
   // budget is about 1-2 us.
   bool collect_timing = false;
+  // CacheRequest() adds the prompt before the output (one text) when true,
+  // the output alone when false.
+  bool cache_prompts = false;
 };
 
 class SAM_API Session : public Drafter {
@@ -96,6 +100,23 @@ class SAM_API Session : public Drafter {
   size_t num_indexes() const { return cursors_.size(); }
   // Replaces the fallback drafter (may be null). It is not reset or prefilled.
   void SetFallback(Drafter* fallback);
+  // Drafts also from the earlier responses cached under `tenant` in `cache`
+  // (response_cache.h), a source of its own (DraftSource::kCache): the paper
+  // rule treats its match like the dynamic one (max of the two lengths, the
+  // longer one drafts), kCalibrated offers its continuation
+  // with its own calibration cells. Call again to change the tenant (e.g. per
+  // request, before Prefill); null detaches. The session shares the cache,
+  // which other sessions and threads may read and fill meanwhile.
+  void AttachCache(std::shared_ptr<ResponseCache> cache, std::string_view tenant);
+  const ResponseCache* cache() const { return cache_.get(); }
+  // Adds the current request's text (committed output, after the prompt when
+  // options.cache_prompts) to the attached cache under the session's tenant,
+  // as one response; call when the request is finished, before Reset. Only
+  // the text still in the dynamic window is added. Returns ResponseCache::
+  // Insert's result (false without a cache or text).
+  bool CacheRequest();
+  // The same, with or without the prompt whatever options.cache_prompts says.
+  bool CacheRequest(bool include_prompt);
 
   // Starts a request with its prompt ids.
   void Prefill(std::span<const uint32_t> prompt) override;
@@ -121,9 +142,11 @@ class SAM_API Session : public Drafter {
   const SessionOptions& options() const { return options_; }
   const DynamicSam& dynamic_sam() const { return dynamic_; }
   const StaticCursor& cursor(size_t i) const { return cursors_[i]; }
-  // Match lengths of the last Propose (dynamic; best static, its index).
+  // Match lengths of the last Propose (dynamic; best static, its index; the
+  // response cache, 0 for policies that ignore it).
   uint32_t last_dynamic_length() const { return last_dyn_len_; }
   uint32_t last_static_length() const { return last_static_len_; }
+  uint32_t last_cache_length() const { return last_cache_len_; }
 
  private:
   class Calibrator;
@@ -133,6 +156,7 @@ class SAM_API Session : public Drafter {
   void ProposeLinearDynamic(DynamicSam::Match m, size_t size, DraftTree* tree);
   void ProposeLinearStatic(size_t index, StaticMatch m, size_t size, DraftTree* tree);
   void ProposeFallback(uint32_t start_token, size_t max_nodes, DraftTree* tree);
+  void ProposeLinearCache(size_t size, DraftTree* tree);
   void ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, size_t max_nodes,
                          DraftTree* tree);
   void ChainLinks(size_t base, DraftTree* tree);
@@ -157,7 +181,7 @@ class SAM_API Session : public Drafter {
   DraftTree scratch_tree_;
   std::vector<uint32_t> chain_;
   std::unique_ptr<MergedScratch> merged_;
-  std::vector<std::array<int, 3>> node_cells_;  // calibration cells of tree_'s nodes
+  std::vector<std::array<int, 4>> node_cells_;  // calibration cells of tree_'s nodes
   std::vector<uint8_t> on_path_;
   bool pending_ = false;  // a proposal awaits its Commit
   // The pending proposal is a linear static draft from this cursor (else
@@ -167,6 +191,13 @@ class SAM_API Session : public Drafter {
   uint64_t pending_ns_ = 0;
   uint32_t last_dyn_len_ = 0;
   uint32_t last_static_len_ = 0;
+  // The response cache: cursor, the last proposal's match and continuation.
+  std::shared_ptr<ResponseCache> cache_;
+  ResponseCache::Cursor cache_cursor_;
+  std::vector<uint32_t> cache_draft_;
+  uint32_t last_cache_len_ = 0;
+  size_t cache_draft_count_ = 0;
+  uint64_t output_begin_ = 0;  // dynamic_.total_extended() after the last Prefill
   double rate_tokens_ = 0.0, rate_cost_ = 0.0;  // MeasuredRate(); cleared with the statistics
   SessionStatistics stats_;
 };

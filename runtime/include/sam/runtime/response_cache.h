@@ -1,0 +1,194 @@
+// A cross-request response cache: a drafter over the earlier responses of the
+// same deployment, kept apart from each request's own dynamic automaton.
+//
+//   auto cache = std::make_shared<sam::runtime::ResponseCache>(size_t{64} << 20);
+//   // a finished request's output (or prompt + output), under its tenant key:
+//   cache->Insert("team-a", output_ids);
+//   // a session drafts from it (session.h: Session::AttachCache):
+//   session.AttachCache(cache, "team-a");
+//   // or directly: the longest suffix of a context found in team-a's responses
+//   uint32_t draft[15];
+//   auto m = cache->Draft("team-a", context_ids, 15, /*climb_links=*/false, draft);
+//
+// Structure. Per tenant, one suffix automaton (DynamicSam) over the
+// concatenation of that tenant's retained responses, each followed by the
+// separator kSeparator (a token id no tokenizer uses; responses holding it are
+// refused). A match never crosses a separator (the query's separator resets
+// it), and a draft stops at one, so every match and draft lies inside one
+// response. A new response extends the automaton in place when its reserved
+// capacity suffices (amortised O(1) per token); otherwise the tenant's
+// automaton is rebuilt from its retained text with twice the tokens needed
+// when the byte bound allows (O(retained tokens of that tenant)).
+//
+// Tenants. Every insert and lookup names a tenant key (any string, empty
+// included). A tenant's automaton holds only its own responses: text cached
+// under one key can never draft for another.
+//
+// Memory. Bounded by max_bytes with this accounting, exact (bytes() returns it
+// and it never exceeds max_bytes after any call):
+//   bytes() = sum over tenants holding responses of
+//               kBytesPerTenant + key length
+//             + DynamicSam::BytesForCapacity(capacity)   (text, states, transitions)
+//             + kBytesPerResponse * retained responses
+// where capacity >= the tenant's retained tokens + one separator per response.
+// The automaton block is the real allocation (DynamicSam reserves exactly
+// BytesForCapacity); the two constants cover the bookkeeping (tenant record,
+// map node, per-response length and sequence number) as a fixed charge.
+//
+// Eviction: oldest first, by insertion order across all tenants. When an
+// insert does not fit, the oldest responses (of any tenant) are evicted until
+// it fits; a tenant that loses responses is rebuilt at exactly the capacity
+// its remaining responses need (or removed when none remain). A response that
+// could not fit even in an empty cache is not cached (Insert returns false).
+//
+// Threads. Any number of threads may read (Draft, Match, cursors, inspection)
+// while others Insert/Clear/Save/Load: inserts are serialised by one writer
+// mutex; each tenant's automaton is guarded by a shared_mutex (readers share,
+// a writer holds it only to extend or swap in a rebuilt automaton, which is
+// built outside it). Cursors (below) belong to one thread each.
+#ifndef SAM_RUNTIME_RESPONSE_CACHE_H_
+#define SAM_RUNTIME_RESPONSE_CACHE_H_
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "sam/export.h"
+#include "sam/format/index.h"  // Sha256Digest
+#include "sam/runtime/dynamic_sam.h"
+
+namespace sam::runtime {
+
+class SAM_API ResponseCache {
+ public:
+  // Separates responses in a tenant's text; never part of a match or a draft.
+  static constexpr uint32_t kSeparator = 0xFFFFFFFFu;
+  static constexpr size_t kBytesPerTenant = 256;
+  static constexpr size_t kBytesPerResponse = 32;
+  // After the cache changes, a cursor re-matches the last kRematchTokens
+  // tokens it was fed (so a match found after a change is at most this long
+  // plus the tokens fed since).
+  static constexpr size_t kRematchTokens = 256;
+
+  // Throws sam::Error (kInvalidArgument) for max_bytes == 0.
+  explicit ResponseCache(size_t max_bytes);
+  ~ResponseCache();
+  ResponseCache(const ResponseCache&) = delete;
+  ResponseCache& operator=(const ResponseCache&) = delete;
+
+  // Adds one response under `tenant`, evicting the oldest responses when the
+  // bound requires it. Returns false (nothing changes) for an empty response or
+  // one too large for the bound alone. Throws sam::Error (kInvalidArgument)
+  // for a response holding kSeparator, or longer than 2^29 tokens.
+  bool Insert(std::string_view tenant, std::span<const uint32_t> tokens);
+  // Forgets every response.
+  void Clear();
+
+  // Persistence (FORMAT.md "Response cache files"): Save writes every
+  // retained response, oldest first, with its tenant key and the fingerprint
+  // of the tokenizer its ids come from, atomically (a blob file: versioned,
+  // checksummed). Load reads such a file and inserts its responses in order
+  // (so a smaller bound keeps the newest). Errors (sam::Error, the file named):
+  // kIo, kTruncated, kBadMagic, kUnsupportedVersion, kChecksumMismatch,
+  // kCorruptStructure, and kTokenizerMismatch when the file's tokenizer is not
+  // `tokenizer_sha256`; on error, nothing is inserted. Save holds the writer
+  // lock while it collects the responses (readers go on).
+  void Save(const std::string& path, const format::Sha256Digest& tokenizer_sha256) const;
+  void Load(const std::string& path, const format::Sha256Digest& tokenizer_sha256);
+
+  // The longest suffix of `context` that occurs inside one of the tenant's
+  // responses (length 0: none, or unknown tenant), and up to `want` tokens
+  // that follow its first occurrence in the tenant's text (oldest response
+  // first), stopping at the response's end. With climb_links, while fewer than
+  // `want` tokens follow, shorter suffixes (suffix links) are tried, whose first
+  // occurrence may have a longer continuation. Returns the match length; *count
+  // receives the number of tokens written to out. O(context + want).
+  uint32_t Draft(std::string_view tenant, std::span<const uint32_t> context, size_t want,
+                 bool climb_links, uint32_t* out, size_t* count) const;
+
+  size_t max_bytes() const { return max_bytes_; }
+  size_t bytes() const;          // accounted bytes (formula above)
+  size_t num_tenants() const;    // tenants holding responses
+  size_t num_responses() const;  // retained responses, all tenants
+  uint64_t num_evicted() const;  // responses evicted since construction or Clear
+  // The tenant's retained responses, oldest first (tests, tools, Save).
+  std::vector<std::vector<uint32_t>> Responses(std::string_view tenant) const;
+  // Every tenant key holding responses, sorted.
+  std::vector<std::string> Tenants() const;
+  // The reserved automaton capacity (tokens) of a tenant, 0 if absent.
+  size_t Capacity(std::string_view tenant) const;
+
+  // A session's matching position in one tenant's responses: the longest
+  // suffix of the tokens fed so far that occurs in them. A cursor is used by
+  // one thread at a time, holds the tenant alive, and follows the cache as it
+  // changes (re-matching its last kRematchTokens tokens).
+  class SAM_API Cursor {
+   public:
+    Cursor() = default;
+    // Forgets the tokens fed (a new request); keeps the tenant.
+    void Reset();
+    // Feeds tokens (prompt, committed tokens).
+    void Advance(std::span<const uint32_t> tokens);
+    // The match after also feeding `token`, without feeding it, and up to
+    // `want` tokens that follow (as Draft); returns the match length.
+    uint32_t Peek(uint32_t token, size_t want, bool climb_links, uint32_t* out,
+                  size_t* count);
+    // The match length of the tokens fed so far.
+    uint32_t length();
+    const std::string& tenant() const { return key_; }
+    bool attached() const { return cache_ != nullptr; }
+
+   private:
+    friend class ResponseCache;
+    struct Tenant;
+    void Resolve();  // finds the tenant again after the cache's key set changed
+    void Sync();     // under the tenant's shared lock: re-match after a change
+    const ResponseCache* cache_ = nullptr;
+    std::string key_;
+    std::shared_ptr<Tenant> tenant_;
+    uint64_t map_version_ = ~uint64_t{0};
+    uint64_t generation_ = ~uint64_t{0};
+    uint32_t state_ = DynamicSam::kRoot;
+    uint32_t len_ = 0;
+    std::vector<uint32_t> recent_;  // last tokens fed (at most 2 * kRematchTokens)
+  };
+  // A cursor over `tenant` (which need not hold responses yet).
+  Cursor OpenCursor(std::string_view tenant) const;
+
+ private:
+  struct Response {
+    uint64_t sequence;  // insertion order, for eviction
+    uint32_t length;    // tokens, separator excluded
+  };
+  using Tenant = Cursor::Tenant;
+  std::shared_ptr<Tenant> Find(std::string_view tenant) const;
+  // Rebuilds t's automaton over its text after the first skip_tokens tokens,
+  // followed by `extra` and a separator when extra is not empty, with the
+  // given capacity; swaps it in (write_mu_ held).
+  static void Rebuild(Tenant& t, size_t skip_tokens, std::span<const uint32_t> extra,
+                      size_t capacity);
+
+  const size_t max_bytes_;
+  mutable std::mutex write_mu_;        // serialises writers; guards the fields below
+  mutable std::shared_mutex map_mu_;   // guards tenants_ (readers resolve keys)
+  std::map<std::string, std::shared_ptr<Tenant>, std::less<>> tenants_;
+  std::atomic<uint64_t> map_version_{0};  // changes when tenants_ gains or loses a key
+  std::deque<std::pair<uint64_t, Tenant*>> order_;  // (sequence, tenant), oldest first
+  uint64_t next_sequence_ = 0;
+  size_t bytes_ = 0;
+  size_t responses_ = 0;
+  uint64_t evicted_ = 0;
+};
+
+}  // namespace sam::runtime
+
+#endif  // SAM_RUNTIME_RESPONSE_CACHE_H_

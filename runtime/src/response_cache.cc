@@ -1,0 +1,462 @@
+#include "sam/runtime/response_cache.h"
+
+#include <algorithm>
+#include <string>
+
+#include "sam/error.h"
+#include "sam/format/blob_file.h"
+#include "sam/format/sha256.h"
+
+namespace sam::runtime {
+
+// One tenant: its automaton (readers hold mu shared), and the writer's
+// bookkeeping (guarded by the cache's write_mu_).
+struct ResponseCache::Cursor::Tenant {
+  explicit Tenant(std::string k) : key(std::move(k)) {}
+  const std::string key;
+  mutable std::shared_mutex mu;
+  std::unique_ptr<DynamicSam> sam;  // guarded by mu
+  uint64_t generation = 0;          // guarded by mu; changes with the automaton
+  std::deque<Response> responses;   // write_mu_
+  size_t used = 0;                  // tokens in the automaton (separators included); write_mu_
+  size_t capacity = 0;              // write_mu_
+};
+
+namespace {
+
+constexpr size_t kMaxResponseTokens = size_t{1} << 29;
+constexpr size_t kMaxTenantCapacity = size_t{1} << 30;
+
+size_t TenantBytes(size_t key_size, size_t capacity, size_t responses) {
+  return ResponseCache::kBytesPerTenant + key_size + DynamicSam::BytesForCapacity(capacity) +
+         ResponseCache::kBytesPerResponse * responses;
+}
+
+// The matching step of a cursor: the longest suffix of (matched text + token)
+// that occurs. The separator never matches, so matches stay inside responses.
+inline void Transfer(const DynamicSam& sam, uint32_t token, uint32_t* state, uint32_t* len) {
+  if (token == ResponseCache::kSeparator) {
+    *state = DynamicSam::kRoot;
+    *len = 0;
+    return;
+  }
+  uint32_t v = *state;
+  uint32_t l = *len;
+  uint32_t next;
+  while ((next = sam.Next(v, token)) == DynamicSam::kNone) {
+    if (v == DynamicSam::kRoot) {
+      *state = DynamicSam::kRoot;
+      *len = 0;
+      return;
+    }
+    v = sam.Link(v);
+    l = sam.Len(v);
+  }
+  *state = next;
+  *len = l + 1;
+}
+
+// Tokens after the first occurrence of state v's strings, up to the end of that
+// response (the separator) and at most `want`.
+inline size_t FollowingTokens(const DynamicSam& sam, uint32_t v, size_t want) {
+  const size_t begin = sam.MinEndpos(v);
+  const size_t end = std::min(sam.size(), begin + want);
+  size_t p = begin;
+  while (p < end && sam.Token(p + 1) != ResponseCache::kSeparator) ++p;
+  return p - begin;
+}
+
+// The draft after a match (state v): its continuation, or with climb_links
+// the longest continuation among v and its suffix-link ancestors (a shorter
+// suffix's first occurrence may lie in another response).
+size_t Continue(const DynamicSam& sam, uint32_t v, size_t want, bool climb_links, uint32_t* out) {
+  if (v == DynamicSam::kRoot || want == 0) return 0;
+  uint32_t best = v;
+  size_t best_count = FollowingTokens(sam, v, want);
+  for (uint32_t u = sam.Link(v); climb_links && best_count < want && u != DynamicSam::kRoot &&
+                                 u != DynamicSam::kNone;
+       u = sam.Link(u)) {
+    const size_t count = FollowingTokens(sam, u, want);
+    if (count > best_count) best = u, best_count = count;
+  }
+  const size_t begin = sam.MinEndpos(best);
+  for (size_t k = 0; k < best_count; ++k) out[k] = sam.Token(begin + k + 1);
+  return best_count;
+}
+
+}  // namespace
+
+ResponseCache::ResponseCache(size_t max_bytes) : max_bytes_(max_bytes) {
+  if (max_bytes == 0)
+    throw Error(ErrorCode::kInvalidArgument, "ResponseCache: max_bytes must be positive");
+}
+
+ResponseCache::~ResponseCache() = default;
+
+std::shared_ptr<ResponseCache::Tenant> ResponseCache::Find(std::string_view tenant) const {
+  std::shared_lock lock(map_mu_);
+  auto it = tenants_.find(tenant);
+  return it == tenants_.end() ? nullptr : it->second;
+}
+
+void ResponseCache::Rebuild(Tenant& t, size_t skip_tokens, std::span<const uint32_t> extra,
+                            size_t capacity) {
+  // Built outside the tenant's lock (readers keep drafting from the old one);
+  // only this writer modifies t.sam, so reading it here is safe.
+  auto sam = std::make_unique<DynamicSam>(capacity);
+  for (size_t p = skip_tokens + 1; p <= t.used; ++p) sam->Extend(t.sam->Token(p));
+  if (!extra.empty()) {
+    sam->Extend(extra);
+    sam->Extend(kSeparator);
+  }
+  std::unique_lock lock(t.mu);
+  t.sam = std::move(sam);
+  ++t.generation;
+}
+
+bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> tokens) {
+  if (tokens.empty()) return false;
+  if (tokens.size() > kMaxResponseTokens)
+    throw Error(ErrorCode::kInvalidArgument,
+                "ResponseCache::Insert: a response of " + std::to_string(tokens.size()) +
+                    " tokens exceeds the limit of 2^29");
+  if (std::find(tokens.begin(), tokens.end(), kSeparator) != tokens.end())
+    throw Error(ErrorCode::kInvalidArgument,
+                "ResponseCache::Insert: the response holds token 4294967295, the cache's "
+                "separator, which no tokenizer produces");
+  const size_t need_new = tokens.size() + 1;
+  if (TenantBytes(tenant.size(), need_new, 1) > max_bytes_) return false;
+
+  std::lock_guard write(write_mu_);
+  std::shared_ptr<Tenant> t;
+  if (auto it = tenants_.find(tenant); it != tenants_.end()) t = it->second;
+  const uint64_t sequence = next_sequence_++;
+  const Response response{sequence, static_cast<uint32_t>(tokens.size())};
+
+  // In place: the reserved capacity holds it and one more record fits.
+  if (t != nullptr && t->used + need_new <= t->capacity &&
+      bytes_ + kBytesPerResponse <= max_bytes_) {
+    {
+      std::unique_lock lock(t->mu);
+      t->sam->Extend(tokens);
+      t->sam->Extend(kSeparator);
+      ++t->generation;
+    }
+    t->used += need_new;
+    t->responses.push_back(response);
+    order_.emplace_back(sequence, t.get());
+    bytes_ += kBytesPerResponse;
+    ++responses_;
+    return true;
+  }
+
+  // Plan: evict the oldest responses until everything fits, with the
+  // inserting tenant at exactly the capacity it needs and every other tenant
+  // that loses responses rebuilt at exactly its remaining need.
+  struct Plan {
+    size_t drops = 0;
+    size_t dropped_tokens = 0;
+  };
+  std::map<Tenant*, Plan> plans;
+  size_t t_responses = t ? t->responses.size() : 0;
+  size_t t_used = t ? t->used : 0;
+  size_t others = bytes_ - (t ? TenantBytes(t->key.size(), t->capacity, t_responses) : 0);
+  auto t_fixed = [&] { return kBytesPerTenant + tenant.size() + kBytesPerResponse * (t_responses + 1); };
+  size_t evict = 0;
+  while (others + t_fixed() + DynamicSam::BytesForCapacity(t_used + need_new) > max_bytes_ ||
+         t_used + need_new > kMaxTenantCapacity) {
+    // Terminates: with everything evicted, others == 0 and the response fits
+    // alone (checked above).
+    Tenant* u = order_[evict++].second;
+    Plan& plan = plans[u];
+    const size_t length = u->responses[plan.drops].length + 1;
+    if (u == t.get()) {
+      --t_responses;
+      t_used -= length;
+    } else {
+      const size_t remaining = u->responses.size() - plan.drops;
+      const size_t old_cost = TenantBytes(
+          u->key.size(), plan.drops == 0 ? u->capacity : u->used - plan.dropped_tokens, remaining);
+      const size_t new_cost =
+          remaining == 1 ? 0
+                         : TenantBytes(u->key.size(), u->used - plan.dropped_tokens - length,
+                                       remaining - 1);
+      others = others - old_cost + new_cost;
+    }
+    ++plan.drops;
+    plan.dropped_tokens += length;
+  }
+  const size_t t_need = t_used + need_new;
+  const size_t budget = max_bytes_ - others - t_fixed();
+  const size_t capacity = std::clamp(
+      std::min(2 * t_need, DynamicSam::CapacityForBytes(budget)), t_need, kMaxTenantCapacity);
+
+  // Apply: other tenants first (rebuilt smaller or removed), then this one.
+  const Plan own = t != nullptr && plans.count(t.get()) ? plans[t.get()] : Plan{};
+  std::vector<std::shared_ptr<Tenant>> removed;  // freed after the loop, not during it
+  bool map_changed = false;
+  for (auto& [u, plan] : plans) {
+    if (u == t.get()) continue;
+    if (plan.drops == u->responses.size()) {
+      std::unique_lock map_lock(map_mu_);
+      auto it = tenants_.find(u->key);
+      removed.push_back(std::move(it->second));  // cursors holding it re-resolve
+      tenants_.erase(it);
+      map_changed = true;
+      continue;
+    }
+    const size_t remaining = u->used - plan.dropped_tokens;
+    Rebuild(*u, plan.dropped_tokens, {}, remaining);
+    u->responses.erase(u->responses.begin(), u->responses.begin() + plan.drops);
+    u->used = remaining;
+    u->capacity = remaining;
+  }
+  if (t == nullptr) {
+    t = std::make_shared<Tenant>(std::string(tenant));
+    t->sam = std::make_unique<DynamicSam>(4);
+    std::unique_lock map_lock(map_mu_);
+    tenants_.emplace(t->key, t);
+    map_changed = true;
+  }
+  Rebuild(*t, own.dropped_tokens, tokens, capacity);
+  t->responses.erase(t->responses.begin(), t->responses.begin() + own.drops);
+  t->responses.push_back(response);
+  t->used = t_need;
+  t->capacity = capacity;
+  order_.erase(order_.begin(), order_.begin() + evict);
+  order_.emplace_back(sequence, t.get());
+  bytes_ = others + TenantBytes(t->key.size(), capacity, t->responses.size());
+  responses_ = responses_ - evict + 1;
+  evicted_ += evict;
+  if (map_changed) map_version_.fetch_add(1, std::memory_order_acq_rel);
+  return true;
+}
+
+void ResponseCache::Clear() {
+  std::lock_guard write(write_mu_);
+  {
+    std::unique_lock map_lock(map_mu_);
+    tenants_.clear();
+  }
+  map_version_.fetch_add(1, std::memory_order_acq_rel);
+  order_.clear();
+  bytes_ = 0;
+  responses_ = 0;
+  evicted_ = 0;
+}
+
+uint32_t ResponseCache::Draft(std::string_view tenant, std::span<const uint32_t> context,
+                              size_t want, bool climb_links, uint32_t* out,
+                              size_t* count) const {
+  *count = 0;
+  const std::shared_ptr<Tenant> t = Find(tenant);
+  if (t == nullptr) return 0;
+  std::shared_lock lock(t->mu);
+  uint32_t state = DynamicSam::kRoot, len = 0;
+  for (uint32_t token : context) Transfer(*t->sam, token, &state, &len);
+  *count = Continue(*t->sam, state, want, climb_links, out);
+  return len;
+}
+
+size_t ResponseCache::bytes() const {
+  std::lock_guard write(write_mu_);
+  return bytes_;
+}
+
+size_t ResponseCache::num_tenants() const {
+  std::lock_guard write(write_mu_);
+  return tenants_.size();
+}
+
+size_t ResponseCache::num_responses() const {
+  std::lock_guard write(write_mu_);
+  return responses_;
+}
+
+uint64_t ResponseCache::num_evicted() const {
+  std::lock_guard write(write_mu_);
+  return evicted_;
+}
+
+std::vector<std::vector<uint32_t>> ResponseCache::Responses(std::string_view tenant) const {
+  std::lock_guard write(write_mu_);
+  std::vector<std::vector<uint32_t>> out;
+  auto it = tenants_.find(tenant);
+  if (it == tenants_.end()) return out;
+  const Tenant& t = *it->second;
+  size_t p = 1;
+  for (const Response& r : t.responses) {
+    std::vector<uint32_t>& text = out.emplace_back(r.length);
+    for (uint32_t k = 0; k < r.length; ++k) text[k] = t.sam->Token(p + k);
+    p += r.length + 1;
+  }
+  return out;
+}
+
+std::vector<std::string> ResponseCache::Tenants() const {
+  std::lock_guard write(write_mu_);
+  std::vector<std::string> keys;
+  for (const auto& [key, t] : tenants_) keys.push_back(key);
+  return keys;
+}
+
+size_t ResponseCache::Capacity(std::string_view tenant) const {
+  std::lock_guard write(write_mu_);
+  auto it = tenants_.find(tenant);
+  return it == tenants_.end() ? 0 : it->second->capacity;
+}
+
+namespace {
+
+constexpr uint32_t kCacheFileVersion = 1;
+
+void Put32(std::vector<uint8_t>& out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+}
+
+}  // namespace
+
+// Payload, version 1 (little-endian): tokenizer SHA-256 [32], u64 responses,
+// then per response, oldest first: u32 key bytes, key, u32 tokens, u32 ids.
+void ResponseCache::Save(const std::string& path,
+                         const format::Sha256Digest& tokenizer_sha256) const {
+  std::vector<uint8_t> payload(tokenizer_sha256.begin(), tokenizer_sha256.end());
+  {
+    std::lock_guard write(write_mu_);
+    const uint64_t n = order_.size();
+    for (int i = 0; i < 8; ++i) payload.push_back(static_cast<uint8_t>(n >> (8 * i)));
+    // Each tenant's responses lie in its text in order: walk them in step.
+    std::map<const Tenant*, std::pair<size_t, size_t>> next;  // response index, position
+    for (const auto& [sequence, t] : order_) {
+      auto& [index, position] = next.try_emplace(t, 0, 1).first->second;
+      const Response& r = t->responses[index++];
+      Put32(payload, static_cast<uint32_t>(t->key.size()));
+      payload.insert(payload.end(), t->key.begin(), t->key.end());
+      Put32(payload, r.length);
+      for (uint32_t k = 0; k < r.length; ++k) Put32(payload, t->sam->Token(position + k));
+      position += r.length + 1;
+    }
+  }
+  format::WriteBlobFile(path, format::kResponseCacheMagic, kCacheFileVersion, payload);
+}
+
+void ResponseCache::Load(const std::string& path, const format::Sha256Digest& tokenizer_sha256) {
+  uint32_t version = 0;
+  const std::vector<uint8_t> payload =
+      format::ReadBlobFile(path, format::kResponseCacheMagic, kCacheFileVersion, &version);
+  size_t at = 0;
+  auto corrupt = [&](const std::string& what) {
+    throw Error(ErrorCode::kCorruptStructure, ErrorContext{.file = path},
+                what + " at payload byte " + std::to_string(at));
+  };
+  auto get = [&](size_t bytes) {
+    if (payload.size() - at < bytes) corrupt("the payload ends early");
+    uint64_t v = 0;
+    for (size_t i = 0; i < bytes; ++i) v |= uint64_t{payload[at + i]} << (8 * i);
+    at += bytes;
+    return v;
+  };
+  if (payload.size() < 32) corrupt("the payload ends early");
+  format::Sha256Digest saved;
+  std::copy(payload.begin(), payload.begin() + 32, saved.begin());
+  at = 32;
+  if (saved != tokenizer_sha256)
+    throw Error(ErrorCode::kTokenizerMismatch, ErrorContext{.file = path},
+                "the cache was saved with tokenizer " + format::DigestToHex(saved) +
+                    ", this deployment uses " + format::DigestToHex(tokenizer_sha256));
+  const uint64_t n = get(8);
+  std::vector<std::pair<std::string, std::vector<uint32_t>>> responses;
+  for (uint64_t i = 0; i < n; ++i) {
+    const size_t key_size = get(4);
+    if (payload.size() - at < key_size) corrupt("a tenant key runs past the payload");
+    std::string key(payload.begin() + static_cast<ptrdiff_t>(at),
+                    payload.begin() + static_cast<ptrdiff_t>(at + key_size));
+    at += key_size;
+    const size_t count = get(4);
+    if (count == 0 || (payload.size() - at) / 4 < count)
+      corrupt("response " + std::to_string(i) + " has an impossible length " +
+              std::to_string(count));
+    std::vector<uint32_t> tokens(count);
+    for (uint32_t& t : tokens) {
+      t = static_cast<uint32_t>(get(4));
+      if (t == kSeparator) corrupt("response " + std::to_string(i) + " holds the separator");
+    }
+    responses.emplace_back(std::move(key), std::move(tokens));
+  }
+  if (at != payload.size()) corrupt("bytes after the last response");
+  for (const auto& [key, tokens] : responses) Insert(key, tokens);
+}
+
+ResponseCache::Cursor ResponseCache::OpenCursor(std::string_view tenant) const {
+  Cursor c;
+  c.cache_ = this;
+  c.key_ = std::string(tenant);
+  c.recent_.reserve(2 * kRematchTokens);
+  return c;
+}
+
+void ResponseCache::Cursor::Reset() {
+  recent_.clear();
+  state_ = DynamicSam::kRoot;
+  len_ = 0;
+}
+
+// With the tenant's shared lock held by the caller: re-matches the recent
+// tokens when the tenant's automaton changed since the cursor last looked.
+void ResponseCache::Cursor::Sync() {
+  const DynamicSam& sam = *tenant_->sam;
+  if (generation_ == tenant_->generation) return;
+  generation_ = tenant_->generation;
+  state_ = DynamicSam::kRoot;
+  len_ = 0;
+  const size_t from = recent_.size() > kRematchTokens ? recent_.size() - kRematchTokens : 0;
+  for (size_t i = from; i < recent_.size(); ++i) Transfer(sam, recent_[i], &state_, &len_);
+}
+
+// The tenant again after the cache's key set changed (a tenant created, or
+// removed when its last response was evicted).
+void ResponseCache::Cursor::Resolve() {
+  const uint64_t now = cache_->map_version_.load(std::memory_order_acquire);
+  if (now == map_version_) return;
+  map_version_ = now;
+  tenant_ = cache_->Find(key_);
+  generation_ = ~uint64_t{0};
+}
+
+void ResponseCache::Cursor::Advance(std::span<const uint32_t> tokens) {
+  if (cache_ == nullptr) return;
+  Resolve();
+  if (tenant_ != nullptr) {
+    std::shared_lock lock(tenant_->mu);
+    Sync();
+    for (uint32_t token : tokens) Transfer(*tenant_->sam, token, &state_, &len_);
+  }
+  recent_.insert(recent_.end(), tokens.begin(), tokens.end());
+  if (recent_.size() > 2 * kRematchTokens)
+    recent_.erase(recent_.begin(), recent_.end() - kRematchTokens);
+}
+
+uint32_t ResponseCache::Cursor::Peek(uint32_t token, size_t want, bool climb_links,
+                                     uint32_t* out, size_t* count) {
+  *count = 0;
+  if (cache_ == nullptr) return 0;
+  Resolve();
+  if (tenant_ == nullptr) return 0;
+  std::shared_lock lock(tenant_->mu);
+  Sync();
+  uint32_t state = state_, len = len_;
+  Transfer(*tenant_->sam, token, &state, &len);
+  *count = Continue(*tenant_->sam, state, want, climb_links, out);
+  return len;
+}
+
+uint32_t ResponseCache::Cursor::length() {
+  if (cache_ == nullptr) return 0;
+  Resolve();
+  if (tenant_ == nullptr) return 0;
+  std::shared_lock lock(tenant_->mu);
+  Sync();
+  return len_;
+}
+
+}  // namespace sam::runtime

@@ -1,0 +1,509 @@
+// ResponseCache against brute force over the retained responses: match
+// lengths, drafts, the byte bound and its formula, eviction order and tenant
+// isolation.
+#include "sam/runtime/response_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sam/error.h"
+#include "sam/format/blob_file.h"
+#include "temp_dir.h"
+#include "sam/runtime/replay.h"
+#include "sam/runtime/session.h"
+
+namespace sam::runtime {
+namespace {
+
+using Tokens = std::vector<uint32_t>;
+
+// Longest suffix of context occurring inside one response (brute force).
+uint32_t BruteMatch(const std::vector<Tokens>& responses, const Tokens& context) {
+  auto occurs = [&](size_t len) {
+    const auto first = context.end() - static_cast<ptrdiff_t>(len);
+    for (const Tokens& r : responses)
+      if (std::search(r.begin(), r.end(), first, context.end()) != r.end()) return true;
+    return false;
+  };
+  uint32_t best = 0;
+  for (size_t len = 1; len <= context.size() && occurs(len); ++len) best = static_cast<uint32_t>(len);
+  return best;
+}
+
+// Tokens after the first occurrence (oldest response, then earliest end) of
+// the context's suffix of length len, up to the response's end and `want`.
+Tokens BruteDraft(const std::vector<Tokens>& responses, const Tokens& context, size_t len,
+                  size_t want) {
+  if (len == 0) return {};
+  const auto first = context.end() - static_cast<ptrdiff_t>(len);
+  for (const Tokens& r : responses) {
+    auto it = std::search(r.begin(), r.end(), first, context.end());
+    if (it == r.end()) continue;
+    const auto begin = it + static_cast<ptrdiff_t>(len);
+    return Tokens(begin, begin + static_cast<ptrdiff_t>(
+                                     std::min<size_t>(want, static_cast<size_t>(r.end() - begin))));
+  }
+  return {};
+}
+
+// True when some suffix (length >= 1) of context followed by draft occurs in one response.
+bool FollowsSomeSuffix(const std::vector<Tokens>& responses, const Tokens& context,
+                       const Tokens& draft) {
+  for (size_t k = 1; k <= context.size(); ++k) {
+    Tokens needle(context.end() - static_cast<ptrdiff_t>(k), context.end());
+    needle.insert(needle.end(), draft.begin(), draft.end());
+    for (const Tokens& r : responses)
+      if (std::search(r.begin(), r.end(), needle.begin(), needle.end()) != r.end()) return true;
+  }
+  return false;
+}
+
+size_t FormulaBytes(const ResponseCache& cache) {
+  size_t bytes = 0;
+  for (const std::string& key : cache.Tenants()) {
+    const auto responses = cache.Responses(key);
+    size_t used = 0;
+    for (const Tokens& r : responses) used += r.size() + 1;
+    EXPECT_GE(cache.Capacity(key), used) << key;
+    bytes += ResponseCache::kBytesPerTenant + key.size() +
+             DynamicSam::BytesForCapacity(cache.Capacity(key)) +
+             ResponseCache::kBytesPerResponse * responses.size();
+  }
+  return bytes;
+}
+
+Tokens Random(std::mt19937& rng, size_t n, uint32_t alphabet) {
+  Tokens t(n);
+  for (uint32_t& x : t) x = rng() % alphabet;
+  return t;
+}
+
+// A context: a random piece of a random response (any tenant) with random
+// tokens around it, so that long matches, short matches and none all occur.
+Tokens RandomContext(std::mt19937& rng, const std::vector<Tokens>& pool, uint32_t alphabet) {
+  Tokens c = Random(rng, rng() % 4, alphabet);
+  if (!pool.empty() && rng() % 4 != 0) {
+    const Tokens& r = pool[rng() % pool.size()];
+    size_t a = rng() % r.size(), b = a + rng() % (r.size() - a + 1);
+    c.insert(c.end(), r.begin() + static_cast<ptrdiff_t>(a), r.begin() + static_cast<ptrdiff_t>(b));
+  }
+  if (rng() % 3 == 0) c.push_back(rng() % alphabet);
+  return c;
+}
+
+TEST(ResponseCacheTest, MatchesAndDraftsEqualBruteForceUnderEviction) {
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    std::mt19937 rng(seed);
+    const uint32_t alphabet = 2 + seed % 5;
+    // A few KiB: enough for tens of responses, so eviction runs often.
+    ResponseCache cache(12000 + 2000 * (seed % 4));
+    const std::vector<std::string> keys = {"a", "bb", ""};
+    std::vector<std::pair<std::string, Tokens>> accepted;  // inserts that returned true
+    for (int step = 0; step < 120; ++step) {
+      const std::string& key = keys[rng() % keys.size()];
+      const Tokens r = Random(rng, 1 + rng() % 30, alphabet);
+      if (cache.Insert(key, r)) accepted.emplace_back(key, r);
+      ASSERT_LE(cache.bytes(), cache.max_bytes());
+      ASSERT_EQ(cache.bytes(), FormulaBytes(cache));
+
+      // Retained = a suffix of the accepted inserts (oldest first eviction),
+      // per tenant in insertion order.
+      const size_t retained = cache.num_responses();
+      ASSERT_LE(retained, accepted.size());
+      ASSERT_EQ(cache.num_evicted(), accepted.size() - retained);
+      std::map<std::string, std::vector<Tokens>> expect;
+      for (size_t i = accepted.size() - retained; i < accepted.size(); ++i)
+        expect[accepted[i].first].push_back(accepted[i].second);
+      for (const std::string& k : keys)
+        ASSERT_EQ(cache.Responses(k), expect[k]) << "key " << k << " seed " << seed << " step " << step;
+
+      std::vector<Tokens> pool;
+      for (const auto& [k, r2] : accepted) pool.push_back(r2);
+      for (int q = 0; q < 6; ++q) {
+        const std::string& qk = keys[rng() % keys.size()];
+        const Tokens context = RandomContext(rng, pool, alphabet);
+        const size_t want = 1 + rng() % 12;
+        Tokens out(want);
+        size_t n = 0;
+        const uint32_t len = cache.Draft(qk, context, want, false, out.data(), &n);
+        ASSERT_EQ(len, BruteMatch(expect[qk], context));
+        out.resize(n);
+        ASSERT_EQ(out, BruteDraft(expect[qk], context, len, want));
+        Tokens climbed(want);
+        size_t m = 0;
+        ASSERT_EQ(cache.Draft(qk, context, want, true, climbed.data(), &m), len);
+        climbed.resize(m);
+        ASSERT_GE(m, n);
+        if (m > 0) {
+          ASSERT_TRUE(FollowsSomeSuffix(expect[qk], context, climbed));
+        }
+      }
+    }
+  }
+}
+
+TEST(ResponseCacheTest, CursorEqualsDraftWhileTheCacheChanges) {
+  std::mt19937 rng(7);
+  ResponseCache cache(20000);
+  ResponseCache::Cursor cursor = cache.OpenCursor("t");
+  Tokens fed;
+  std::vector<Tokens> pool;
+  for (int step = 0; step < 400; ++step) {
+    if (rng() % 5 == 0) {
+      Tokens r = Random(rng, 1 + rng() % 20, 4);
+      pool.push_back(r);
+      cache.Insert(rng() % 3 ? "t" : "u", r);
+    }
+    if (rng() % 40 == 0) {
+      cursor.Reset();
+      fed.clear();
+    }
+    const uint32_t token = rng() % 4;
+    Tokens out(8), expect(8);
+    size_t n = 0, m = 0;
+    const uint32_t len = cursor.Peek(token, 8, true, out.data(), &n);
+    Tokens context = fed;
+    context.push_back(token);
+    // Fed contexts stay below kRematchTokens, so the cursor is exact.
+    ASSERT_EQ(len, cache.Draft("t", context, 8, true, expect.data(), &m));
+    out.resize(n);
+    expect.resize(m);
+    ASSERT_EQ(out, expect);
+    const Tokens commit = {token};
+    cursor.Advance(commit);
+    fed.push_back(token);
+    if (fed.size() > 200) {
+      cursor.Reset();
+      fed.clear();
+    }
+    Tokens none(1);
+    size_t z = 0;
+    ASSERT_EQ(cursor.length(), cache.Draft("t", fed, 0, false, none.data(), &z));
+  }
+}
+
+TEST(ResponseCacheTest, TenantTextNeverDraftsForAnotherTenant) {
+  // Both tenants share prefixes; their continuations conflict. Tenant A's
+  // continuations use ids >= 1000, B's ids < 1000.
+  ResponseCache cache(size_t{1} << 20);
+  std::mt19937 rng(3);
+  std::vector<Tokens> a_texts, b_texts;
+  for (int i = 0; i < 50; ++i) {
+    Tokens prefix = Random(rng, 6, 5);
+    Tokens a = prefix, b = prefix;
+    for (int k = 0; k < 10; ++k) a.push_back(1000 + rng() % 5), b.push_back(rng() % 5);
+    ASSERT_TRUE(cache.Insert("A", a));
+    ASSERT_TRUE(cache.Insert("B", b));
+    a_texts.push_back(a);
+    b_texts.push_back(b);
+  }
+  ResponseCache::Cursor b_cursor = cache.OpenCursor("B");
+  ResponseCache::Cursor nobody = cache.OpenCursor("C");
+  for (const Tokens& a : a_texts) {
+    // B's queries made of A's text: any match is B's own, drafts hold no A id.
+    for (size_t cut = 1; cut <= a.size(); ++cut) {
+      const Tokens context(a.begin(), a.begin() + static_cast<ptrdiff_t>(cut));
+      Tokens out(40);
+      size_t n = 0;
+      const uint32_t len = cache.Draft("B", context, 40, true, out.data(), &n);
+      EXPECT_EQ(len, BruteMatch(b_texts, context));
+      for (size_t k = 0; k < n; ++k) EXPECT_LT(out[k], 1000u);
+      EXPECT_EQ(cache.Draft("C", context, 40, true, out.data(), &n), 0u);
+      EXPECT_EQ(n, 0u);
+    }
+    b_cursor.Reset();
+    b_cursor.Advance(std::span<const uint32_t>(a).first(a.size() - 1));
+    Tokens out(40);
+    size_t n = 0;
+    b_cursor.Peek(a.back(), 40, true, out.data(), &n);
+    for (size_t k = 0; k < n; ++k) EXPECT_LT(out[k], 1000u);
+    nobody.Advance(a);
+    EXPECT_EQ(nobody.Peek(a[0], 40, true, out.data(), &n), 0u);
+  }
+}
+
+TEST(ResponseCacheTest, EvictsOldestFirstAcrossTenants) {
+  // Sized for about three 100-token responses of two tenants.
+  const size_t one = ResponseCache::kBytesPerTenant + 1 + DynamicSam::BytesForCapacity(101) +
+                     ResponseCache::kBytesPerResponse;
+  ResponseCache cache(2 * one + DynamicSam::BytesForCapacity(202) -
+                      DynamicSam::BytesForCapacity(101) + ResponseCache::kBytesPerResponse);
+  Tokens a1(100, 1), b1(100, 2), a2(100, 3), b2(100, 4), a3(100, 6);
+  ASSERT_TRUE(cache.Insert("A", a1));
+  ASSERT_TRUE(cache.Insert("B", b1));
+  ASSERT_TRUE(cache.Insert("A", a2));
+  EXPECT_EQ(cache.num_evicted(), 0u);
+  ASSERT_TRUE(cache.Insert("B", b2));  // evicts a1, the oldest
+  EXPECT_EQ(cache.Responses("A"), std::vector<Tokens>{a2});
+  EXPECT_EQ(cache.Responses("B"), (std::vector<Tokens>{b1, b2}));
+  ASSERT_TRUE(cache.Insert("A", a3));  // then b1
+  EXPECT_EQ(cache.Responses("B"), std::vector<Tokens>{b2});
+  EXPECT_EQ(cache.Responses("A"), (std::vector<Tokens>{a2, a3}));
+  EXPECT_EQ(cache.num_evicted(), 2u);
+  EXPECT_LE(cache.bytes(), cache.max_bytes());
+  EXPECT_EQ(cache.bytes(), FormulaBytes(cache));
+  // A tenant whose last response is evicted disappears; a2 (older than b2) goes first.
+  ASSERT_TRUE(cache.Insert("A", Tokens(250, 9)));
+  EXPECT_EQ(cache.Tenants(), std::vector<std::string>{"A"});
+  EXPECT_EQ(cache.Responses("A"), (std::vector<Tokens>{a3, Tokens(250, 9)}));
+  EXPECT_EQ(cache.num_evicted(), 4u);
+}
+
+TEST(ResponseCacheTest, RefusesWhatItCannotHold) {
+  ResponseCache cache(4096);
+  EXPECT_FALSE(cache.Insert("t", Tokens{}));
+  EXPECT_FALSE(cache.Insert("t", Tokens(10000, 1)));  // too large for the bound alone
+  EXPECT_EQ(cache.num_responses(), 0u);
+  EXPECT_EQ(cache.bytes(), 0u);
+  try {
+    cache.Insert("t", Tokens{1, ResponseCache::kSeparator, 2});
+    ADD_FAILURE() << "the separator was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+  try {
+    ResponseCache zero(0);
+    ADD_FAILURE() << "a zero bound was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+  }
+  // A query holding the separator never matches across it.
+  ASSERT_TRUE(cache.Insert("t", Tokens{1, 2, 3}));
+  ASSERT_TRUE(cache.Insert("t", Tokens{4, 5, 6}));
+  Tokens out(4);
+  size_t n = 0;
+  EXPECT_EQ(cache.Draft("t", Tokens{3, ResponseCache::kSeparator, 4}, 4, false, out.data(), &n), 1u);
+  EXPECT_EQ(cache.Draft("t", Tokens{2, 3}, 4, false, out.data(), &n), 2u);
+  EXPECT_EQ(n, 0u);  // the draft stops at the response's end
+  cache.Clear();
+  EXPECT_EQ(cache.bytes(), 0u);
+  EXPECT_EQ(cache.Draft("t", Tokens{1, 2}, 4, false, out.data(), &n), 0u);
+}
+
+// Drives one request through a session as a greedy verifier would, with the
+// recorded output as the model's; returns the accepted draft tokens per step.
+std::vector<size_t> RunRequest(Session& session, const Tokens& prompt, const Tokens& output) {
+  session.Reset();
+  session.Prefill(prompt);
+  std::vector<size_t> accepted;
+  for (size_t i = 0; i < output.size();) {
+    const DraftTree& tree = session.Propose(output[i]);
+    const size_t a = AcceptedLength(tree, std::span<const uint32_t>(output).subspan(i + 1));
+    session.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
+    accepted.push_back(a);
+    i += a + 1;
+  }
+  return accepted;
+}
+
+TEST(SessionCacheTest, CacheRequestAddsOutputOrPromptAndOutput) {
+  for (bool with_prompt : {false, true}) {
+    auto cache = std::make_shared<ResponseCache>(size_t{1} << 20);
+    SessionOptions o;
+    o.cache_prompts = with_prompt;
+    Session session(o);
+    session.AttachCache(cache, "t");
+    const Tokens prompt = {1, 2, 3}, output = {4, 5, 6, 7};
+    RunRequest(session, prompt, output);
+    ASSERT_TRUE(session.CacheRequest());
+    Tokens expect = output;
+    if (with_prompt) expect.insert(expect.begin(), prompt.begin(), prompt.end());
+    EXPECT_EQ(cache->Responses("t"), std::vector<Tokens>{expect});
+  }
+}
+
+TEST(SessionCacheTest, PaperRuleDraftsTheCachedContinuation) {
+  // Outputs of distinct random tokens: the request's own automaton never
+  // matches, so a second request with a cached identical output drafts the
+  // rest of it from the cache at every step.
+  std::mt19937 rng(5);
+  auto cache = std::make_shared<ResponseCache>(size_t{1} << 20);
+  SessionOptions o;  // the paper rule, 40 nodes, no fallback: any match drafts
+  Session session(o);
+  session.AttachCache(cache, "t");
+  Tokens prompt = {1, 2}, output;
+  for (uint32_t k = 0; k < 150; ++k) output.push_back(1000 + k * 7 + rng() % 7);
+  const std::vector<size_t> cold = RunRequest(session, prompt, output);
+  for (size_t a : cold) EXPECT_EQ(a, 0u);
+  ASSERT_TRUE(session.CacheRequest());
+  const std::vector<size_t> warm = RunRequest(session, prompt, output);
+  size_t i = 0;
+  for (size_t a : warm) {
+    EXPECT_EQ(a, std::min<size_t>(39, output.size() - i - 1)) << "at " << i;
+    i += a + 1;
+  }
+  EXPECT_GT(session.statistics().source(DraftSource::kCache).steps, 0u);
+  EXPECT_NE(session.statistics().ToJson().find("\"cache\""), std::string::npos);
+  // Another tenant sees nothing of it.
+  session.AttachCache(cache, "other");
+  for (size_t a : RunRequest(session, prompt, output)) EXPECT_EQ(a, 0u);
+}
+
+TEST(SessionCacheTest, DraftsEqualTheCacheLookupAndStayInTheTenant) {
+  // Random small-alphabet requests; tenant A's outputs end with ids >= 1000.
+  std::mt19937 rng(11);
+  auto cache = std::make_shared<ResponseCache>(size_t{1} << 20);
+  for (int i = 0; i < 30; ++i) {
+    Tokens a = Random(rng, 20, 4), b = a;
+    for (int k = 0; k < 10; ++k) a.push_back(1000 + rng() % 4), b.push_back(rng() % 4);
+    cache->Insert("A", a);
+    cache->Insert("B", b);
+  }
+  for (Policy policy : {Policy::kPaper, Policy::kCalibrated}) {
+    SessionOptions o;
+    o.selection.policy = policy;
+    o.selection.draft_size = 16;
+    Session session(o);
+    session.AttachCache(cache, "B");
+    for (int r = 0; r < 20; ++r) {
+      const Tokens prompt = Random(rng, 5, 4), output = Random(rng, 60, 4);
+      session.Reset();
+      session.Prefill(prompt);
+      Tokens context = prompt;
+      for (size_t i = 0; i < output.size();) {
+        const DraftTree& tree = session.Propose(output[i]);
+        for (uint32_t t : tree.tokens) ASSERT_LT(t, 1000u);
+        context.push_back(output[i]);
+        Tokens expect(15);
+        size_t n = 0;
+        ASSERT_EQ(session.last_cache_length(),
+                  cache->Draft("B", context, 15, true, expect.data(), &n));
+        if (policy == Policy::kPaper && tree.source == DraftSource::kCache) {
+          expect.resize(n);
+          const Tokens drafted(tree.tokens.begin() + 1, tree.tokens.end());
+          ASSERT_EQ(drafted, expect);
+        }
+        const size_t a = AcceptedLength(tree, std::span<const uint32_t>(output).subspan(i + 1));
+        session.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
+        context.insert(context.end(), output.begin() + static_cast<ptrdiff_t>(i) + 1,
+                       output.begin() + static_cast<ptrdiff_t>(i + a + 1));
+        i += a + 1;
+      }
+    }
+    EXPECT_GT(session.statistics().source(DraftSource::kCache).steps +
+                  session.statistics().source(DraftSource::kMerged).steps,
+              0u);
+  }
+}
+
+std::vector<uint8_t> ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+void WriteBytes(const std::string& path, const std::vector<uint8_t>& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+}
+
+// Loading `path` into an empty cache fails with `code`, names the file, and
+// inserts nothing.
+void ExpectLoadFails(const std::string& path, const format::Sha256Digest& tokenizer,
+                     ErrorCode code) {
+  ResponseCache cache(size_t{1} << 20);
+  try {
+    cache.Load(path, tokenizer);
+    ADD_FAILURE() << "loaded " << path;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(cache.num_responses(), 0u);
+}
+
+TEST(ResponseCacheFileTest, RoundTripKeepsResponsesTenantsAndOrder) {
+  testing::TempDir dir("sam_cache_test");
+  const std::string path = (dir.path() / "c.samc").string();
+  format::Sha256Digest tok{};
+  tok[0] = 7;
+  std::mt19937 rng(9);
+  ResponseCache cache(30000);
+  const std::vector<std::string> keys = {"a", "bb", ""};
+  for (int i = 0; i < 200; ++i)
+    cache.Insert(keys[rng() % 3], Random(rng, 1 + rng() % 40, 5));
+  ASSERT_GT(cache.num_evicted(), 0u);
+  cache.Save(path, tok);
+  ResponseCache loaded(30000);
+  loaded.Load(path, tok);
+  EXPECT_EQ(loaded.Tenants(), cache.Tenants());
+  for (const std::string& k : keys) EXPECT_EQ(loaded.Responses(k), cache.Responses(k)) << k;
+  EXPECT_EQ(loaded.num_responses(), cache.num_responses());
+  // A smaller bound keeps the newest: a suffix of the saved order.
+  ResponseCache small(12000);
+  small.Load(path, tok);
+  EXPECT_LT(small.num_responses(), cache.num_responses());
+  for (const std::string& k : keys) {
+    const auto all = cache.Responses(k), kept = small.Responses(k);
+    ASSERT_LE(kept.size(), all.size());
+    EXPECT_TRUE(std::equal(kept.begin(), kept.end(), all.end() - static_cast<ptrdiff_t>(kept.size())));
+  }
+  // Saving again gives the same bytes.
+  const std::string again = (dir.path() / "again.samc").string();
+  loaded.Save(again, tok);
+  EXPECT_EQ(ReadBytes(again), ReadBytes(path));
+}
+
+TEST(ResponseCacheFileTest, RefusesDamagedFilesAndAnotherTokenizer) {
+  testing::TempDir dir("sam_cache_test");
+  const std::string path = (dir.path() / "c.samc").string();
+  format::Sha256Digest tok{}, other{};
+  tok[0] = 1;
+  other[0] = 2;
+  ResponseCache cache(size_t{1} << 20);
+  cache.Insert("t", Tokens{1, 2, 3, 4});
+  cache.Insert("u", Tokens{5, 6});
+  cache.Save(path, tok);
+  const std::vector<uint8_t> good = ReadBytes(path);
+  ExpectLoadFails(path, other, ErrorCode::kTokenizerMismatch);
+  ExpectLoadFails((dir.path() / "missing.samc").string(), tok, ErrorCode::kIo);
+
+  const std::string bad = (dir.path() / "bad.samc").string();
+  for (size_t cut : {size_t{0}, size_t{20}, good.size() - 1}) {
+    WriteBytes(bad, std::vector<uint8_t>(good.begin(), good.begin() + static_cast<ptrdiff_t>(cut)));
+    ExpectLoadFails(bad, tok, ErrorCode::kTruncated);
+  }
+  for (size_t at = format::kBlobHeaderSize; at < good.size(); at += 3) {  // every payload region
+    std::vector<uint8_t> flipped = good;
+    flipped[at] ^= 0x10;
+    WriteBytes(bad, flipped);
+    ExpectLoadFails(bad, tok, ErrorCode::kChecksumMismatch);
+  }
+  std::vector<uint8_t> magic = good;
+  magic[0] = 'X';
+  WriteBytes(bad, magic);
+  ExpectLoadFails(bad, tok, ErrorCode::kBadMagic);
+  std::vector<uint8_t> newer = good;
+  newer[12] = 2;  // version 2
+  WriteBytes(bad, newer);
+  ExpectLoadFails(bad, tok, ErrorCode::kUnsupportedVersion);
+
+  // Valid checksums over impossible contents (written as blob files).
+  auto payload_of = [&](uint64_t n, std::vector<uint32_t> words) {
+    std::vector<uint8_t> p(tok.begin(), tok.end());
+    for (int i = 0; i < 8; ++i) p.push_back(static_cast<uint8_t>(n >> (8 * i)));
+    for (uint32_t w : words)
+      for (int i = 0; i < 4; ++i) p.push_back(static_cast<uint8_t>(w >> (8 * i)));
+    return p;
+  };
+  const std::vector<std::vector<uint8_t>> impossible = {
+      payload_of(1, {0, 1000000}),                             // length past the payload
+      payload_of(2, {0, 1, 5}),                                // a response missing
+      payload_of(1, {0, 2, 5, ResponseCache::kSeparator}),     // the separator
+      payload_of(1, {0, 0}),                                   // an empty response
+      payload_of(1, {99, 1, 5}),                               // key past the payload
+      payload_of(0, {7}),                                      // trailing bytes
+  };
+  for (const auto& p : impossible) {
+    format::WriteBlobFile(bad, format::kResponseCacheMagic, 1, p);
+    ExpectLoadFails(bad, tok, ErrorCode::kCorruptStructure);
+  }
+}
+
+}  // namespace
+}  // namespace sam::runtime
