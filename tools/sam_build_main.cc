@@ -14,6 +14,7 @@
 #include "sam/corpora/presets.h"
 #include "sam/corpora/templates.h"
 #include "sam/format/error.h"
+#include "sam/format/packed.h"
 #include "sam/indexer/pipeline.h"
 
 namespace {
@@ -150,10 +151,24 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print the build report as one JSON object on stdout (default: "
                "a table)");
   app.add_flag("-q,--quiet", quiet, "no progress on stderr (default: progress)");
+  bool wide_ids = false;
+  unsigned min_width = 0;
+  app.add_flag("--wide-ids", wide_ids,
+               "testing: build with 64-bit state ids from the start (default: 32-bit ids, "
+               "widened automatically before a corpus reaches 2^31 tokens); same index");
+  app.add_option("--min-width", min_width,
+                 "testing: at least this many bits for the state, position, clone length and "
+                 "count widths, to exercise the readers' wide paths on a small corpus "
+                 "(default 0: widths from the data; at most 57)");
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   cfg.add_bos = !no_bos;
   cfg.tool_version = "sam-build " SAM_VERSION;
   return sam::tools::RunTool("sam-build", [&] {
+    if (min_width > sam::format::kMaxPackedWidth)
+      throw UsageError("--min-width " + std::to_string(min_width) + " is above " +
+                       std::to_string(sam::format::kMaxPackedWidth));
+    if (wide_ids) cfg.builder_options.ids = sam::indexer::BuilderOptions::Ids::kWide;
+    cfg.builder_options.min_width = min_width;
     if (cfg.threads > 1024)
       throw UsageError("--threads " + std::to_string(cfg.threads) + " is absurd (at most 1024)");
     for (const auto& arg : corpus_args) {

@@ -208,7 +208,8 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   const size_t window = static_cast<size_t>(std::max<uint64_t>(1, max_pending / chunk));
   rep.max_pending_documents = max_pending;
   auto new_builder = [&] {
-    if (!builder) builder = std::make_unique<SuffixAutomatonBuilder>(vocab, reserve_tokens);
+    if (!builder) builder = std::make_unique<SuffixAutomatonBuilder>(vocab, reserve_tokens,
+                                                                  cfg.builder_options);
   };
 
   for (size_t ci = 0; ci < cfg.corpora.size(); ++ci) {

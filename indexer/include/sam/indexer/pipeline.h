@@ -13,7 +13,7 @@
 // corpus error keeps kBadRecord, its file, line and field); the output path is
 // then untouched.
 // An exception thrown while a corpus is tokenized or built (the builder's
-// 2^31-token limit, std::bad_alloc, the progress callback, a hook) stops and
+// 2^56-token limit, std::bad_alloc, the progress callback, a hook) stops and
 // joins the tokenizer threads and reaches the caller as a BuildError naming the
 // corpus and the document ("PATH: document N of M: ..."); exceptions not
 // derived from std::exception propagate unchanged, also after the join.
@@ -34,6 +34,7 @@
 
 #include "sam/error.h"
 #include "sam/format/index.h"
+#include "sam/indexer/builder.h"
 
 namespace sam::indexer {
 
@@ -92,6 +93,9 @@ struct BuildConfig {
   // Backpressure: documents claimed by the tokenizer threads but not yet given to
   // the builder never exceed this (0: kDefaultMaxPendingDocuments).
   uint64_t max_pending_documents = 0;
+  // Id type and minimum widths (defaults: 32-bit ids widened as needed,
+  // widths from the data); the others test the 64-bit paths.
+  BuilderOptions builder_options;
   BuildHooks hooks;
 };
 
