@@ -58,6 +58,18 @@ void PrintSummary(const BuildReport& r, const std::string& path) {
   for (const auto& s : r.sections)
     std::printf("  %s %-4s %12llu bytes  %6.3f B/token\n", s.tag.c_str(), s.codec.c_str(),
                 (unsigned long long)s.stored_bytes, s.stored_bytes / tokens);
+  if (!r.shards.empty()) {
+    std::printf("shard set: %zu shards (budgets planned at %llu bytes/token from the memory "
+                "left when each starts)\n",
+                r.shards.size(), (unsigned long long)sam::indexer::kBuildPeakBytesPerToken);
+    for (const auto& s : r.shards)
+      std::printf("  %-24s documents %8llu  tokens %10llu of %10llu  %6.2f bytes/token  "
+                  "%6.2f s  peak RSS %7.1f MiB\n",
+                  fs::path(s.path).filename().string().c_str(), (unsigned long long)s.documents,
+                  (unsigned long long)s.tokens, (unsigned long long)s.token_budget,
+                  static_cast<double>(s.file_bytes) / s.tokens, s.seconds,
+                  s.peak_rss_bytes / 1048576.0);
+  }
   std::printf("seconds: read %.2f, tokenize %.2f, construct %.2f, write %.2f, total %.2f "
               "(%.2fM tokens/s end to end)\n",
               r.read_seconds, r.tokenize_seconds, r.construct_seconds, r.write_seconds,
@@ -65,6 +77,28 @@ void PrintSummary(const BuildReport& r, const std::string& path) {
   std::printf("peak RSS %.1f MiB = %.1f bytes/token; tokenizer segment cache %s (hit rate %.1f%%)\n",
               r.peak_rss_bytes / 1048576.0, r.peak_rss_bytes / tokens,
               r.segment_cache ? "on" : "off", 100 * r.cache_hit_rate);
+}
+
+// "123", "512K", "1.5G", ... (powers of 1024) in bytes; UsageError otherwise.
+uint64_t ParseSize(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  double scale = 1;
+  if (unit == "K" || unit == "k") scale = 1024.0;
+  else if (unit == "M" || unit == "m") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "t") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty()) used = 0;
+  if (used == 0 || !(value > 0) || value * scale > 1e18)
+    throw UsageError(flag + " expects a positive size such as 512M or 24G, got '" + text + "'");
+  return static_cast<uint64_t>(value * scale);
 }
 
 nlohmann::json ReportJson(const BuildReport& r, const std::string& path) {
@@ -87,6 +121,14 @@ nlohmann::json ReportJson(const BuildReport& r, const std::string& path) {
   j["sections"] = nlohmann::json::array();
   for (const auto& s : r.sections)
     j["sections"].push_back({{"tag", s.tag}, {"codec", s.codec}, {"bytes", s.stored_bytes}});
+  j["shard_token_budget"] = r.shard_token_budget;
+  j["shards"] = nlohmann::json::array();
+  for (const auto& s : r.shards)
+    j["shards"].push_back({{"path", s.path}, {"first_document", s.first_document},
+                           {"documents", s.documents}, {"tokens", s.tokens},
+                           {"token_budget", s.token_budget},
+                           {"states", s.states}, {"file_bytes", s.file_bytes},
+                           {"seconds", s.seconds}, {"peak_rss_bytes", s.peak_rss_bytes}});
   j["corpora"] = nlohmann::json::array();
   for (const auto& c : r.corpora)
     j["corpora"].push_back({{"kind", c.spec.kind}, {"path", c.spec.path},
@@ -107,7 +149,9 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  sam-build --tokenizer llama-32k.model --corpus alpaca=alpaca_data.json -o alpaca.sam\n"
       "  sam-build --data-dir ../shared/data --preset default -o chat.sam\n"
-      "  sam-build --vocab-size 32000 --corpus ids=tokens.jsonl -o ids.sam",
+      "  sam-build --vocab-size 32000 --corpus ids=tokens.jsonl -o ids.sam\n"
+      "  sam-build --data-dir ../shared/data --preset default --max-memory 128M -o chat.sam\n"
+      "    (writes chat.sam if the build fits, else chat.0.sam, chat.1.sam, ... and chat.samset)",
       "sam-build"};
   sam::tools::SetUpTool("sam-build");
   BuildConfig cfg;
@@ -151,6 +195,12 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print the build report as one JSON object on stdout (default: "
                "a table)");
   app.add_flag("-q,--quiet", quiet, "no progress on stderr (default: progress)");
+  std::string max_memory;
+  app.add_option("--max-memory", max_memory,
+                 "bound the build's memory (SIZE: bytes, or with K, M, G, T; powers of 1024). "
+                 "Corpora that need more (planned at 56 bytes/token) are split at document "
+                 "boundaries into shards OUT.0.sam, OUT.1.sam, ... listed in the manifest "
+                 "OUT.samset; a build that fits writes one index as usual (default: no bound)");
   bool wide_ids = false;
   unsigned min_width = 0;
   app.add_flag("--wide-ids", wide_ids,
@@ -167,6 +217,7 @@ int main(int argc, char** argv) {
     if (min_width > sam::format::kMaxPackedWidth)
       throw UsageError("--min-width " + std::to_string(min_width) + " is above " +
                        std::to_string(sam::format::kMaxPackedWidth));
+    if (!max_memory.empty()) cfg.max_memory_bytes = ParseSize("--max-memory", max_memory);
     if (wide_ids) cfg.builder_options.ids = sam::indexer::BuilderOptions::Ids::kWide;
     cfg.builder_options.min_width = min_width;
     if (cfg.threads > 1024)
@@ -262,8 +313,8 @@ int main(int argc, char** argv) {
         std::cerr << "sam-build: warning: " << c.spec.kind << "=" << c.spec.path
                   << " gave no documents (" << c.records << " records"
                   << (c.skip_summary.empty() ? "" : "; " + c.skip_summary) << ")\n";
-    if (json) std::cout << ReportJson(r, cfg.output_path).dump(2) << "\n";
-    else PrintSummary(r, cfg.output_path);
+    if (json) std::cout << ReportJson(r, r.index_path).dump(2) << "\n";
+    else PrintSummary(r, r.index_path);
     return 0;
   });
 }

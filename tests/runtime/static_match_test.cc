@@ -329,7 +329,9 @@ TEST(SharedStaticIndex, WideWidthsGiveTheSameAnswers) {
   for (const unsigned width : {40u, 57u}) {
     const std::string wide_path = TempPath("wide_widths");
     indexer::BuildIndexFile(docs, 30, wide_path, {}, {.min_width = width});
-    const format::IndexFile wide = format::IndexFile::Open(wide_path, {.verify = true});
+    format::OpenOptions verify;
+    verify.verify = true;
+    const format::IndexFile wide = format::IndexFile::Open(wide_path, verify);
     ASSERT_EQ(wide.header().state_width, width);
     const auto wide_index = StaticIndex::Create(&wide.view(), {.min_degree = 4, .top_k = 8});
     ASSERT_GT(wide_index->num_hubs(), 0u);

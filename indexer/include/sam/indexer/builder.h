@@ -15,7 +15,7 @@
 //
 // Ids: construction starts with 32-bit state ids (12-byte state records,
 // 8-byte edges) and moves to 64-bit ids (20-byte records, 12-byte edges;
-// about 1.6 times the memory) before the first document that could take a
+// about 1.4 times the memory) before the first document that could take a
 // 32-bit id past its limit (about 2^31 tokens). The move converts the
 // structures array by array (a pause of a few seconds per billion tokens;
 // peak: the wide automaton plus one narrow array). The written index is the
