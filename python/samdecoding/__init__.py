@@ -3,7 +3,7 @@
     import samdecoding as sd
     index = sd.Index.open("general.sam")            # shared by any number of sessions
     session = sd.Session(policy="sam-cal", draft_size=40)
-    session.attach(index)
+    session.attach(index)                           # or sd.ShardSet.open("big.samset")
     session.prefill(prompt_ids)
     draft = session.propose(start)                  # draft.tokens, .parents, .depths: numpy
     session.commit(accepted_path)                   # start + the accepted draft tokens
@@ -14,10 +14,10 @@ Errors raise samdecoding.Error (e.code names the code, e.g. "io").
 import json as _json
 
 from ._native import (MAX_DRAFT_SIZE, POLICIES, Draft, DraftPool, Error, Index, Session,
-                      propose_batch)
+                      ShardSet, propose_batch)
 
 __all__ = ["Draft", "DraftPool", "Error", "Index", "MAX_DRAFT_SIZE", "POLICIES", "Session",
-           "propose_batch"]
+           "ShardSet", "propose_batch"]
 
 
 def _stats(self):
