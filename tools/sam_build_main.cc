@@ -151,7 +151,9 @@ int main(int argc, char** argv) {
       "  sam-build --data-dir ../shared/data --preset default -o chat.sam\n"
       "  sam-build --vocab-size 32000 --corpus ids=tokens.jsonl -o ids.sam\n"
       "  sam-build --data-dir ../shared/data --preset default --max-memory 128M -o chat.sam\n"
-      "    (writes chat.sam if the build fits, else chat.0.sam, chat.1.sam, ... and chat.samset)",
+      "    (writes chat.sam if the build fits, else chat.0.sam, chat.1.sam, ... and chat.samset)\n"
+      "  sam-build --data-dir ../shared/data --preset default --shard 2/4 -o out/chat.2.sam\n"
+      "  sam-build --write-samset -o out/chat.samset out/chat.0.sam out/chat.1.sam ...",
       "sam-build"};
   sam::tools::SetUpTool("sam-build");
   BuildConfig cfg;
@@ -201,6 +203,18 @@ int main(int argc, char** argv) {
                  "Corpora that need more (planned at 56 bytes/token) are split at document "
                  "boundaries into shards OUT.0.sam, OUT.1.sam, ... listed in the manifest "
                  "OUT.samset; a build that fits writes one index as usual (default: no bound)");
+  std::string shard_spec;
+  app.add_option("--shard", shard_spec,
+                 "I/N: build only shard I (0-based) of the partition of the documents into N: "
+                 "document g (0-based, every document read, corpora in the order given) belongs "
+                 "to shard g mod N; depends only on the inputs and N (one task of a distributed "
+                 "build, tools/slurm/; join the N files with --write-samset)");
+  bool write_samset = false;
+  std::vector<std::string> shard_files;
+  app.add_flag("--write-samset", write_samset,
+               "join finished --shard files (given as arguments, in the folder of -o) into the "
+               "shard set manifest -o NAME.samset, after deep checks of every file");
+  app.add_option("shard_files", shard_files, "with --write-samset: the shard index files");
   bool wide_ids = false;
   unsigned min_width = 0;
   app.add_flag("--wide-ids", wide_ids,
@@ -217,6 +231,34 @@ int main(int argc, char** argv) {
     if (min_width > sam::format::kMaxPackedWidth)
       throw UsageError("--min-width " + std::to_string(min_width) + " is above " +
                        std::to_string(sam::format::kMaxPackedWidth));
+    if (write_samset) {
+      if (!cfg.corpora.empty() || !corpus_args.empty() || !preset.empty())
+        throw UsageError("--write-samset joins shard files; it takes no corpora");
+      if (shard_files.empty()) throw UsageError("--write-samset needs the shard files");
+      sam::tools::CheckOutputPath("-o", cfg.output_path, shard_files);
+      sam::indexer::WriteShardSet(shard_files, cfg.output_path, cfg.tool_version);
+      std::printf("wrote %s (%zu shards)\n", cfg.output_path.c_str(),
+                                      shard_files.size());
+      return 0;
+    }
+    if (!shard_files.empty()) throw UsageError("index files as arguments need --write-samset");
+    if (!shard_spec.empty()) {
+      // Two decimal numbers around one slash.
+      const auto slash = shard_spec.find('/');
+      auto number = [](const std::string& digits, uint64_t* out) {
+        if (digits.empty() || digits.size() > 18 ||
+            digits.find_first_not_of("0123456789") != std::string::npos)
+          return false;
+        *out = std::stoull(digits);
+        return true;
+      };
+      if (slash == std::string::npos || !number(shard_spec.substr(0, slash), &cfg.shard_index) ||
+          !number(shard_spec.substr(slash + 1), &cfg.shard_count))
+        throw UsageError("--shard expects I/N (e.g. 3/16), got '" + shard_spec + "'");
+      if (cfg.shard_count == 0 || cfg.shard_index >= cfg.shard_count)
+        throw UsageError("--shard " + shard_spec + ": need 0 <= I < N");
+      if (!max_memory.empty()) throw UsageError("--shard and --max-memory cannot be combined");
+    }
     if (!max_memory.empty()) cfg.max_memory_bytes = ParseSize("--max-memory", max_memory);
     if (wide_ids) cfg.builder_options.ids = sam::indexer::BuilderOptions::Ids::kWide;
     cfg.builder_options.min_width = min_width;

@@ -250,6 +250,12 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   // caches, allocator slack: measured 2-4% of the bound). Planned again per
   // shard.
   uint64_t held_input_bytes = 0;  // documents of the corpus being built, held in memory
+  uint64_t documents_read = 0;    // over the corpora so far (the --shard partition)
+  if (cfg.shard_count && cfg.shard_index >= cfg.shard_count)
+    throw BuildError("--shard " + std::to_string(cfg.shard_index) + "/" +
+                     std::to_string(cfg.shard_count) + ": I must be below N");
+  if (cfg.shard_count && cfg.max_memory_bytes)
+    throw BuildError("--shard and --max-memory cannot be combined");
   auto plan_shard = [&]() -> uint64_t {
     const uint64_t overhead =
         CurrentRssBytes() + (largest_input > held_input_bytes ? largest_input - held_input_bytes : 0) +
@@ -440,6 +446,20 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
       throw BuildError(e);
     }
     input.reset();
+    if (cfg.shard_count) {  // --shard I/N: keep documents g with g mod N == I
+      auto keep = [&](auto& docs) {
+        const uint64_t read = docs.size();
+        size_t kept = 0;
+        for (size_t d = 0; d < docs.size(); ++d)
+          if ((documents_read + d) % cfg.shard_count == cfg.shard_index) {
+            if (kept != d) docs[kept] = std::move(docs[d]);
+            ++kept;
+          }
+        docs.resize(kept);
+        documents_read += read;
+      };
+      if (spec.kind == kIdsKind) keep(ids); else keep(texts);
+    }
     held_input_bytes = 0;
     for (const auto& text : texts) held_input_bytes += text.size();
     for (const auto& doc : ids) held_input_bytes += doc.size() * sizeof(uint32_t);
@@ -624,6 +644,11 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
                                {"skipped", c.skipped},
                                {"tokens", c.tokens}});
   meta["build_options"] = build_options();
+  if (cfg.shard_count)
+    meta["partition"] = {{"shard", cfg.shard_index},
+                         {"shards", cfg.shard_count},
+                         {"rule", "document g (0-based, every document read, corpora in the order "
+                                  "given) belongs to shard g mod shards"}};
 
   if (rep.shards.empty()) {
     rep.index_path = SingleIndexPath(cfg.output_path);
@@ -683,6 +708,92 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   for (const ShardReport& sh : rep.shards)
     rep.peak_rss_bytes = std::max(rep.peak_rss_bytes, sh.peak_rss_bytes);
   return rep;
+}
+
+void WriteShardSet(const std::vector<std::string>& shard_files, const std::string& manifest_path,
+                   const std::string& tool_version) {
+  namespace fs = std::filesystem;
+  if (shard_files.empty()) throw BuildError("--write-samset: no shard files given");
+  struct Found {
+    std::string path;
+    uint64_t shard = 0;
+    format::ShardEntry entry;
+  };
+  std::vector<Found> found;
+  uint64_t count = 0;
+  format::ShardSetManifest manifest;
+  nlohmann::json build;
+  const fs::path folder = fs::absolute(manifest_path).parent_path();
+  for (const std::string& path : shard_files) {
+    auto fail = [&](const std::string& problem) {
+      throw BuildError(ErrorCode::kInvalidArgument, {.file = path}, problem);
+    };
+    if (fs::absolute(path).parent_path() != folder)
+      fail("not in the manifest's folder " + folder.string() + " (a shard set names its files "
+           "relative to the manifest)");
+    format::OpenOptions options;
+    options.verify = true;
+    format::IndexFile f = [&] {
+      try {
+        return format::IndexFile::Open(path, options);
+      } catch (const sam::Error& e) {
+        throw BuildError(e);
+      }
+    }();
+    const nlohmann::json meta = nlohmann::json::parse(f.ReadMetadata().json, nullptr, false);
+    if (!meta.is_object() || !meta.contains("partition") || !meta["partition"].is_object())
+      fail("not built with sam-build --shard I/N (its metadata has no partition)");
+    const nlohmann::json& part = meta["partition"];
+    const uint64_t shard = part.value("shard", uint64_t{0}), shards = part.value("shards", uint64_t{0});
+    if (shards == 0 || shard >= shards) fail("invalid partition in its metadata");
+    if (found.empty()) {
+      count = shards;
+      manifest.tokenizer_sha256 = f.header().tokenizer_sha256;
+      manifest.vocab_size = f.header().vocab_size;
+      build = {{"tool_version", tool_version},
+               {"partition", part},
+               {"build_options", meta.value("build_options", nlohmann::json::object())},
+               {"tokenizer", meta.value("tokenizer", "")},
+               {"template", meta.value("template", "")}};
+    } else {
+      if (shards != count)
+        fail("shard " + std::to_string(shard) + " of " + std::to_string(shards) +
+             ", the others are of " + std::to_string(count));
+      if (f.header().tokenizer_sha256 != manifest.tokenizer_sha256 ||
+          f.header().vocab_size != manifest.vocab_size)
+        fail("built with another tokenizer or vocabulary than " + found[0].path);
+    }
+    for (const Found& other : found)
+      if (other.shard == shard)
+        fail("shard " + std::to_string(shard) + " is also " + other.path);
+    Found x{path, shard, {}};
+    x.entry.file = fs::path(path).filename().string();
+    x.entry.bytes = f.header().file_size;
+    x.entry.sha256 = format::Sha256File(path);
+    x.entry.tokens = f.header().num_tokens;
+    x.entry.documents = f.header().num_documents;
+    x.entry.states = f.header().num_states;
+    found.push_back(std::move(x));
+  }
+  if (found.size() != count) {
+    std::string missing;
+    for (uint64_t k = 0; k < count; ++k) {
+      bool have = false;
+      for (const Found& f : found) have |= f.shard == k;
+      if (!have) missing += (missing.empty() ? "" : ", ") + std::to_string(k);
+    }
+    throw BuildError(ErrorCode::kInvalidArgument, {.file = manifest_path},
+                     "shards " + missing + " of " + std::to_string(count) + " are missing");
+  }
+  std::sort(found.begin(), found.end(),
+            [](const Found& a, const Found& b) { return a.shard < b.shard; });
+  for (const Found& f : found) manifest.shards.push_back(f.entry);
+  manifest.build_json = build.dump();
+  try {
+    format::WriteShardSetManifest(manifest_path, manifest);
+  } catch (const sam::Error& e) {
+    throw BuildError(e);
+  }
 }
 
 }  // namespace sam::indexer

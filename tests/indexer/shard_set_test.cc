@@ -159,6 +159,54 @@ TEST(ShardedBuild, TooSmallABoundIsRefused) {
   EXPECT_FALSE(fs::exists(dir.path() / "x.0.sam"));
 }
 
+// --shard I/N: document g (reading order over the corpora) goes to shard
+// g mod N; the N files join into a shard set holding every document once.
+TEST(PartitionedBuild, ShardsHoldDocumentsGModNAndJoinIntoASet) {
+  std::mt19937 rng(15);
+  const Docs first = RandomDocs(rng, 50), second = RandomDocs(rng, 31);
+  sam::testing::TempDir dir;
+  const std::string a = WriteIds(dir.path() / "a.jsonl", first);
+  const std::string b = WriteIds(dir.path() / "b.jsonl", second);
+  Docs all = first;
+  all.insert(all.end(), second.begin(), second.end());
+  constexpr uint64_t kParts = 3;
+  std::vector<std::string> files;
+  for (uint64_t i = 0; i < kParts; ++i) {
+    BuildConfig cfg;
+    cfg.vocab_size = kVocab;
+    cfg.corpora = {{"ids", a}, {"ids", b}};
+    cfg.output_path = (dir.path() / ("p." + std::to_string(i) + ".sam")).string();
+    cfg.shard_index = i;
+    cfg.shard_count = kParts;
+    sam::indexer::BuildIndex(cfg);
+    Docs expected;
+    for (size_t g = 0; g < all.size(); ++g)
+      if (g % kParts == i) expected.push_back(all[g]);
+    EXPECT_EQ(DocumentsOf(IndexFile::Open(cfg.output_path).view()), expected) << i;
+    files.push_back(cfg.output_path);
+  }
+  const std::string manifest = (dir.path() / "p.samset").string();
+  // Refused: a shard missing, a shard twice, a file of no partition.
+  sam::Error e = sam::testing::Thrown(
+      [&] { sam::indexer::WriteShardSet({files[0], files[2]}, manifest, "test"); });
+  EXPECT_NE(std::string(e.what()).find("shards 1 of 3 are missing"), std::string::npos) << e.what();
+  e = sam::testing::Thrown(
+      [&] { sam::indexer::WriteShardSet({files[0], files[1], files[1]}, manifest, "test"); });
+  EXPECT_EQ(e.context().file, files[1]) << e.what();
+  const std::string plain = (dir.path() / "plain.sam").string();
+  sam::indexer::BuildIndexFile(first, kVocab, plain);
+  e = sam::testing::Thrown([&] { sam::indexer::WriteShardSet({plain}, manifest, "test"); });
+  EXPECT_EQ(e.context().file, plain) << e.what();
+  EXPECT_FALSE(fs::exists(manifest));
+  // In any order, joined in partition order.
+  sam::indexer::WriteShardSet({files[2], files[0], files[1]}, manifest, "test");
+  const ShardSet set = ShardSet::Open(manifest, Checks(true));
+  ASSERT_EQ(set.shards().size(), kParts);
+  EXPECT_EQ(set.num_documents(), all.size());
+  for (uint64_t i = 0; i < kParts; ++i)
+    EXPECT_EQ(set.manifest().shards[i].file, fs::path(files[i]).filename().string());
+}
+
 class ShardSetRefusals : public ::testing::Test {
  protected:
   void SetUp() override {

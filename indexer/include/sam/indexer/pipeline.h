@@ -108,6 +108,13 @@ struct BuildConfig {
   BuilderOptions builder_options;
   // Bound on the build's memory in bytes (0: none); see the top of this file.
   uint64_t max_memory_bytes = 0;
+  // Distributed builds (sam-build --shard I/N): with shard_count N > 0, only
+  // the documents of shard shard_index are built: document g, counting every
+  // document read (before tokenization) from 0 over the corpora in the order
+  // given, belongs to shard g mod N. The partition depends only on the inputs
+  // and N. The index's META records it ("partition"); WriteShardSet() joins
+  // the N files. Not with max_memory_bytes.
+  uint64_t shard_index = 0, shard_count = 0;
   BuildHooks hooks;
 };
 
@@ -181,6 +188,15 @@ struct Progress {
 using ProgressFn = std::function<void(const Progress&)>;
 
 BuildReport BuildIndex(const BuildConfig& config, const ProgressFn& progress = nullptr);
+
+// Joins the indexes of a partitioned build (BuildConfig::shard_count; sam-build
+// --write-samset): opens every file with deep checks, requires one shard of
+// each number 0..N-1 of one partition, the same tokenizer fingerprint and
+// vocabulary, and files in the manifest's folder; writes the manifest
+// (format/shard_set.h) with the shards in partition order. Throws BuildError
+// naming the file and the problem.
+void WriteShardSet(const std::vector<std::string>& shard_files, const std::string& manifest_path,
+                   const std::string& tool_version);
 
 // Peak resident set size of this process (VmHWM), 0 if unknown.
 uint64_t PeakRssBytes();
