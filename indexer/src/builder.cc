@@ -403,15 +403,16 @@ void SuffixAutomatonBuilder::AddDocument(std::span<const uint32_t> ids) {
   if (ids.empty()) return;
   Impl& m = *impl_;
   const uint64_t tokens = num_tokens();
-  const std::string document = m.Visit([](const auto& a) { return a.CurrentDocument(); });
+  // (Made only for an error: this runs once per document.)
+  auto document = [&] { return m.Visit([](const auto& a) { return a.CurrentDocument(); }); };
   if (tokens + ids.size() + 1 >= kMaxBuilderTokens)
-    throw FormatError(ErrorCode::kCapacity, {.record = document},
+    throw FormatError(ErrorCode::kCapacity, {.record = document()},
                       "a document of " + std::to_string(ids.size()) + " tokens after " +
                           std::to_string(tokens) + " exceeds the builder's limit of 2^56 tokens");
   const uint32_t vocab_size = m.Visit([](const auto& a) { return a.vocab_size; });
   for (size_t i = 0; i < ids.size(); ++i)
     if (ids[i] >= vocab_size)
-      throw FormatError(ErrorCode::kInvalidArgument, {.record = document},
+      throw FormatError(ErrorCode::kInvalidArgument, {.record = document()},
                         "token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
                             " is not below the vocab size " + std::to_string(vocab_size));
   if (m.narrow) {
