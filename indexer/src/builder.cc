@@ -165,7 +165,8 @@ struct Automaton {
       std::copy(src, src + i, dst);
       dst[i] = {c, target};
       std::copy(src + i, src + l.degree, dst + i + 1);
-      if (l.degree) free_chunks[cls].push_back(l.offset);
+      // (A copy: a reference may not bind to a packed, unaligned field.)
+      if (l.degree) free_chunks[cls].push_back(Id{l.offset});
       l.offset = off;
     } else {
       EdgeT* e = arena.data() + l.offset;

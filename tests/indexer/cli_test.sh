@@ -46,14 +46,19 @@ for i in range(6000): print([random.randrange(30) for _ in range(random.randrang
 " > "$tmp/many.jsonl"
 expect 2 "positive size" -- "$build" -q --max-memory 12Q -o "$tmp/m.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
 expect 1 "too small" -- "$build" -q --max-memory 1M -o "$tmp/m.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
-expect 0 "shard set: " -- "$build" -q --max-memory 14M -o "$tmp/m.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
-expect 0 "verify: OK (manifest checksum" -- "$inspect" --verify "$tmp/m.samset"
-expect 0 '"kind": "shard set"' -- "$inspect" --json "$tmp/m.samset"
+# (Budgets are planned from the process's RSS, which AddressSanitizer's quarantine keeps high.)
+if grep -q __asan_init "$build"; then
+  echo "skip: --max-memory shard sets under AddressSanitizer"
+else
+  expect 0 "shard set: " -- "$build" -q --max-memory 14M -o "$tmp/m.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
+  expect 0 "verify: OK (manifest checksum" -- "$inspect" --verify "$tmp/m.samset"
+  expect 0 '"kind": "shard set"' -- "$inspect" --json "$tmp/m.samset"
+  cp "$tmp/ok.sam" "$tmp/m.1.sam"
+  expect 1 "m.1.sam: shard 1 of" -- "$inspect" "$tmp/m.samset"
+  rm "$tmp/m.1.sam"
+  expect 1 "m.1.sam: shard 1 of .*: missing" -- "$inspect" "$tmp/m.samset"
+fi
 expect 0 "wrote $tmp/big.sam" -- "$build" -q --max-memory 4G -o "$tmp/big.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
-cp "$tmp/ok.sam" "$tmp/m.1.sam"
-expect 1 "m.1.sam: shard 1 of" -- "$inspect" "$tmp/m.samset"
-rm "$tmp/m.1.sam"
-expect 1 "m.1.sam: shard 1 of .*: missing" -- "$inspect" "$tmp/m.samset"
 # Partitioned builds: --shard I/N, then --write-samset.
 expect 2 "expects I/N" -- "$build" -q --shard 3 -o "$tmp/s.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
 expect 2 "0 <= I < N" -- "$build" -q --shard 3/3 -o "$tmp/s.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
