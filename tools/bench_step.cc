@@ -38,6 +38,8 @@
 
 #include "cli.h"
 #include "sam/format/index.h"
+#include "sam/format/shard_set.h"
+#include "sam/runtime/shard_set.h"
 #include "sam/runtime/percentile.h"
 #include "sam/runtime/pld.h"
 #include "sam/runtime/recycling.h"
@@ -154,7 +156,10 @@ int main(int argc, char** argv) {
   std::string load = "mmap";
   rt::StaticIndex::Options hub_options;
   size_t max_static_lookups = rt::SelectionOptions{}.max_static_lookups;
-  app.add_option("--index", index_path, "static index file")->required();
+  app.add_option("--index", index_path,
+                 "static index file, or shard set manifest NAME.samset (its shards as one index: "
+                 "per-step cost against the number of shards)")
+      ->required();
   app.add_option("--traces", traces_path,
                  "JSONL traces (sam-replay make-traces) for realistic streams");
   app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (string traces)");
@@ -196,7 +201,16 @@ int main(int argc, char** argv) {
         throw sam::tools::UsageError("--policies: " + std::string(e.what()) + " (or pld)");
       }
     }
-    const auto file = OpenIndex(index_path, load);
+    // A shard set (NAME.samset): sessions attach its shards as one index; the
+    // first shard gives the vocabulary and the corpus streams.
+    std::vector<std::shared_ptr<const rt::StaticIndex>> shards;
+    std::string first_path = index_path;
+    if (sam::format::LooksLikeShardSet(index_path)) {
+      shards = rt::OpenShardSet(index_path, {}, hub_options);
+      first_path = sam::format::ShardPath(index_path,
+                                          sam::format::ReadShardSetManifest(index_path).shards[0]);
+    }
+    const auto file = OpenIndex(first_path, load);
     const auto& view = file.view();
     std::mt19937_64 rng(seed);
 
@@ -210,12 +224,15 @@ int main(int argc, char** argv) {
     }
     const auto t_shared = Clock::now();
     std::shared_ptr<const rt::StaticIndex> shared;
-    if (share_index) shared = rt::StaticIndex::Create(&view, hub_options);
+    if (share_index && shards.empty()) shared = rt::StaticIndex::Create(&view, hub_options);
     const double shared_ms = static_cast<double>(Ns(t_shared, Clock::now())) / 1e6;
 
     std::printf("index %s (%s): %llu tokens; streams: %s; %zu steps, %zu-node drafts, %zu warm runs\n",
                 index_path.c_str(), load.c_str(), static_cast<unsigned long long>(view.num_tokens()),
                 traces.empty() ? "corpus text" : traces_path.c_str(), steps, draft, runs);
+    if (!shards.empty())
+      std::printf("shard set: %zu shards, each with its shared StaticIndex (the first shard "
+                  "gives the corpus streams)\n", shards.size());
     if (shared)
       std::printf("shared StaticIndex: %.1f ms to build, %.2f MiB\n", shared_ms,
                   static_cast<double>(shared->memory_bytes()) / (1 << 20));
@@ -262,7 +279,9 @@ int main(int argc, char** argv) {
           o.selection.max_static_lookups = max_static_lookups;
           o.collect_timing = false;
           auto s = std::make_unique<rt::Session>(o);
-          if (shared) s->AttachIndex(shared); else s->AttachIndex(&view);
+          if (!shards.empty()) s->AttachShardSet(shards);
+          else if (shared) s->AttachIndex(shared);
+          else s->AttachIndex(&view);
           session = s.get();
           drafter = std::move(s);
         }

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds everything and runs the whole test suite, in four stages
+# Builds everything and runs the whole test suite, in five stages
 # (docs/testing.md):
 #   main  the Release build (tools/build.sh) and every CTest test
 #   asan  the non-torch suite built with AddressSanitizer + UndefinedBehaviorSanitizer
 #   tsan  the concurrency tests (label `tsan`) built with ThreadSanitizer
 #   fuzz  fuzz_loader and fuzz_session, SAM_FUZZ_SECONDS (60) each (tools/fuzz.sh)
-# SAM_STAGES picks stages (default "main asan tsan fuzz"), e.g.
+#   slurm a distributed build as a 4-task job array on a local single-node Slurm
+#         (tools/slurm/local_test.sh; skipped without slurm-wlm and munge, or root)
+# SAM_STAGES picks stages (default "main asan tsan fuzz slurm"), e.g.
 #   SAM_STAGES=main tools/run_tests.sh
 # Build folders: ${SAM_BUILD_DIR:-build}, then -asan, -tsan, -fuzz appended.
 # Tests that need ../shared/data skip with a message when it is absent
@@ -13,11 +15,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 dir=${SAM_BUILD_DIR:-build}
-stages=${SAM_STAGES:-main asan tsan fuzz}
+stages=${SAM_STAGES:-main asan tsan fuzz slurm}
 jobs=${SAM_JOBS:-$(nproc)}
 gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
 for s in $stages; do
-  case $s in main|asan|tsan|fuzz) ;; *) echo "run_tests.sh: unknown stage '$s' in SAM_STAGES (main asan tsan fuzz)" >&2; exit 2;; esac
+  case $s in main|asan|tsan|fuzz|slurm) ;; *) echo "run_tests.sh: unknown stage '$s' in SAM_STAGES (main asan tsan fuzz slurm)" >&2; exit 2;; esac
 done
 
 stage_main() {
@@ -52,6 +54,16 @@ stage_tsan() {
 # libFuzzer (clang): fails on any crash, hang or sanitizer report.
 stage_fuzz() {
   SAM_FUZZ_BUILD_DIR=${dir}-fuzz SAM_JOBS=$jobs tools/fuzz.sh
+}
+
+# Slurm (the daemons are started and stopped by the script): sam-build of the
+# main build, as job array tasks and a join step.
+stage_slurm() {
+  [[ -x $dir/bin/sam-build && -x $dir/bin/sam-inspect ]] || tools/build.sh
+  local rc=0
+  bash tools/slurm/local_test.sh "$dir/bin/sam-build" "$dir/bin/sam-inspect" || rc=$?
+  if ((rc == 77)); then echo "(slurm stage skipped)"; return 0; fi
+  return $rc
 }
 
 summary=()

@@ -14,6 +14,7 @@
 #include "sam/corpora/presets.h"
 #include "sam/corpora/templates.h"
 #include "sam/format/error.h"
+#include "sam/format/packed.h"
 #include "sam/indexer/pipeline.h"
 
 namespace {
@@ -57,6 +58,18 @@ void PrintSummary(const BuildReport& r, const std::string& path) {
   for (const auto& s : r.sections)
     std::printf("  %s %-4s %12llu bytes  %6.3f B/token\n", s.tag.c_str(), s.codec.c_str(),
                 (unsigned long long)s.stored_bytes, s.stored_bytes / tokens);
+  if (!r.shards.empty()) {
+    std::printf("shard set: %zu shards (budgets planned at %llu bytes/token from the memory "
+                "left when each starts)\n",
+                r.shards.size(), (unsigned long long)sam::indexer::kBuildPeakBytesPerToken);
+    for (const auto& s : r.shards)
+      std::printf("  %-24s documents %8llu  tokens %10llu of %10llu  %6.2f bytes/token  "
+                  "%6.2f s  peak RSS %7.1f MiB\n",
+                  fs::path(s.path).filename().string().c_str(), (unsigned long long)s.documents,
+                  (unsigned long long)s.tokens, (unsigned long long)s.token_budget,
+                  static_cast<double>(s.file_bytes) / s.tokens, s.seconds,
+                  s.peak_rss_bytes / 1048576.0);
+  }
   std::printf("seconds: read %.2f, tokenize %.2f, construct %.2f, write %.2f, total %.2f "
               "(%.2fM tokens/s end to end)\n",
               r.read_seconds, r.tokenize_seconds, r.construct_seconds, r.write_seconds,
@@ -64,6 +77,28 @@ void PrintSummary(const BuildReport& r, const std::string& path) {
   std::printf("peak RSS %.1f MiB = %.1f bytes/token; tokenizer segment cache %s (hit rate %.1f%%)\n",
               r.peak_rss_bytes / 1048576.0, r.peak_rss_bytes / tokens,
               r.segment_cache ? "on" : "off", 100 * r.cache_hit_rate);
+}
+
+// "123", "512K", "1.5G", ... (powers of 1024) in bytes; UsageError otherwise.
+uint64_t ParseSize(const std::string& flag, const std::string& text) {
+  size_t used = 0;
+  double value = 0;
+  try {
+    value = std::stod(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  std::string unit = text.substr(used);
+  if (!unit.empty() && (unit.back() == 'B' || unit.back() == 'b')) unit.pop_back();
+  double scale = 1;
+  if (unit == "K" || unit == "k") scale = 1024.0;
+  else if (unit == "M" || unit == "m") scale = 1024.0 * 1024;
+  else if (unit == "G" || unit == "g") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "T" || unit == "t") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (!unit.empty()) used = 0;
+  if (used == 0 || !(value > 0) || value * scale > 1e18)
+    throw UsageError(flag + " expects a positive size such as 512M or 24G, got '" + text + "'");
+  return static_cast<uint64_t>(value * scale);
 }
 
 nlohmann::json ReportJson(const BuildReport& r, const std::string& path) {
@@ -86,6 +121,14 @@ nlohmann::json ReportJson(const BuildReport& r, const std::string& path) {
   j["sections"] = nlohmann::json::array();
   for (const auto& s : r.sections)
     j["sections"].push_back({{"tag", s.tag}, {"codec", s.codec}, {"bytes", s.stored_bytes}});
+  j["shard_token_budget"] = r.shard_token_budget;
+  j["shards"] = nlohmann::json::array();
+  for (const auto& s : r.shards)
+    j["shards"].push_back({{"path", s.path}, {"first_document", s.first_document},
+                           {"documents", s.documents}, {"tokens", s.tokens},
+                           {"token_budget", s.token_budget},
+                           {"states", s.states}, {"file_bytes", s.file_bytes},
+                           {"seconds", s.seconds}, {"peak_rss_bytes", s.peak_rss_bytes}});
   j["corpora"] = nlohmann::json::array();
   for (const auto& c : r.corpora)
     j["corpora"].push_back({{"kind", c.spec.kind}, {"path", c.spec.path},
@@ -106,7 +149,11 @@ int main(int argc, char** argv) {
       "Examples:\n"
       "  sam-build --tokenizer llama-32k.model --corpus alpaca=alpaca_data.json -o alpaca.sam\n"
       "  sam-build --data-dir ../shared/data --preset default -o chat.sam\n"
-      "  sam-build --vocab-size 32000 --corpus ids=tokens.jsonl -o ids.sam",
+      "  sam-build --vocab-size 32000 --corpus ids=tokens.jsonl -o ids.sam\n"
+      "  sam-build --data-dir ../shared/data --preset default --max-memory 128M -o chat.sam\n"
+      "    (writes chat.sam if the build fits, else chat.0.sam, chat.1.sam, ... and chat.samset)\n"
+      "  sam-build --data-dir ../shared/data --preset default --shard 2/4 -o out/chat.2.sam\n"
+      "  sam-build --write-samset -o out/chat.samset out/chat.0.sam out/chat.1.sam ...",
       "sam-build"};
   sam::tools::SetUpTool("sam-build");
   BuildConfig cfg;
@@ -150,10 +197,71 @@ int main(int argc, char** argv) {
   app.add_flag("--json", json, "print the build report as one JSON object on stdout (default: "
                "a table)");
   app.add_flag("-q,--quiet", quiet, "no progress on stderr (default: progress)");
+  std::string max_memory;
+  app.add_option("--max-memory", max_memory,
+                 "bound the build's memory (SIZE: bytes, or with K, M, G, T; powers of 1024). "
+                 "Corpora that need more (planned at 56 bytes/token) are split at document "
+                 "boundaries into shards OUT.0.sam, OUT.1.sam, ... listed in the manifest "
+                 "OUT.samset; a build that fits writes one index as usual (default: no bound)");
+  std::string shard_spec;
+  app.add_option("--shard", shard_spec,
+                 "I/N: build only shard I (0-based) of the partition of the documents into N: "
+                 "document g (0-based, every document read, corpora in the order given) belongs "
+                 "to shard g mod N; depends only on the inputs and N (one task of a distributed "
+                 "build, tools/slurm/; join the N files with --write-samset)");
+  bool write_samset = false;
+  std::vector<std::string> shard_files;
+  app.add_flag("--write-samset", write_samset,
+               "join finished --shard files (given as arguments, in the folder of -o) into the "
+               "shard set manifest -o NAME.samset, after deep checks of every file");
+  app.add_option("shard_files", shard_files, "with --write-samset: the shard index files");
+  bool wide_ids = false;
+  unsigned min_width = 0;
+  app.add_flag("--wide-ids", wide_ids,
+               "testing: build with 64-bit state ids from the start (default: 32-bit ids, "
+               "widened automatically before a corpus reaches 2^31 tokens); same index");
+  app.add_option("--min-width", min_width,
+                 "testing: at least this many bits for the state, position, clone length and "
+                 "count widths, to exercise the readers' wide paths on a small corpus "
+                 "(default 0: widths from the data; at most 57)");
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   cfg.add_bos = !no_bos;
   cfg.tool_version = "sam-build " SAM_VERSION;
   return sam::tools::RunTool("sam-build", [&] {
+    if (min_width > sam::format::kMaxPackedWidth)
+      throw UsageError("--min-width " + std::to_string(min_width) + " is above " +
+                       std::to_string(sam::format::kMaxPackedWidth));
+    if (write_samset) {
+      if (!cfg.corpora.empty() || !corpus_args.empty() || !preset.empty())
+        throw UsageError("--write-samset joins shard files; it takes no corpora");
+      if (shard_files.empty()) throw UsageError("--write-samset needs the shard files");
+      sam::tools::CheckOutputPath("-o", cfg.output_path, shard_files);
+      sam::indexer::WriteShardSet(shard_files, cfg.output_path, cfg.tool_version);
+      std::printf("wrote %s (%zu shards)\n", cfg.output_path.c_str(),
+                                      shard_files.size());
+      return 0;
+    }
+    if (!shard_files.empty()) throw UsageError("index files as arguments need --write-samset");
+    if (!shard_spec.empty()) {
+      // Two decimal numbers around one slash.
+      const auto slash = shard_spec.find('/');
+      auto number = [](const std::string& digits, uint64_t* out) {
+        if (digits.empty() || digits.size() > 18 ||
+            digits.find_first_not_of("0123456789") != std::string::npos)
+          return false;
+        *out = std::stoull(digits);
+        return true;
+      };
+      if (slash == std::string::npos || !number(shard_spec.substr(0, slash), &cfg.shard_index) ||
+          !number(shard_spec.substr(slash + 1), &cfg.shard_count))
+        throw UsageError("--shard expects I/N (e.g. 3/16), got '" + shard_spec + "'");
+      if (cfg.shard_count == 0 || cfg.shard_index >= cfg.shard_count)
+        throw UsageError("--shard " + shard_spec + ": need 0 <= I < N");
+      if (!max_memory.empty()) throw UsageError("--shard and --max-memory cannot be combined");
+    }
+    if (!max_memory.empty()) cfg.max_memory_bytes = ParseSize("--max-memory", max_memory);
+    if (wide_ids) cfg.builder_options.ids = sam::indexer::BuilderOptions::Ids::kWide;
+    cfg.builder_options.min_width = min_width;
     if (cfg.threads > 1024)
       throw UsageError("--threads " + std::to_string(cfg.threads) + " is absurd (at most 1024)");
     for (const auto& arg : corpus_args) {
@@ -247,8 +355,8 @@ int main(int argc, char** argv) {
         std::cerr << "sam-build: warning: " << c.spec.kind << "=" << c.spec.path
                   << " gave no documents (" << c.records << " records"
                   << (c.skip_summary.empty() ? "" : "; " + c.skip_summary) << ")\n";
-    if (json) std::cout << ReportJson(r, cfg.output_path).dump(2) << "\n";
-    else PrintSummary(r, cfg.output_path);
+    if (json) std::cout << ReportJson(r, r.index_path).dump(2) << "\n";
+    else PrintSummary(r, r.index_path);
     return 0;
   });
 }

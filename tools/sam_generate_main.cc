@@ -38,6 +38,8 @@
 #include "sam/corpora/templates.h"
 #include "sam/error.h"
 #include "sam/format/index.h"
+#include "sam/format/shard_set.h"
+#include "sam/runtime/shard_set.h"
 #include "sam/indexer/tokenizer.h"
 #include "sam/format/temp_files.h"
 #include "sam/torch/error.h"
@@ -283,7 +285,9 @@ int main(int argc, char** argv) {
 
   app.add_option("--model", model_dir, "checkpoint directory (config.json + *.safetensors)");
   app.add_option("--tokenizer", tokenizer_path, "SentencePiece model of the checkpoint");
-  app.add_option("--index", index_paths, "static index file (repeatable; checked against the tokenizer)");
+  app.add_option("--index", index_paths,
+                 "static index file, or shard set manifest NAME.samset (sam-build --max-memory), "
+                 "drafted from as one index (repeatable; checked against the tokenizer)");
   auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text");
   auto* file_opt = app.add_option("--prompt-file", prompt_file,
                                   "file holding the prompt text (a FIFO or /dev/stdin is read as a stream)");
@@ -470,7 +474,11 @@ int main(int argc, char** argv) {
     open.expected_tokenizer_sha256 = tokenizer->sha256();
     open.expected_vocab_size = tokenizer->vocab_size();
     std::vector<sam::format::IndexFile> indexes;
-    for (const auto& p : index_paths) indexes.push_back(sam::format::IndexFile::Open(p, open));
+    std::vector<std::vector<std::shared_ptr<const sam::runtime::StaticIndex>>> shard_sets;
+    for (const auto& p : index_paths) {
+      if (sam::format::LooksLikeShardSet(p)) shard_sets.push_back(sam::runtime::OpenShardSet(p, open));
+      else indexes.push_back(sam::format::IndexFile::Open(p, open));
+    }
 
     std::optional<tb::LlamaConfig> draft_config;
     if (!draft_model_dir.empty()) {
@@ -496,6 +504,7 @@ int main(int argc, char** argv) {
     }
     tb::Generator generator(model, generator_options);
     for (const auto& f : indexes) generator.AttachIndex(&f.view());
+    for (const auto& set : shard_sets) generator.AttachShardSet(set);
     tb::GenerateOptions options;
     options.max_new_tokens = max_new_tokens;
     if (tokenizer->eos_id() != sam::format::kNoToken) options.stop_tokens = {tokenizer->eos_id()};

@@ -10,6 +10,7 @@
 #include "sam/format/error.h"
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
+#include "sam/format/shard_set.h"
 
 namespace {
 
@@ -17,24 +18,95 @@ using sam::format::IndexFile;
 
 std::string Id(uint32_t id) { return id == sam::format::kNoToken ? "none" : std::to_string(id); }
 
+double MsSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A shard set: the manifest, then one line per shard; --verify checks every
+// shard's SHA-256 and runs the deep checks of each.
+int InspectShardSet(const std::string& path, bool json, bool verify) {
+  const auto t0 = std::chrono::steady_clock::now();
+  sam::format::OpenOptions options;
+  options.verify = verify;
+  const sam::format::ShardSet set = sam::format::ShardSet::Open(path, options);
+  const double ms = MsSince(t0);
+  const auto& m = set.manifest();
+  uint64_t bytes = 0, states = 0;
+  for (const auto& s : m.shards) bytes += s.bytes, states += s.states;
+  const double tokens = static_cast<double>(set.num_tokens());
+  const bool has_tokenizer = m.tokenizer_sha256 != sam::format::Sha256Digest{};
+  if (json) {
+    nlohmann::json j;
+    j["file"] = path;
+    j["kind"] = "shard set";
+    j["shard_set_version"] = sam::format::kShardSetVersion;
+    j["documents"] = set.num_documents();
+    j["tokens"] = set.num_tokens();
+    j["states"] = states;
+    j["vocab_size"] = m.vocab_size;
+    j["tokenizer_sha256"] = has_tokenizer ? sam::format::DigestToHex(m.tokenizer_sha256) : "";
+    j["file_bytes"] = bytes;
+    j["bytes_per_token"] = bytes / tokens;
+    j[verify ? "verify_ms" : "open_ms"] = ms;
+    if (verify) j["verified"] = true;
+    j["build"] = nlohmann::json::parse(m.build_json);
+    j["shards"] = nlohmann::json::array();
+    for (size_t k = 0; k < m.shards.size(); ++k) {
+      const auto& s = m.shards[k];
+      const auto& h = set.shards()[k].header();
+      j["shards"].push_back({{"file", s.file}, {"bytes", s.bytes},
+                             {"sha256", sam::format::DigestToHex(s.sha256)},
+                             {"documents", s.documents}, {"tokens", s.tokens}, {"states", s.states},
+                             {"state_width", h.state_width}});
+    }
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("%s: SAM shard set, version %u, %zu shards, %llu bytes (%.2f bytes/token), "
+              "opened in %.3f ms\n",
+              path.c_str(), sam::format::kShardSetVersion, m.shards.size(),
+              (unsigned long long)bytes, bytes / tokens, ms);
+  std::printf("tokenizer sha256 %s, vocab %u\n",
+              has_tokenizer ? sam::format::DigestToHex(m.tokenizer_sha256).c_str() : "-",
+              m.vocab_size);
+  std::printf("documents %llu, tokens %llu, states %llu (%.3f/token)\n",
+              (unsigned long long)set.num_documents(), (unsigned long long)set.num_tokens(),
+              (unsigned long long)states, states / tokens);
+  std::printf("shards:\n");
+  for (size_t k = 0; k < m.shards.size(); ++k) {
+    const auto& s = m.shards[k];
+    std::printf("  %3zu %-28s documents %9llu  tokens %11llu  states %11llu  %6.2f B/token  "
+                "sha256 %.12s...\n",
+                k, s.file.c_str(), (unsigned long long)s.documents, (unsigned long long)s.tokens,
+                (unsigned long long)s.states, static_cast<double>(s.bytes) / s.tokens,
+                sam::format::DigestToHex(s.sha256).c_str());
+  }
+  if (verify)
+    std::printf("verify: OK (manifest checksum; every shard's SHA-256, checksums, structure, "
+                "self-test samples) in %.0f ms\n", ms);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
       "sam-inspect: show the header, corpus manifest, sections and statistics of a SAM\n"
-      "index file. Opening checks the header, the section table and a few values of\n"
+      "index file, or of every shard of a shard set (NAME.samset, written by\n"
+      "sam-build --max-memory). Opening checks the header, the section table and a few values of\n"
       "each section (O(1)); --verify also checks every checksum, every structural\n"
       "invariant (format/FORMAT.md section 6) and the self-test samples.\n"
       "Exit status: 0 valid, 1 invalid or unreadable file, 2 usage error.\n\n"
       "Examples:\n"
       "  sam-inspect chat.sam\n"
       "  sam-inspect --verify --top 20 chat.sam\n"
-      "  sam-inspect --json chat.sam",
+      "  sam-inspect --json chat.sam\n"
+      "  sam-inspect --verify chat.samset   (the manifest and every shard)",
       "sam-inspect"};
   std::string path;
   bool json = false, verify = false;
   int top = 0;
-  app.add_option("file", path, "index file (.sam)")->required();
+  app.add_option("file", path, "index file (.sam) or shard set manifest (.samset)")->required();
   app.add_flag("--json", json, "print one JSON object (default: text)");
   app.add_flag("--verify", verify,
                "deep check: checksums, structure, self-test samples (default: open checks only)");
@@ -43,6 +115,7 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   return sam::tools::RunTool("sam-inspect", [&] {
+    if (sam::format::LooksLikeShardSet(path)) return InspectShardSet(path, json, verify);
     const auto t0 = std::chrono::steady_clock::now();
     IndexFile f = IndexFile::Open(path);
     const double open_ms =

@@ -26,6 +26,7 @@
 #include "sam/format/error.h"
 #include "sam/format/index.h"
 #include "sam/runtime/budget.h"
+#include "sam/format/shard_set.h"
 #include "sam/runtime/pld.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"
@@ -206,7 +207,20 @@ struct Tuning {
   std::optional<size_t> max_static_lookups;    // sam-cal
 };
 
-using SharedIndexes = std::vector<std::shared_ptr<const rt::StaticIndex>>;
+// One entry per --index: an index file (one StaticIndex) or a shard set (one
+// a shard, attached as one index).
+struct SharedIndex {
+  std::vector<std::shared_ptr<const rt::StaticIndex>> shards;
+  bool shard_set = false;
+};
+using SharedIndexes = std::vector<SharedIndex>;
+
+void Attach(rt::Session& session, const SharedIndexes& views) {
+  for (const auto& v : views) {
+    if (v.shard_set) session.AttachShardSet(v.shards);
+    else session.AttachIndex(v.shards[0]);
+  }
+}
 
 PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t vocab_size,
                      const SharedIndexes& views) {
@@ -229,13 +243,13 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   o.selection.policy = named.policy;
   if (named.recycling_fallback) {
     auto rec = std::make_unique<RecordedRecyclingSession>(o, vocab_size);
-    for (const auto& v : views) rec->session().AttachIndex(v);
+    Attach(rec->session(), views);
     run.session = &rec->session();
     run.drafter = std::move(rec);
     return run;
   }
   auto session = std::make_unique<rt::Session>(o);
-  for (const auto& v : views) session->AttachIndex(v);
+  Attach(*session, views);
   run.session = session.get();
   run.drafter = std::move(session);
   return run;
@@ -379,7 +393,9 @@ int main(int argc, char** argv) {
   bool as_json = false;
   size_t dynamic_mib = 64;
   Tuning tuning;
-  app.add_option("--index", index_paths, "static index file (repeatable)");
+  app.add_option("--index", index_paths,
+                 "static index file, or shard set manifest NAME.samset (sam-build --max-memory; "
+                 "its shards drafted from as one index); repeatable");
   app.add_option("--tokenizer", tokenizer_path,
                  "SentencePiece model (string traces; checked against each index)");
   app.add_option("--traces", traces_path,
@@ -483,8 +499,20 @@ int main(int argc, char** argv) {
     std::vector<sam::format::IndexFile> indexes;
     // One shared StaticIndex per file for all policies (same drafts, faster trees).
     SharedIndexes views;
-    for (const auto& p : index_paths) indexes.push_back(sam::format::IndexFile::Open(p, open));
-    for (const auto& f : indexes) views.push_back(rt::StaticIndex::Create(f.shared_view()));
+    for (const auto& p : index_paths) {
+      if (sam::format::LooksLikeShardSet(p)) {  // NAME.samset: its shards as one index
+        sam::format::ShardSet set = sam::format::ShardSet::Open(p, open);
+        SharedIndex group{{}, true};
+        for (const auto& f : set.shards()) {
+          group.shards.push_back(rt::StaticIndex::Create(f.shared_view()));
+          indexes.push_back(sam::format::IndexFile::Open(f.path(), open));
+        }
+        views.push_back(std::move(group));
+        continue;
+      }
+      indexes.push_back(sam::format::IndexFile::Open(p, open));
+      views.push_back({{rt::StaticIndex::Create(indexes.back().shared_view())}, false});
+    }
     uint32_t vocab = tokenizer ? tokenizer->vocab_size()
                                : (indexes.empty() ? UINT32_MAX : indexes[0].header().vocab_size);
     uint32_t bos = tokenizer ? tokenizer->bos_id()

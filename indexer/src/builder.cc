@@ -8,6 +8,8 @@
 #include <random>
 #include <string>
 #include <sys/mman.h>
+#include <type_traits>
+#include <utility>
 
 #include "sam/format/packed.h"
 #include "sam/format/sections.h"
@@ -19,23 +21,9 @@ namespace {
 using format::ErrorCode;
 using format::FormatError;
 
-constexpr uint32_t kClone = 1u << 31;  // state id tag: clone number in the low bits
-constexpr uint32_t kNil = ~0u;
 constexpr unsigned kSelectRateLog2 = 6;
-
-struct Edge {
-  uint32_t label;
-  uint32_t target;
-};
-
-// A state's suffix link and explicit edges (a sorted chunk of the arena whose
-// capacity is the power of two at or above the degree), kept together so
-// that one cache line serves the climb.
-struct StateRec {
-  uint32_t link = 0;
-  uint32_t offset = 0;
-  uint32_t degree = 0;
-};
+// Arena offsets of the narrow (32-bit) automaton stay below this.
+constexpr uint64_t kNarrowArenaLimit = ~uint32_t{0};
 
 // Asks for transparent huge pages on a large array: construction is a random
 // walk over hundreds of megabytes, and TLB misses dominate without them.
@@ -55,35 +43,64 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-}  // namespace
+// The construction structures, with state ids (and arena offsets, lengths,
+// positions and counts) of type Id: uint32_t (12-byte state records, 8-byte
+// edges; up to 2^31 - 3 tokens) or uint64_t (20-byte records, 12-byte edges;
+// up to 2^56 tokens, the format's limit). pack(4) leaves the narrow layout
+// as it is and keeps the wide one free of padding.
+#pragma pack(push, 4)
+template <typename Id>
+struct Edge {
+  uint32_t label;
+  Id target;
+};
 
-struct SuffixAutomatonBuilder::Impl {
-  uint32_t vocab_size;
-  uint32_t separator;
+// A state's suffix link and explicit edges (a sorted chunk of the arena whose
+// capacity is the power of two at or above the degree), kept together so
+// that one cache line serves the climb.
+template <typename Id>
+struct StateRec {
+  Id link = 0;
+  Id offset = 0;
+  uint32_t degree = 0;
+};
+#pragma pack(pop)
+static_assert(sizeof(Edge<uint32_t>) == 8 && sizeof(StateRec<uint32_t>) == 12);
+static_assert(sizeof(Edge<uint64_t>) == 12 && sizeof(StateRec<uint64_t>) == 20);
+
+template <typename Id>
+struct Automaton {
+  static constexpr Id kClone = Id{1} << (8 * sizeof(Id) - 1);  // tag: clone number in the low bits
+  static constexpr Id kNil = ~Id{0};
+  using EdgeT = Edge<Id>;
+  using Rec = StateRec<Id>;
+
+  uint32_t vocab_size = 0;
+  uint32_t separator = 0;
   uint64_t documents = 0;
-  uint32_t last = 0;
+  Id last = 0;
 
   // The document being added, for error contexts: "document N" (0-based, in the order added).
   std::string CurrentDocument() const { return "document " + std::to_string(documents); }
 
   std::vector<uint32_t> text;          // text[p] = token at position p + 1
-  std::vector<StateRec> nc;            // index = position (0 = root)
-  std::vector<StateRec> cl;            // clones
-  std::vector<uint32_t> cl_len, cl_mep;
-  std::vector<uint32_t> root_next;     // dense root transitions (0 = none)
-  std::vector<Edge> arena;
-  std::vector<std::vector<uint32_t>> free_chunks;  // per capacity class
+  std::vector<Rec> nc;                 // index = position (0 = root)
+  std::vector<Rec> cl;                 // clones
+  std::vector<Id> cl_len, cl_mep;
+  std::vector<Id> root_next;           // dense root transitions (0 = none)
+  std::vector<EdgeT> arena;
+  std::vector<std::vector<Id>> free_chunks;  // per capacity class
 
-  uint32_t Len(uint32_t v) const { return (v & kClone) ? cl_len[v & ~kClone] : v; }
-  StateRec& Rec(uint32_t v) { return (v & kClone) ? cl[v & ~kClone] : nc[v]; }
-  const StateRec& Rec(uint32_t v) const { return (v & kClone) ? cl[v & ~kClone] : nc[v]; }
-  uint32_t Link(uint32_t v) const { return Rec(v).link; }
-  void SetLink(uint32_t v, uint32_t l) { Rec(v).link = l; }
-  uint32_t Mep(uint32_t v) const { return (v & kClone) ? cl_mep[v & ~kClone] : v; }
+  Id Len(Id v) const { return (v & kClone) ? cl_len[v & ~kClone] : v; }
+  Rec& RecOf(Id v) { return (v & kClone) ? cl[v & ~kClone] : nc[v]; }
+  const Rec& RecOf(Id v) const { return (v & kClone) ? cl[v & ~kClone] : nc[v]; }
+  Id Link(Id v) const { return RecOf(v).link; }
+  void SetLink(Id v, Id l) { RecOf(v).link = l; }
+  Id Mep(Id v) const { return (v & kClone) ? cl_mep[v & ~kClone] : v; }
 
   // Index of label in the chunk, or the insertion point with found = false.
-  uint32_t Find(const StateRec& l, uint32_t c, bool* found) const {
-    const Edge* e = arena.data() + l.offset;
+  uint32_t Find(const Rec& l, uint32_t c, bool* found) const {
+    const EdgeT* e = arena.data() + l.offset;
     uint32_t lo = 0, hi = l.degree;
     while (hi - lo > 8) {
       const uint32_t mid = (lo + hi) / 2;
@@ -94,38 +111,40 @@ struct SuffixAutomatonBuilder::Impl {
     return lo;
   }
 
-  uint32_t Get(uint32_t p, uint32_t c) const {
+  Id Get(Id p, uint32_t c) const {
     if (p == 0) return root_next[c];
     if (!(p & kClone) && p < text.size() && text[p] == c) return p + 1;  // implicit
-    const StateRec& l = Rec(p);
+    const Rec& l = RecOf(p);
     if (l.degree == 0) return 0;
     bool found;
     const uint32_t i = Find(l, c, &found);
-    return found ? arena[l.offset + i].target : 0;
+    return found ? Id{arena[l.offset + i].target} : Id{0};
   }
 
-  uint32_t Allocate(unsigned cls) {
+  Id Allocate(unsigned cls) {
     auto& fl = free_chunks[cls];
     if (!fl.empty()) {
-      const uint32_t off = fl.back();
+      const Id off = fl.back();
       fl.pop_back();
       return off;
     }
     const uint64_t off = arena.size();
-    if (off + (uint64_t{1} << cls) >= kNil)
+    // The builder widens the ids before a document that could reach this
+    // (SuffixAutomatonBuilder::AddDocument), so a narrow arena never does.
+    if (off + (uint64_t{1} << cls) >= uint64_t{kNil})
       throw FormatError(ErrorCode::kCapacity, {.record = CurrentDocument()},
-                        "corpus too large for the builder's 32-bit edge arena");
+                        "corpus too large for the builder's edge arena");
     arena.resize(off + (uint64_t{1} << cls));
-    return static_cast<uint32_t>(off);
+    return static_cast<Id>(off);
   }
 
   // Sets an explicit transition (inserting or overwriting).
-  void Set(uint32_t p, uint32_t c, uint32_t target) {
+  void Set(Id p, uint32_t c, Id target) {
     if (p == 0) {
       root_next[c] = target;
       return;
     }
-    StateRec& l = Rec(p);
+    Rec& l = RecOf(p);
     bool found = false;
     const uint32_t i = l.degree ? Find(l, c, &found) : 0;
     if (found) {
@@ -136,35 +155,36 @@ struct SuffixAutomatonBuilder::Impl {
   }
 
   // Adds the transition (c -> target) at sorted index i of l's chunk.
-  void Insert(StateRec& l, uint32_t i, uint32_t c, uint32_t target) {
+  void Insert(Rec& l, uint32_t i, uint32_t c, Id target) {
     const unsigned cls = CapacityClass(l.degree);
     if (l.degree == 0 || l.degree == (1u << cls)) {  // full (or none): move to a bigger chunk
       const unsigned new_cls = l.degree == 0 ? 0 : cls + 1;
-      const uint32_t off = Allocate(new_cls);  // may reallocate the arena
-      Edge* dst = arena.data() + off;
-      const Edge* src = arena.data() + l.offset;
+      const Id off = Allocate(new_cls);  // may reallocate the arena
+      EdgeT* dst = arena.data() + off;
+      const EdgeT* src = arena.data() + l.offset;
       std::copy(src, src + i, dst);
       dst[i] = {c, target};
       std::copy(src + i, src + l.degree, dst + i + 1);
-      if (l.degree) free_chunks[cls].push_back(l.offset);
+      // (A copy: a reference may not bind to a packed, unaligned field.)
+      if (l.degree) free_chunks[cls].push_back(Id{l.offset});
       l.offset = off;
     } else {
-      Edge* e = arena.data() + l.offset;
+      EdgeT* e = arena.data() + l.offset;
       std::copy_backward(e + i, e + l.degree, e + l.degree + 1);
       e[i] = {c, target};
     }
     ++l.degree;
   }
 
-  uint32_t NewClone(uint32_t p, uint32_t q) {
-    const uint32_t k = static_cast<uint32_t>(cl_len.size());
+  Id NewClone(Id p, Id q) {
+    const Id k = static_cast<Id>(cl_len.size());
     if (k >= kClone - 1)
       throw FormatError(ErrorCode::kCapacity, {.record = CurrentDocument()},
                         "too many states for the builder");
-    const uint32_t clone = k | kClone;
+    const Id clone = k | kClone;
     cl_len.push_back(Len(p) + 1);
     cl_mep.push_back(Mep(q));
-    const StateRec src = Rec(q);
+    const Rec src = RecOf(q);
     cl.push_back({src.link, 0, 0});
     // Copy q's transitions: its explicit ones and, for a non-clone, the
     // implicit q -> q+1 (which becomes explicit for the clone).
@@ -172,9 +192,9 @@ struct SuffixAutomatonBuilder::Impl {
     const uint32_t degree = src.degree + (implicit ? 1 : 0);
     if (degree > 0) {
       const unsigned cls = CapacityClass(degree);
-      const uint32_t off = Allocate(cls);
-      Edge* dst = arena.data() + off;
-      const Edge* s = arena.data() + src.offset;
+      const Id off = Allocate(cls);
+      EdgeT* dst = arena.data() + off;
+      const EdgeT* s = arena.data() + src.offset;
       uint32_t j = 0;
       bool placed = !implicit;
       for (uint32_t i = 0; i < src.degree; ++i) {
@@ -193,11 +213,11 @@ struct SuffixAutomatonBuilder::Impl {
 
   void Extend(uint32_t c) {
     text.push_back(c);
-    const uint32_t cur = static_cast<uint32_t>(text.size());
+    const Id cur = static_cast<Id>(text.size());
     nc.push_back({});
     // last -> cur is the implicit transition; start the climb above it.
-    uint32_t p = last == 0 ? 0 : Link(last);
-    uint32_t q = 0;
+    Id p = last == 0 ? 0 : Link(last);
+    Id q = 0;
     // Climb while p has no transition on c, adding p -c-> cur. One search per
     // state: the insertion point of a failed search is reused.
     for (;;) {
@@ -210,7 +230,7 @@ struct SuffixAutomatonBuilder::Impl {
         q = p + 1;
         break;
       }
-      StateRec& l = Rec(p);
+      Rec& l = RecOf(p);
       bool found = false;
       const uint32_t i = l.degree ? Find(l, c, &found) : 0;
       if (found) {
@@ -226,7 +246,7 @@ struct SuffixAutomatonBuilder::Impl {
       if (Len(p) + 1 == Len(q)) {
         SetLink(cur, q);
       } else {
-        const uint32_t clone = NewClone(p, q);
+        const Id clone = NewClone(p, q);
         while (p != kNil && Get(p, c) == q) {
           Set(p, c, clone);
           p = p == 0 ? kNil : Link(p);
@@ -238,44 +258,144 @@ struct SuffixAutomatonBuilder::Impl {
     last = cur;
   }
 
-  uint64_t Map(uint32_t v) const {
+  // The written state id of v: non-clones keep theirs, clone k is N+1+k.
+  uint64_t Map(Id v) const {
     return (v & kClone) ? text.size() + 1 + (v & ~kClone) : v;
   }
 
   uint64_t MemoryBytes() const {
-    return text.capacity() * 4 + nc.capacity() * sizeof(StateRec) +
-           cl.capacity() * sizeof(StateRec) + (cl_len.capacity() + cl_mep.capacity()) * 4 +
-           root_next.capacity() * 4 + arena.capacity() * sizeof(Edge);
+    return text.capacity() * 4 + (nc.capacity() + cl.capacity()) * sizeof(Rec) +
+           (cl_len.capacity() + cl_mep.capacity() + root_next.capacity()) * sizeof(Id) +
+           arena.capacity() * sizeof(EdgeT);
+  }
+
+  void AdviseAll() {
+    AdviseHuge(text);
+    AdviseHuge(nc);
+    AdviseHuge(cl);
+    AdviseHuge(arena);
+  }
+
+  void AddDocument(std::span<const uint32_t> ids) {
+    const void* before[4] = {text.data(), nc.data(), cl.data(), arena.data()};
+    for (uint32_t id : ids) Extend(id);
+    Extend(separator);
+    ++documents;
+    // A vector that grew past its reservation was reallocated: advise again.
+    if (before[0] != text.data()) AdviseHuge(text);
+    if (before[1] != nc.data()) AdviseHuge(nc);
+    if (before[2] != cl.data()) AdviseHuge(cl);
+    if (before[3] != arena.data()) AdviseHuge(arena);
+  }
+
+  WriteReport Write(const std::string& path, const IndexInfo& info, unsigned min_width);
+};
+
+// Converts a narrow id (kNil and the clone tag included) to the wide type.
+uint64_t WidenId(uint32_t v) {
+  if (v == Automaton<uint32_t>::kNil) return Automaton<uint64_t>::kNil;
+  if (v & Automaton<uint32_t>::kClone)
+    return (v & ~Automaton<uint32_t>::kClone) | Automaton<uint64_t>::kClone;
+  return v;
+}
+
+// Moves a narrow automaton into the wide type, array by array (each narrow
+// array is released once converted, so the peak is the wide automaton plus
+// its largest narrow array).
+std::unique_ptr<Automaton<uint64_t>> Widen(Automaton<uint32_t>& a) {
+  auto w = std::make_unique<Automaton<uint64_t>>();
+  w->vocab_size = a.vocab_size;
+  w->separator = a.separator;
+  w->documents = a.documents;
+  w->last = WidenId(a.last);
+  w->text.swap(a.text);
+  auto ids = [](std::vector<uint32_t>& from, std::vector<uint64_t>& to, bool are_states) {
+    to.reserve(from.capacity());
+    for (uint32_t v : from) to.push_back(are_states ? WidenId(v) : v);
+    std::vector<uint32_t>().swap(from);
+  };
+  auto recs = [](std::vector<StateRec<uint32_t>>& from, std::vector<StateRec<uint64_t>>& to) {
+    to.reserve(from.capacity());
+    for (const auto& r : from) to.push_back({WidenId(r.link), r.offset, r.degree});
+    std::vector<StateRec<uint32_t>>().swap(from);
+  };
+  recs(a.nc, w->nc);
+  recs(a.cl, w->cl);
+  ids(a.cl_len, w->cl_len, false);
+  ids(a.cl_mep, w->cl_mep, false);
+  ids(a.root_next, w->root_next, true);
+  w->arena.reserve(a.arena.capacity());
+  for (const auto& e : a.arena) w->arena.push_back({e.label, WidenId(e.target)});
+  std::vector<Edge<uint32_t>>().swap(a.arena);
+  w->free_chunks.resize(a.free_chunks.size());
+  for (size_t k = 0; k < a.free_chunks.size(); ++k) ids(a.free_chunks[k], w->free_chunks[k], false);
+  w->AdviseAll();
+  return w;
+}
+
+}  // namespace
+
+struct SuffixAutomatonBuilder::Impl {
+  BuilderOptions options;
+  // Exactly one is set: the narrow automaton until the corpus needs wide ids.
+  std::unique_ptr<Automaton<uint32_t>> narrow;
+  std::unique_ptr<Automaton<uint64_t>> wide;
+
+  template <typename F>
+  decltype(auto) Visit(F&& f) {
+    return narrow ? f(*narrow) : f(*wide);
+  }
+  template <typename F>
+  decltype(auto) Visit(F&& f) const {
+    return narrow ? f(std::as_const(*narrow)) : f(std::as_const(*wide));
   }
 };
 
 SuffixAutomatonBuilder::SuffixAutomatonBuilder(uint32_t vocab_size, uint64_t expected_tokens)
+    : SuffixAutomatonBuilder(vocab_size, expected_tokens, BuilderOptions{}) {}
+
+SuffixAutomatonBuilder::SuffixAutomatonBuilder(uint32_t vocab_size, uint64_t expected_tokens,
+                                               const BuilderOptions& options)
     : impl_(std::make_unique<Impl>()) {
   if (vocab_size == 0 || vocab_size >= (1u << 31))
     throw FormatError(ErrorCode::kInvalidArgument,
                       "vocab size " + std::to_string(vocab_size) + " outside [1, 2^31)");
-  if (expected_tokens >= (kClone - 2))
+  if (expected_tokens >= kMaxBuilderTokens)
     throw FormatError(ErrorCode::kCapacity,
                       "corpus of " + std::to_string(expected_tokens) +
-                          " tokens exceeds the builder's limit of 2^31 tokens");
-  impl_->vocab_size = vocab_size;
-  impl_->separator = vocab_size;
-  impl_->root_next.assign(uint64_t{vocab_size} + 1, 0);
-  impl_->free_chunks.resize(33);
-  if (expected_tokens) {
-    impl_->text.reserve(expected_tokens);
-    impl_->nc.reserve(expected_tokens + 1);
-    const uint64_t clones = expected_tokens / 2;
-    impl_->cl_len.reserve(clones);
-    impl_->cl_mep.reserve(clones);
-    impl_->cl.reserve(clones);
-    impl_->arena.reserve(expected_tokens * 3 / 2);
-    AdviseHuge(impl_->text);
-    AdviseHuge(impl_->nc);
-    AdviseHuge(impl_->cl);
-    AdviseHuge(impl_->arena);
+                          " tokens exceeds the builder's limit of 2^56 tokens");
+  if (options.min_width > format::kMaxPackedWidth)
+    throw FormatError(ErrorCode::kInvalidArgument,
+                      "minimum width " + std::to_string(options.min_width) + " above " +
+                          std::to_string(format::kMaxPackedWidth));
+  impl_->options = options;
+  const bool wide = options.ids == BuilderOptions::Ids::kWide ||
+                    expected_tokens >= kNarrowBuilderTokens;
+  auto init = [&](auto& a) {
+    a.vocab_size = vocab_size;
+    a.separator = vocab_size;
+    a.root_next.assign(uint64_t{vocab_size} + 1, 0);
+    a.free_chunks.resize(33);
+    if (expected_tokens) {
+      a.text.reserve(expected_tokens);
+      a.nc.reserve(expected_tokens + 1);
+      const uint64_t clones = expected_tokens / 2;
+      a.cl_len.reserve(clones);
+      a.cl_mep.reserve(clones);
+      a.cl.reserve(clones);
+      a.arena.reserve(expected_tokens * 3 / 2);
+      a.AdviseAll();
+    }
+    using A = std::remove_reference_t<decltype(a)>;
+    a.nc.push_back({A::kNil, 0, 0});  // the root
+  };
+  if (wide) {
+    impl_->wide = std::make_unique<Automaton<uint64_t>>();
+    init(*impl_->wide);
+  } else {
+    impl_->narrow = std::make_unique<Automaton<uint32_t>>();
+    init(*impl_->narrow);
   }
-  impl_->nc.push_back({kNil, 0, 0});  // the root
 }
 
 SuffixAutomatonBuilder::~SuffixAutomatonBuilder() = default;
@@ -283,37 +403,69 @@ SuffixAutomatonBuilder::~SuffixAutomatonBuilder() = default;
 void SuffixAutomatonBuilder::AddDocument(std::span<const uint32_t> ids) {
   if (ids.empty()) return;
   Impl& m = *impl_;
-  if (m.text.size() + ids.size() + 1 >= kClone - 2)
-    throw FormatError(ErrorCode::kCapacity, {.record = m.CurrentDocument()},
+  const uint64_t tokens = num_tokens();
+  // (Made only for an error: this runs once per document.)
+  auto document = [&] { return m.Visit([](const auto& a) { return a.CurrentDocument(); }); };
+  if (tokens + ids.size() + 1 >= kMaxBuilderTokens)
+    throw FormatError(ErrorCode::kCapacity, {.record = document()},
                       "a document of " + std::to_string(ids.size()) + " tokens after " +
-                          std::to_string(m.text.size()) +
-                          " exceeds the builder's limit of 2^31 tokens");
+                          std::to_string(tokens) + " exceeds the builder's limit of 2^56 tokens");
+  const uint32_t vocab_size = m.Visit([](const auto& a) { return a.vocab_size; });
   for (size_t i = 0; i < ids.size(); ++i)
-    if (ids[i] >= m.vocab_size)
-      throw FormatError(ErrorCode::kInvalidArgument, {.record = m.CurrentDocument()},
+    if (ids[i] >= vocab_size)
+      throw FormatError(ErrorCode::kInvalidArgument, {.record = document()},
                         "token id " + std::to_string(ids[i]) + " at position " + std::to_string(i) +
-                            " is not below the vocab size " + std::to_string(m.vocab_size));
-  const void* before[4] = {m.text.data(), m.nc.data(), m.cl.data(), m.arena.data()};
-  for (uint32_t id : ids) m.Extend(id);
-  m.Extend(m.separator);
-  ++m.documents;
-  // A vector that grew past its reservation was reallocated: advise again.
-  if (before[0] != m.text.data()) AdviseHuge(m.text);
-  if (before[1] != m.nc.data()) AdviseHuge(m.nc);
-  if (before[2] != m.cl.data()) AdviseHuge(m.cl);
-  if (before[3] != m.arena.data()) AdviseHuge(m.arena);
+                            " is not below the vocab size " + std::to_string(vocab_size));
+  if (m.narrow) {
+    // Widen before a document that could take the narrow ids past their
+    // limits. Tokens: 2^31 - 3 (state ids carry a clone tag bit). Arena
+    // offsets: an arena never exceeds 4 slots per transition ever added
+    // (chunks double; freed chunks are reused), transitions never exceed
+    // 3 per token (Blumer et al.), and one token adds at most 3 chunk
+    // allocations (the climb's amortized 2, a clone's copy) of at most
+    // 2 (vocab + 1) slots; the smaller of the two bounds decides.
+    const uint64_t after = tokens + ids.size() + 1;
+    const uint64_t arena_bound =
+        std::min<uint64_t>(12 * after, m.narrow->arena.size() +
+                                           6 * (ids.size() + 1) * (uint64_t{vocab_size} + 2));
+    const uint64_t widen_at = m.options.widen_at_tokens ? m.options.widen_at_tokens
+                                                        : kNarrowBuilderTokens;
+    if (after >= std::min(widen_at, kNarrowBuilderTokens) || arena_bound >= kNarrowArenaLimit) {
+      m.wide = Widen(*m.narrow);
+      m.narrow.reset();
+    }
+  }
+  m.Visit([&](auto& a) { a.AddDocument(ids); });
 }
 
-uint64_t SuffixAutomatonBuilder::num_tokens() const { return impl_->text.size(); }
-uint64_t SuffixAutomatonBuilder::num_documents() const { return impl_->documents; }
-uint64_t SuffixAutomatonBuilder::num_states() const {
-  return 1 + impl_->text.size() + impl_->cl_len.size();
+uint64_t SuffixAutomatonBuilder::num_tokens() const {
+  return impl_->Visit([](const auto& a) -> uint64_t { return a.text.size(); });
 }
-uint64_t SuffixAutomatonBuilder::num_clones() const { return impl_->cl_len.size(); }
-uint64_t SuffixAutomatonBuilder::memory_bytes() const { return impl_->MemoryBytes(); }
+uint64_t SuffixAutomatonBuilder::num_documents() const {
+  return impl_->Visit([](const auto& a) { return a.documents; });
+}
+uint64_t SuffixAutomatonBuilder::num_states() const {
+  return impl_->Visit([](const auto& a) -> uint64_t { return 1 + a.text.size() + a.cl_len.size(); });
+}
+uint64_t SuffixAutomatonBuilder::num_clones() const {
+  return impl_->Visit([](const auto& a) -> uint64_t { return a.cl_len.size(); });
+}
+uint64_t SuffixAutomatonBuilder::memory_bytes() const {
+  return impl_->Visit([](const auto& a) { return a.MemoryBytes(); });
+}
+bool SuffixAutomatonBuilder::wide_ids() const { return impl_->wide != nullptr; }
 
 WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexInfo& info) {
-  Impl& m = *impl_;
+  const unsigned min_width = impl_->options.min_width;
+  return impl_->Visit([&](auto& a) { return a.Write(path, info, min_width); });
+}
+
+namespace {
+
+template <typename Id>
+WriteReport Automaton<Id>::Write(const std::string& path, const IndexInfo& info,
+                                 unsigned min_width) {
+  Automaton& m = *this;
   if (m.documents == 0)
     throw FormatError(ErrorCode::kInvalidArgument, {.file = path},
                       "no documents to index (all inputs were empty)");
@@ -327,29 +479,29 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
 
   // Occurrence counts: 1 for every non-clone state, then cnt[link[v]] += cnt[v]
   // in decreasing length order. Non-clone i has length i, so only the clones
-  // need a counting sort by length.
-  std::vector<uint32_t> cl_cnt(c, 0);
-  std::vector<uint32_t> nc_cnt(n + 1, 1);
+  // need a counting sort by length. (Counts never exceed N, so Id holds them.)
+  std::vector<Id> cl_cnt(c, 0);
+  std::vector<Id> nc_cnt(n + 1, 1);
   {
-    uint32_t max_len = 0;
-    for (uint32_t l : m.cl_len) max_len = std::max(max_len, l);
-    std::vector<uint32_t> start(uint64_t{max_len} + 2, 0);
-    for (uint32_t l : m.cl_len) ++start[l + 1];
+    Id max_len = 0;
+    for (Id l : m.cl_len) max_len = std::max(max_len, l);
+    std::vector<Id> start(uint64_t{max_len} + 2, 0);
+    for (Id l : m.cl_len) ++start[l + 1];
     for (uint64_t l = 1; l < start.size(); ++l) start[l] += start[l - 1];
-    std::vector<uint32_t> by_len(c);
+    std::vector<Id> by_len(c);
     {
-      std::vector<uint32_t> fill(start.begin(), start.end() - 1);
-      for (uint32_t k = 0; k < c; ++k) by_len[fill[m.cl_len[k]]++] = k;
+      std::vector<Id> fill(start.begin(), start.end() - 1);
+      for (Id k = 0; k < c; ++k) by_len[fill[m.cl_len[k]]++] = k;
     }
-    auto add = [&](uint32_t target, uint32_t amount) {
+    auto add = [&](Id target, Id amount) {
       if (target == kNil || target == 0) return;
       if (target & kClone) cl_cnt[target & ~kClone] += amount; else nc_cnt[target] += amount;
     };
     for (uint64_t len = n; len >= 1; --len) {
       add(m.nc[len].link, nc_cnt[len]);
       if (len <= max_len)
-        for (uint32_t i = start[len]; i < start[len + 1]; ++i) {
-          const uint32_t k = by_len[i];
+        for (Id i = start[len]; i < start[len + 1]; ++i) {
+          const Id k = by_len[i];
           add(m.cl[k].link, cl_cnt[k]);
         }
     }
@@ -357,7 +509,7 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
   // Non-clone i holds the length-i prefix; it recurs only for i <= K.
   uint64_t prefix_counts = n;
   while (prefix_counts > 0 && nc_cnt[prefix_counts] == 1) --prefix_counts;
-  auto count_of = [&](uint32_t v) -> uint64_t {
+  auto count_of = [&](Id v) -> uint64_t {
     if (v == 0) return n;
     return (v & kClone) ? cl_cnt[v & ~kClone] : nc_cnt[v];
   };
@@ -376,18 +528,21 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
       while (ok < len && start + ok <= n && m.text[start + ok - 1] != m.separator) ++ok;
       if (ok == 0) continue;
       len = ok;
-      uint32_t v = 0;
+      Id v = 0;
       for (uint64_t k = 0; k < len; ++k) v = m.Get(v, m.text[start + k - 1]);
-      tests.push_back({start, len, count_of(v), v == 0 ? 0 : m.Mep(v)});
+      tests.push_back({start, len, count_of(v), v == 0 ? 0 : uint64_t{m.Mep(v)}});
     }
   }
 
-  // Widths.
-  uint32_t max_clone_len = 1;
-  for (uint32_t l : m.cl_len) max_clone_len = std::max(max_clone_len, l);
-  uint32_t max_count = 1;
-  for (uint32_t k : cl_cnt) max_count = std::max(max_count, k);
+  // Widths: from the data, at least min_width for those that grow with it.
+  Id max_clone_len = 1;
+  for (Id l : m.cl_len) max_clone_len = std::max(max_clone_len, l);
+  Id max_count = 1;
+  for (Id k : cl_cnt) max_count = std::max(max_count, k);
   for (uint64_t i = 1; i <= prefix_counts; ++i) max_count = std::max(max_count, nc_cnt[i]);
+  auto width = [&](uint64_t max_value) {
+    return static_cast<uint8_t>(std::max(format::BitsFor(max_value), min_width));
+  };
   format::IndexHeader h;
   h.num_tokens = n;
   h.num_clones = c;
@@ -399,10 +554,10 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
   h.bos_id = info.bos_id;
   h.eos_id = info.eos_id;
   h.token_width = static_cast<uint8_t>(format::BitsFor(m.vocab_size));
-  h.state_width = static_cast<uint8_t>(format::BitsFor(s - 1));
-  h.position_width = static_cast<uint8_t>(format::BitsFor(n));
-  h.clone_len_width = static_cast<uint8_t>(format::BitsFor(max_clone_len));
-  h.count_width = static_cast<uint8_t>(format::BitsFor(max_count));
+  h.state_width = width(s - 1);
+  h.position_width = width(n);
+  h.clone_len_width = width(max_clone_len);
+  h.count_width = width(max_count);
   h.select_rate_log2 = kSelectRateLog2;
   h.tokenizer_sha256 = info.tokenizer_sha256;
 
@@ -420,32 +575,32 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
     format::PackedWriter pw(h.state_width, s);
     pw.Push(0);
     for (uint64_t i = 1; i <= n; ++i) pw.Push(m.Map(m.nc[i].link));
-    for (const StateRec& r : m.cl) pw.Push(m.Map(r.link));
+    for (const Rec& r : m.cl) pw.Push(m.Map(r.link));
     emit("LINK", pw);
   }
   {
     format::PackedWriter pw(h.clone_len_width, c);
-    for (uint32_t l : m.cl_len) pw.Push(l);
+    for (Id l : m.cl_len) pw.Push(l);
     emit("CLEN", pw);
-    std::vector<uint32_t>().swap(m.cl_len);
+    std::vector<Id>().swap(m.cl_len);
   }
   {
     format::PackedWriter pw(h.position_width, c);
-    for (uint32_t e : m.cl_mep) pw.Push(e);
+    for (Id e : m.cl_mep) pw.Push(e);
     emit("CMEP", pw);
-    std::vector<uint32_t>().swap(m.cl_mep);
+    std::vector<Id>().swap(m.cl_mep);
   }
   {
     format::PackedWriter pw(h.count_width, c);
-    for (uint32_t k : cl_cnt) pw.Push(k);
+    for (Id k : cl_cnt) pw.Push(k);
     emit("CCNT", pw);
-    std::vector<uint32_t>().swap(cl_cnt);
+    std::vector<Id>().swap(cl_cnt);
   }
   {
     format::PackedWriter pw(h.count_width, prefix_counts);
     for (uint64_t i = 1; i <= prefix_counts; ++i) pw.Push(nc_cnt[i]);
     emit("NCNT", pw);
-    std::vector<uint32_t>().swap(nc_cnt);
+    std::vector<Id>().swap(nc_cnt);
   }
   {
     format::PackedWriter pw(h.state_width, m.vocab_size);
@@ -458,8 +613,8 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
   {
     format::PackedWriter edge_pw(h.state_width, n + c);
     format::DegreeVectorWriter degrees(kSelectRateLog2, s + n + c);
-    auto emit_state = [&](const StateRec& l) {
-      const Edge* e = m.arena.data() + l.offset;
+    auto emit_state = [&](const Rec& l) {
+      const EdgeT* e = m.arena.data() + l.offset;
       for (uint32_t i = 0; i < l.degree; ++i) {
         if (e[i].label == m.separator) continue;
         edge_pw.Push(m.Map(e[i].target));
@@ -470,10 +625,10 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
     };
     degrees.EndState();  // the root: its transitions live in ROOT
     for (uint64_t i = 1; i <= n; ++i) emit_state(m.nc[i]);
-    for (const StateRec& l : m.cl) emit_state(l);
-    std::vector<StateRec>().swap(m.nc);
-    std::vector<StateRec>().swap(m.cl);
-    std::vector<Edge>().swap(m.arena);
+    for (const Rec& l : m.cl) emit_state(l);
+    std::vector<Rec>().swap(m.nc);
+    std::vector<Rec>().swap(m.cl);
+    std::vector<EdgeT>().swap(m.arena);
     h.num_edges = edges;
     emit("EDGE", edge_pw);
     const format::DegreeSections d = degrees.Finish();
@@ -506,12 +661,20 @@ WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexIn
   return report;
 }
 
+}  // namespace
+
 WriteReport BuildIndexFile(const std::vector<std::vector<uint32_t>>& documents,
                            uint32_t vocab_size, const std::string& path,
                            const IndexInfo& info) {
+  return BuildIndexFile(documents, vocab_size, path, info, BuilderOptions{});
+}
+
+WriteReport BuildIndexFile(const std::vector<std::vector<uint32_t>>& documents,
+                           uint32_t vocab_size, const std::string& path, const IndexInfo& info,
+                           const BuilderOptions& options) {
   uint64_t total = 0;
   for (const auto& d : documents) total += d.size() + 1;
-  SuffixAutomatonBuilder b(vocab_size, total);
+  SuffixAutomatonBuilder b(vocab_size, total, options);
   for (const auto& d : documents) b.AddDocument(d);
   return b.Write(path, info);
 }

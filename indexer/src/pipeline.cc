@@ -1,5 +1,7 @@
 #include "sam/indexer/pipeline.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -15,6 +17,7 @@
 #include "sam/corpora/corpora.h"
 #include "sam/corpora/error.h"
 #include "sam/format/sha256.h"
+#include "sam/format/shard_set.h"
 #include "sam/indexer/builder.h"
 #include "sam/indexer/tokenizer.h"
 
@@ -127,6 +130,42 @@ uint64_t PeakRssBytes() {
   return 0;
 }
 
+uint64_t CurrentRssBytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  return 0;
+}
+
+bool ResetPeakRss() {
+  std::ofstream out("/proc/self/clear_refs");
+  out << "5";
+  out.flush();
+  return static_cast<bool>(out);
+}
+
+namespace {
+
+std::string OutputBase(const std::string& output) {
+  for (const std::string suffix : {".samset", ".sam"})
+    if (output.size() > suffix.size() &&
+        output.compare(output.size() - suffix.size(), suffix.size(), suffix) == 0)
+      return output.substr(0, output.size() - suffix.size());
+  return output;
+}
+
+}  // namespace
+
+std::string SingleIndexPath(const std::string& output) {
+  return OutputBase(output) == output || output.ends_with(".sam") ? output
+                                                                   : OutputBase(output) + ".sam";
+}
+std::string ShardSetPath(const std::string& output) { return OutputBase(output) + ".samset"; }
+std::string ShardFilePath(const std::string& output, uint64_t k) {
+  return OutputBase(output) + "." + std::to_string(k) + ".sam";
+}
+
 BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   const auto t_start = Clock::now();
   auto report_progress = [&](const Progress& p) {
@@ -186,17 +225,56 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   // Reserve for the whole build up front from the input sizes (about 3 bytes
   // of JSON per token at most; ids are larger): reserved but untouched memory
   // costs nothing, and no reallocation happens mid-build.
-  uint64_t input_bytes = 0;
+  uint64_t input_bytes = 0, largest_input = 0;
   for (const auto& spec : cfg.corpora) {
     std::error_code ec;
+    uint64_t bytes = 0;
     if (std::filesystem::is_directory(spec.path, ec)) {
       for (const auto& e : std::filesystem::recursive_directory_iterator(spec.path, ec))
-        if (e.is_regular_file()) input_bytes += e.file_size();
+        if (e.is_regular_file()) bytes += e.file_size();
     } else {
-      input_bytes += std::filesystem::file_size(spec.path, ec);
+      bytes = std::filesystem::file_size(spec.path, ec);
+      if (ec) bytes = 0;
     }
+    input_bytes += bytes;
+    largest_input = std::max(largest_input, bytes);
   }
-  const uint64_t reserve_tokens = std::min<uint64_t>(input_bytes / 3 + 1024, uint64_t{1} << 30);
+  uint64_t reserve_tokens = std::min<uint64_t>(input_bytes / 3 + 1024, uint64_t{1} << 30);
+
+  // Memory-bounded builds: tokens per shard from the bound, less what the
+  // build holds besides the automaton: this process when the shard starts
+  // (tokenizer, its segment caches, the documents of the corpus being built,
+  // memory the allocator kept) and the rendered documents of a corpus read
+  // during the shard (at most the largest input), and 1/16 of the bound for
+  // what grows during a shard besides the automaton (the tokenizer's segment
+  // caches, allocator slack: measured 2-4% of the bound). Planned again per
+  // shard.
+  uint64_t held_input_bytes = 0;  // documents of the corpus being built, held in memory
+  uint64_t documents_read = 0;    // over the corpora so far (the --shard partition)
+  if (cfg.shard_count && cfg.shard_index >= cfg.shard_count)
+    throw BuildError("--shard " + std::to_string(cfg.shard_index) + "/" +
+                     std::to_string(cfg.shard_count) + ": I must be below N");
+  if (cfg.shard_count && cfg.max_memory_bytes)
+    throw BuildError("--shard and --max-memory cannot be combined");
+  auto plan_shard = [&]() -> uint64_t {
+    const uint64_t overhead =
+        CurrentRssBytes() + (largest_input > held_input_bytes ? largest_input - held_input_bytes : 0) +
+        cfg.max_memory_bytes / 16;
+    const uint64_t needed = overhead + kMinShardTokens * kBuildPeakBytesPerToken;
+    if (cfg.max_memory_bytes < needed)
+      throw BuildError(ErrorCode::kCapacity,
+                       "--max-memory " + std::to_string(cfg.max_memory_bytes) +
+                           " bytes is too small: the process and the largest corpus take " +
+                           std::to_string(overhead) + " bytes; give at least " +
+                           std::to_string(needed));
+    return (cfg.max_memory_bytes - overhead) / kBuildPeakBytesPerToken;
+  };
+  uint64_t shard_budget = 0;  // tokens of the current shard (0: no bound)
+  if (cfg.max_memory_bytes) {
+    shard_budget = plan_shard();
+    rep.shard_token_budget = shard_budget;
+    reserve_tokens = std::min(reserve_tokens, shard_budget + 1024);
+  }
 
   // Backpressure: workers claim chunks of `chunk` documents, at most `window`
   // chunks beyond the last one built, so at most window * chunk <= max_pending
@@ -207,9 +285,128 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
       std::clamp<uint64_t>(max_pending / (2 * uint64_t{threads}), 1, 256));
   const size_t window = static_cast<size_t>(std::max<uint64_t>(1, max_pending / chunk));
   rep.max_pending_documents = max_pending;
-  auto new_builder = [&] {
-    if (!builder) builder = std::make_unique<SuffixAutomatonBuilder>(vocab, reserve_tokens);
+  // The current shard (the whole build when it is not bounded).
+  uint64_t documents_added = 0;  // over the whole build
+  ShardReport shard;
+  Clock::time_point shard_start;
+  struct Slice {  // documents of one corpus in the current shard
+    size_t corpus;
+    uint64_t documents = 0, tokens = 0;
   };
+  std::vector<Slice> slices;
+  // Shards written so far; removed if the build fails.
+  struct WrittenShards {
+    std::vector<std::string> paths;
+    bool keep = false;
+    ~WrittenShards() {
+      if (keep) return;
+      std::error_code ec;
+      for (const auto& p : paths) std::filesystem::remove(p, ec);
+    }
+  } written;
+  auto new_builder = [&] {
+    if (builder) return;
+    if (cfg.max_memory_bytes && !rep.shards.empty()) {
+      shard_budget = plan_shard();
+      rep.shard_token_budget = std::min(rep.shard_token_budget, shard_budget);
+    }
+    builder = std::make_unique<SuffixAutomatonBuilder>(vocab, reserve_tokens, cfg.builder_options);
+    shard = ShardReport{};
+    shard.token_budget = shard_budget;
+    shard.first_document = documents_added;
+    shard_start = Clock::now();
+    slices.clear();
+  };
+  // Everything an index file holds besides the automaton; `meta` for META.
+  auto index_info = [&](const nlohmann::json& meta) {
+    IndexInfo info;
+    if (tok) {
+      info.tokenizer_sha256 = tok->sha256();
+      info.bos_id = tok->bos_id();
+      info.eos_id = tok->eos_id();
+      info.vocabulary = tok->Pieces();
+    }
+    info.metadata_json = meta.dump();
+    return info;
+  };
+  auto build_options = [&] {
+    nlohmann::json o = {{"template", cfg.template_name},   {"text_field", cfg.text_field},
+                        {"text_split", cfg.text_split},    {"skip_bad", cfg.skip_bad},
+                        {"add_bos", cfg.add_bos && tok.has_value()},
+                        {"separator", "vocab_size"},       {"threads", threads},
+                        {"segment_cache", rep.segment_cache}};
+    if (cfg.max_memory_bytes) {
+      o["max_memory_bytes"] = cfg.max_memory_bytes;
+      o["shard_token_budget"] = rep.shard_token_budget;
+    }
+    return o;
+  };
+  auto base_meta = [&] {
+    nlohmann::json meta;
+    meta["tool_version"] = cfg.tool_version;
+    meta["created_utc"] = UtcNow();
+    meta["tokenizer"] = tok ? std::filesystem::path(tok->path()).filename().string() : "";
+    meta["template"] = cfg.template_name;
+    meta["corpora"] = nlohmann::json::array();
+    return meta;
+  };
+  std::vector<std::string> source_sha256(cfg.corpora.size());
+  // Writes the current builder as the next shard.
+  auto finish_shard = [&] {
+    const uint64_t k = rep.shards.size();
+    shard.path = ShardFilePath(cfg.output_path, k);
+    nlohmann::json meta = base_meta();
+    for (const Slice& sl : slices) {
+      const CorpusSpec& spec = cfg.corpora[sl.corpus];
+      meta["corpora"].push_back({{"name", std::filesystem::path(spec.path).filename().string()},
+                                 {"kind", spec.kind},
+                                 {"source", spec.path},
+                                 {"source_sha256", source_sha256[sl.corpus]},
+                                 {"records", sl.documents},
+                                 {"documents", sl.documents},
+                                 {"skipped", 0},
+                                 {"tokens", sl.tokens}});
+    }
+    meta["build_options"] = build_options();
+    meta["shard"] = {{"index", k}, {"first_document", shard.first_document},
+                     {"token_budget", shard.token_budget},
+                     {"documents", builder->num_documents()}, {"tokens", builder->num_tokens()}};
+    report_progress({"write", shard.path, 0, 0, builder->num_tokens(), cfg.corpora.size(),
+                     cfg.corpora.size()});
+    shard.documents = builder->num_documents();
+    shard.tokens = builder->num_tokens();
+    shard.states = builder->num_states();
+    written.paths.push_back(shard.path);
+    const WriteReport w = builder->Write(shard.path, index_info(meta));
+    builder.reset();
+#ifdef __GLIBC__
+    // Give the freed automaton back to the system: glibc raises its mmap
+    // threshold after large frees, so the next shard's arrays (and the
+    // freeze's buffers) come from the heap, which free() does not shrink.
+    ::malloc_trim(0);
+#endif
+    shard.file_bytes = w.file_bytes;
+    shard.seconds = Since(shard_start);
+    shard.peak_rss_bytes = PeakRssBytes();
+    rep.transitions += w.transitions;
+    rep.edges += w.explicit_edges;
+    rep.shards.push_back(shard);
+    ResetPeakRss();
+  };
+  // Gives a document (non-empty) of corpus ci to the builder, first closing
+  // the shard when the document would take it past its budget.
+  auto add_document = [&](size_t ci, const std::vector<uint32_t>& doc) {
+    if (shard_budget && builder && builder->num_documents() > 0 &&
+        builder->num_tokens() + doc.size() + 1 > shard_budget)
+      finish_shard();
+    new_builder();
+    builder->AddDocument(doc);
+    ++documents_added;
+    if (slices.empty() || slices.back().corpus != ci) slices.push_back({ci});
+    ++slices.back().documents;
+    slices.back().tokens += doc.size() + 1;
+  };
+  if (shard_budget) ResetPeakRss();
 
   for (size_t ci = 0; ci < cfg.corpora.size(); ++ci) {
     const CorpusSpec& spec = cfg.corpora[ci];
@@ -227,6 +424,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
       } else {
         cr.source_sha256 = SourceHash(spec.path);
       }
+      source_sha256[ci] = cr.source_sha256;
     } catch (const sam::Error& e) {
       throw BuildError(e);
     } catch (const std::exception& e) {
@@ -248,6 +446,23 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
       throw BuildError(e);
     }
     input.reset();
+    if (cfg.shard_count) {  // --shard I/N: keep documents g with g mod N == I
+      auto keep = [&](auto& docs) {
+        const uint64_t read = docs.size();
+        size_t kept = 0;
+        for (size_t d = 0; d < docs.size(); ++d)
+          if ((documents_read + d) % cfg.shard_count == cfg.shard_index) {
+            if (kept != d) docs[kept] = std::move(docs[d]);
+            ++kept;
+          }
+        docs.resize(kept);
+        documents_read += read;
+      };
+      if (spec.kind == kIdsKind) keep(ids); else keep(texts);
+    }
+    held_input_bytes = 0;
+    for (const auto& text : texts) held_input_bytes += text.size();
+    for (const auto& doc : ids) held_input_bytes += doc.size() * sizeof(uint32_t);
     cr.records = rs.records;
     cr.skipped = rs.skipped;
     for (const auto& [code, count] : rs.skipped_by_code)
@@ -338,7 +553,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
             for (d = c * chunk; d < chunk_end(c); ++d) {
               if (cfg.hooks.before_add) cfg.hooks.before_add(ci, d);
               if (ids[d].size() > (bos != format::kNoToken ? 1u : 0u)) {
-                builder->AddDocument(ids[d]);
+                add_document(ci, ids[d]);
                 ++cr.documents;
                 cr.tokens += ids[d].size() + 1;
               }
@@ -381,7 +596,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
         for (d = 0; d < ndocs; ++d) {
           if (cfg.hooks.before_add) cfg.hooks.before_add(ci, d);
           if (!ids[d].empty()) {
-            builder->AddDocument(ids[d]);
+            add_document(ci, ids[d]);
             ++cr.documents;
             cr.tokens += ids[d].size() + 1;
           }
@@ -404,6 +619,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     rep.documents += cr.documents;
     rep.tokens += cr.tokens;
     rep.corpora.push_back(std::move(cr));
+    held_input_bytes = 0;  // (texts and ids are released with this iteration)
   }
   if (!builder || builder->num_documents() == 0) {
     // Say why: per corpus, what was read and, when records were skipped, why.
@@ -416,13 +632,8 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     throw BuildError("the corpora contain no documents; nothing to index:" + why);
   }
 
-  // Metadata.
-  nlohmann::json meta;
-  meta["tool_version"] = cfg.tool_version;
-  meta["created_utc"] = UtcNow();
-  meta["tokenizer"] = tok ? std::filesystem::path(tok->path()).filename().string() : "";
-  meta["template"] = cfg.template_name;
-  meta["corpora"] = nlohmann::json::array();
+  // Metadata of the whole build (the index's META, or the manifest's build).
+  nlohmann::json meta = base_meta();
   for (const auto& c : rep.corpora)
     meta["corpora"].push_back({{"name", std::filesystem::path(c.spec.path).filename().string()},
                                {"kind", c.spec.kind},
@@ -432,36 +643,60 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
                                {"documents", c.documents},
                                {"skipped", c.skipped},
                                {"tokens", c.tokens}});
-  meta["build_options"] = {{"template", cfg.template_name},   {"text_field", cfg.text_field},
-                           {"text_split", cfg.text_split},    {"skip_bad", cfg.skip_bad},
-                           {"add_bos", cfg.add_bos && tok.has_value()},
-                           {"separator", "vocab_size"},       {"threads", threads},
-                           {"segment_cache", rep.segment_cache}};
-  IndexInfo info;
-  if (tok) {
-    info.tokenizer_sha256 = tok->sha256();
-    info.bos_id = tok->bos_id();
-    info.eos_id = tok->eos_id();
-    info.vocabulary = tok->Pieces();
-  }
-  info.metadata_json = meta.dump();
+  meta["build_options"] = build_options();
+  if (cfg.shard_count)
+    meta["partition"] = {{"shard", cfg.shard_index},
+                         {"shards", cfg.shard_count},
+                         {"rule", "document g (0-based, every document read, corpora in the order "
+                                  "given) belongs to shard g mod shards"}};
 
-  report_progress({"write", cfg.output_path, 0, 0, tokens_added, cfg.corpora.size(),
-                   cfg.corpora.size()});
-  WriteReport w;
-  try {
-    rep.states = builder->num_states();
-    rep.clones = builder->num_clones();
-    w = builder->Write(cfg.output_path, info);
-  } catch (const format::FormatError& e) {
-    throw BuildError(e);
+  if (rep.shards.empty()) {
+    rep.index_path = SingleIndexPath(cfg.output_path);
+    report_progress({"write", rep.index_path, 0, 0, tokens_added, cfg.corpora.size(),
+                     cfg.corpora.size()});
+    WriteReport w;
+    try {
+      rep.states = builder->num_states();
+      rep.clones = builder->num_clones();
+      w = builder->Write(rep.index_path, index_info(meta));
+    } catch (const format::FormatError& e) {
+      throw BuildError(e);
+    }
+    builder.reset();
+    rep.write_seconds = w.freeze_seconds + w.write_seconds;
+    rep.transitions = w.transitions;
+    rep.edges = w.explicit_edges;
+    rep.file_bytes = w.file_bytes;
+    rep.sections = w.sections;
+  } else {
+    const auto tw = Clock::now();
+    format::ShardSetManifest manifest;
+    try {
+      finish_shard();
+      if (tok) manifest.tokenizer_sha256 = tok->sha256();
+      manifest.vocab_size = vocab;
+      manifest.build_json = meta.dump();
+      for (const ShardReport& sh : rep.shards) {
+        format::ShardEntry e;
+        e.file = std::filesystem::path(sh.path).filename().string();
+        e.bytes = sh.file_bytes;
+        e.sha256 = format::Sha256File(sh.path);
+        e.tokens = sh.tokens;
+        e.documents = sh.documents;
+        e.states = sh.states;
+        manifest.shards.push_back(e);
+        rep.states += sh.states;
+        rep.clones += sh.states - 1 - sh.tokens;
+        rep.file_bytes += sh.file_bytes;
+      }
+      rep.index_path = ShardSetPath(cfg.output_path);
+      format::WriteShardSetManifest(rep.index_path, manifest);
+    } catch (const sam::Error& e) {
+      throw BuildError(e);
+    }
+    written.keep = true;
+    rep.write_seconds = Since(tw);
   }
-  builder.reset();
-  rep.write_seconds = w.freeze_seconds + w.write_seconds;
-  rep.transitions = w.transitions;
-  rep.edges = w.explicit_edges;
-  rep.file_bytes = w.file_bytes;
-  rep.sections = w.sections;
   uint64_t hits = 0, misses = 0;
   for (const auto& c : caches) {
     hits += c.hits;
@@ -469,8 +704,96 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   }
   rep.cache_hit_rate = hits + misses ? static_cast<double>(hits) / (hits + misses) : 0;
   rep.total_seconds = Since(t_start);
-  rep.peak_rss_bytes = PeakRssBytes();
+  rep.peak_rss_bytes = PeakRssBytes();  // a sharded build reset it per shard: the largest
+  for (const ShardReport& sh : rep.shards)
+    rep.peak_rss_bytes = std::max(rep.peak_rss_bytes, sh.peak_rss_bytes);
   return rep;
+}
+
+void WriteShardSet(const std::vector<std::string>& shard_files, const std::string& manifest_path,
+                   const std::string& tool_version) {
+  namespace fs = std::filesystem;
+  if (shard_files.empty()) throw BuildError("--write-samset: no shard files given");
+  struct Found {
+    std::string path;
+    uint64_t shard = 0;
+    format::ShardEntry entry;
+  };
+  std::vector<Found> found;
+  uint64_t count = 0;
+  format::ShardSetManifest manifest;
+  nlohmann::json build;
+  const fs::path folder = fs::absolute(manifest_path).parent_path();
+  for (const std::string& path : shard_files) {
+    auto fail = [&](const std::string& problem) {
+      throw BuildError(ErrorCode::kInvalidArgument, {.file = path}, problem);
+    };
+    if (fs::absolute(path).parent_path() != folder)
+      fail("not in the manifest's folder " + folder.string() + " (a shard set names its files "
+           "relative to the manifest)");
+    format::OpenOptions options;
+    options.verify = true;
+    format::IndexFile f = [&] {
+      try {
+        return format::IndexFile::Open(path, options);
+      } catch (const sam::Error& e) {
+        throw BuildError(e);
+      }
+    }();
+    const nlohmann::json meta = nlohmann::json::parse(f.ReadMetadata().json, nullptr, false);
+    if (!meta.is_object() || !meta.contains("partition") || !meta["partition"].is_object())
+      fail("not built with sam-build --shard I/N (its metadata has no partition)");
+    const nlohmann::json& part = meta["partition"];
+    const uint64_t shard = part.value("shard", uint64_t{0}), shards = part.value("shards", uint64_t{0});
+    if (shards == 0 || shard >= shards) fail("invalid partition in its metadata");
+    if (found.empty()) {
+      count = shards;
+      manifest.tokenizer_sha256 = f.header().tokenizer_sha256;
+      manifest.vocab_size = f.header().vocab_size;
+      build = {{"tool_version", tool_version},
+               {"partition", part},
+               {"build_options", meta.value("build_options", nlohmann::json::object())},
+               {"tokenizer", meta.value("tokenizer", "")},
+               {"template", meta.value("template", "")}};
+    } else {
+      if (shards != count)
+        fail("shard " + std::to_string(shard) + " of " + std::to_string(shards) +
+             ", the others are of " + std::to_string(count));
+      if (f.header().tokenizer_sha256 != manifest.tokenizer_sha256 ||
+          f.header().vocab_size != manifest.vocab_size)
+        fail("built with another tokenizer or vocabulary than " + found[0].path);
+    }
+    for (const Found& other : found)
+      if (other.shard == shard)
+        fail("shard " + std::to_string(shard) + " is also " + other.path);
+    Found x{path, shard, {}};
+    x.entry.file = fs::path(path).filename().string();
+    x.entry.bytes = f.header().file_size;
+    x.entry.sha256 = format::Sha256File(path);
+    x.entry.tokens = f.header().num_tokens;
+    x.entry.documents = f.header().num_documents;
+    x.entry.states = f.header().num_states;
+    found.push_back(std::move(x));
+  }
+  if (found.size() != count) {
+    std::string missing;
+    for (uint64_t k = 0; k < count; ++k) {
+      bool have = false;
+      for (const Found& f : found) have |= f.shard == k;
+      if (!have) missing += (missing.empty() ? "" : ", ") + std::to_string(k);
+    }
+    throw BuildError(ErrorCode::kInvalidArgument, {.file = manifest_path},
+                     "shards " + missing + " of " + std::to_string(count) + " are missing");
+  }
+  std::sort(found.begin(), found.end(),
+            [](const Found& a, const Found& b) { return a.shard < b.shard; });
+  for (const Found& f : found) manifest.shards.push_back(f.entry);
+  manifest.build_json = build.dump();
+  try {
+    format::WriteShardSetManifest(manifest_path, manifest);
+  } catch (const sam::Error& e) {
+    throw BuildError(e);
+  }
 }
 
 }  // namespace sam::indexer

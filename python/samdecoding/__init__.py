@@ -3,7 +3,7 @@
     import samdecoding as sd
     index = sd.Index.open("general.sam")            # shared by any number of sessions
     session = sd.Session(policy="sam-cal", draft_size=40)
-    session.attach(index)
+    session.attach(index)                           # or sd.ShardSet.open("big.samset")
     session.prefill(prompt_ids)
     draft = session.propose(start)                  # draft.tokens, .parents, .depths: numpy
     session.commit(accepted_path)                   # start + the accepted draft tokens
@@ -22,12 +22,12 @@ Errors raise samdecoding.Error (e.code names the code, e.g. "io").
 import json as _json
 
 from ._native import (MAX_DRAFT_SIZE, POLICIES, Draft, DraftPool, Error, Index, ResponseCache,
-                      Rng, Session, VerifyResult, apply_sampling, propose_batch, sample_token,
-                      verify_greedy, verify_sampling)
+                      Rng, Session, ShardSet, VerifyResult, apply_sampling, propose_batch,
+                      sample_token, verify_greedy, verify_sampling)
 
 __all__ = ["Draft", "DraftPool", "Error", "Index", "MAX_DRAFT_SIZE", "POLICIES", "ResponseCache",
-           "Rng", "Session", "VerifyResult", "apply_sampling", "propose_batch", "sample_token",
-           "verify_greedy", "verify_sampling"]
+           "Rng", "Session", "ShardSet", "VerifyResult", "apply_sampling", "propose_batch",
+           "sample_token", "verify_greedy", "verify_sampling"]
 
 
 def _stats(self):

@@ -25,6 +25,7 @@
 
 #include "sam/error.h"
 #include "sam/format/index.h"
+#include "sam/format/shard_set.h"
 #include "sam/format/sha256.h"
 #include "sam/runtime/batch.h"
 #include "sam/runtime/draft.h"
@@ -112,6 +113,44 @@ class Index {
  private:
   std::shared_ptr<const sam::format::IndexFile> file_;
   std::shared_ptr<const sam::runtime::StaticIndex> prepared_;  // prepare=True; else null
+};
+
+// A shard set (NAME.samset): its shards, each with its drafting tables,
+// attached to a session as one index (sam/runtime/shard_set.h).
+class ShardSet {
+ public:
+  static std::shared_ptr<ShardSet> Open(py::handle path_object, py::handle tokenizer_object,
+                                        bool verify) {
+    const std::string path = FsPath(path_object);
+    std::optional<std::string> tokenizer;
+    if (!tokenizer_object.is_none()) tokenizer = FsPath(tokenizer_object);
+    auto set = std::make_shared<ShardSet>();
+    py::gil_scoped_release release;
+    sam::format::OpenOptions options;
+    options.verify = verify;
+    if (tokenizer) options.expected_tokenizer_sha256 = sam::format::Sha256File(*tokenizer);
+    const sam::format::ShardSet opened = sam::format::ShardSet::Open(path, options);
+    for (const auto& f : opened.shards()) {
+      set->shards_.push_back(sam::runtime::StaticIndex::Create(f.shared_view()));
+      set->paths_.push_back(f.path());
+    }
+    set->manifest_ = opened.manifest();
+    set->tokens_ = opened.num_tokens();
+    set->documents_ = opened.num_documents();
+    return set;
+  }
+  void AttachTo(sam::runtime::Session* session) const { session->AttachShardSet(shards_); }
+  size_t num_shards() const { return shards_.size(); }
+  uint64_t num_tokens() const { return tokens_; }
+  uint64_t num_documents() const { return documents_; }
+  uint32_t vocab_size() const { return manifest_.vocab_size; }
+  const std::vector<std::string>& paths() const { return paths_; }
+
+ private:
+  std::vector<std::shared_ptr<const sam::runtime::StaticIndex>> shards_;
+  std::vector<std::string> paths_;
+  sam::format::ShardSetManifest manifest_;
+  uint64_t tokens_ = 0, documents_ = 0;
 };
 
 // The draft buffer of a session: reserved for the largest draft once, so
@@ -462,6 +501,10 @@ class Session {
     proposed_ = false;
     index.AttachTo(session_.get());
   }
+  void AttachSet(const ShardSet& set) {
+    InUse guard(this);
+    set.AttachTo(session_.get());
+  }
 
   void Prefill(const py::handle& ids) {
     TokenIds tokens(ids, "prefill");
@@ -735,6 +778,20 @@ PYBIND11_MODULE(_native, m) {
                              })
       .def_property_readonly("file_size", [](const Index& i) { return i.header().file_size; });
 
+  py::class_<ShardSet, std::shared_ptr<ShardSet>>(m, "ShardSet")
+      .def_static("open", &ShardSet::Open, py::arg("path"), py::arg("tokenizer") = py::none(),
+                  py::arg("verify") = false)
+      .def_property_readonly("num_shards", &ShardSet::num_shards)
+      .def_property_readonly("num_tokens", &ShardSet::num_tokens)
+      .def_property_readonly("num_documents", &ShardSet::num_documents)
+      .def_property_readonly("vocab_size", &ShardSet::vocab_size)
+      .def_property_readonly("shard_paths", [](const ShardSet& s) {
+        py::list paths;
+        for (const auto& p : s.paths())
+          paths.append(py::module_::import("os").attr("fsdecode")(py::bytes(p)));
+        return paths;
+      });
+
   py::class_<Draft>(m, "Draft")
       .def("__len__", [](const Draft& d) { return d.size; })
       .def_property_readonly("tokens",
@@ -761,6 +818,7 @@ PYBIND11_MODULE(_native, m) {
   py::class_<Session>(m, "Session")
       .def(py::init<const py::kwargs&>())
       .def("attach", &Session::Attach, py::arg("index"))
+      .def("attach", &Session::AttachSet, py::arg("index"))
       .def("prefill", &Session::Prefill, py::arg("ids"))
       .def("propose", &Session::Propose, py::arg("start"))
       .def("commit", &Session::Commit, py::arg("ids"))

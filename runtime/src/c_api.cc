@@ -17,6 +17,7 @@
 #include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
+#include "sam/format/shard_set.h"
 #include "sam/runtime/batch.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/response_cache.h"
@@ -33,6 +34,11 @@ struct sam_index {
 
 struct sam_cache {
   std::shared_ptr<sam::runtime::ResponseCache> cache;
+};
+
+struct sam_shard_set {
+  std::vector<std::shared_ptr<const sam::runtime::StaticIndex>> shards;
+  uint64_t tokens = 0, documents = 0;
 };
 
 struct sam_rng {
@@ -354,6 +360,44 @@ uint64_t sam_index_num_documents(const sam_index* index) {
   return index == nullptr ? 0 : index->file->header().num_documents;
 }
 
+// ---- Shard sets -------------------------------------------------------------
+
+int sam_shard_set_open(const char* path, const char* expected_tokenizer_sha256, unsigned flags,
+                       sam_shard_set** out) {
+  return Guard([&] {
+    Require(path != nullptr, "sam_shard_set_open", "path is NULL");
+    Require(out != nullptr, "sam_shard_set_open", "out is NULL");
+    Require((flags & ~unsigned{SAM_OPEN_VERIFY}) == 0, "sam_shard_set_open",
+            ("unknown or unsupported flag bits " + std::to_string(flags & ~unsigned{SAM_OPEN_VERIFY}))
+                .c_str());
+    sam::format::OpenOptions options;
+    options.verify = (flags & SAM_OPEN_VERIFY) != 0;
+    if (expected_tokenizer_sha256 != nullptr)
+      options.expected_tokenizer_sha256 = sam::format::DigestFromHex(expected_tokenizer_sha256);
+    auto set = std::make_unique<sam_shard_set>();
+    const sam::format::ShardSet opened = sam::format::ShardSet::Open(path, options);
+    for (const auto& f : opened.shards())
+      set->shards.push_back(sam::runtime::StaticIndex::Create(f.shared_view()));
+    set->tokens = opened.num_tokens();
+    set->documents = opened.num_documents();
+    *out = set.release();
+  });
+}
+
+void sam_shard_set_close(sam_shard_set* set) { delete set; }
+
+size_t sam_shard_set_num_shards(const sam_shard_set* set) {
+  return set == nullptr ? 0 : set->shards.size();
+}
+
+uint64_t sam_shard_set_num_tokens(const sam_shard_set* set) {
+  return set == nullptr ? 0 : set->tokens;
+}
+
+uint64_t sam_shard_set_num_documents(const sam_shard_set* set) {
+  return set == nullptr ? 0 : set->documents;
+}
+
 // ---- Sessions ---------------------------------------------------------------
 
 void sam_session_options_default(sam_session_options* options) {
@@ -448,6 +492,15 @@ int sam_session_attach_index(sam_session* session, sam_index* index) {
     // mapped after sam_index_close.
     if (index->prepared) session->session->AttachIndex(index->prepared);
     else session->session->AttachIndex(index->file->shared_view());
+  });
+}
+
+int sam_session_attach_shard_set(sam_session* session, sam_shard_set* set) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_attach_shard_set", "session is NULL");
+    Require(set != nullptr, "sam_session_attach_shard_set", "set is NULL");
+    session->proposed = nullptr;
+    session->session->AttachShardSet(set->shards);  // shared: open after sam_shard_set_close
   });
 }
 

@@ -328,11 +328,23 @@ Session::Session(const SessionOptions& options)
 
 Session::~Session() = default;
 
-void Session::AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index) {
+void Session::AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index,
+                           size_t group) {
   for (size_t p = 1; p <= dynamic_.size(); ++p) cursor.Advance(dynamic_.Token(p));
+  group_.push_back(group == SIZE_MAX ? cursors_.size() : group);
   cursors_.push_back(cursor);
   shared_.push_back(std::move(index));
   peeked_.resize(cursors_.size());
+}
+
+void Session::AttachShardSet(std::span<const std::shared_ptr<const StaticIndex>> shards) {
+  if (shards.empty())
+    throw Error(ErrorCode::kInvalidArgument, "Session::AttachShardSet: no shard");
+  for (const auto& shard : shards)
+    if (shard == nullptr)
+      throw Error(ErrorCode::kInvalidArgument, "Session::AttachShardSet: null StaticIndex");
+  const size_t group = cursors_.size();
+  for (const auto& shard : shards) AttachCursor(StaticCursor(shard.get()), shard, group);
 }
 
 void Session::AttachIndex(const format::IndexView* view) {
@@ -492,7 +504,15 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
         opts.max_nodes = tree_size(best_len);
         opts.max_width = sel.max_width;
         opts.hubs = shared_[best].get();
-        tree_builder_.Build(*cursors_[best].view(), peeked_[best].state, opts, tree);
+        // Shards of best's shard set that match as long: counts summed.
+        shard_matches_.clear();
+        for (size_t i = best; i < cursors_.size(); ++i)
+          if (group_[i] == group_[best] && peeked_[i].len == best_len)
+            shard_matches_.push_back(ShardMatch{cursors_[i].view(), peeked_[i].state});
+        if (shard_matches_.size() > 1)
+          merged_tree_builder_.Build(shard_matches_, opts, tree);
+        else
+          tree_builder_.Build(*cursors_[best].view(), peeked_[best].state, opts, tree);
         if (tree->size() > 1) {
           tree->source = DraftSource::kStatic;
           tree->match_len = last_static_len_;

@@ -113,7 +113,10 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
     total_slots += LabelSlotsFor(hubs[h].hi - hubs[h].lo);
   }
   slot_begin[hubs.size()] = total_slots;
-  index->slots_hold_targets_ = num_states <= uint64_t{UINT32_MAX};
+  // Decided by the file's state width (not by the state count), so that an
+  // index written with wide widths on a small corpus (the builder's
+  // min_width, a test of the 64-bit paths) takes the offset path.
+  index->slots_hold_targets_ = view->edges().width() <= 32;
   index->label_slots_.assign(total_slots, LabelSlot{format::kNoToken, 0});
   index->sizes_.assign(hubs.size(), 0);
   index->children_.resize(hubs.size() * options.top_k);

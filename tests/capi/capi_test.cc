@@ -7,7 +7,9 @@
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <random>
 #include <regex>
 #include <string>
 #include <thread>
@@ -15,6 +17,7 @@
 
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
+#include "sam/format/shard_set.h"
 #include "sam/indexer/builder.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/selection.h"
@@ -1059,3 +1062,83 @@ TEST(CapiCache, SaveLoadAndErrors) {
 }
 
 }  // namespace
+
+// A shard set (three shards over consecutive documents, manifest written by
+// the format library) drafts through the C API as the single index over all
+// the documents does through the C++ API; a missing shard is refused by name.
+TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
+  constexpr uint32_t kSetVocab = 10;
+  std::mt19937 rng(77);
+  std::vector<std::vector<uint32_t>> docs(60);
+  for (auto& d : docs) {
+    d.resize(1 + rng() % 40);
+    for (auto& t : d) t = rng() % 3 == 0 ? rng() % 2 : rng() % kSetVocab;
+  }
+  const std::string single_path = TempPath("set_single.sam");
+  sam::indexer::BuildIndexFile(docs, kSetVocab, single_path);
+  const std::string manifest_path = TempPath("set.samset");
+  sam::format::ShardSetManifest manifest;
+  manifest.vocab_size = kSetVocab;
+  std::vector<std::string> shard_paths;
+  for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, 20}, {20, 45}, {45, 60}}) {
+    const std::string path = TempPath("set_shard" + std::to_string(begin) + ".sam");
+    const auto w = sam::indexer::BuildIndexFile(
+        std::vector<std::vector<uint32_t>>(docs.begin() + begin, docs.begin() + end), kSetVocab,
+        path);
+    sam::format::ShardEntry e;
+    e.file = std::filesystem::path(path).filename().string();
+    e.bytes = w.file_bytes;
+    e.sha256 = sam::format::Sha256File(path);
+    e.tokens = w.tokens;
+    e.documents = w.documents;
+    e.states = w.states;
+    manifest.shards.push_back(e);
+    shard_paths.push_back(path);
+  }
+  sam::format::WriteShardSetManifest(manifest_path, manifest);
+
+  sam_shard_set* set = nullptr;
+  ASSERT_EQ(sam_shard_set_open(manifest_path.c_str(), nullptr, SAM_OPEN_VERIFY, &set), SAM_OK)
+      << sam_last_error();
+  EXPECT_EQ(sam_shard_set_num_shards(set), 3u);
+  EXPECT_EQ(sam_shard_set_num_documents(set), docs.size());
+  EXPECT_EQ(sam_shard_set_num_tokens(set), sam::format::IndexFile::Open(single_path).view().num_tokens());
+  EXPECT_EQ(sam_shard_set_open(manifest_path.c_str(), nullptr, SAM_OPEN_READ, &set),
+            SAM_ERR_INVALID_ARGUMENT);
+  for (const int policy : {SAM_POLICY_STATIC_ONLY, SAM_POLICY_TREE, SAM_POLICY_PAPER}) {
+    sam_session_config config;
+    sam_session_config_init(&config);
+    config.policy = policy;
+    sam_session* c_session = nullptr;
+    ASSERT_EQ(sam_session_new_ex(&config, &c_session), SAM_OK) << sam_last_error();
+    ASSERT_EQ(sam_session_attach_shard_set(c_session, set), SAM_OK) << sam_last_error();
+    sam::runtime::SessionOptions o;
+    o.selection.policy = static_cast<sam::runtime::Policy>(policy);
+    sam::runtime::Session single(o);
+    single.AttachIndex(sam::format::IndexFile::Open(single_path).shared_view());
+    for (int step = 0; step < 400; ++step) {
+      const auto& d = docs[rng() % docs.size()];
+      const uint32_t t = rng() % 4 == 0 ? rng() % kSetVocab : d[rng() % d.size()];
+      sam_draft draft;
+      ASSERT_EQ(sam_session_propose(c_session, t, &draft), SAM_OK) << sam_last_error();
+      const sam::runtime::DraftTree& expected = single.Propose(t);
+      ASSERT_EQ(std::vector<uint32_t>(draft.tokens, draft.tokens + draft.count), expected.tokens);
+      ASSERT_EQ(std::vector<int32_t>(draft.parents, draft.parents + draft.count), expected.parents);
+      ASSERT_EQ(sam_session_commit(c_session, &t, 1), SAM_OK) << sam_last_error();
+      single.Commit(std::span<const uint32_t>(&t, 1));
+    }
+    sam_session_free(c_session);
+  }
+  sam_shard_set_close(set);
+
+  std::remove(shard_paths[1].c_str());
+  set = nullptr;
+  EXPECT_EQ(sam_shard_set_open(manifest_path.c_str(), nullptr, 0, &set), SAM_ERR_IO);
+  EXPECT_EQ(set, nullptr);
+  EXPECT_NE(std::string(sam_last_error()).find(std::filesystem::path(shard_paths[1]).filename().string()),
+            std::string::npos)
+      << sam_last_error();
+  for (const auto& p : shard_paths) std::remove(p.c_str());
+  std::remove(manifest_path.c_str());
+  std::remove(single_path.c_str());
+}

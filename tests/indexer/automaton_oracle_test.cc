@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <random>
 
 #include "sam/format/index.h"
@@ -121,9 +123,10 @@ Docs RandomDocs(std::mt19937& rng, int ndocs, int max_len, uint32_t alphabet) {
   return docs;
 }
 
-void RoundTrip(const Docs& docs, uint32_t vocab, std::mt19937& rng, size_t max_sub = 6) {
+void RoundTrip(const Docs& docs, uint32_t vocab, std::mt19937& rng, size_t max_sub = 6,
+               const sam::indexer::BuilderOptions& builder = {}) {
   const std::string path = TempPath("oracle");
-  sam::indexer::BuildIndexFile(docs, vocab, path);
+  sam::indexer::BuildIndexFile(docs, vocab, path, {}, builder);
   sam::format::OpenOptions opts;
   opts.verify = true;
   IndexFile f = IndexFile::Open(path, opts);
@@ -172,6 +175,95 @@ TEST(AutomatonOracle, RepetitiveAndAdversarial) {
   docs.push_back(ab);                                            // duplicate document
   docs.push_back({2});                                           // one-token document
   RoundTrip(docs, 3, rng, 12);
+}
+
+// The 64-bit paths, on corpora far below 2^31 tokens: the builder forced to
+// 64-bit ids, or widened in the middle of a build, writes the very bytes of
+// the 32-bit build; forced wide widths give the same automaton, which the
+// brute-force oracle checks like any other (and --verify accepts).
+std::vector<char> FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+}
+
+TEST(AutomatonOracle, WideIdsWriteTheSameFile) {
+  using sam::indexer::BuilderOptions;
+  std::mt19937 rng(6);
+  for (int rep = 0; rep < 12; ++rep) {
+    const uint32_t vocab = rep % 3 == 0 ? 2 : rep % 3 == 1 ? 7 : 500;
+    const Docs docs = RandomDocs(rng, 1 + rng() % 40, 80, vocab);
+    uint64_t tokens = 0;
+    for (const auto& d : docs) tokens += d.size() + 1;
+    const std::string narrow = TempPath("narrow"), wide = TempPath("wide"),
+                      widened = TempPath("widened");
+    sam::indexer::BuildIndexFile(docs, vocab, narrow);
+    sam::indexer::BuildIndexFile(docs, vocab, wide, {}, {.ids = BuilderOptions::Ids::kWide});
+    {
+      // Widened before the document that takes the corpus past half its
+      // tokens (expected_tokens 0: nothing reserved, so widening also moves
+      // arrays that are not full).
+      sam::indexer::SuffixAutomatonBuilder b(vocab, 0, {.widen_at_tokens = tokens / 2 + 1});
+      bool widened_mid_build = false;
+      for (const auto& d : docs) {
+        const bool before = b.wide_ids();
+        b.AddDocument(d);
+        widened_mid_build |= !before && b.wide_ids() && b.num_documents() > 1;
+      }
+      EXPECT_TRUE(b.wide_ids());
+      EXPECT_EQ(widened_mid_build, docs.size() > 1 && docs[0].size() + 1 < tokens / 2 + 1);
+      b.Write(widened, {});
+    }
+    const auto expected = FileBytes(narrow);
+    ASSERT_FALSE(expected.empty());
+    EXPECT_EQ(FileBytes(wide), expected) << "rep " << rep;
+    EXPECT_EQ(FileBytes(widened), expected) << "rep " << rep;
+    for (const auto& p : {narrow, wide, widened}) std::filesystem::remove(p);
+  }
+}
+
+TEST(AutomatonOracle, WideWidthsGiveTheSameAutomaton) {
+  using sam::indexer::BuilderOptions;
+  std::mt19937 rng(7);
+  for (int rep = 0; rep < 6; ++rep) {
+    const uint32_t vocab = rep % 2 ? 4 : 300;
+    const Docs docs = RandomDocs(rng, 1 + rng() % 30, 60, vocab);
+    for (const unsigned width : {33u, 57u}) {
+      RoundTrip(docs, vocab, rng, 6, {.ids = BuilderOptions::Ids::kWide, .min_width = width});
+      // Every state and transition equals the narrow build's.
+      const std::string narrow = TempPath("narrow"), wide = TempPath("wide");
+      sam::indexer::BuildIndexFile(docs, vocab, narrow);
+      sam::indexer::BuildIndexFile(docs, vocab, wide, {}, {.min_width = width});
+      sam::format::OpenOptions opts;
+      opts.verify = true;
+      IndexFile a = IndexFile::Open(narrow, opts), b = IndexFile::Open(wide, opts);
+      const sam::format::IndexHeader& h = b.header();
+      EXPECT_EQ(h.state_width, width);
+      EXPECT_EQ(h.position_width, width);
+      EXPECT_EQ(h.clone_len_width, width);
+      EXPECT_EQ(h.count_width, width);
+      const IndexView& x = a.view();
+      const IndexView& y = b.view();
+      ASSERT_EQ(x.num_states(), y.num_states());
+      ASSERT_EQ(x.num_edges(), y.num_edges());
+      for (uint64_t v = 0; v < x.num_states(); ++v) {
+        ASSERT_EQ(x.Len(v), y.Len(v));
+        ASSERT_EQ(x.Link(v), y.Link(v));
+        ASSERT_EQ(x.Count(v), y.Count(v));
+        ASSERT_EQ(x.MinEndpos(v), y.MinEndpos(v));
+        for (uint32_t c = 0; c < vocab; ++c) ASSERT_EQ(x.Next(v, c), y.Next(v, c));
+      }
+      std::filesystem::remove(narrow);
+      std::filesystem::remove(wide);
+    }
+  }
+}
+
+TEST(AutomatonOracle, BuilderOptionsAreChecked) {
+  EXPECT_THROW(sam::indexer::SuffixAutomatonBuilder(10, 0, {.min_width = 58}),
+               sam::format::FormatError);
+  EXPECT_THROW(sam::indexer::SuffixAutomatonBuilder(10, sam::indexer::kMaxBuilderTokens),
+               sam::format::FormatError);
+  EXPECT_FALSE(sam::indexer::SuffixAutomatonBuilder(10, 1000).wide_ids());
 }
 
 TEST(AutomatonOracle, NoMatchCrossesDocuments) {

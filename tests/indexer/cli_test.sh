@@ -32,6 +32,42 @@ printf '[1,2,3]\n[2,3,4]\n' > "$tmp/ok.jsonl"
 expect 0 "wrote" -- "$build" -q -o "$tmp/ok.sam" --vocab-size 10 --corpus ids="$tmp/ok.jsonl"
 expect 0 "documents 2" -- "$inspect" --verify "$tmp/ok.sam"
 expect 0 '"format_version"' -- "$inspect" --json "$tmp/ok.sam"
+# The 64-bit paths on a small corpus (the library tests compare them with the narrow build).
+expect 0 "wrote" -- "$build" -q --wide-ids -o "$tmp/wide.sam" --vocab-size 10 --corpus ids="$tmp/ok.jsonl"
+expect 0 "verify: OK" -- "$inspect" --verify "$tmp/wide.sam"
+expect 0 "wrote" -- "$build" -q --min-width 40 -o "$tmp/w40.sam" --vocab-size 10 --corpus ids="$tmp/ok.jsonl"
+expect 0 "state 40, position 40, clone length 40, count 40" -- "$inspect" --verify "$tmp/w40.sam"
+expect 0 "verify: OK" -- "$inspect" --verify "$tmp/w40.sam"
+# Memory-bounded builds: shards and a manifest, which sam-inspect reads and verifies.
+python3 -c "
+import random
+random.seed(3)
+for i in range(6000): print([random.randrange(30) for _ in range(random.randrange(1, 150))])
+" > "$tmp/many.jsonl"
+expect 2 "positive size" -- "$build" -q --max-memory 12Q -o "$tmp/m.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
+expect 1 "too small" -- "$build" -q --max-memory 1M -o "$tmp/m.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
+# (Budgets are planned from the process's RSS, which AddressSanitizer's quarantine keeps high.)
+if grep -q __asan_init "$build"; then
+  echo "skip: --max-memory shard sets under AddressSanitizer"
+else
+  expect 0 "shard set: " -- "$build" -q --max-memory 14M -o "$tmp/m.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
+  expect 0 "verify: OK (manifest checksum" -- "$inspect" --verify "$tmp/m.samset"
+  expect 0 '"kind": "shard set"' -- "$inspect" --json "$tmp/m.samset"
+  cp "$tmp/ok.sam" "$tmp/m.1.sam"
+  expect 1 "m.1.sam: shard 1 of" -- "$inspect" "$tmp/m.samset"
+  rm "$tmp/m.1.sam"
+  expect 1 "m.1.sam: shard 1 of .*: missing" -- "$inspect" "$tmp/m.samset"
+fi
+expect 0 "wrote $tmp/big.sam" -- "$build" -q --max-memory 4G -o "$tmp/big.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
+# Partitioned builds: --shard I/N, then --write-samset.
+expect 2 "expects I/N" -- "$build" -q --shard 3 -o "$tmp/s.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
+expect 2 "0 <= I < N" -- "$build" -q --shard 3/3 -o "$tmp/s.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
+expect 0 "wrote" -- "$build" -q --shard 0/2 -o "$tmp/s.0.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
+expect 0 "wrote" -- "$build" -q --shard 1/2 -o "$tmp/s.1.sam" --vocab-size 30 --corpus ids="$tmp/many.jsonl"
+expect 1 "missing" -- "$build" --write-samset -o "$tmp/s.samset" "$tmp/s.1.sam"
+expect 0 "wrote $tmp/s.samset (2 shards)" -- "$build" --write-samset -o "$tmp/s.samset" "$tmp/s.1.sam" "$tmp/s.0.sam"
+expect 0 "documents 6000" -- "$inspect" --verify "$tmp/s.samset"
+expect 2 "above 57" -- "$build" -q --min-width 58 -o "$tmp/w58.sam" --vocab-size 10 --corpus ids="$tmp/ok.jsonl"
 head -c 300 "$tmp/ok.sam" > "$tmp/trunc.sam"
 expect 1 "truncated" -- "$inspect" "$tmp/trunc.sam"
 : > "$tmp/empty.sam"

@@ -23,6 +23,8 @@
 #include <vector>
 
 #include "sam/format/index.h"
+#include "sam/format/sha256.h"
+#include "sam/format/shard_set.h"
 #include "sam/indexer/builder.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/selection.h"
@@ -197,6 +199,29 @@ int Fixture(const std::string& dir, size_t num_documents, size_t generation_leng
   sam::indexer::IndexInfo info;
   info.bos_id = kBos;
   sam::indexer::BuildIndexFile(documents, kVocab, dir + "/index.sam", info);
+  // The same documents as a shard set of three shards (set.samset), which
+  // drafts as index.sam does (but for sam-cal, which offers each shard's tree).
+  {
+    sam::format::ShardSetManifest manifest;
+    manifest.vocab_size = kVocab;
+    const size_t cuts[] = {0, documents.size() / 3, documents.size() / 2, documents.size()};
+    for (size_t k = 0; k < 3; ++k) {
+      const std::string file = "set." + std::to_string(k) + ".sam";
+      const auto w = sam::indexer::BuildIndexFile(
+          std::vector<std::vector<uint32_t>>(documents.begin() + cuts[k],
+                                             documents.begin() + cuts[k + 1]),
+          kVocab, dir + "/" + file, info);
+      sam::format::ShardEntry e;
+      e.file = file;
+      e.bytes = w.file_bytes;
+      e.sha256 = sam::format::Sha256File(dir + "/" + file);
+      e.tokens = w.tokens;
+      e.documents = w.documents;
+      e.states = w.states;
+      manifest.shards.push_back(e);
+    }
+    sam::format::WriteShardSetManifest(dir + "/set.samset", manifest);
+  }
 
   std::vector<uint32_t> prompt = {kBos};
   const auto prompt_body = text(30);

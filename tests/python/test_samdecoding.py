@@ -56,6 +56,23 @@ class DraftsTest(unittest.TestCase):
                         replay(self, session, policy)
                         self.assertEqual(session.stats(), REF["policies"][policy]["stats"])
 
+    def test_shard_set_drafts_as_the_single_index(self):
+        shards = sd.ShardSet.open(os.path.join(FIXTURE, "set.samset"), verify=True)
+        index = sd.Index.open(INDEX)
+        self.assertEqual(shards.num_shards, 3)
+        self.assertEqual(shards.num_tokens, index.num_tokens)
+        self.assertEqual(shards.num_documents, index.num_documents)
+        self.assertEqual(shards.vocab_size, index.vocab_size)
+        self.assertEqual(len(shards.shard_paths), 3)
+        # sam-cal offers each shard's tree (not the summed counts): left out.
+        for policy in ("sam", "static", "dynamic", "sam-tree", "sam-rec"):
+            with self.subTest(policy=policy):
+                session = new_session(policy)
+                session.attach(shards)
+                replay(self, session, policy)
+        with self.assertRaises(sd.Error):
+            sd.ShardSet.open(INDEX)
+
     def test_reset_replays_identically(self):
         session = new_session("sam")
         session.attach(sd.Index.open(INDEX))

@@ -312,6 +312,63 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
                sam::Error);
 }
 
+// An index written with wide widths (the builder's min_width: state ids of
+// 40 and 57 bits, as a corpus past 2^32 states has) gives the same
+// transitions, matches, linear drafts and trees as the narrow one, with its
+// hub label tables holding edge offsets instead of 32-bit targets.
+TEST(SharedStaticIndex, WideWidthsGiveTheSameAnswers) {
+  std::mt19937 rng(31);
+  Docs docs = RandomDocs(rng, 150, 60, 30);
+  for (auto& d : docs)
+    for (auto& t : d)
+      if (rng() % 3 == 0) t = rng() % 3;  // hub states
+  const std::string narrow_path = TempPath("narrow_widths");
+  indexer::BuildIndexFile(docs, 30, narrow_path);
+  const format::IndexFile narrow = format::IndexFile::Open(narrow_path);
+  const auto narrow_index = StaticIndex::Create(&narrow.view(), {.min_degree = 4, .top_k = 8});
+  for (const unsigned width : {40u, 57u}) {
+    const std::string wide_path = TempPath("wide_widths");
+    indexer::BuildIndexFile(docs, 30, wide_path, {}, {.min_width = width});
+    format::OpenOptions verify;
+    verify.verify = true;
+    const format::IndexFile wide = format::IndexFile::Open(wide_path, verify);
+    ASSERT_EQ(wide.header().state_width, width);
+    const auto wide_index = StaticIndex::Create(&wide.view(), {.min_degree = 4, .top_k = 8});
+    ASSERT_GT(wide_index->num_hubs(), 0u);
+    ASSERT_EQ(wide_index->num_hubs(), narrow_index->num_hubs());
+    for (uint64_t v = 0; v < narrow.view().num_states(); ++v)
+      for (uint32_t c = 0; c <= 31; ++c)
+        ASSERT_EQ(wide_index->Next(v, c), narrow.view().Next(v, c)) << v << " " << c;
+    StaticCursor a(narrow_index.get()), b(wide_index.get());
+    StaticTreeBuilder ta_builder, tb_builder;
+    for (int i = 0; i < 2000; ++i) {
+      const uint32_t t = rng() % 4 == 0 ? rng() % 3 : rng() % 30;
+      a.Advance(t);
+      b.Advance(t);
+      ASSERT_EQ(a.match().state, b.match().state);
+      ASSERT_EQ(a.match().len, b.match().len);
+      uint32_t da[16], db[16];
+      const size_t na = StaticContinuation(narrow.view(), a.match().state, 16, da);
+      ASSERT_EQ(StaticContinuation(wide.view(), b.match().state, 16, db), na);
+      ASSERT_TRUE(std::equal(da, da + na, db));
+      if (a.match().len == 0) continue;
+      StaticTreeOptions opts;
+      opts.max_nodes = 30;
+      DraftTree ta, tb;
+      ta.Reset(t, DraftSource::kStatic);
+      tb.Reset(t, DraftSource::kStatic);
+      opts.hubs = narrow_index.get();
+      ta_builder.Build(narrow.view(), a.match().state, opts, &ta);
+      opts.hubs = wide_index.get();
+      tb_builder.Build(wide.view(), b.match().state, opts, &tb);
+      ASSERT_EQ(ta.tokens, tb.tokens);
+      ASSERT_EQ(ta.parents, tb.parents);
+    }
+    std::remove(wide_path.c_str());
+  }
+  std::remove(narrow_path.c_str());
+}
+
 // The edge filter never denies an existing explicit transition, and at 10
 // bits per edge denies almost all absent ones (brute force over all pairs).
 TEST(SharedStaticIndex, EdgeFilterHasNoFalseNegativesAndFewFalsePositives) {

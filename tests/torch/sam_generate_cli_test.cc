@@ -22,6 +22,8 @@
 #include <vector>
 
 #include "run_command.h"
+#include "sam/format/sha256.h"
+#include "sam/format/shard_set.h"
 #include "sam/indexer/builder.h"
 #include "sam/indexer/tokenizer.h"
 #include "temp_dir.h"
@@ -178,6 +180,57 @@ TEST_F(WithTokenizer, DraftModelPoliciesAndTheirChecks) {
   const ProcessResult tok = RunGenerate(Base() + " --draft-model " + Quote(other) + " --policy model --prompt hi");
   EXPECT_EQ(tok.exit_code, 1) << tok.output;
   EXPECT_NE(tok.output.find("tokenizer"), std::string::npos) << tok.output;
+}
+
+// The same documents as one index and as a shard set of two shards: greedy
+// generation drafts identically (same steps and verified tokens, same output).
+TEST_F(WithTokenizer, AShardSetDraftsAsTheSingleIndex) {
+  const auto tokenizer = sam::indexer::Tokenizer::Load(tokenizer_path_.string());
+  std::vector<std::vector<uint32_t>> docs;
+  for (const char* text : {"The quick brown fox jumps over the lazy dog.",
+                           "A quick brown fox jumps over the lazy cat. The quick brown fox.",
+                           "The lazy dog sleeps; the quick brown fox jumps again and again."}) {
+    docs.push_back({tokenizer.bos_id()});
+    tokenizer.Encode(text, &docs.back());
+  }
+  sam::indexer::IndexInfo info;
+  info.tokenizer_sha256 = tokenizer.sha256();
+  info.bos_id = tokenizer.bos_id();
+  info.eos_id = tokenizer.eos_id();
+  const fs::path single = dir_.path() / "single.sam";
+  sam::indexer::BuildIndexFile(docs, tokenizer.vocab_size(), single.string(), info);
+  sam::format::ShardSetManifest manifest;
+  manifest.tokenizer_sha256 = tokenizer.sha256();
+  manifest.vocab_size = tokenizer.vocab_size();
+  for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, 1}, {1, 3}}) {
+    const fs::path shard = dir_.path() / ("set." + std::to_string(begin) + ".sam");
+    const auto w = sam::indexer::BuildIndexFile(
+        std::vector<std::vector<uint32_t>>(docs.begin() + begin, docs.begin() + end),
+        tokenizer.vocab_size(), shard.string(), info);
+    manifest.shards.push_back({shard.filename().string(), w.file_bytes,
+                               sam::format::Sha256File(shard.string()), w.tokens, w.documents,
+                               w.states});
+  }
+  const fs::path set = dir_.path() / "set.samset";
+  sam::format::WriteShardSetManifest(set.string(), manifest);
+  for (const std::string policy : {"sam", "sam-tree"}) {
+    nlohmann::json out[2];
+    for (int k = 0; k < 2; ++k) {
+      const ProcessResult run = RunGenerate(
+          Base() + " --index " + Quote(k ? set : single) + " --policy " + policy +
+              " --prompt 'The quick brown fox' --max-new-tokens 16 --json",
+          /*merge_stderr=*/false);
+      ASSERT_EQ(run.exit_code, 0) << policy << ": " << run.output;
+      out[k] = nlohmann::json::parse(run.output);
+    }
+    EXPECT_EQ(out[1]["output_ids"], out[0]["output_ids"]) << policy;
+    EXPECT_EQ(out[1]["steps"], out[0]["steps"]) << policy;
+    EXPECT_EQ(out[1]["verified_tokens"], out[0]["verified_tokens"]) << policy;
+  }
+  fs::remove(dir_.path() / "set.1.sam");
+  const ProcessResult missing = RunGenerate(Base() + " --index " + Quote(set) + " --prompt hi");
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_NE(missing.output.find("set.1.sam"), std::string::npos) << missing.output;
 }
 
 TEST_F(WithTokenizer, RefusesAnIndexOfAnotherTokenizer) {

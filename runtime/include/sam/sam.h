@@ -181,6 +181,30 @@ SAM_API uint32_t sam_index_vocab_size(const sam_index* index);
 SAM_API uint64_t sam_index_num_tokens(const sam_index* index);
 SAM_API uint64_t sam_index_num_documents(const sam_index* index);
 
+/* ---- Shard sets ---------------------------------------------------------- */
+
+/* A corpus built as shards (sam-build --max-memory writes NAME.samset and its
+ * shards, format/FORMAT.md section 10), drafted from as one index over all
+ * their documents (sam/runtime/shard_set.h). */
+typedef struct sam_shard_set sam_shard_set;
+
+/* Opens the manifest and every shard, and prepares each shard's drafting
+ * tables (as SAM_OPEN_PREPARE). flags: 0 or SAM_OPEN_VERIFY (also every
+ * shard's SHA-256 and deep checks); other bits are SAM_ERR_INVALID_ARGUMENT.
+ * expected_tokenizer_sha256 as in sam_index_open. A missing, corrupted or
+ * foreign shard is refused (SAM_ERR_IO or SAM_ERR_FORMAT), sam_last_error()
+ * naming the shard file. On success *out receives a new handle. */
+SAM_API int sam_shard_set_open(const char* path, const char* expected_tokenizer_sha256,
+                               unsigned flags, sam_shard_set** out);
+/* Releases the handle (NULL is a no-op); sessions that attached it keep the
+ * shards open until they are freed. */
+SAM_API void sam_shard_set_close(sam_shard_set* set);
+/* Shards, corpus tokens (document ends included) and documents over all
+ * shards; 0 for a NULL handle. */
+SAM_API size_t sam_shard_set_num_shards(const sam_shard_set* set);
+SAM_API uint64_t sam_shard_set_num_tokens(const sam_shard_set* set);
+SAM_API uint64_t sam_shard_set_num_documents(const sam_shard_set* set);
+
 /* ---- Sessions ----------------------------------------------------------- */
 
 typedef struct sam_session sam_session;
@@ -301,6 +325,10 @@ SAM_API void sam_session_free(sam_session* session);
 /* Adds a static index (call before prefill, or any time: the index's
  * matching state is brought up to date with the session's text). */
 SAM_API int sam_session_attach_index(sam_session* session, sam_index* index);
+/* Adds a shard set as one index (Session::AttachShardSet): the longest match
+ * over its shards, linear drafts from the lowest shard with it, tree counts
+ * summed across shards. Any time, as sam_session_attach_index. */
+SAM_API int sam_session_attach_shard_set(sam_session* session, sam_shard_set* set);
 
 /* Feeds the request's prompt ids (n may be 0; ids may then be NULL). Calls
  * append: one request is prefill, then propose/commit steps, then reset. */

@@ -186,6 +186,17 @@ void Generator::AttachIndex(const format::IndexView* view) {
   session_->AttachIndex(view);
 }
 
+void Generator::AttachShardSet(std::span<const std::shared_ptr<const runtime::StaticIndex>> shards) {
+  for (const auto& shard : shards)
+    if (shard != nullptr && shard->view().vocab_size() > model_.config().vocab_size)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "generate: a shard set with vocabulary size " +
+                      std::to_string(shard->view().vocab_size()) + " cannot draft for a model with " +
+                      std::to_string(model_.config().vocab_size) +
+                      " tokens (was it built with another tokenizer?)");
+  session_->AttachShardSet(shards);
+}
+
 GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const GenerateOptions& options,
                                    const TokenCallback& on_tokens) {
   ValidateOptions(options);

@@ -13,6 +13,14 @@
 // position are i and need no storage); transitions i-1 -> i are implicit.
 // Memory: about 40 bytes per token while building.
 //
+// Ids: construction starts with 32-bit state ids (12-byte state records,
+// 8-byte edges) and moves to 64-bit ids (20-byte records, 12-byte edges;
+// about 1.4 times the memory) before the first document that could take a
+// 32-bit id past its limit (about 2^31 tokens). The move converts the
+// structures array by array (a pause of a few seconds per billion tokens;
+// peak: the wide automaton plus one narrow array). The written index is the
+// same either way: its bit widths come from the data (FORMAT.md).
+//
 // Not thread-safe; one builder per thread.
 #ifndef SAM_INDEXER_BUILDER_H_
 #define SAM_INDEXER_BUILDER_H_
@@ -48,17 +56,44 @@ struct WriteReport {
   double freeze_seconds = 0, write_seconds = 0;
 };
 
+// Token limits of the builder: with 32-bit ids (then it widens), and at all
+// (the format's 57-bit positions).
+inline constexpr uint64_t kNarrowBuilderTokens = (uint64_t{1} << 31) - 2;
+inline constexpr uint64_t kMaxBuilderTokens = uint64_t{1} << 56;
+
+// How the builder holds and writes ids. The defaults are what every build
+// wants; the others exist to test the 64-bit paths on small corpora (the
+// written automaton is the same; only widths differ with min_width).
+struct BuilderOptions {
+  enum class Ids {
+    kAuto,  // 32-bit ids, widened when the corpus needs it
+    kWide,  // 64-bit ids from the start
+  };
+  Ids ids = Ids::kAuto;
+  // kAuto: widen before the document that takes the corpus to this many
+  // tokens (0: at the 32-bit limit).
+  uint64_t widen_at_tokens = 0;
+  // Lower bound on the state, position, clone length and count widths of the
+  // written file (0: from the data alone; at most format::kMaxPackedWidth).
+  unsigned min_width = 0;
+};
+
 class SuffixAutomatonBuilder {
  public:
-  // vocab_size bounds the ids; expected_tokens reserves memory up front.
+  // vocab_size bounds the ids; expected_tokens reserves memory up front (a
+  // corpus expected to pass kNarrowBuilderTokens starts with 64-bit ids).
+  // Throws format::FormatError: kInvalidArgument for vocab_size outside
+  // [1, 2^31) or min_width > 57, kCapacity past kMaxBuilderTokens.
   explicit SuffixAutomatonBuilder(uint32_t vocab_size, uint64_t expected_tokens = 0);
+  SuffixAutomatonBuilder(uint32_t vocab_size, uint64_t expected_tokens,
+                         const BuilderOptions& options);
   ~SuffixAutomatonBuilder();
   SuffixAutomatonBuilder(const SuffixAutomatonBuilder&) = delete;
   SuffixAutomatonBuilder& operator=(const SuffixAutomatonBuilder&) = delete;
 
   // Appends one document and its end. Ids must be < vocab_size (throws
   // format::FormatError(kInvalidArgument) naming the id otherwise; kCapacity
-  // past 2^31 tokens). The error's context().record is "document N", N
+  // past kMaxBuilderTokens). The error's context().record is "document N", N
   // counting the documents added before it. Empty documents are ignored.
   void AddDocument(std::span<const uint32_t> ids);
 
@@ -67,6 +102,7 @@ class SuffixAutomatonBuilder {
   uint64_t num_states() const;     // root included
   uint64_t num_clones() const;
   uint64_t memory_bytes() const;   // bytes held by the construction structures
+  bool wide_ids() const;           // true once the builder holds 64-bit ids
 
   // Freezes the automaton into format v1 and writes it atomically. The
   // builder is consumed (its memory is released while writing). Throws
@@ -83,6 +119,9 @@ class SuffixAutomatonBuilder {
 WriteReport BuildIndexFile(const std::vector<std::vector<uint32_t>>& documents,
                            uint32_t vocab_size, const std::string& path,
                            const IndexInfo& info = {});
+WriteReport BuildIndexFile(const std::vector<std::vector<uint32_t>>& documents,
+                           uint32_t vocab_size, const std::string& path, const IndexInfo& info,
+                           const BuilderOptions& options);
 
 }  // namespace sam::indexer
 

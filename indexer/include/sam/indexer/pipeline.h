@@ -13,10 +13,20 @@
 // corpus error keeps kBadRecord, its file, line and field); the output path is
 // then untouched.
 // An exception thrown while a corpus is tokenized or built (the builder's
-// 2^31-token limit, std::bad_alloc, the progress callback, a hook) stops and
+// 2^56-token limit, std::bad_alloc, the progress callback, a hook) stops and
 // joins the tokenizer threads and reaches the caller as a BuildError naming the
 // corpus and the document ("PATH: document N of M: ..."); exceptions not
 // derived from std::exception propagate unchanged, also after the join.
+//
+// Memory-bounded builds: with BuildConfig::max_memory_bytes set, the documents
+// are split, in reading order and at document boundaries, into shards, each
+// of at most (max_memory_bytes - what the process holds besides the automaton
+// when it starts - the largest corpus input) / kBuildPeakBytesPerToken tokens
+// (one document alone may exceed it), each built and written as its own index
+// (BASE.K.sam, K = 0, 1, ...) while the next is built, then listed in the
+// manifest BASE.samset (sam/format/shard_set.h), written last. A build whose
+// documents fit one shard writes one index file, as without the bound. On an
+// error, shards already written are removed.
 //
 // Memory: the rendered documents of one corpus are held while it is built;
 // tokenization runs ahead of construction by at most
@@ -34,6 +44,7 @@
 
 #include "sam/error.h"
 #include "sam/format/index.h"
+#include "sam/indexer/builder.h"
 
 namespace sam::indexer {
 
@@ -92,6 +103,18 @@ struct BuildConfig {
   // Backpressure: documents claimed by the tokenizer threads but not yet given to
   // the builder never exceed this (0: kDefaultMaxPendingDocuments).
   uint64_t max_pending_documents = 0;
+  // Id type and minimum widths (defaults: 32-bit ids widened as needed,
+  // widths from the data); the others test the 64-bit paths.
+  BuilderOptions builder_options;
+  // Bound on the build's memory in bytes (0: none); see the top of this file.
+  uint64_t max_memory_bytes = 0;
+  // Distributed builds (sam-build --shard I/N): with shard_count N > 0, only
+  // the documents of shard shard_index are built: document g, counting every
+  // document read (before tokenization) from 0 over the corpora in the order
+  // given, belongs to shard g mod N. The partition depends only on the inputs
+  // and N. The index's META records it ("partition"); WriteShardSet() joins
+  // the N files. Not with max_memory_bytes.
+  uint64_t shard_index = 0, shard_count = 0;
   BuildHooks hooks;
 };
 
@@ -108,6 +131,16 @@ struct CorpusReport {
   std::string skip_summary;
 };
 
+// One shard of a memory-bounded build.
+struct ShardReport {
+  std::string path;
+  uint64_t first_document = 0;  // 0-based over the documents of the whole build
+  uint64_t documents = 0, tokens = 0, states = 0, file_bytes = 0;
+  uint64_t token_budget = 0;    // planned when it started
+  double seconds = 0;           // from its first document to its file written
+  uint64_t peak_rss_bytes = 0;  // the process's peak while it was built and written
+};
+
 struct BuildReport {
   std::vector<CorpusReport> corpora;
   uint64_t documents = 0, tokens = 0, states = 0, clones = 0, transitions = 0, edges = 0;
@@ -122,7 +155,27 @@ struct BuildReport {
   // being tokenized) but not yet built; peak <= bound.
   uint64_t max_pending_documents = 0;
   uint64_t peak_pending_documents = 0;
+  // What was written: the index file, or the shard set manifest (then
+  // `shards` lists the shards and the counts above are their sums; sections
+  // is empty). shard_token_budget: the smallest planned tokens per shard (0:
+  // no bound).
+  std::string index_path;
+  std::vector<ShardReport> shards;
+  uint64_t shard_token_budget = 0;
 };
+
+// Peak bytes a build holds per token (measured: 55.9 on the default corpora,
+// docs/indexer.md), which memory-bounded builds plan with.
+inline constexpr uint64_t kBuildPeakBytesPerToken = 56;
+// Fewest tokens per shard a memory bound may leave room for.
+inline constexpr uint64_t kMinShardTokens = 4096;
+
+// Where a build with output path `output` writes: the single index (output,
+// or BASE.sam when output ends in .samset), the manifest BASE.samset and
+// shard K BASE.K.sam, BASE being output without a .sam or .samset suffix.
+std::string SingleIndexPath(const std::string& output);
+std::string ShardSetPath(const std::string& output);
+std::string ShardFilePath(const std::string& output, uint64_t k);
 
 struct Progress {
   std::string stage;   // "read", "tokenize", "construct", "write"
@@ -136,8 +189,21 @@ using ProgressFn = std::function<void(const Progress&)>;
 
 BuildReport BuildIndex(const BuildConfig& config, const ProgressFn& progress = nullptr);
 
+// Joins the indexes of a partitioned build (BuildConfig::shard_count; sam-build
+// --write-samset): opens every file with deep checks, requires one shard of
+// each number 0..N-1 of one partition, the same tokenizer fingerprint and
+// vocabulary, and files in the manifest's folder; writes the manifest
+// (format/shard_set.h) with the shards in partition order. Throws BuildError
+// naming the file and the problem.
+void WriteShardSet(const std::vector<std::string>& shard_files, const std::string& manifest_path,
+                   const std::string& tool_version);
+
 // Peak resident set size of this process (VmHWM), 0 if unknown.
 uint64_t PeakRssBytes();
+// Current resident set size (VmRSS), 0 if unknown.
+uint64_t CurrentRssBytes();
+// Resets the peak to the current size (Linux clear_refs); false if unsupported.
+bool ResetPeakRss();
 
 }  // namespace sam::indexer
 

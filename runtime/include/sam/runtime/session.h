@@ -52,6 +52,7 @@
 #include "sam/runtime/dynamic_sam.h"
 #include "sam/runtime/response_cache.h"
 #include "sam/runtime/selection.h"
+#include "sam/runtime/shard_set.h"
 #include "sam/runtime/static_index.h"
 #include "sam/runtime/static_match.h"
 #include "sam/runtime/statistics.h"
@@ -97,6 +98,15 @@ class SAM_API Session : public Drafter {
   // policies (kTree, kCalibrated) read instead of scanning hub states
   // themselves; the session keeps a reference to it.
   void AttachIndex(std::shared_ptr<const StaticIndex> index);
+  // Attaches the shards of one shard set (shard_set.h: OpenShardSet), in shard
+  // order, as one index over the union of their documents: one cursor a shard
+  // (num_indexes() counts them); the longest match is the longest over the
+  // shards, a linear draft comes from the lowest shard with it, and kTree
+  // trees sum the children's counts of every shard that matches as long
+  // (MergedStaticTreeBuilder). (kCalibrated offers each shard's tree as it
+  // offers each index's.) Throws sam::Error (kInvalidArgument) for no shard
+  // or a null one; then nothing is attached.
+  void AttachShardSet(std::span<const std::shared_ptr<const StaticIndex>> shards);
   size_t num_indexes() const { return cursors_.size(); }
   // Replaces the fallback drafter (may be null). It is not reset or prefilled.
   void SetFallback(Drafter* fallback);
@@ -151,7 +161,10 @@ class SAM_API Session : public Drafter {
  private:
   class Calibrator;
   struct MergedScratch;
-  void AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index);
+  // group: the cursor index of the first shard of its shard set (SIZE_MAX:
+  // an index of its own).
+  void AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index,
+                    size_t group = SIZE_MAX);
   void ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tree);
   void ProposeLinearDynamic(DynamicSam::Match m, size_t size, DraftTree* tree);
   void ProposeLinearStatic(size_t index, StaticMatch m, size_t size, DraftTree* tree);
@@ -174,6 +187,9 @@ class SAM_API Session : public Drafter {
   std::vector<StaticCursor> cursors_;
   std::vector<std::shared_ptr<const StaticIndex>> shared_;  // per cursor; may be null
   std::vector<std::shared_ptr<const format::IndexView>> owned_views_;  // kept alive
+  std::vector<size_t> group_;  // per cursor: the first cursor of its shard set (or itself)
+  std::vector<ShardMatch> shard_matches_;
+  MergedStaticTreeBuilder merged_tree_builder_;
   std::vector<StaticMatch> peeked_;
   StaticTreeBuilder tree_builder_;
   std::unique_ptr<Calibrator> calibrator_;

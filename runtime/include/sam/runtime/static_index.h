@@ -153,8 +153,8 @@ class SAM_API StaticIndex {
     uint32_t hub = 0;         // hub number (top children)
   };
   // A label table slot: label (kNoToken: empty) and the transition's target
-  // when every state id fits in 32 bits (slots_hold_targets_), else its
-  // offset among the hub's edges.
+  // when the file's state width is at most 32 bits (slots_hold_targets_),
+  // else its offset among the hub's edges.
   struct LabelSlot {
     uint32_t label;
     uint32_t value;

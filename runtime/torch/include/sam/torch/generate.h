@@ -153,6 +153,9 @@ class Generator {
   // tokenizer (format::OpenOptions); an index whose vocabulary is larger than the model's is
   // refused here (Error(kInvalidArgument)).
   void AttachIndex(const format::IndexView* view);
+  // Adds the shards of a shard set (runtime::OpenShardSet) as one index
+  // (Session::AttachShardSet); the same vocabulary check as AttachIndex.
+  void AttachShardSet(std::span<const std::shared_ptr<const runtime::StaticIndex>> shards);
 
   // Generates up to options.max_new_tokens tokens after `prompt` (which must be non-empty and
   // start with BOS if the model expects one). See the file comment.

@@ -1,0 +1,103 @@
+// Shard sets in the runtime: opening one, and count-weighted trees whose
+// counts are summed across the shards.
+#include "sam/runtime/shard_set.h"
+
+#include <algorithm>
+
+#include "sam/format/shard_set.h"
+
+namespace sam::runtime {
+
+std::vector<std::shared_ptr<const StaticIndex>> OpenShardSet(
+    const std::string& path, const format::OpenOptions& options,
+    const StaticIndex::Options& index_options) {
+  const format::ShardSet set = format::ShardSet::Open(path, options);
+  std::vector<std::shared_ptr<const StaticIndex>> shards;
+  for (const format::IndexFile& f : set.shards())
+    shards.push_back(StaticIndex::Create(f.shared_view(), index_options));
+  return shards;
+}
+
+void MergedStaticTreeBuilder::Build(std::span<const ShardMatch> matches,
+                                    const StaticTreeOptions& options, DraftTree* tree,
+                                    std::vector<double>* weights_out) {
+  auto heavier = [](const Candidate& a, const Candidate& b) { return a.weight < b.weight; };
+  heap_.clear();
+  pairs_.clear();
+  node_pairs_.clear();
+  width_.assign(options.max_depth + 2, 0);
+  width_[0] = 1;
+  if (weights_out) weights_out->assign(tree->size(), 1.0);
+  if (tree->size() != 1) return;
+  for (const ShardMatch& m : matches)
+    if (m.view != nullptr && m.state != format::kRoot) pairs_.push_back(m);
+  if (pairs_.empty()) return;
+  node_pairs_.emplace_back(0, static_cast<uint32_t>(pairs_.size()));
+
+  // Pushes the (at most max_width) heaviest children of `node`, their counts
+  // summed by token over the node's shard states, onto the heap.
+  auto expand = [&](int32_t node, double weight) {
+    const size_t depth = tree->depths[node] + 1;
+    if (depth > options.max_depth) return;
+    const auto [begin, end] = node_pairs_[node];
+    uint64_t total_count = 0;
+    gathered_.clear();
+    for (uint32_t k = begin; k < end; ++k) {
+      const ShardMatch m = pairs_[k];
+      total_count += m.view->Count(m.state);
+      m.view->ForEachChild(m.state, [&](uint32_t token, uint64_t target) {
+        gathered_.push_back(Child{token, m.view, target, m.view->Count(target)});
+      });
+    }
+    const double total = static_cast<double>(total_count);
+    if (total <= 0) return;
+    // Stable: a token's shard states stay in shard order.
+    std::stable_sort(gathered_.begin(), gathered_.end(),
+                     [](const Child& a, const Child& b) { return a.token < b.token; });
+    children_.clear();
+    for (size_t i = 0; i < gathered_.size();) {
+      size_t j = i;
+      uint64_t count = 0;
+      for (; j < gathered_.size() && gathered_[j].token == gathered_[i].token; ++j)
+        count += gathered_[j].count;
+      // As StaticTreeBuilder: a child's share is clamped to 1 (corrupt counts).
+      const double c = static_cast<double>(count);
+      children_.push_back(Candidate{weight * (c < total ? c / total : 1.0), node,
+                                    gathered_[i].token, static_cast<uint32_t>(i),
+                                    static_cast<uint32_t>(j)});
+      i = j;
+    }
+    const size_t keep = std::min(children_.size(), options.max_width);
+    std::partial_sort(children_.begin(), children_.begin() + keep, children_.end(),
+                      [](const Candidate& a, const Candidate& b) {
+                        return a.weight > b.weight ||
+                               (a.weight == b.weight && a.token < b.token);
+                      });
+    for (size_t i = 0; i < keep; ++i) {
+      Candidate c = children_[i];
+      const uint32_t first = static_cast<uint32_t>(pairs_.size());
+      for (uint32_t g = c.pairs_begin; g < c.pairs_end; ++g)
+        pairs_.push_back(ShardMatch{gathered_[g].view, gathered_[g].target});
+      c.pairs_begin = first;
+      c.pairs_end = static_cast<uint32_t>(pairs_.size());
+      heap_.push_back(c);
+      std::push_heap(heap_.begin(), heap_.end(), heavier);
+    }
+  };
+
+  expand(0, 1.0);
+  while (tree->size() < options.max_nodes && !heap_.empty()) {
+    std::pop_heap(heap_.begin(), heap_.end(), heavier);
+    const Candidate c = heap_.back();
+    heap_.pop_back();
+    const size_t depth = tree->depths[c.parent] + 1;
+    if (width_[depth] >= options.max_width) continue;
+    ++width_[depth];
+    const int node = tree->Add(c.parent, c.token);
+    node_pairs_.emplace_back(c.pairs_begin, c.pairs_end);
+    if (weights_out) weights_out->push_back(c.weight);
+    if (tree->size() < options.max_nodes) expand(node, c.weight);
+  }
+}
+
+}  // namespace sam::runtime

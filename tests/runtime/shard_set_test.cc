@@ -1,0 +1,222 @@
+// A corpus split into k shards (k = 1, 2, 3, 7) and attached as a shard set
+// behaves as the single index over all its documents: at every step of
+// random streams, the same match lengths, linear drafts equal to a brute-force
+// search over the documents, count trees equal to the single index's, whose
+// weights equal brute-force counts summed over the documents.
+#include "sam/runtime/shard_set.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "sam/format/index.h"
+#include "sam/indexer/builder.h"
+#include "sam/runtime/session.h"
+#include "sam/runtime/static_index.h"
+#include "sam/runtime/static_match.h"
+#include "test_index.h"
+
+namespace sam::runtime {
+namespace {
+
+using test_util::Text;
+using Docs = std::vector<Text>;
+constexpr uint32_t kVocab = 12;
+
+// Brute force over the documents (never across them).
+struct Union {
+  Text text;  // documents, each followed by kVocab (the separator)
+  explicit Union(const Docs& docs) {
+    for (const auto& d : docs) {
+      text.insert(text.end(), d.begin(), d.end());
+      text.push_back(kVocab);
+    }
+  }
+  // Occurrences of s and the first end (1-based; 0 when absent).
+  std::pair<size_t, size_t> Find(const Text& s) const {
+    size_t count = 0, first = 0;
+    for (size_t end = s.size(); end <= text.size(); ++end)
+      if (std::equal(s.begin(), s.end(), text.begin() + (end - s.size()))) {
+        if (!first) first = end;
+        ++count;
+      }
+    return {count, first};
+  }
+  // The longest suffix of q that occurs: (length, first end).
+  std::pair<size_t, size_t> LongestSuffix(const Text& q) const {
+    for (size_t len = q.size(); len > 0; --len) {
+      const auto [count, first] = Find(Text(q.end() - len, q.end()));
+      if (count) return {len, first};
+    }
+    return {0, 0};
+  }
+};
+
+Docs RandomDocs(std::mt19937& rng, size_t n) {
+  Docs docs(n);
+  for (auto& d : docs) {
+    d.resize(1 + rng() % 40);
+    for (auto& t : d) t = rng() % 3 == 0 ? rng() % 2 : rng() % kVocab;  // common tokens: hubs
+  }
+  return docs;
+}
+
+// A stream that mostly copies runs of the documents (long matches), with
+// random tokens between.
+Text RandomStream(std::mt19937& rng, const Docs& docs, size_t size) {
+  Text s;
+  while (s.size() < size) {
+    if (rng() % 3 == 0) {
+      s.push_back(rng() % kVocab);
+      continue;
+    }
+    const Text& d = docs[rng() % docs.size()];
+    for (size_t i = rng() % d.size(); i < d.size() && s.size() < size && rng() % 12; ++i)
+      s.push_back(d[i]);
+  }
+  return s;
+}
+
+struct Built {
+  std::vector<std::string> paths;
+  std::shared_ptr<const StaticIndex> single;
+  std::vector<std::shared_ptr<const StaticIndex>> shards;
+  ~Built() {
+    for (const auto& p : paths) std::remove(p.c_str());
+  }
+};
+
+// The single index and k shards over consecutive runs of the documents
+// (random cut points).
+void Build(const Docs& docs, size_t k, std::mt19937& rng, Built* out) {
+  auto open = [&](const Docs& part, const std::string& name) {
+    const std::string path = test_util::TempPath(name);
+    out->paths.push_back(path);
+    indexer::BuildIndexFile(part, kVocab, path);
+    return StaticIndex::Create(format::IndexFile::Open(path).shared_view(),
+                               StaticIndex::Options{.min_degree = 4, .top_k = 8});
+  };
+  out->single = open(docs, "single");
+  std::set<size_t> cuts;
+  while (cuts.size() + 1 < k) cuts.insert(1 + rng() % (docs.size() - 1));
+  cuts.insert(docs.size());
+  size_t begin = 0;
+  for (size_t cut : cuts) {
+    out->shards.push_back(open(Docs(docs.begin() + begin, docs.begin() + cut),
+                               "shard" + std::to_string(out->shards.size())));
+    begin = cut;
+  }
+}
+
+class ShardSetTest : public ::testing::TestWithParam<size_t> {};
+
+TEST_P(ShardSetTest, SessionsMatchTheSingleIndexAndBruteForce) {
+  const size_t k = GetParam();
+  std::mt19937 rng(100 + k);
+  const Docs docs = RandomDocs(rng, 80);
+  const Union all(docs);
+  Built built;
+  Build(docs, k, rng, &built);
+  ASSERT_EQ(built.shards.size(), k);
+  for (const Policy policy : {Policy::kStaticOnly, Policy::kTree, Policy::kPaper}) {
+    SessionOptions o;
+    o.selection.policy = policy;
+    Session single(o), sharded(o);
+    single.AttachIndex(built.single);
+    sharded.AttachShardSet(built.shards);
+    ASSERT_EQ(sharded.num_indexes(), k);
+    for (int stream = 0; stream < 3; ++stream) {
+      single.Reset();
+      sharded.Reset();
+      const Text s = RandomStream(rng, docs, 150);
+      Text context;
+      for (uint32_t t : s) {
+        const DraftTree a = single.Propose(t);
+        const DraftTree& b = sharded.Propose(t);
+        context.push_back(t);
+        const auto [len, first] = all.LongestSuffix(context);
+        ASSERT_EQ(sharded.last_static_length(), len);
+        ASSERT_EQ(single.last_static_length(), len);
+        ASSERT_EQ(a.tokens, b.tokens) << "policy " << static_cast<int>(policy);
+        ASSERT_EQ(a.parents, b.parents);
+        if (policy == Policy::kStaticOnly && len > 0) {
+          // The continuation of the first occurrence, up to the document end.
+          Text expected;
+          for (size_t p = first; p < all.text.size() && all.text[p] != kVocab &&
+                                 expected.size() < LinearDraftSize(len, o.selection);
+               ++p)
+            expected.push_back(all.text[p]);
+          ASSERT_EQ(Text(b.tokens.begin() + 1, b.tokens.end()), expected);
+        }
+        sharded.Commit(std::span<const uint32_t>(&t, 1));
+        single.Commit(std::span<const uint32_t>(&t, 1));
+      }
+    }
+  }
+}
+
+TEST_P(ShardSetTest, MergedTreesEqualTheSingleIndexAndBruteForceCounts) {
+  const size_t k = GetParam();
+  std::mt19937 rng(200 + k);
+  const Docs docs = RandomDocs(rng, 80);
+  const Union all(docs);
+  Built built;
+  Build(docs, k, rng, &built);
+  StaticTreeBuilder one;
+  MergedStaticTreeBuilder merged;
+  for (int trial = 0; trial < 150; ++trial) {
+    const Text q = RandomStream(rng, docs, 1 + rng() % 6);
+    StaticCursor c(built.single.get());
+    for (uint32_t t : q) c.Advance(t);
+    if (c.match().len == 0) continue;
+    std::vector<ShardMatch> matches;
+    for (const auto& shard : built.shards) {
+      StaticCursor sc(shard.get());
+      for (uint32_t t : q) sc.Advance(t);
+      ASSERT_LE(sc.match().len, c.match().len);
+      if (sc.match().len == c.match().len) matches.push_back({&shard->view(), sc.match().state});
+    }
+    ASSERT_FALSE(matches.empty());
+    StaticTreeOptions opts;
+    opts.max_nodes = 1 + rng() % 40;
+    opts.max_width = 1 + rng() % 5;
+    DraftTree ta, tb;
+    ta.Reset(q.back(), DraftSource::kStatic);
+    tb.Reset(q.back(), DraftSource::kStatic);
+    std::vector<double> wa, wb;
+    one.Build(built.single->view(), c.match().state, opts, &ta, &wa);
+    merged.Build(matches, opts, &tb, &wb);
+    ASSERT_EQ(ta.tokens, tb.tokens);
+    ASSERT_EQ(ta.parents, tb.parents);
+    // Weight = count(matched + path) / count(matched), counted over all documents.
+    const Text matched(q.end() - c.match().len, q.end());
+    const double base = static_cast<double>(all.Find(matched).first);
+    for (size_t i = 1; i < tb.size(); ++i) {
+      Text path;
+      for (int v = static_cast<int>(i); v > 0; v = tb.parents[v]) path.push_back(tb.tokens[v]);
+      Text s = matched;
+      s.insert(s.end(), path.rbegin(), path.rend());
+      const double count = static_cast<double>(all.Find(s).first);
+      ASSERT_GT(count, 0);
+      EXPECT_NEAR(wb[i], count / base, 1e-9);
+      EXPECT_EQ(wb[i], wa[i]);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shards, ShardSetTest, ::testing::Values(1, 2, 3, 7));
+
+TEST(ShardSet, AttachRefusesEmptyOrNull) {
+  Session s;
+  EXPECT_THROW(s.AttachShardSet({}), Error);
+  std::vector<std::shared_ptr<const StaticIndex>> with_null = {nullptr};
+  EXPECT_THROW(s.AttachShardSet(with_null), Error);
+  EXPECT_EQ(s.num_indexes(), 0u);
+}
+
+}  // namespace
+}  // namespace sam::runtime
