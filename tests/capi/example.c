@@ -20,6 +20,10 @@ static const char* SourceName(int source) {
       return "dynamic";
     case SAM_SOURCE_RECYCLING:
       return "recycling";
+    case SAM_SOURCE_MODEL:
+      return "model";
+    case SAM_SOURCE_CACHE:
+      return "cache";
     case SAM_SOURCE_NONE:
       return "none";
     default:
