@@ -64,47 +64,7 @@ void WriteBlobFile(const std::string& path, const BlobMagic& magic, uint32_t ver
   Put(head + 24, payload.size(), 8);
   Put(head + 32, Checksum(head, payload), 8);
 
-  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) Fail(ErrorCode::kIo, path, "cannot create " + temp + ": " + Errno());
-  RegisterTempFile(temp);
-  auto abort = [&](const std::string& what) {
-    ::close(fd);
-    ::unlink(temp.c_str());
-    UnregisterTempFile(temp);
-    Fail(ErrorCode::kIo, path, what);
-  };
-  auto write_all = [&](const uint8_t* data, size_t size) {
-    while (size > 0) {
-      const ssize_t n = ::write(fd, data, size);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) abort("write failed: " + Errno());
-      data += n;
-      size -= static_cast<size_t>(n);
-    }
-  };
-  write_all(head, kBlobHeaderSize);
-  write_all(payload.data(), payload.size());
-  if (::fsync(fd) != 0) abort("fsync failed: " + Errno());
-  if (::close(fd) != 0) {
-    ::unlink(temp.c_str());
-    UnregisterTempFile(temp);
-    Fail(ErrorCode::kIo, path, "close failed: " + Errno());
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string why = Errno();
-    ::unlink(temp.c_str());
-    UnregisterTempFile(temp);
-    Fail(ErrorCode::kIo, path, "cannot rename " + temp + ": " + why);
-  }
-  UnregisterTempFile(temp);
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  WriteFileAtomically(path, {std::span<const uint8_t>(head, kBlobHeaderSize), payload});
 }
 
 std::vector<uint8_t> ReadBlobFile(const std::string& path, const BlobMagic& magic,

@@ -33,48 +33,10 @@ bool ValidFileName(const std::string& f) {
          f.find('\0') == std::string::npos;
 }
 
-// Writes bytes to path atomically: "<path>.tmp-<pid>", fsync, rename, fsync
-// of the folder. On error the temporary file is removed and path untouched.
+// Writes bytes to path atomically (temp_files.h).
 void WriteAtomically(const std::string& path, const std::string& bytes) {
-  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) Fail(ErrorCode::kIo, path, "cannot create " + temp + ": " + Errno());
-  RegisterTempFile(temp);
-  auto fail = [&](const std::string& what) {
-    const std::string why = Errno();
-    ::close(fd);
-    ::unlink(temp.c_str());
-    UnregisterTempFile(temp);
-    Fail(ErrorCode::kIo, path, what + ": " + why);
-  };
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t w = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("write failed");
-    done += static_cast<size_t>(w);
-  }
-  if (::fsync(fd) != 0) fail("fsync failed");
-  if (::close(fd) != 0) {
-    const std::string why = Errno();
-    ::unlink(temp.c_str());
-    UnregisterTempFile(temp);
-    Fail(ErrorCode::kIo, path, "close failed: " + why);
-  }
-  if (std::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string why = Errno();
-    ::unlink(temp.c_str());
-    UnregisterTempFile(temp);
-    Fail(ErrorCode::kIo, path, "cannot rename " + temp + ": " + why);
-  }
-  UnregisterTempFile(temp);
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  WriteFileAtomically(path, {std::span<const uint8_t>(
+                                reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size())});
 }
 
 std::string ReadSmallFile(const std::string& path) {

@@ -4,10 +4,16 @@
 // slots in state 2.
 #include "sam/format/temp_files.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+
+#include "sam/format/error.h"
 
 namespace sam::format {
 namespace {
@@ -54,5 +60,46 @@ void RemoveRegisteredTempFiles() noexcept {
 }
 
 void SetTempFileObserver(TempFileObserver observer) noexcept { g_observer.store(observer); }
+
+void WriteFileAtomically(const std::string& path,
+                         std::initializer_list<std::span<const uint8_t>> parts) {
+  auto fail = [&](const std::string& what) {
+    throw FormatError(ErrorCode::kIo, ErrorContext{.file = path}, what);
+  };
+  const std::string temp = path + ".tmp-" + std::to_string(::getpid());
+  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail("cannot create " + temp + ": " + std::strerror(errno));
+  RegisterTempFile(temp);
+  // Removes the temporary file and throws; `fd` is closed first unless -1.
+  auto abandon = [&](int open_fd, const std::string& what) {
+    const std::string why = std::strerror(errno);
+    if (open_fd >= 0) ::close(open_fd);
+    ::unlink(temp.c_str());
+    UnregisterTempFile(temp);
+    fail(what + ": " + why);
+  };
+  for (std::span<const uint8_t> part : parts) {
+    const uint8_t* data = part.data();
+    size_t size = part.size();
+    while (size > 0) {
+      const ssize_t n = ::write(fd, data, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) abandon(fd, "write failed");
+      data += n;
+      size -= static_cast<size_t>(n);
+    }
+  }
+  if (::fsync(fd) != 0) abandon(fd, "fsync failed");
+  if (::close(fd) != 0) abandon(-1, "close failed");
+  if (std::rename(temp.c_str(), path.c_str()) != 0) abandon(-1, "cannot rename " + temp);
+  UnregisterTempFile(temp);
+  std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  if (dir.empty()) dir = ".";
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
 
 }  // namespace sam::format

@@ -15,6 +15,9 @@
 #define SAM_FORMAT_TEMP_FILES_H_
 
 #include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <span>
 #include <string>
 
 namespace sam::format {
@@ -35,6 +38,15 @@ void RemoveRegisteredTempFiles() noexcept;
 // registration, e.g. to pause a program at its write stage. nullptr: none.
 using TempFileObserver = void (*)(const char* path);
 void SetTempFileObserver(TempFileObserver observer) noexcept;
+
+// Writes the concatenation of `parts` to `path` atomically, the way every file
+// of this library is written: "<path>.tmp-<pid>" (registered above), fsync,
+// rename over `path`, fsync of its folder. On an error the temporary file is
+// removed, `path` is untouched, and FormatError (kIo) names `path` and the
+// problem. For small files (manifests, blob files); index files stream
+// through IndexWriter.
+void WriteFileAtomically(const std::string& path,
+                         std::initializer_list<std::span<const uint8_t>> parts);
 
 }  // namespace sam::format
 
