@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <chrono>
 #include <condition_variable>
 #include <ctime>
@@ -12,6 +13,7 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <string_view>
 #include <thread>
 
 #include "sam/corpora/corpora.h"
@@ -122,21 +124,27 @@ void CheckCorpusKind(const std::string& kind) {
   throw BuildError("unknown corpus kind '" + kind + "' (valid: " + valid + ")");
 }
 
-uint64_t PeakRssBytes() {
+namespace {
+// A "Key:   123 kB" line of /proc/self/status, in bytes; 0 when the key is
+// missing or its value unreadable (never throws: these are statistics).
+uint64_t ProcStatusBytes(std::string_view key) {
   std::ifstream in("/proc/self/status");
   std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  while (std::getline(in, line)) {
+    if (line.rfind(key, 0) != 0) continue;
+    const char* p = line.c_str() + key.size();
+    while (*p == ' ' || *p == '\t') ++p;
+    uint64_t kib = 0;
+    const auto [end, ec] = std::from_chars(p, line.c_str() + line.size(), kib);
+    return ec == std::errc() && end != p ? kib * 1024 : 0;
+  }
   return 0;
 }
+}  // namespace
 
-uint64_t CurrentRssBytes() {
-  std::ifstream in("/proc/self/status");
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  return 0;
-}
+uint64_t PeakRssBytes() { return ProcStatusBytes("VmHWM:"); }
+
+uint64_t CurrentRssBytes() { return ProcStatusBytes("VmRSS:"); }
 
 bool ResetPeakRss() {
   std::ofstream out("/proc/self/clear_refs");
