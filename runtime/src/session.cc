@@ -228,17 +228,8 @@ struct Session::MergedScratch {
   std::vector<double> ranked_paths;  // cost-aware sizing (SelectionOptions::cost_curve)
   std::vector<StaticIndex::Child> children;
   // Top children of high-degree states of indexes attached without a hub
-  // table (direct mapped; about 1.7 MiB, allocated when first needed).
-  static constexpr size_t kCachedChildren = 8;
-  static constexpr size_t kCacheEntries = 1024;
-  static constexpr uint64_t kCacheMinDegree = 32;
-  struct CachedChildren {
-    const format::IndexView* view = nullptr;
-    uint64_t state = 0;
-    uint32_t size = 0;
-    std::array<StaticIndex::Child, kCachedChildren> children;
-  };
-  std::vector<CachedChildren> cache;
+  // table (1024 entries: about 220 KiB, allocated when first needed).
+  TopChildrenCache cache{1024};
   // The pending proposal is this trie's ranking (Commit may read the states).
   bool valid = false;
 
@@ -688,18 +679,9 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     std::span<const StaticIndex::Child> top;
     if (hubs != nullptr && width <= hubs->options().top_k && hubs->TopChildren(v, &top))
       return top.first(std::min(width, top.size()));
-    if (width <= MergedScratch::kCachedChildren) {
-      if (m.cache.empty()) m.cache.resize(MergedScratch::kCacheEntries);
-      const uint64_t h = (v ^ reinterpret_cast<uintptr_t>(&view)) * 0x9E3779B97F4A7C15ull;
-      MergedScratch::CachedChildren& e =
-          m.cache[h >> 40 & (MergedScratch::kCacheEntries - 1)];
-      if (e.view != &view || e.state != v) {
-        e.view = &view;
-        e.state = v;
-        e.size = internal::TopChildrenOf(view, v, MergedScratch::kCachedChildren,
-                                         e.children.data());
-      }
-      return std::span<const StaticIndex::Child>(e.children.data(), std::min<size_t>(width, e.size));
+    if (width <= TopChildrenCache::kChildren) {
+      const std::span<const StaticIndex::Child> cached = m.cache.Get(view, v);
+      return cached.first(std::min(width, cached.size()));
     }
     const auto [lo, hi] = view.EdgeRange(v);
     m.children.resize(width);

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <bit>
 
 #include "index_children.h"
 #include "sam/runtime/static_match.h"
@@ -24,15 +25,19 @@ size_t StaticContinuation(const format::IndexView& view, uint64_t state, size_t 
   return count;
 }
 
-std::span<const StaticIndex::Child> StaticTreeBuilder::TopChildren(const format::IndexView& view,
-                                                                   uint64_t state) {
-  if (cache_.empty()) cache_.resize(kCacheEntries);
+TopChildrenCache::TopChildrenCache(size_t entries)
+    : entries_(std::bit_ceil(std::max<size_t>(entries, 2))),
+      shift_(64 - std::countr_zero(entries_)) {}
+
+std::span<const StaticIndex::Child> TopChildrenCache::Get(const format::IndexView& view,
+                                                          uint64_t state) {
+  if (table_.empty()) table_.resize(entries_);
   const uint64_t h = (state ^ reinterpret_cast<uintptr_t>(&view)) * 0x9E3779B97F4A7C15ull;
-  CachedChildren& e = cache_[h >> 51 & (kCacheEntries - 1)];
+  Entry& e = table_[h >> shift_];
   if (e.view != &view || e.state != state) {
     e.view = &view;
     e.state = state;
-    e.size = internal::TopChildrenOf(view, state, kCachedChildren, e.children.data());
+    e.size = internal::TopChildrenOf(view, state, kChildren, e.children.data());
   }
   return std::span<const StaticIndex::Child>(e.children.data(), e.size);
 }
@@ -70,7 +75,7 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
     } else if (options.max_width <= kCachedChildren) {
       const auto [lo, hi] = view.EdgeRange(v);
       if (hi - lo >= kCacheMinDegree) {
-        top = TopChildren(view, v);
+        top = cache_.Get(view, v);
         ranked = true;
       }
     }

@@ -140,6 +140,30 @@ struct SAM_API StaticTreeOptions {
   const StaticIndex* hubs = nullptr;
 };
 
+// A direct-mapped cache of the kChildren heaviest children (count
+// descending, then token ascending) of automaton states, for states whose
+// transitions are many and would otherwise be scanned at every step.
+// `entries` (a power of two) slots of about 216 bytes each, allocated on the
+// first Get. One cache serves one thread (a builder, a session).
+class SAM_API TopChildrenCache {
+ public:
+  static constexpr size_t kChildren = 8;
+  explicit TopChildrenCache(size_t entries);
+  // The heaviest children of `state` in `view` (at most kChildren).
+  std::span<const StaticIndex::Child> Get(const format::IndexView& view, uint64_t state);
+
+ private:
+  struct Entry {
+    const format::IndexView* view = nullptr;
+    uint64_t state = 0;
+    uint32_t size = 0;
+    std::array<StaticIndex::Child, kChildren> children;
+  };
+  size_t entries_;
+  int shift_;  // a slot is the top log2(entries) bits of the hashed key
+  std::vector<Entry> table_;
+};
+
 // Reusable scratch space: building a tree allocates nothing once warm. The
 // heaviest children of high-degree states (short, common matches, whose
 // transitions are many and stored in token order) come from the shared
@@ -168,20 +192,12 @@ class SAM_API StaticTreeBuilder {
     uint64_t state;
     uint32_t token;
   };
-  // Top children of one high-degree state (direct-mapped cache entry; the
-  // cache takes about 1.7 MiB, allocated when first needed).
-  static constexpr size_t kCachedChildren = 8;
-  static constexpr size_t kCacheEntries = 8192;
+  // Top children of high-degree states (8192 entries: about 1.7 MiB,
+  // allocated when first needed).
+  static constexpr size_t kCachedChildren = TopChildrenCache::kChildren;
   static constexpr uint64_t kCacheMinDegree = 32;
-  struct CachedChildren {
-    const format::IndexView* view = nullptr;
-    uint64_t state = 0;
-    uint32_t size = 0;
-    std::array<StaticIndex::Child, kCachedChildren> children;
-  };
-  std::span<const StaticIndex::Child> TopChildren(const format::IndexView& view, uint64_t state);
 
-  std::vector<CachedChildren> cache_;
+  TopChildrenCache cache_{8192};
   std::vector<Candidate> heap_;
   std::vector<Candidate> children_;
   std::vector<uint64_t> node_state_;
