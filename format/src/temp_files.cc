@@ -61,6 +61,19 @@ void RemoveRegisteredTempFiles() noexcept {
 
 void SetTempFileObserver(TempFileObserver observer) noexcept { g_observer.store(observer); }
 
+void FsyncParentDirectory(const std::string& path) noexcept {
+  try {
+    std::filesystem::path dir = std::filesystem::path(path).parent_path();
+    if (dir.empty()) dir = ".";
+    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd >= 0) {
+      ::fsync(dfd);
+      ::close(dfd);
+    }
+  } catch (...) {  // a path object that cannot be made: nothing to sync
+  }
+}
+
 void WriteFileAtomically(const std::string& path,
                          std::initializer_list<std::span<const uint8_t>> parts) {
   auto fail = [&](const std::string& what) {
@@ -93,13 +106,7 @@ void WriteFileAtomically(const std::string& path,
   if (::close(fd) != 0) abandon(-1, "close failed");
   if (std::rename(temp.c_str(), path.c_str()) != 0) abandon(-1, "cannot rename " + temp);
   UnregisterTempFile(temp);
-  std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  FsyncParentDirectory(path);
 }
 
 }  // namespace sam::format

@@ -11,7 +11,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 
 #include "layout.h"
 #include "sam/format/temp_files.h"
@@ -197,13 +196,7 @@ void IndexWriter::Finish(const IndexHeader& in) {
       Fail(ErrorCode::kIo, path_, "cannot rename " + temp_path_ + ": " + Errno());
     finished_ = true;
     UnregisterTempFile(temp_path_);
-    std::filesystem::path dir = std::filesystem::path(path_).parent_path();
-    if (dir.empty()) dir = ".";
-    const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (dfd >= 0) {
-      ::fsync(dfd);
-      ::close(dfd);
-    }
+    FsyncParentDirectory(path_);
   } catch (...) {
     if (!finished_) Abort();
     throw;

@@ -39,6 +39,11 @@ void RemoveRegisteredTempFiles() noexcept;
 using TempFileObserver = void (*)(const char* path);
 void SetTempFileObserver(TempFileObserver observer) noexcept;
 
+// fsyncs the folder holding `path` (after a rename into it, so that the new
+// name survives a crash). Best effort: a folder that cannot be opened is
+// skipped.
+void FsyncParentDirectory(const std::string& path) noexcept;
+
 // Writes the concatenation of `parts` to `path` atomically, the way every file
 // of this library is written: "<path>.tmp-<pid>" (registered above), fsync,
 // rename over `path`, fsync of its folder. On an error the temporary file is
