@@ -193,6 +193,43 @@ std::vector<size_t> ParseBranching(const std::string& text) {
   return out;
 }
 
+// --prompt-ids: "[1, 2, 3]" or "1,2,3".
+std::vector<uint32_t> ParsePromptIds(const std::string& text) {
+  std::string body = text;
+  const size_t first = body.find_first_not_of(" \t\n");
+  if (first != std::string::npos && body[first] == '[') {
+    json j;
+    try {
+      j = json::parse(body);
+    } catch (const json::exception&) {
+      throw UsageError("--prompt-ids '" + text + "': not a JSON array of token ids");
+    }
+    std::vector<uint32_t> ids;
+    for (const auto& v : j) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > UINT32_MAX)
+        throw UsageError("--prompt-ids: " + v.dump() + " is not a token id");
+      ids.push_back(static_cast<uint32_t>(v.get<int64_t>()));
+    }
+    if (ids.empty()) throw UsageError("--prompt-ids: the prompt is empty");
+    return ids;
+  }
+  std::vector<uint32_t> ids;
+  size_t start = 0;
+  while (start <= body.size()) {
+    const size_t comma = std::min(body.find(',', start), body.size());
+    std::string item = body.substr(start, comma - start);
+    const size_t a = item.find_first_not_of(" \t\n"), b = item.find_last_not_of(" \t\n");
+    item = a == std::string::npos ? "" : item.substr(a, b - a + 1);
+    if (item.empty() || item.size() > 10 || item.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoull(item) > UINT32_MAX)
+      throw UsageError("--prompt-ids '" + text +
+                       "': expected token ids separated by commas or a JSON array, e.g. 1,415,29871");
+    ids.push_back(static_cast<uint32_t>(std::stoull(item)));
+    start = comma + 1;
+  }
+  return ids;
+}
+
 // The bytes of a file, or nullopt when it does not exist.
 std::optional<std::string> ReadIfExists(const fs::path& path) {
   std::error_code ec;
@@ -259,6 +296,8 @@ int main(int argc, char** argv) {
       "               --policy sam-cal --cost-curve gpu.csv --prompt 'Name three colours.'\n"
       "  sam-generate --model /models/llama-7b --tokenizer llama-32k.model --prompt-file q.txt \\\n"
       "               --draft-model /models/llama-68m --policy model --temperature 1   # RSD-S\n"
+      "  sam-generate --model /models/codellama-7b-sdsat --tokenizer llama-32k.model \\\n"
+      "               --policy sdsat --sdsat-tokens 32011 --sdsat-k 4 --prompt-file q.txt\n"
       "  sam-generate --make-random-model /tmp/rnd --tokenizer llama-32k.model   # testing only\n"
       "\nDraft-model tree modes (--draft-mode; verified losslessly under sampling):\n"
       "  chain      L tokens (--draft-depth): the draft's argmax (greedy) or sampled from it\n"
@@ -348,6 +387,46 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{1}, size_t{64}));
   app.add_option("--draft-branching", draft_branching,
                  "branching factors b_1,...,b_L (rsd-c, specinfer; default 4,2,2,1)");
+  std::vector<uint32_t> sdsat_ids;
+  size_t sdsat_k = 0, sdsat_width = 1;
+  std::string sdsat_scheme = "one-pass", sdsat_sampling = "without-replacement";
+  auto* sdsat_tokens_opt =
+      app.add_option("--sdsat-tokens", sdsat_ids,
+                     "SDSAT adaptive token ids, one (repeated --sdsat-k times, as the released "
+                     "CodeLlama checkpoints' 32011) or k of them in order; default: the checkpoint's "
+                     "config.json 'sdsat_tokens'. Used by the policies sdsat and sam-sdsat, and "
+                     "merged by sam-cal")
+          ->delimiter(',')
+          ->type_name("ID[,ID...]");
+  auto* sdsat_k_opt = app.add_option("--sdsat-k", sdsat_k,
+                                     "SDSAT: adaptive tokens (draft depth) per step (default: the "
+                                     "number of ids when several are given, else 4)")
+                          ->check(CLI::Range(size_t{1}, rt::kMaxSdsatTokens));
+  auto* sdsat_scheme_opt =
+      app.add_option("--sdsat-scheme", sdsat_scheme,
+                     "SDSAT: one-pass (default: the next step's drafts ride on the verification "
+                     "pass) or two-pass (the official scheme: a pass on [c, S x k], then one "
+                     "verifying the drafts)")
+          ->check(CLI::IsMember({"one-pass", "two-pass"}));
+  auto* sdsat_width_opt =
+      app.add_option("--sdsat-width", sdsat_width,
+                     "SDSAT: draft tree width W (1 = a chain, default; W > 1: top-W tree, or W "
+                     "beams drawn without replacement under sampling)")
+          ->check(CLI::Range(size_t{1}, size_t{16}));
+  auto* sdsat_sampling_opt =
+      app.add_option("--sdsat-sampling", sdsat_sampling,
+                     "SDSAT under sampling: without-replacement (default: drafts drawn from the "
+                     "adaptive positions' q, verified by recursive rejection with q) or top-k "
+                     "(deterministic top-W drafts, deterministic rule)")
+          ->check(CLI::IsMember({"without-replacement", "top-k"}));
+  std::string prompt_ids_text;
+  auto* prompt_ids_opt = app.add_option(
+      "--prompt-ids", prompt_ids_text,
+      "the prompt as token ids (a JSON array or comma-separated ids, BOS included if the model "
+      "expects one) instead of --prompt; --tokenizer is then optional (without it: no --index, "
+      "no text, --json output)");
+  prompt_ids_opt->excludes(prompt_opt);
+  prompt_ids_opt->excludes(file_opt);
   bool print_prompt_ids = false;
   app.add_flag("--print-prompt-ids", print_prompt_ids,
                "print the prompt's ids (BOS first, after --template) as a JSON array and exit; "
@@ -393,9 +472,14 @@ int main(int argc, char** argv) {
 
     if (model_dir.empty()) throw UsageError("--model is required");
     if (!(top_p > 0.0f)) throw UsageError("--top-p must be in (0, 1]");
-    if (tokenizer_path.empty()) throw UsageError("--tokenizer is required");
-    if (prompt_opt->count() == 0 && file_opt->count() == 0)
-      throw UsageError("one of --prompt or --prompt-file is required");
+    const bool ids_prompt = prompt_ids_opt->count() > 0;
+    if (tokenizer_path.empty() && !ids_prompt)
+      throw UsageError("--tokenizer is required (optional only with --prompt-ids)");
+    if (tokenizer_path.empty() && !index_paths.empty())
+      throw UsageError("--index needs --tokenizer (indexes are checked against it)");
+    if (prompt_opt->count() == 0 && file_opt->count() == 0 && !ids_prompt)
+      throw UsageError("one of --prompt, --prompt-file or --prompt-ids is required");
+    if (tokenizer_path.empty()) as_json = true;  // no text without a tokenizer
     if (force) throw UsageError("--force applies only to --make-random-model");
     if ((dtype == "fp16" || dtype == "float16") && device == "cpu")
       throw UsageError("--dtype " + dtype + " is not supported on cpu; use fp32 or bf16");
@@ -411,6 +495,15 @@ int main(int argc, char** argv) {
         throw UsageError("--cost-curve sizes sam-cal's drafts; use it with --policy sam-cal");
       generator_options.selection.cost_curve = rt::CostCurve::Load(cost_curve_path);
     }
+    // SDSAT: configured by --sdsat-tokens or config.json's sdsat_tokens (read below).
+    const bool needs_sdsat = tb::PolicyNeedsSdsat(policy);
+    const bool sdsat_flags = sdsat_tokens_opt->count() || sdsat_k_opt->count() ||
+                             sdsat_scheme_opt->count() || sdsat_width_opt->count() ||
+                             sdsat_sampling_opt->count();
+    if (sdsat_flags && !needs_sdsat && policy != "sam-cal")
+      throw UsageError("the --sdsat-* flags are used by the policies sdsat, sam-sdsat and sam-cal, not " +
+                       policy);
+    if (sdsat_flags && no_spec) throw UsageError("the --sdsat-* flags draft; --no-spec does not");
     const bool needs_draft = tb::PolicyNeedsDraftModel(policy);
     // sam-cal takes a draft model optionally: its trees join the calibrated
     // merge (cells by depth and the draft's probability).
@@ -450,7 +543,48 @@ int main(int argc, char** argv) {
     // Config, prompt, tokenizer and indexes first: cheap, and a mistake should fail before
     // loading a large model.
     const tb::LlamaConfig config = tb::LlamaConfig::Load(fs::path(model_dir) / "config.json");
-    const std::vector<uint32_t> prompt_ids = prompt_ids_of_flags();
+    std::vector<uint32_t> prompt_ids;
+    if (ids_prompt) {
+      prompt_ids = ParsePromptIds(prompt_ids_text);
+      for (const uint32_t id : prompt_ids)
+        if (static_cast<int64_t>(id) >= config.vocab_size)
+          throw UsageError("--prompt-ids: id " + std::to_string(id) + " is outside the vocabulary of " +
+                           model_dir + " (" + std::to_string(config.vocab_size) + " tokens)");
+    } else {
+      prompt_ids = prompt_ids_of_flags();
+    }
+    // SDSAT's adaptive ids: the flags override config.json's sdsat_tokens.
+    const std::vector<uint32_t> sdsat_given = sdsat_tokens_opt->count() ? sdsat_ids : config.sdsat_tokens;
+    const bool use_sdsat =
+        !no_spec && (needs_sdsat || (policy == "sam-cal" && !sdsat_given.empty()));
+    if (use_sdsat) {
+      if (sdsat_given.empty())
+        throw UsageError("--policy " + policy + " needs --sdsat-tokens ID[,ID...] (the checkpoint's "
+                         "config.json lists no sdsat_tokens)");
+      for (const uint32_t id : sdsat_given)
+        if (static_cast<int64_t>(id) >= config.vocab_size)
+          throw UsageError("--sdsat-tokens: id " + std::to_string(id) +
+                           " is outside the vocabulary of " + model_dir + " (" +
+                           std::to_string(config.vocab_size) + " tokens)");
+      const size_t k = sdsat_k != 0 ? sdsat_k : sdsat_given.size() > 1 ? sdsat_given.size() : 4;
+      rt::SdsatOptions& so = generator_options.sdsat;
+      try {
+        so.adaptive_tokens = rt::ExpandSdsatTokens(sdsat_given, k);
+      } catch (const sam::Error& e) {
+        throw UsageError(std::string("--sdsat-tokens / --sdsat-k: ") + e.what());
+      }
+      so.scheme = sdsat_scheme == "two-pass" ? rt::SdsatScheme::kTwoPass : rt::SdsatScheme::kOnePass;
+      so.width = sdsat_width;
+      so.without_replacement = sdsat_sampling == "without-replacement";
+      if (!needs_sdsat) {  // sam-cal merges SDSAT's trees
+        if (generator_options.draft_model_use != tb::GeneratorOptions::DraftModelUse::kNone)
+          throw UsageError("sam-cal merges either a draft model or SDSAT, not both (drop "
+                           "--draft-model, or the SDSAT tokens)");
+        if (so.scheme == rt::SdsatScheme::kTwoPass)
+          throw UsageError("sam-cal merges SDSAT's drafts with --sdsat-scheme one-pass only");
+        generator_options.sdsat_use = tb::GeneratorOptions::SdsatUse::kFallback;
+      }
+    }
     const int64_t positions = config.max_position_embeddings;
     const int64_t prompt_tokens = static_cast<int64_t>(prompt_ids.size());
     if (prompt_tokens >= positions)
@@ -471,8 +605,11 @@ int main(int argc, char** argv) {
     }
 
     sam::format::OpenOptions open;
-    open.expected_tokenizer_sha256 = tokenizer->sha256();
-    open.expected_vocab_size = tokenizer->vocab_size();
+    if (!tokenizer_path.empty()) {
+      load_tokenizer();
+      open.expected_tokenizer_sha256 = tokenizer->sha256();
+      open.expected_vocab_size = tokenizer->vocab_size();
+    }
     std::vector<sam::format::IndexFile> indexes;
     std::vector<std::vector<std::shared_ptr<const sam::runtime::StaticIndex>>> shard_sets;
     for (const auto& p : index_paths) {
@@ -490,7 +627,7 @@ int main(int argc, char** argv) {
     }
 
     const tb::Model model = tb::Model::Load(model_dir, {.device = device, .dtype = dtype});
-    if (model.config().vocab_size != static_cast<int64_t>(tokenizer->vocab_size()))
+    if (tokenizer && model.config().vocab_size != static_cast<int64_t>(tokenizer->vocab_size()))
       throw sam::Error(sam::ErrorCode::kTokenizerMismatch,
                        "vocabulary size mismatch: the model " + model_dir + " has " +
                            std::to_string(model.config().vocab_size) + " tokens, the tokenizer " +
@@ -507,20 +644,23 @@ int main(int argc, char** argv) {
     for (const auto& set : shard_sets) generator.AttachShardSet(set);
     tb::GenerateOptions options;
     options.max_new_tokens = max_new_tokens;
-    if (tokenizer->eos_id() != sam::format::kNoToken) options.stop_tokens = {tokenizer->eos_id()};
+    if (tokenizer && tokenizer->eos_id() != sam::format::kNoToken) options.stop_tokens = {tokenizer->eos_id()};
     options.speculative = !no_spec;
     options.sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
     options.seed = seed;
 
-    TextStreamer streamer(*tokenizer);
+    std::optional<TextStreamer> streamer;
     tb::TokenCallback stream;
-    if (!as_json) stream = [&](std::span<const uint32_t> tokens) { streamer.Add(tokens); return true; };
+    if (!as_json) {
+      streamer.emplace(*tokenizer);
+      stream = [&](std::span<const uint32_t> tokens) { streamer->Add(tokens); return true; };
+    }
     const tb::GenerateResult r = generator.Generate(prompt_ids, options, stream);
 
     if (as_json) {
       json out;
       out["output_ids"] = r.output_ids;
-      out["text"] = tokenizer->Decode(r.output_ids);
+      if (tokenizer) out["text"] = tokenizer->Decode(r.output_ids);
       out["prompt_tokens"] = r.prompt_tokens;
       out["new_tokens"] = r.output_ids.size();
       out["steps"] = r.steps;
@@ -529,6 +669,9 @@ int main(int argc, char** argv) {
       out["tokens_per_s"] = r.tokens_per_s;
       out["prefill_seconds"] = r.prefill_seconds;
       out["decode_seconds"] = r.decode_seconds;
+      // Every target forward pass, the prefill included.
+      out["forward_passes"] = r.steps + 1;
+      out["tokens_per_pass"] = static_cast<double>(r.output_ids.size()) / static_cast<double>(r.steps + 1);
       out["stop_reason"] = std::string(tb::StopReasonName(r.stop_reason));
       out["policy"] = no_spec ? "none" : policy;
       if (draft_model) {
@@ -536,12 +679,26 @@ int main(int argc, char** argv) {
         out["draft_mode"] = draft_mode;
         out["draft_forward_passes"] = r.draft_forward_passes;
       }
+      if (use_sdsat) {
+        const rt::SdsatOptions& so = generator_options.sdsat;
+        out["sdsat"] = {{"tokens", so.adaptive_tokens},
+                        {"k", so.adaptive_tokens.size()},
+                        {"scheme", std::string(rt::SdsatSchemeName(so.scheme))},
+                        {"width", so.width},
+                        {"sampling", sdsat_sampling},
+                        {"adaptive_tokens_evaluated", r.adaptive_tokens},
+                        {"draft_passes", r.sdsat_draft_passes}};
+      }
       out["by_source"] = BySourceJson(r);
       std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
     } else {
       std::printf("\n");
-      std::fprintf(stderr, "sam-generate: [%zu tokens, %lld steps, MAT %.2f, %.1f tokens/s, %s]\n",
-                   r.output_ids.size(), static_cast<long long>(r.steps), r.mat, r.tokens_per_s,
+      std::fprintf(stderr,
+                   "sam-generate: [%zu tokens, %lld steps, MAT %.2f, %.2f tokens/pass, %.1f "
+                   "tokens/s, %s]\n",
+                   r.output_ids.size(), static_cast<long long>(r.steps), r.mat,
+                   static_cast<double>(r.output_ids.size()) / static_cast<double>(r.steps + 1),
+                   r.tokens_per_s,
                    std::string(tb::StopReasonName(r.stop_reason)).c_str());
     }
     return 0;

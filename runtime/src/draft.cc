@@ -17,6 +17,7 @@ std::string_view DraftSourceName(DraftSource source) {
     case DraftSource::kOther: return "other";
     case DraftSource::kModel: return "model";
     case DraftSource::kCache: return "cache";
+    case DraftSource::kSdsat: return "sdsat";
   }
   return "unknown";
 }

@@ -334,6 +334,144 @@ TEST_F(GreedyExactness, DraftModelOptionsAreChecked) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// SDSAT: a random checkpoint's adaptive-token drafts are noise; exactness must hold regardless.
+
+struct SdsatCase {
+  std::string policy;  // sdsat, sam-sdsat, sam-cal
+  rt::SdsatScheme scheme;
+  std::vector<uint32_t> ids;
+  size_t k;
+  size_t width;
+};
+
+tb::GeneratorOptions SdsatGenerator(const SdsatCase& c) {
+  tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy(c.policy);
+  go.sdsat.adaptive_tokens = rt::ExpandSdsatTokens(c.ids, c.k);
+  go.sdsat.scheme = c.scheme;
+  go.sdsat.width = c.width;
+  if (c.policy == "sam-cal") go.sdsat_use = tb::GeneratorOptions::SdsatUse::kFallback;
+  return go;
+}
+
+std::string SdsatName(const SdsatCase& c) {
+  std::string ids;
+  for (const uint32_t id : c.ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  return c.policy + "/" + std::string(rt::SdsatSchemeName(c.scheme)) + "/ids " + ids + " k " +
+         std::to_string(c.k) + " w " + std::to_string(c.width);
+}
+
+TEST_F(GreedyExactness, SdsatEqualsPlainForBothSchemesAndPolicies) {
+  int near_ties = 0;
+  std::vector<SdsatCase> cases;
+  for (const rt::SdsatScheme scheme : {rt::SdsatScheme::kOnePass, rt::SdsatScheme::kTwoPass}) {
+    for (const char* policy : {"sdsat", "sam-sdsat", "sam-cal"}) {
+      if (std::string(policy) == "sam-cal" && scheme == rt::SdsatScheme::kTwoPass) continue;
+      cases.push_back({policy, scheme, {255}, 4, 1});        // one id repeated k times
+      cases.push_back({policy, scheme, {3, 17, 200}, 3, 2});  // k ids in order, top-2 trees
+    }
+  }
+  for (const SdsatCase& c : cases) {
+    const tb::GeneratorOptions go = SdsatGenerator(c);
+    CheckGenerator(go, SdsatName(c), c.policy != "sdsat", &near_ties);
+    // The accounting of adaptive nodes: k per pass node (one-pass), or k per first pass.
+    tb::Generator generator(*model_, go);
+    if (c.policy != "sdsat") generator.AttachIndex(&index_->view());
+    const tb::GenerateResult r = generator.Generate(prompts_[1], {.max_new_tokens = kNewTokens});
+    const int64_t k = static_cast<int64_t>(c.k);
+    if (c.scheme == rt::SdsatScheme::kOnePass) {
+      EXPECT_EQ(r.adaptive_tokens, k * (1 + r.verified_tokens)) << SdsatName(c);
+      EXPECT_EQ(r.sdsat_draft_passes, 0);
+    } else {
+      EXPECT_EQ(r.adaptive_tokens, k * (1 + r.sdsat_draft_passes)) << SdsatName(c);
+      EXPECT_GT(r.sdsat_draft_passes, 0) << SdsatName(c);
+    }
+    if (c.policy == "sdsat") {
+      EXPECT_GT(r.by_source[static_cast<size_t>(rt::DraftSource::kSdsat)].steps, 0u) << SdsatName(c);
+    }
+  }
+  EXPECT_LE(near_ties, 3);
+}
+
+TEST_F(GreedyExactness, SdsatSchemesAgree) {
+  // One-pass and two-pass give the same greedy output token for token (a divergence only at a
+  // floating-point near-tie, as against plain decoding).
+  for (const char* policy : {"sdsat", "sam-sdsat"}) {
+    SdsatCase one{policy, rt::SdsatScheme::kOnePass, {100}, 3, 1};
+    SdsatCase two = one;
+    two.scheme = rt::SdsatScheme::kTwoPass;
+    tb::Generator a(*model_, SdsatGenerator(one)), b(*model_, SdsatGenerator(two));
+    a.AttachIndex(&index_->view());
+    b.AttachIndex(&index_->view());
+    int64_t steps_one = 0, steps_two = 0;
+    for (size_t i = 0; i < prompts_.size(); ++i) {
+      const tb::GenerateResult ra = a.Generate(prompts_[i], {.max_new_tokens = kNewTokens});
+      const tb::GenerateResult rb = b.Generate(prompts_[i], {.max_new_tokens = kNewTokens});
+      steps_one += ra.steps;
+      steps_two += rb.steps;
+      const auto mismatch = std::mismatch(ra.output_ids.begin(), ra.output_ids.end(), rb.output_ids.begin());
+      if (mismatch.first != ra.output_ids.end()) {
+        const size_t at = static_cast<size_t>(mismatch.first - ra.output_ids.begin());
+        const std::vector<uint32_t> prefix(ra.output_ids.begin(), ra.output_ids.begin() + at);
+        EXPECT_LT(LogitGap(*model_, prompts_[i], prefix, *mismatch.first, *mismatch.second), 1e-4)
+            << policy << " prompt " << i << " diverges at " << at;
+      }
+    }
+    std::printf("  %-10s passes: one-pass %lld, two-pass %lld\n", policy,
+                static_cast<long long>(steps_one), static_cast<long long>(steps_two));
+  }
+}
+
+TEST_F(GreedyExactness, SdsatKvCacheKeepsNoAdaptivePositions) {
+  // After a request, the cache holds exactly prompt + output[:-1], equal to a fresh prefill of
+  // those tokens (commit against recompute): no adaptive position remains.
+  for (const rt::SdsatScheme scheme : {rt::SdsatScheme::kOnePass, rt::SdsatScheme::kTwoPass}) {
+    for (const char* policy : {"sdsat", "sam-sdsat"}) {
+      tb::Generator generator(*model_, SdsatGenerator({policy, scheme, {250, 251}, 2, 2}));
+      generator.AttachIndex(&index_->view());
+      for (const size_t i : {0, 3, 8}) {
+        const tb::GenerateResult r = generator.Generate(prompts_[i], {.max_new_tokens = 25});
+        std::vector<int64_t> seq(prompts_[i].begin(), prompts_[i].end());
+        seq.insert(seq.end(), r.output_ids.begin(), r.output_ids.end() - 1);
+        const tb::KvCache& cache = generator.cache();
+        ASSERT_EQ(cache.length(), static_cast<int64_t>(seq.size())) << policy;
+        torch::NoGradGuard no_grad;
+        tb::KvCache fresh = model_->NewCache(static_cast<int64_t>(seq.size()));
+        model_->Forward(fresh, seq);
+        fresh.CommitPrefix(static_cast<int64_t>(seq.size()));
+        const int64_t n = static_cast<int64_t>(seq.size());
+        for (int64_t layer = 0; layer < cache.num_layers(); ++layer) {
+          EXPECT_TRUE(torch::allclose(cache.Keys(layer).narrow(2, 0, n), fresh.Keys(layer).narrow(2, 0, n),
+                                      1e-4, 1e-4))
+              << policy << " " << rt::SdsatSchemeName(scheme) << " layer " << layer;
+          EXPECT_TRUE(torch::allclose(cache.Values(layer).narrow(2, 0, n),
+                                      fresh.Values(layer).narrow(2, 0, n), 1e-4, 1e-4))
+              << policy << " " << rt::SdsatSchemeName(scheme) << " layer " << layer;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GreedyExactness, SdsatOptionsAreChecked) {
+  tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy("sdsat");
+  EXPECT_TRUE(tb::PolicyNeedsSdsat("sam-sdsat"));
+  EXPECT_FALSE(tb::PolicyNeedsSdsat("sam-model"));
+  EXPECT_THROW(tb::Generator(*model_, go), tb::Error);  // no adaptive ids
+  go.sdsat.adaptive_tokens = {kVocab};                  // outside the vocabulary
+  try {
+    tb::Generator generator(*model_, go);
+    ADD_FAILURE() << "an adaptive id outside the vocabulary was accepted";
+  } catch (const tb::Error& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(kVocab)), std::string::npos) << e.what();
+  }
+  tb::GeneratorOptions cal = SdsatGenerator({"sam-cal", rt::SdsatScheme::kTwoPass, {1}, 2, 1});
+  EXPECT_THROW(tb::Generator(*model_, cal), tb::Error);  // sam-cal merges one-pass only
+  tb::GeneratorOptions both = SdsatGenerator({"sam-sdsat", rt::SdsatScheme::kOnePass, {1}, 2, 1});
+  both.recycling_fallback = true;
+  EXPECT_THROW(tb::Generator(*model_, both), tb::Error);  // one fallback drafter
+}
+
 TEST(ModelExtend, LevelByLevelEqualsOneTreePass) {
   // A tree fed in three Extend calls (after a Forward of the root) gives the logits of one
   // Forward of the whole tree, and Commit of a path through both leaves the same cache.
@@ -635,6 +773,38 @@ TEST_F(SamplingDistribution, SamCalMergingModelTreesStaysLossless) {
   EXPECT_GT(stats.by_source[static_cast<size_t>(rt::DraftSource::kModel)].steps +
                 stats.by_source[static_cast<size_t>(rt::DraftSource::kMerged)].steps,
             0u);
+}
+
+TEST_F(SamplingDistribution, SdsatBothRulesMatchExact) {
+  // SDSAT's drafts under sampling, with a random checkpoint (the adaptive positions' q is some
+  // distribution over the 6 tokens): drawn without replacement from q (recursive rejection with
+  // q) and deterministic top-2 (the deterministic rule), in both schemes, and sam-sdsat mixing
+  // SAM's deterministic drafts in. The emitted tokens must be distributed as plain sampling.
+  struct Case {
+    const char* policy;
+    rt::SdsatScheme scheme;
+    bool without_replacement;
+  };
+  for (const Case c : {Case{"sdsat", rt::SdsatScheme::kOnePass, true},
+                       Case{"sdsat", rt::SdsatScheme::kOnePass, false},
+                       Case{"sdsat", rt::SdsatScheme::kTwoPass, true},
+                       Case{"sam-sdsat", rt::SdsatScheme::kOnePass, true},
+                       Case{"sam-cal", rt::SdsatScheme::kOnePass, true}}) {
+    tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy(c.policy);
+    go.sdsat.adaptive_tokens = {5, 5, 5};
+    go.sdsat.scheme = c.scheme;
+    go.sdsat.width = 2;
+    go.sdsat.without_replacement = c.without_replacement;
+    if (std::string(c.policy) == "sam-cal") go.sdsat_use = tb::GeneratorOptions::SdsatUse::kFallback;
+    if (std::string(c.policy) == "sam-sdsat") go.selection.l_threshold = 2;
+    tb::Generator generator(*model_, go);
+    if (std::string(c.policy) != "sdsat") generator.AttachIndex(&index_->view());
+    double share = 0;
+    const std::string name = std::string(c.policy) + "/" + std::string(rt::SdsatSchemeName(c.scheme)) +
+                             (c.without_replacement ? "/without-replacement" : "/top-k");
+    EXPECT_GT(Sample(generator, true, kRuns, &share, /*max_new_tokens=*/8), kFalseFailure) << name;
+    EXPECT_GT(share, 0.1) << name;  // drafts are sometimes right
+  }
 }
 
 TEST_F(SamplingDistribution, DraftEqualsTargetAcceptsTheFirstChild) {

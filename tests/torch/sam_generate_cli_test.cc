@@ -61,6 +61,86 @@ TEST(SamGenerateCli, BadFlagsExitWithUsageError) {
   EXPECT_NE(no_model.output.find("--model"), std::string::npos) << no_model.output;
 }
 
+// SDSAT through the command line, on a random checkpoint and --prompt-ids (no tokenizer needed):
+// both schemes give plain greedy decoding's output; config.json's sdsat_tokens is read; bad ids,
+// k and combinations are refused.
+TEST(SamGenerateCli, SdsatWithPromptIdsNeedsNoTokenizer) {
+  TempDir dir;
+  const fs::path model = dir.path() / "model";
+  ASSERT_EQ(RunGenerate("--make-random-model " + Quote(model) + " --random-vocab 64").exit_code, 0);
+  const std::string base = "--model " + Quote(model) + " --prompt-ids 1,5,9,12,7 --max-new-tokens 20";
+  auto run_json = [&](const std::string& flags) {
+    const ProcessResult run = RunGenerate(base + flags, /*merge_stderr=*/false);
+    EXPECT_EQ(run.exit_code, 0) << flags << ": " << run.output;
+    return run.exit_code == 0 ? nlohmann::json::parse(run.output) : nlohmann::json::object();
+  };
+  const nlohmann::json plain = run_json(" --no-spec");
+  ASSERT_EQ(plain["output_ids"].size(), 20u);
+  EXPECT_FALSE(plain.contains("text"));
+  for (const std::string flags :
+       {" --policy sdsat --sdsat-tokens 63 --sdsat-k 3",
+        " --policy sdsat --sdsat-tokens 63 --sdsat-k 3 --sdsat-scheme two-pass",
+        " --policy sdsat --sdsat-tokens 60,61 --sdsat-width 2",
+        " --policy sam-sdsat --sdsat-tokens 63 --sdsat-scheme two-pass",
+        " --policy sam-cal --sdsat-tokens 63 --sdsat-k 2"}) {
+    const nlohmann::json j = run_json(flags);
+    EXPECT_EQ(j["output_ids"], plain["output_ids"]) << flags;
+    ASSERT_TRUE(j.contains("sdsat")) << flags;
+    EXPECT_EQ(j["sdsat"]["scheme"].get<std::string>(),
+              flags.find("two-pass") != std::string::npos ? "two-pass" : "one-pass");
+    EXPECT_EQ(j["forward_passes"].get<int64_t>(), j["steps"].get<int64_t>() + 1) << flags;
+    if (flags.find("sdsat --") != std::string::npos) {
+      EXPECT_TRUE(j["by_source"].contains("sdsat")) << flags << ": " << j["by_source"].dump();
+    }
+  }
+  EXPECT_EQ(run_json(" --policy sdsat --sdsat-tokens 60,61")["sdsat"]["k"].get<size_t>(), 2u);
+  // config.json's sdsat_tokens, and the flags overriding it.
+  const fs::path tuned = dir.path() / "tuned";
+  fs::create_directories(tuned);
+  fs::copy_file(model / "model.safetensors", tuned / "model.safetensors");
+  nlohmann::json config = nlohmann::json::parse(std::ifstream(model / "config.json"));
+  config["sdsat_tokens"] = {62};
+  std::ofstream(tuned / "config.json") << config.dump();
+  const std::string tuned_base = "--model " + Quote(tuned) + " --prompt-ids 1,5,9,12,7 --max-new-tokens 20";
+  const ProcessResult from_config = RunGenerate(tuned_base + " --policy sdsat", false);
+  ASSERT_EQ(from_config.exit_code, 0) << from_config.output;
+  const nlohmann::json fc = nlohmann::json::parse(from_config.output);
+  EXPECT_EQ(fc["sdsat"]["tokens"], nlohmann::json({62, 62, 62, 62}));
+  EXPECT_EQ(fc["output_ids"], plain["output_ids"]);
+  const ProcessResult overridden = RunGenerate(tuned_base + " --policy sdsat --sdsat-tokens 5 --sdsat-k 2", false);
+  ASSERT_EQ(overridden.exit_code, 0) << overridden.output;
+  EXPECT_EQ(nlohmann::json::parse(overridden.output)["sdsat"]["tokens"], nlohmann::json({5, 5}));
+  config["sdsat_tokens"] = {64};
+  std::ofstream(tuned / "config.json") << config.dump();
+  const ProcessResult bad_config = RunGenerate(tuned_base + " --policy sdsat");
+  EXPECT_EQ(bad_config.exit_code, 1) << bad_config.output;
+  EXPECT_NE(bad_config.output.find("sdsat_tokens"), std::string::npos) << bad_config.output;
+  EXPECT_NE(bad_config.output.find("config.json"), std::string::npos) << bad_config.output;
+  // Usage errors, each naming what is wrong.
+  const std::pair<std::string, std::string> usage[] = {
+      {" --policy sdsat --sdsat-tokens 64", "64"},
+      {" --policy sdsat --sdsat-tokens 3 --sdsat-k 0", "--sdsat-k"},
+      {" --policy sdsat", "--sdsat-tokens"},
+      {" --policy sam --sdsat-tokens 3", "sdsat"},
+      {" --policy sam-cal --sdsat-tokens 3 --sdsat-scheme two-pass", "one-pass"},
+      {" --policy sdsat --sdsat-tokens 1,2 --sdsat-k 3", "k = 3"},
+      {" --policy sdsat --sdsat-tokens 3 --sdsat-scheme three-pass", "--sdsat-scheme"},
+  };
+  for (const auto& [flags, needle] : usage) {
+    const ProcessResult run = RunGenerate(base + flags);
+    EXPECT_EQ(run.exit_code, 2) << flags << ": " << run.output;
+    EXPECT_NE(run.output.find(needle), std::string::npos) << flags << ": " << run.output;
+  }
+  for (const std::string ids : {"1,,2", "'[1, -1]'", "1,64", "x"}) {
+    const ProcessResult run = RunGenerate("--model " + Quote(model) + " --prompt-ids " + ids);
+    EXPECT_EQ(run.exit_code, 2) << ids << ": " << run.output;
+    EXPECT_NE(run.output.find("--prompt-ids"), std::string::npos) << ids << ": " << run.output;
+  }
+  const ProcessResult no_tokenizer = RunGenerate(base + " --index x.sam");
+  EXPECT_EQ(no_tokenizer.exit_code, 2) << no_tokenizer.output;
+  EXPECT_NE(no_tokenizer.output.find("--tokenizer"), std::string::npos) << no_tokenizer.output;
+}
+
 class WithTokenizer : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -245,7 +245,8 @@ typedef enum sam_draft_source {
   SAM_SOURCE_MERGED = 5,
   SAM_SOURCE_OTHER = 6,
   SAM_SOURCE_MODEL = 7, /* a draft model (C++ torch backend only) */
-  SAM_SOURCE_CACHE = 8  /* the cross-request response cache (sam_cache_*) */
+  SAM_SOURCE_CACHE = 8, /* the cross-request response cache (sam_cache_*) */
+  SAM_SOURCE_SDSAT = 9  /* SDSAT adaptive tokens (C++ torch backend only) */
 } sam_draft_source;
 
 /* Always initialise with sam_session_options_default(), then change fields.

@@ -50,13 +50,20 @@ namespace {
 struct ModelPolicy {
   std::string_view name;
   GeneratorOptions::DraftModelUse use;
+  GeneratorOptions::SdsatUse sdsat;
   std::string_view description;
 };
+using DraftUse = GeneratorOptions::DraftModelUse;
+using SdsatUse = GeneratorOptions::SdsatUse;
 constexpr ModelPolicy kModelPolicies[] = {
-    {"model", GeneratorOptions::DraftModelUse::kOnly,
+    {"model", DraftUse::kOnly, SdsatUse::kNone,
      "the draft model's tree every step (--draft-model, --draft-mode)"},
-    {"sam-model", GeneratorOptions::DraftModelUse::kFallback,
+    {"sam-model", DraftUse::kFallback, SdsatUse::kNone,
      "paper rule (l_bias 5, l_threshold 5) with the draft model's tree as fallback"},
+    {"sdsat", DraftUse::kNone, SdsatUse::kOnly,
+     "SDSAT: the model's own drafts at adaptive tokens every step (--sdsat-tokens)"},
+    {"sam-sdsat", DraftUse::kNone, SdsatUse::kFallback,
+     "paper rule (l_bias 5, l_threshold 5) with SDSAT's drafts as fallback"},
 };
 }  // namespace
 
@@ -72,7 +79,13 @@ std::string GeneratorPolicyHelp() {
 
 bool PolicyNeedsDraftModel(std::string_view name) {
   for (const ModelPolicy& p : kModelPolicies)
-    if (p.name == name) return true;
+    if (p.name == name) return p.use != DraftUse::kNone;
+  return false;
+}
+
+bool PolicyNeedsSdsat(std::string_view name) {
+  for (const ModelPolicy& p : kModelPolicies)
+    if (p.name == name) return p.sdsat != SdsatUse::kNone;
   return false;
 }
 
@@ -82,6 +95,7 @@ GeneratorOptions GeneratorOptionsForPolicy(std::string_view name) {
     if (p.name != name) continue;
     o.selection.policy = rt::Policy::kPaper;
     o.draft_model_use = p.use;
+    o.sdsat_use = p.sdsat;
     return o;
   }
   try {
@@ -90,7 +104,7 @@ GeneratorOptions GeneratorOptionsForPolicy(std::string_view name) {
     o.recycling_fallback = p.recycling_fallback;
   } catch (const sam::Error& e) {
     std::string message = e.what();
-    if (!message.empty() && message.back() == ')') message.insert(message.size() - 1, ", model, sam-model");
+    if (!message.empty() && message.back() == ')') message.insert(message.size() - 1, ", model, sam-model, sdsat, sam-sdsat");
     throw Error(ErrorCode::kInvalidArgument, message);
   }
   return o;
@@ -120,6 +134,7 @@ struct Generator::Scratch {
   rt::VerifyResult verified;
   std::vector<uint32_t> committed;  // start + accepted tokens
   std::vector<uint32_t> emitted;    // this step's new tokens
+  std::vector<float> adaptive_rows; // SDSAT: the k processed rows handed to the drafter
   // Sampling: the processed distribution of each tree node, filled on demand.
   std::vector<std::vector<float>> rows;
   std::vector<uint8_t> have_row;
@@ -160,6 +175,33 @@ Generator::Generator(const Model& model, const GeneratorOptions& options)
     model_drafter_ = std::make_unique<ModelDrafter>(*draft, options.draft_tree);
     if (options.draft_model_use == Use::kFallback) session_options.fallback = model_drafter_.get();
   }
+  if (options.sdsat_use != SdsatUse::kNone) {
+    if (options.sdsat.adaptive_tokens.empty())
+      throw Error(ErrorCode::kInvalidArgument,
+                  "generate: the policy drafts with SDSAT, but no adaptive token ids were given "
+                  "(sdsat_tokens in config.json or --sdsat-tokens)");
+    if (options.sdsat_use == SdsatUse::kFallback &&
+        (options.recycling_fallback || options.draft_model_use == Use::kFallback))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "generate: a session has one fallback drafter: SDSAT, Token Recycling or the draft "
+                  "model");
+    if (options.draft_model_use != Use::kNone)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "generate: a draft model and SDSAT cannot draft in the same generator (a session "
+                  "has one drafter besides SAM's automata)");
+    if (options.sdsat_use == SdsatUse::kFallback &&
+        options.selection.policy == rt::Policy::kCalibrated &&
+        options.sdsat.scheme == rt::SdsatScheme::kTwoPass)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "generate: sam-cal merges SDSAT's drafts with the one-pass scheme only (the "
+                  "two-pass scheme drafts only after a pass without a draft)");
+    try {
+      sdsat_ = std::make_unique<rt::SdsatDrafter>(options.sdsat, static_cast<size_t>(vocab));
+    } catch (const sam::Error& e) {
+      throw Error(ErrorCode::kInvalidArgument, std::string("generate: ") + e.what());
+    }
+    if (options.sdsat_use == SdsatUse::kFallback) session_options.fallback = sdsat_.get();
+  }
   try {
     session_ = std::make_unique<rt::Session>(session_options);
   } catch (const sam::Error& e) {
@@ -173,6 +215,21 @@ Generator::Generator(const Model& model, const GeneratorOptions& options)
              : options.selection.draft_size);
   if (options.draft_model_use == Use::kOnly)
     max_draft_nodes_ = std::min(max_draft_nodes_, options.draft_tree.MaxNodes());
+  max_pass_nodes_ = max_draft_nodes_;
+  if (sdsat_) {
+    const size_t k = sdsat_->k();
+    if (options.sdsat_use == SdsatUse::kOnly) {
+      // The widest tree the drafter makes (sampling and greedy shapes of the same width).
+      const rt::SdsatOptions& so = options.sdsat;
+      max_draft_nodes_ = std::min(
+          max_draft_nodes_,
+          std::max(rt::SdsatTreeOptions(k, so.width, true, so.without_replacement).MaxNodes(),
+                   rt::SdsatTreeOptions(k, so.width, false, so.without_replacement).MaxNodes()));
+    }
+    max_pass_nodes_ = options.sdsat.scheme == rt::SdsatScheme::kOnePass
+                          ? max_draft_nodes_ * (1 + k)
+                          : std::max(max_draft_nodes_, 1 + k);
+  }
 }
 
 Generator::~Generator() = default;
@@ -215,7 +272,7 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
 
   // The cache holds the prompt, every emitted token but the last, and one step's draft.
   const int64_t needed = result.prompt_tokens + options.max_new_tokens +
-                         static_cast<int64_t>(max_draft_nodes_);
+                         static_cast<int64_t>(max_pass_nodes_);
   if (cache_.capacity() < needed) {
     cache_ = KvCache();  // release the old storage before allocating the new one
     cache_ = model_.NewCache(needed);
@@ -228,6 +285,33 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
     model_drafter_->Configure(options.sampling, options.seed ^ 0x5851f42d4c957f2dULL);
     model_drafter_->Reserve(result.prompt_tokens + options.max_new_tokens);
   }
+  // SDSAT: adaptive branches ride on the passes (sdsat.h); sdsat_only drafts without the session.
+  const bool sdsat = options.speculative && sdsat_ != nullptr;
+  const bool sdsat_only = options_.sdsat_use == GeneratorOptions::SdsatUse::kOnly;
+  const bool one_pass = options_.sdsat.scheme == rt::SdsatScheme::kOnePass;
+  const size_t k = sdsat_ ? sdsat_->k() : 0;
+  if (sdsat_) sdsat_->Configure(options.sampling, options.seed ^ 0x2545f4914f6cdd1dULL);
+  // Appends a chain of the k adaptive tokens below input node `parent`.
+  auto append_adaptive = [&](int32_t parent) {
+    for (size_t j = 0; j < k; ++j) {
+      s.input.tokens.push_back(sdsat_->adaptive_tokens()[j]);
+      s.input.parents.push_back(j == 0 ? parent : static_cast<int32_t>(s.input.tokens.size()) - 2);
+    }
+  };
+  // Hands the drafter the processed rows of the k adaptive positions from input row `first`.
+  auto take_adaptive_rows = [&](const torch::Tensor& logits, int64_t first) {
+    const torch::Tensor cpu =
+        logits.narrow(0, first, static_cast<int64_t>(k)).to(torch::kCPU, torch::kFloat32).contiguous();
+    s.adaptive_rows.assign(cpu.data_ptr<float>(), cpu.data_ptr<float>() + cpu.numel());
+    const size_t v = static_cast<size_t>(vocab);
+    try {
+      for (size_t j = 0; j < k; ++j)
+        rt::ApplySampling(std::span<float>(s.adaptive_rows).subspan(j * v, v), sdsat_->row_params());
+      sdsat_->SetRows(s.adaptive_rows);
+    } catch (const sam::Error& e) {
+      throw Error(ErrorCode::kInvalidArgument, std::string("generate: SDSAT rows: ") + e.what());
+    }
+  };
 
   // Feeds Token Recycling the top-k next tokens of every row of `logits` (evaluated `tokens`).
   auto observe = [&](const torch::Tensor& logits, std::span<const uint32_t> tokens) {
@@ -282,7 +366,7 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
   // ---- Prefill: one pass over the prompt; the first token comes from its last position.
   if (options.speculative && model_only) {
     model_drafter_->Prefill(prompt);
-  } else if (options.speculative) {
+  } else if (options.speculative && !sdsat_only) {
     session_->Reset();
     session_->Prefill(prompt);
   }
@@ -290,8 +374,16 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
     s.input.tokens.assign(prompt.begin(), prompt.end());
     s.input.parents.resize(prompt.size());
     for (size_t i = 0; i < prompt.size(); ++i) s.input.parents[i] = static_cast<int32_t>(i) - 1;
-    const torch::Tensor logits = model_.Forward(cache_, s.input);
+    // SDSAT: [prompt, S x k], the first pass of both schemes (drafts for the first step).
+    if (sdsat) append_adaptive(static_cast<int32_t>(prompt.size()) - 1);
+    const torch::Tensor all_logits = model_.Forward(cache_, s.input);
     cache_.CommitPrefix(result.prompt_tokens);
+    const torch::Tensor logits =
+        sdsat ? all_logits.narrow(0, 0, result.prompt_tokens) : all_logits;
+    if (sdsat) {
+      take_adaptive_rows(all_logits, result.prompt_tokens);
+      result.adaptive_tokens += static_cast<int64_t>(k);
+    }
     observe(logits, prompt);
     uint32_t first;
     if (greedy) {
@@ -314,6 +406,8 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
       const size_t max_nodes = std::min<size_t>(max_draft_nodes_, static_cast<size_t>(remaining));
       if (model_only) {
         model_drafter_->Propose(start, max_nodes, &s.tree);
+      } else if (sdsat_only) {
+        sdsat_->Propose(start, max_nodes, &s.tree);
       } else {
         session_->Propose(start, max_nodes, &s.tree);
       }
@@ -321,9 +415,16 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
       s.tree.Reset(start, rt::DraftSource::kNone);
     }
     const rt::DraftTree& tree = s.tree;
+    const int64_t n = static_cast<int64_t>(tree.size());
     s.input.tokens.assign(tree.tokens.begin(), tree.tokens.end());
     s.input.parents.assign(tree.parents.begin(), tree.parents.end());
-    const torch::Tensor logits = model_.Forward(cache_, s.input);
+    // SDSAT's adaptive branches: below every node (one-pass), or below the start token of a step
+    // without a draft (two-pass: the official first pass on [c, S x k]).
+    const bool adaptive = sdsat && (one_pass || n == 1);
+    if (adaptive)
+      for (int32_t i = 0; i < static_cast<int32_t>(n); ++i) append_adaptive(i);
+    const torch::Tensor all_logits = model_.Forward(cache_, s.input);
+    const torch::Tensor logits = adaptive ? all_logits.narrow(0, 0, n) : all_logits;
     observe(logits, tree.tokens);
 
     if (greedy) {
@@ -335,25 +436,38 @@ GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const Gener
       // sam-cal re-ranks the model's nodes into its own tree (its node indexes are
       // not the model draft's): verified by the deterministic rule, which is
       // exact for any tree drawn independently of the verification randomness.
-      if (tree.source == rt::DraftSource::kModel &&
+      if ((tree.source == rt::DraftSource::kModel || tree.source == rt::DraftSource::kSdsat) &&
           options_.selection.policy != rt::Policy::kCalibrated) {
-        // The draft model's own rule, with its proposal rows q(.|node).
-        const rt::TreeDraft& draft = model_drafter_->last_draft();
+        // The draft model's (or SDSAT's) own rule, with its proposal rows q(.|node).
+        const rt::TreeDraft& draft = tree.source == rt::DraftSource::kModel
+                                         ? model_drafter_->last_draft()
+                                         : sdsat_->last_draft();
         s.verified = rt::VerifySampling(tree, target, rng, draft.verify_mode,
                                         [&](int32_t node) { return draft.ProposalRow(node); });
       } else {
         s.verified = rt::VerifySampling(tree, target, rng);
       }
     }
-    cache_.Commit(s.verified.accepted_nodes);
+    cache_.Commit(s.verified.accepted_nodes);  // adaptive nodes are never kept
     if (options.speculative) {
       s.committed.assign(1, start);
       s.committed.insert(s.committed.end(), s.verified.accepted_tokens.begin(),
                          s.verified.accepted_tokens.end());
       if (model_only) {
         model_drafter_->Commit(s.committed);
-      } else {
+      } else if (!sdsat_only) {
         session_->Commit(s.committed);
+      }
+    }
+    if (sdsat) {
+      if (adaptive) {
+        // The branch below the last accepted node drafts the tokens after this step's bonus.
+        const int64_t last = s.verified.accepted_nodes.empty() ? 0 : s.verified.accepted_nodes.back();
+        take_adaptive_rows(all_logits, n + last * static_cast<int64_t>(k));
+        result.adaptive_tokens += n * static_cast<int64_t>(k);
+        if (!one_pass) ++result.sdsat_draft_passes;
+      } else {
+        sdsat_->ClearRows();
       }
     }
 

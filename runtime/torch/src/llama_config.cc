@@ -1,5 +1,6 @@
 #include "sam/torch/llama_config.h"
 
+#include <cstdint>
 #include <fstream>
 #include <sstream>
 
@@ -119,6 +120,17 @@ LlamaConfig LlamaConfig::FromJsonText(std::string_view text, const std::string& 
     if (!j["torch_dtype"].is_string()) ConfigError(source, "field 'torch_dtype' is not a string");
     c.torch_dtype = j["torch_dtype"].get<std::string>();
   }
+  if (Present(j, "sdsat_tokens")) {
+    const auto& ids = j["sdsat_tokens"];
+    if (!ids.is_array() || ids.empty())
+      ConfigError(source, "field 'sdsat_tokens' must be a non-empty list of token ids, found " +
+                              ids.dump());
+    for (const auto& id : ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > UINT32_MAX)
+        ConfigError(source, "field 'sdsat_tokens' holds " + id.dump() + ", not a token id");
+      c.sdsat_tokens.push_back(static_cast<uint32_t>(id.get<int64_t>()));
+    }
+  }
   c.Validate(source);
   return c;
 }
@@ -157,6 +169,10 @@ void LlamaConfig::Validate(const std::string& source) const {
   if (!(rms_norm_eps > 0.0)) ConfigError(source, "field 'rms_norm_eps' must be positive");
   if (!(rope_theta > 0.0)) ConfigError(source, "field 'rope_theta' must be positive");
   if (sliding_window < 0) ConfigError(source, "field 'sliding_window' must be non-negative");
+  for (const uint32_t id : sdsat_tokens)
+    if (static_cast<int64_t>(id) >= vocab_size)
+      ConfigError(source, "field 'sdsat_tokens': id " + std::to_string(id) +
+                              " is outside the vocabulary (" + std::to_string(vocab_size) + " tokens)");
   if (!torch_dtype.empty() && torch_dtype != "float32" && torch_dtype != "float16" &&
       torch_dtype != "bfloat16") {
     ConfigError(source, "field 'torch_dtype': unsupported value '" + torch_dtype +
@@ -183,6 +199,7 @@ std::string LlamaConfig::ToJsonText() const {
   };
   if (sliding_window > 0) j["sliding_window"] = sliding_window;
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
+  if (!sdsat_tokens.empty()) j["sdsat_tokens"] = sdsat_tokens;
   return j.dump(2);
 }
 

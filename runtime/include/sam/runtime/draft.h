@@ -33,6 +33,7 @@ enum class DraftSource : uint8_t {
   kOther = 6,      // a user-supplied drafter
   kModel = 7,      // a draft model (torch backend's ModelDrafter, tree_draft.h)
   kCache = 8,      // the cross-request response cache (response_cache.h)
+  kSdsat = 9,      // SDSAT adaptive tokens (sdsat.h; torch backend's Generator)
 };
 SAM_API std::string_view DraftSourceName(DraftSource source);
 

@@ -23,7 +23,7 @@ namespace sam::runtime {
 
 inline constexpr size_t kTrackedDepths = 64;      // depths 1..64 (deeper ones fold into 64)
 inline constexpr size_t kMatchLengthBuckets = 33;  // lengths 0..31, then 32 and longer
-inline constexpr size_t kNumDraftSources = 9;     // DraftSource values
+inline constexpr size_t kNumDraftSources = 10;     // DraftSource values
 
 inline size_t MatchLengthBucket(uint64_t len) {
   return len < kMatchLengthBuckets - 1 ? static_cast<size_t>(len) : kMatchLengthBuckets - 1;

@@ -58,6 +58,7 @@
 #include "sam/format/index.h"
 #include "sam/runtime/draft.h"
 #include "sam/runtime/recycling.h"
+#include "sam/runtime/sdsat.h"
 #include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/statistics.h"
@@ -86,16 +87,33 @@ struct GeneratorOptions {
   // The model's tree shape; `greedy` is set per request from the sampling temperature. Policy
   // "model" drafts at most selection.draft_size nodes (start token included).
   runtime::TreeDraftOptions draft_tree;
+  // SDSAT (sam/runtime/sdsat.h): the target model drafts its own next tokens at k adaptive
+  // tokens (sdsat.adaptive_tokens, e.g. runtime::ExpandSdsatTokens({32011}, 4)). kOnly drafts
+  // every step with them (policy "sdsat"); kFallback makes them the session's fallback drafter
+  // (policy "sam-sdsat": SAM's linear draft when max(l_dyn, l_static - l_bias) >= l_threshold,
+  // else SDSAT's; with sam-cal their trees join the calibrated merge, one-pass scheme only).
+  // Schemes: kOnePass (default) puts a branch of k adaptive nodes below every draft node of the
+  // verification pass, so the branch below the last accepted node drafts the next step in the
+  // same pass; kTwoPass is the official scheme: a pass on [c, S x k] (the tree of the start token
+  // alone plus its adaptive branch: it emits the next token and drafts) alternates with a pass
+  // that verifies the drafts. Adaptive nodes are never committed to the KV cache.
+  enum class SdsatUse { kNone, kOnly, kFallback };
+  SdsatUse sdsat_use = SdsatUse::kNone;
+  runtime::SdsatOptions sdsat;
 };
 
 // Generator options for a policy by its name: runtime::NamedPolicies() (sam/runtime/selection.h:
 // sam, static, dynamic, sam-tree, sam-rec, sam-cal) and the two policies that need a draft model,
 // which only this backend can run: "model" (the draft model alone) and "sam-model" (the paper
-// rule with the draft model as fallback, l_bias 5, l_threshold 5). The caller sets draft_model.
+// rule with the draft model as fallback, l_bias 5, l_threshold 5), and the SDSAT policies
+// "sdsat" (adaptive-token drafts alone) and "sam-sdsat" (the paper rule with SDSAT as fallback).
+// The caller sets draft_model, or sdsat.adaptive_tokens.
 // Throws Error(kInvalidArgument) listing the valid names.
 GeneratorOptions GeneratorOptionsForPolicy(std::string_view name);
 // True for the policies that need GeneratorOptions::draft_model.
 bool PolicyNeedsDraftModel(std::string_view name);
+// True for the policies that need SDSAT adaptive tokens ("sdsat", "sam-sdsat").
+bool PolicyNeedsSdsat(std::string_view name);
 // One line per policy name, for --help texts (runtime::PolicyHelp() and the two above).
 std::string GeneratorPolicyHelp();
 
@@ -132,6 +150,10 @@ struct GenerateResult {
   StopReason stop_reason = StopReason::kMaxNewTokens;
   // Forward passes of the draft model (0 without one).
   int64_t draft_forward_passes = 0;
+  // SDSAT: adaptive-token nodes evaluated (never committed), and the steps that were the first
+  // pass of the two-pass scheme (the start token and its adaptive branch alone).
+  int64_t adaptive_tokens = 0;
+  int64_t sdsat_draft_passes = 0;
   // Per draft source (runtime::DraftSource order), one record per step.
   std::array<runtime::SourceStatistics, runtime::kNumDraftSources> by_source{};
   // All sources together.
@@ -170,9 +192,17 @@ class Generator {
   const runtime::RecyclingDrafter* recycling() const { return recycling_.get(); }
   // The draft model's drafter (null without a draft model).
   const ModelDrafter* model_drafter() const { return model_drafter_.get(); }
+  // The SDSAT drafter (null without SDSAT).
+  const runtime::SdsatDrafter* sdsat() const { return sdsat_.get(); }
+  // The KV cache of the last request: its committed positions are the prompt and every emitted
+  // token but the last (for tests: commit against recompute).
+  const KvCache& cache() const { return cache_; }
 
-  // The most nodes a draft may have, start token included (sizes the KV cache).
+  // The most nodes a draft may have, start token included.
   size_t max_draft_nodes() const { return max_draft_nodes_; }
+  // The most nodes one verification pass evaluates: the draft plus SDSAT's adaptive nodes (sizes
+  // the KV cache).
+  size_t max_pass_nodes() const { return max_pass_nodes_; }
 
  private:
   struct Scratch;
@@ -180,8 +210,10 @@ class Generator {
   GeneratorOptions options_;
   std::unique_ptr<runtime::RecyclingDrafter> recycling_;
   std::unique_ptr<ModelDrafter> model_drafter_;
+  std::unique_ptr<runtime::SdsatDrafter> sdsat_;
   std::unique_ptr<runtime::Session> session_;
   size_t max_draft_nodes_ = 1;
+  size_t max_pass_nodes_ = 1;
   KvCache cache_;  // reused across requests when large enough
   std::unique_ptr<Scratch> scratch_;
 };

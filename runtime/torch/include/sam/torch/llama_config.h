@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "sam/torch/error.h"
@@ -32,6 +33,9 @@ struct LlamaConfig {
   bool tie_word_embeddings = false;
   int64_t sliding_window = 0;        // Mistral; 0 = none. A KV cache may not exceed it.
   std::string torch_dtype;           // "float32", "float16", "bfloat16" or empty
+  // SDSAT checkpoints (tools/sdsat/finetune.py): the adaptive token ids, one (repeated k times)
+  // or k of them; empty when absent. Each must be < vocab_size.
+  std::vector<uint32_t> sdsat_tokens;
 
   // Parses config.json text; `source` names the file in error messages. Validates the result.
   static LlamaConfig FromJsonText(std::string_view text, const std::string& source = "config.json");
