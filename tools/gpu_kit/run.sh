@@ -129,4 +129,26 @@ for run in plain sam sam-cal model sam-model sam-cal+model; do
     log "sam-generate $run failed"
 done
 
+# 6. SDSAT's schemes on the random target (adaptive id 31999; acceptance means nothing with
+# random weights, the cost of a pass carrying the adaptive branches does): seconds per pass.
+log "SDSAT schemes (random target)"
+for run in plain sdsat-one sdsat-two sam-sdsat sam-cal-sdsat; do
+  case $run in
+    plain) args=(--no-spec);;
+    sdsat-one) args=(--policy sdsat --sdsat-tokens 31999 --sdsat-k 4);;
+    sdsat-two) args=(--policy sdsat --sdsat-tokens 31999 --sdsat-k 4 --sdsat-scheme two-pass);;
+    sam-sdsat) args=(--policy sam-sdsat --sdsat-tokens 31999 --sdsat-k 4);;
+    sam-cal-sdsat) args=(--policy sam-cal --sdsat-tokens 31999 --sdsat-k 4);;
+  esac
+  "$build/bin/sam-generate" --model "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
+      --index "$build/kit-gsm8k.sam" --prompt "$question" --max-new-tokens "$new_tokens" \
+      --device "$device" --json "${args[@]}" 2>> "$out/sdsat.log" |
+    $py -c 'import json,sys; r=json.load(sys.stdin); s=r.get("sdsat", {}); print("JSON " + json.dumps({
+        "bench": "sdsat", "run": sys.argv[1], "tokens_per_s": r.get("tokens_per_s"), "mat": r.get("mat"),
+        "steps": r.get("steps"), "verified_tokens": r.get("verified_tokens"),
+        "adaptive_tokens": s.get("adaptive_tokens_evaluated", 0),
+        "ms_per_pass": 1000 * r["decode_seconds"] / max(r["steps"], 1)}))' "$run" >> "$out/sdsat_runs.log" ||
+    log "sam-generate $run failed"
+done
+
 python3 tools/gpu_kit/collect.py "$out" && log "figures: $out/gpu_kit.json"

@@ -10,7 +10,13 @@ next tokens are predictable, fine-tune it with adaptive tokens
      the plain loss moves by at most --max-loss-change;
   3. SDSAT's output equals plain greedy decoding of the fine-tuned model.
 
-    demo.py --work DIR [--quick]
+With the C++ generator (sam-generate: --sam-generate PATH, $SAM_GENERATE, or
+build/bin/sam-generate), the same checkpoint is also decoded by both C++
+schemes (--policy sdsat --sdsat-scheme one-pass / two-pass, KV cache on):
+their outputs must equal plain greedy decoding (--no-spec), and tokens per
+forward pass and decode wall time are reported for both.
+
+    demo.py --work DIR [--quick] [--sam-generate PATH]
 
 Exit status 0 when all three hold, 1 otherwise. --quick (CI) trains fewer
 steps and checks the same properties with looser thresholds.
@@ -56,6 +62,47 @@ def run_finetune(args_list):
     subprocess.run(cmd, check=True)
 
 
+def default_generator():
+    path = os.path.join(HERE, "..", "..", "build", "bin", "sam-generate")
+    return os.path.normpath(path) if os.access(path, os.X_OK) else ""
+
+
+def run_cpp_schemes(binary, checkpoint, prompts, new_tokens):
+    """Greedy decoding of every prompt by sam-generate: plain (--no-spec) and SDSAT's two
+    schemes (adaptive ids from config.json). Returns the figures and the mismatches."""
+    runs = {"plain": ["--no-spec"],
+            "one-pass": ["--policy", "sdsat", "--sdsat-scheme", "one-pass"],
+            "two-pass": ["--policy", "sdsat", "--sdsat-scheme", "two-pass"]}
+    totals = {name: {"tokens": 0, "passes": 0, "steps": 0, "seconds": 0.0, "accepted": 0}
+              for name in runs}
+    outputs = {name: [] for name in runs}
+    for prompt in prompts:
+        for name, flags in runs.items():
+            cmd = [binary, "--model", checkpoint, "--prompt-ids", ",".join(map(str, prompt)),
+                   "--max-new-tokens", str(new_tokens), "--json"] + flags
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise SystemExit("demo.py: %s failed (exit %d): %s"
+                                 % (" ".join(cmd), done.returncode, done.stderr.strip()))
+            j = json.loads(done.stdout)
+            outputs[name].append(j["output_ids"])
+            t = totals[name]
+            t["tokens"] += j["new_tokens"]
+            t["passes"] += j["forward_passes"]
+            t["steps"] += j["steps"]
+            t["seconds"] += j["prefill_seconds"] + j["decode_seconds"]
+            t["accepted"] += sum(s["accepted_tokens"] for s in j["by_source"].values())
+    report = {}
+    for name, t in totals.items():
+        report[name] = {"tokens_per_forward_pass": round(t["tokens"] / t["passes"], 3),
+                        "forward_passes": t["passes"],
+                        "accepted_drafts": t["accepted"],
+                        "seconds": round(t["seconds"], 3)}
+    mismatches = ["%s prompt %d" % (name, i) for name in ("one-pass", "two-pass")
+                  for i, out in enumerate(outputs[name]) if out != outputs["plain"][i]]
+    return {"report": report, "mismatches": mismatches}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--work", required=True, help="folder for the data and the checkpoints")
@@ -63,10 +110,14 @@ def main():
     ap.add_argument("--block-length", type=int, default=4)
     ap.add_argument("--prompts", type=int, default=12)
     ap.add_argument("--new-tokens", type=int, default=40)
+    ap.add_argument("--sam-generate", default=os.environ.get("SAM_GENERATE") or default_generator(),
+                    help="the sam-generate binary for the C++ schemes (default: $SAM_GENERATE, "
+                         "else build/bin/sam-generate when built; none: skip them)")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
     pre_steps, sat_steps = (300, 300) if args.quick else (900, 900)
     min_mat = 1.5 if args.quick else 2.0
+    min_tpp = 1.3 if args.quick else 1.8  # C++ schemes: tokens per target forward pass
     min_same = 0.5 if args.quick else 0.8
     max_loss_change = 0.25 if args.quick else 0.1
     torch.set_num_threads(1)
@@ -125,8 +176,23 @@ def main():
         "sdsat_equals_plain_greedy": "%d/%d" % (exact, len(prompts)),
         "plain_loss_before_after": [round(x, 4) for x in loss],
     }
-    print("demo.py: " + json.dumps(result))
     ok = True
+    if args.sam_generate:
+        cpp = run_cpp_schemes(args.sam_generate, sat, prompts, args.new_tokens)
+        result["cpp"] = cpp["report"]
+        if cpp["mismatches"]:
+            print("demo.py: FAIL: C++ SDSAT output differs from C++ plain greedy decoding: %s"
+                  % ", ".join(cpp["mismatches"]), file=sys.stderr)
+            ok = False
+        for scheme in ("one-pass", "two-pass"):
+            tpp = cpp["report"][scheme]["tokens_per_forward_pass"]
+            if tpp < min_tpp:
+                print("demo.py: FAIL: C++ %s: %.2f tokens per forward pass < %.2f" % (scheme, tpp, min_tpp),
+                      file=sys.stderr)
+                ok = False
+    else:
+        result["cpp"] = "skipped: no sam-generate (build with torch, or pass --sam-generate)"
+    print("demo.py: " + json.dumps(result))
     if exact != len(prompts):
         print("demo.py: FAIL: SDSAT output differs from plain greedy decoding", file=sys.stderr)
         ok = False

@@ -34,6 +34,13 @@
 // RSD-S (drawn without replacement), the multi-round rule for SpecInfer and sampled chains (with
 // replacement), the deterministic rule for kTree. The Rng is seeded per request by
 // GenerateOptions::seed (the draft model's own Rng by a value derived from it).
+// SDSAT (GeneratorOptions::sdsat_use, sam/runtime/sdsat.h): the prefill runs on [prompt, S x k]
+// and, in the one-pass scheme, every pass carries a chain of the k adaptive tokens below each
+// draft node (two-pass: below the start token of a step without a draft); the rows of the chain
+// below the last accepted node, processed by the same ApplySampling, are the SDSAT drafter's next
+// proposal. Adaptive nodes are evaluated, never committed; SDSAT's trees are verified with their
+// own rule and rows under sampling (recursive rejection with q without replacement, or the
+// deterministic rule for top-W trees).
 // Without speculation (GenerateOptions::speculative = false) every step's tree is the start token
 // alone: plain autoregressive decoding through the same code path.
 //
