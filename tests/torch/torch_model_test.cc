@@ -716,6 +716,21 @@ TEST_F(ForwardErrors, RejectsBadInputs) {
   ExpectError([&] { model_.Forward(other, std::vector<int64_t>{1}); }, tb::ErrorCode::kInvalidArgument, {"KV cache"});
 }
 
+TEST_F(ForwardErrors, LibtorchFailuresComeOutAsSamErrors) {
+  // A cache of 2^40 positions cannot be allocated: libtorch throws c10::Error, the caller gets
+  // the one error family (kCapacity, naming the call).
+  try {
+    model_.NewCache(int64_t{1} << 40);
+    ADD_FAILURE() << "a 2^40-position cache was allocated";
+  } catch (const tb::Error& e) {
+    EXPECT_EQ(e.code(), tb::ErrorCode::kCapacity) << e.what();
+    EXPECT_NE(std::string(e.what()).find("NewCache"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("memory"), std::string::npos) << e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "not a sam::Error: " << e.what();
+  }
+}
+
 TEST_F(ForwardErrors, CommitRejectsNonPaths) {
   tb::KvCache cache = model_.NewCache(16);
   model_.Forward(cache, tb::TreeInput{{1, 2, 3, 4}, {-1, 0, 0, 1}});

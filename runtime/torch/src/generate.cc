@@ -10,6 +10,8 @@
 
 #include <torch/torch.h>
 
+#include "torch_errors.h"
+
 namespace sam::torch_backend {
 
 namespace rt = sam::runtime;
@@ -256,6 +258,12 @@ void Generator::AttachShardSet(std::span<const std::shared_ptr<const runtime::St
 
 GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const GenerateOptions& options,
                                    const TokenCallback& on_tokens) {
+  return internal::TranslateTorchErrors("generate",
+                                        [&] { return GenerateImpl(prompt, options, on_tokens); });
+}
+
+GenerateResult Generator::GenerateImpl(std::span<const uint32_t> prompt,
+                                       const GenerateOptions& options, const TokenCallback& on_tokens) {
   ValidateOptions(options);
   if (prompt.empty()) throw Error(ErrorCode::kInvalidArgument, "generate: the prompt is empty");
   torch::NoGradGuard no_grad;

@@ -1,5 +1,7 @@
 #include "sam/torch/model.h"
 
+#include "torch_errors.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/cuda.h>
 
@@ -280,7 +282,8 @@ Model Model::FromTensors(const LlamaConfig& config, const NamedTensors& weights,
     auto it = by_name.find(name);
     return Found{it == by_name.end() ? torch::Tensor() : *it->second, source};
   };
-  return Build(config, lookup, options);
+  return internal::TranslateTorchErrors("building the model from " + source,
+                                        [&] { return Build(config, lookup, options); });
 }
 
 Model Model::Load(const std::filesystem::path& dir, const ModelOptions& options) {
@@ -292,7 +295,8 @@ Model Model::Load(const std::filesystem::path& dir, const ModelOptions& options)
     auto lookup = [&](const std::string& name) {
       return Found{file.Contains(name) ? file.Get(name) : torch::Tensor(), single.string()};
     };
-    return Build(config, lookup, options);
+    return internal::TranslateTorchErrors("loading the model " + dir.string(),
+                                          [&] { return Build(config, lookup, options); });
   }
   if (!std::filesystem::exists(index_path)) {
     throw Error(ErrorCode::kIo, "model directory '" + dir.string() +
@@ -341,7 +345,8 @@ Model Model::Load(const std::filesystem::path& dir, const ModelOptions& options)
     }
     return Found{file.Get(name), file.path().string()};
   };
-  return Build(config, lookup, options);
+  return internal::TranslateTorchErrors("loading the model " + dir.string(),
+                                        [&] { return Build(config, lookup, options); });
 }
 
 KvCache Model::NewCache(int64_t capacity) const {
@@ -354,9 +359,11 @@ KvCache Model::NewCache(int64_t capacity) const {
                     std::to_string(config_.sliding_window) + " (sliding-window attention is not implemented)");
   }
   KvCache cache;
-  cache.storage_ = torch::zeros(
-      {config_.num_hidden_layers, 2, 1, config_.num_key_value_heads, capacity, config_.head_dim},
-      torch::TensorOptions().dtype(dtype_).device(device_));
+  cache.storage_ = internal::TranslateTorchErrors("NewCache(" + std::to_string(capacity) + ")", [&] {
+    return torch::zeros(
+        {config_.num_hidden_layers, 2, 1, config_.num_key_value_heads, capacity, config_.head_dim},
+        torch::TensorOptions().dtype(dtype_).device(device_));
+  });
   cache.capacity_ = capacity;
   return cache;
 }
@@ -376,11 +383,11 @@ torch::Tensor Model::Forward(KvCache& cache, const std::vector<int64_t>& tokens)
 }
 
 torch::Tensor Model::Forward(KvCache& cache, const TreeInput& input) const {
-  return ForwardImpl(cache, input, /*extend=*/false);
+  return internal::TranslateTorchErrors("Forward", [&] { return ForwardImpl(cache, input, /*extend=*/false); });
 }
 
 torch::Tensor Model::Extend(KvCache& cache, const TreeInput& input) const {
-  return ForwardImpl(cache, input, /*extend=*/true);
+  return internal::TranslateTorchErrors("Extend", [&] { return ForwardImpl(cache, input, /*extend=*/true); });
 }
 
 torch::Tensor Model::ForwardImpl(KvCache& cache, const TreeInput& input, bool extend) const {

@@ -46,7 +46,8 @@
 //
 // Errors: Error(kInvalidArgument) for an empty prompt, max_new_tokens < 1, bad sampling
 // parameters, prompt ids outside the model's vocabulary or an index with a bigger vocabulary;
-// model errors propagate (model.h). Never prints.
+// model errors propagate (model.h); libtorch's own exceptions (c10::Error) come out as
+// Error(kCapacity) when memory runs out, else Error(kInternal). Never prints.
 // Thread safety: a Generator is used by one thread at a time; several Generators may share one
 // Model and one IndexView. Lifetime: the model and attached views are borrowed and must outlive
 // the Generator (an IndexFile may be moved meanwhile: its view keeps its address, format/index.h).
@@ -213,6 +214,8 @@ class Generator {
 
  private:
   struct Scratch;
+  GenerateResult GenerateImpl(std::span<const uint32_t> prompt, const GenerateOptions& options,
+                              const TokenCallback& on_tokens);
   const Model& model_;
   GeneratorOptions options_;
   std::unique_ptr<runtime::RecyclingDrafter> recycling_;

@@ -20,7 +20,9 @@
 // Attention uses an additive 0 / -inf mask over [n, L + n] (the prefix columns are all zero, so
 // only the [n, n] in-input block is materialised) and a float32 softmax.
 //
-// Errors: Error with a code (see error.h); messages name the file / tensor / field.
+// Errors: Error with a code (see error.h); messages name the file / tensor / field. libtorch's
+// own exceptions (c10::Error) are translated: Error(kCapacity) when memory runs out (NewCache,
+// Forward), else Error(kInternal).
 // Thread safety: a Model is immutable after construction; Forward() may run concurrently on
 // different caches. A KvCache must not be used by two threads at once.
 #pragma once
