@@ -756,12 +756,15 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // u's transition, a shorter match than the longest one (Commit does not
   // move cursors there). Counts as a lookup.
   auto offer_backoff = [&](int32_t node, size_t i, uint64_t v) {
+    // A shorter context occurs more often than v (its end positions are a
+    // strict superset): a branching state, so past the limit nothing is read.
+    if (sel.max_static_lookups != 0 && lookups >= sel.max_static_lookups) return;
     const format::IndexView& view = *cursors_[i].view();
     const uint64_t u = view.Link(v);
     if (u == format::kRoot || u == format::kNoState) return;
     const uint64_t total = view.Count(u);
     if (total == 0) return;
-    if (total > 1 && sel.max_static_lookups != 0 && ++lookups > sel.max_static_lookups) return;
+    ++lookups;
     const uint64_t len = view.Len(u);
     if (len >= m.StateLen(node, i)) return;  // corrupt: a link must shorten the match
     for (const StaticIndex::Child& c : top_children(i, u)) {
