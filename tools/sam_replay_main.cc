@@ -205,6 +205,7 @@ struct Tuning {
   // included): draft_size, sam-tree's max_tree_nodes, PLD's tokens + 1.
   std::optional<size_t> budget;
   std::optional<size_t> max_static_lookups;    // sam-cal
+  std::optional<uint64_t> backoff_count;       // sam-cal
 };
 
 // One entry per --index: an index file (one StaticIndex) or a shard set (one
@@ -239,6 +240,7 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   o.selection.cost_curve = tuning.cost_curve;
   if (tuning.budget) o.selection.draft_size = o.selection.max_tree_nodes = *tuning.budget;
   if (tuning.max_static_lookups) o.selection.max_static_lookups = *tuning.max_static_lookups;
+  if (tuning.backoff_count) o.selection.backoff_count = *tuning.backoff_count;
   const rt::NamedPolicy& named = *FindSessionPolicy(name);
   o.selection.policy = named.policy;
   if (named.recycling_fallback) {
@@ -410,7 +412,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
   app.add_option("--min-path-prob", tuning.min_path_probability,
                  "sam-cal: leave out nodes whose estimated path probability is lower "
-                 "(default 0.01)")
+                 "(default 0.015)")
       ->check(CLI::Range(0.0, 1.0));
   // Budgets, cost curves and the HTML report (kept together).
   std::vector<size_t> draft_sizes;
@@ -438,6 +440,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-static-lookups", tuning.max_static_lookups,
                  "sam-cal: lookups of branching states' children per step, best first "
                  "(0: no limit; default 8)");
+  app.add_option("--backoff-count", tuning.backoff_count,
+                 "sam-cal: a static state that occurs fewer times also offers the heaviest "
+                 "children of its next shorter context (0: never; default 8)");
   app.add_flag("--json", as_json, "print one JSON object (default: a table)");
   bool cross_request = false, cache_prompts = false;
   std::string tenant_field;

@@ -52,13 +52,21 @@ constexpr size_t kProbBuckets = 10;
 // each observation), with, per (parent count, match length) of a static
 // node, the largest estimate over the count ratios: an upper bound on any
 // static child's probability before the children are looked up.
+//
+// Static cells come in two kinds: a child of the node's own state (the
+// longest context), and a backoff child, a child of the next shorter context
+// (the state's suffix link) that the longest context does not offer among
+// its heaviest children. A backoff child's features are those of the shorter
+// context (its count ratio there, that state's count and length). Their upper
+// bound, before the link is read, is per length bucket the largest backoff
+// estimate at that length or shorter (the shorter context is shorter).
 class Session::Calibrator {
  public:
   static constexpr double kPriorWeight = 4.0;
 
   Calibrator() {
     const size_t dynamic = kLengthBuckets * kLengthBuckets;
-    const size_t fixed_static = kRatioBuckets * kCountBuckets * kLengthBuckets;
+    const size_t fixed_static = 2 * kRatioBuckets * kCountBuckets * kLengthBuckets;
     const size_t fallback = kLengthBuckets * kRankBuckets;
     const size_t model = kLengthBuckets * kProbBuckets;
     const size_t cache = kLengthBuckets * kLengthBuckets;
@@ -70,11 +78,14 @@ class Session::Calibrator {
     for (size_t l = 0; l < kLengthBuckets; ++l)
       for (size_t d = 0; d < kLengthBuckets; ++d)
         prior_[l * kLengthBuckets + d] = std::min(0.85, 0.35 + 0.05 * static_cast<double>(l + d));
-    for (size_t r = 0; r < kRatioBuckets; ++r)
-      for (size_t c = 0; c < kCountBuckets; ++c)
-        for (size_t l = 0; l < kLengthBuckets; ++l)
-          prior_[static_base_ + (r * kCountBuckets + c) * kLengthBuckets + l] =
-              0.8 * (static_cast<double>(r) + 0.5) / kRatioBuckets;
+    // A backoff child is a token the longer context did not favour: half the
+    // prior of a child of the same ratio.
+    for (size_t b = 0; b < 2; ++b)
+      for (size_t r = 0; r < kRatioBuckets; ++r)
+        for (size_t c = 0; c < kCountBuckets; ++c)
+          for (size_t l = 0; l < kLengthBuckets; ++l)
+            prior_[StaticCellOf(b, r, c, l)] =
+                (b == 0 ? 0.8 : 0.4) * (static_cast<double>(r) + 0.5) / kRatioBuckets;
     for (size_t d = 0; d < kLengthBuckets; ++d)
       for (size_t k = 0; k < kRankBuckets; ++k)
         prior_[fallback_base_ + d * kRankBuckets + k] = 0.3 / static_cast<double>(k + 1);
@@ -98,20 +109,25 @@ class Session::Calibrator {
     for (size_t c = 0; c < prior_.size(); ++c) prob_[c] = Estimate(c);
     static_max_.assign(kCountBuckets * kLengthBuckets, 0.0);
     for (size_t k = 0; k < static_max_.size(); ++k) UpdateStaticMax(k);
+    backoff_len_max_.assign(kLengthBuckets, 0.0);
+    backoff_max_.assign(kLengthBuckets, 0.0);
+    for (size_t l = 0; l < kLengthBuckets; ++l) UpdateBackoffMax(l);
   }
 
   int DynamicCell(uint64_t match_len, size_t depth) const {
     return static_cast<int>(LengthBucket(match_len) * kLengthBuckets + LengthBucket(depth));
   }
-  int StaticCell(double ratio, uint64_t parent_count, uint64_t match_len) const {
+  // A static child of count ratio `ratio` under a state of `parent_count`
+  // occurrences and match length `match_len`; backoff: that state is the
+  // shorter context (see above).
+  int StaticCell(double ratio, uint64_t parent_count, uint64_t match_len,
+                 bool backoff = false) const {
     // ratio is in [0, 1] (a child's weight never exceeds its parent's); the
     // comparisons keep anything else, NaN included, away from the conversion.
     const size_t r = !(ratio > 0.0) ? 0
                      : ratio < 1.0  ? static_cast<size_t>(ratio * kRatioBuckets)
                                     : kRatioBuckets - 1;
-    return static_cast<int>(static_base_ +
-                            (r * kCountBuckets + CountBucket(parent_count)) * kLengthBuckets +
-                            LengthBucket(match_len));
+    return StaticCellOf(backoff ? 1 : 0, r, CountBucket(parent_count), LengthBucket(match_len));
   }
   int FallbackCell(size_t depth, size_t rank) const {
     return static_cast<int>(fallback_base_ + LengthBucket(depth) * kRankBuckets +
@@ -134,16 +150,39 @@ class Session::Calibrator {
   double StaticBound(uint64_t parent_count, uint64_t match_len) const {
     return static_max_[CountBucket(parent_count) * kLengthBuckets + LengthBucket(match_len)];
   }
+  // At least the estimate of every backoff child of a state of match length
+  // match_len (its shorter context is shorter; any count and ratio).
+  double BackoffBound(uint64_t match_len) const { return backoff_max_[LengthBucket(match_len)]; }
   void Observe(int cell, bool accepted) {
     const size_t c = static_cast<size_t>(cell);
     trials_[c] += 1.0;
     if (accepted) hits_[c] += 1.0;
     prob_[c] = Estimate(c);
-    if (c >= static_base_ && c < fallback_base_)
+    if (c >= static_base_ && c < static_base_ + kStaticCells)
       UpdateStaticMax((c - static_base_) % (kCountBuckets * kLengthBuckets));
+    else if (c >= static_base_ + kStaticCells && c < fallback_base_)
+      UpdateBackoffMax((c - static_base_ - kStaticCells) % kLengthBuckets);
   }
 
  private:
+  static constexpr size_t kStaticCells = kRatioBuckets * kCountBuckets * kLengthBuckets;
+  int StaticCellOf(size_t backoff, size_t r, size_t count, size_t len) const {
+    return static_cast<int>(static_base_ + backoff * kStaticCells +
+                            (r * kCountBuckets + count) * kLengthBuckets + len);
+  }
+  // After a change of a backoff cell of length bucket l.
+  void UpdateBackoffMax(size_t l) {
+    double best = 0.0;
+    for (size_t r = 0; r < kRatioBuckets; ++r)
+      for (size_t c = 0; c < kCountBuckets; ++c)
+        best = std::max(best, prob_[StaticCellOf(1, r, c, l)]);
+    backoff_len_max_[l] = best;
+    best = 0.0;
+    for (size_t k = 0; k < kLengthBuckets; ++k) {
+      best = std::max(best, backoff_len_max_[k]);
+      backoff_max_[k] = best;
+    }
+  }
   double Estimate(size_t cell) const {
     return (hits_[cell] + kPriorWeight * prior_[cell]) / (trials_[cell] + kPriorWeight);
   }
@@ -160,6 +199,9 @@ class Session::Calibrator {
   size_t model_base_ = 0;
   size_t cache_base_ = 0;
   std::vector<double> prior_, hits_, trials_, prob_, static_max_;
+  // Per length bucket: the largest backoff estimate of that length, and of
+  // that length or shorter.
+  std::vector<double> backoff_len_max_, backoff_max_;
 };
 
 namespace {
@@ -171,6 +213,7 @@ struct MergedNode {
   uint16_t depth;
   uint8_t sources;        // bit per contributing source
   bool expanded;          // its static children have been offered (or it has none)
+  bool backed_off;        // its backoff children have been offered (or it has none)
   double prob;            // P(accepted | parent accepted): the best offer
   double path;            // product of prob along the path (set when ranked)
   double queued;          // key of its latest queue entry (-1: none)
@@ -195,6 +238,7 @@ struct QueueEntry {
   uint32_t token;
   uint16_t depth;
   bool expand;
+  bool backoff;  // an expansion: of the backoff children
 };
 
 // The ranking order: path probability descending; at equal keys an expansion
@@ -222,6 +266,9 @@ struct Session::MergedScratch {
   size_t num_indexes = 0;
   std::vector<uint64_t> states;  // nodes.size() x num_indexes
   std::vector<uint64_t> counts;  // Count() of those states
+  // Their match lengths: the root's peeked length plus the depth, except
+  // below a backoff child (a shorter context).
+  std::vector<uint64_t> lens;
   std::vector<QueueEntry> queue;
   std::vector<int32_t> ranked;   // ranked[r]: the node of rank r (tree node r)
   std::vector<int32_t> tree_index;
@@ -240,6 +287,7 @@ struct Session::MergedScratch {
     num_indexes = indexes;
     states.clear();
     counts.clear();
+    lens.clear();
     valid = false;
     Add(-1, start_token);
     nodes[0].prob = 1.0;
@@ -247,14 +295,15 @@ struct Session::MergedScratch {
   int32_t Add(int32_t parent, uint32_t token) {
     const uint16_t depth = parent < 0 ? 0 : static_cast<uint16_t>(nodes[parent].depth + 1);
     const int32_t id = static_cast<int32_t>(nodes.size());
-    nodes.push_back(MergedNode{token, parent, depth, 0, false, 0.0, 0.0, -1.0, -1, -1, -1,
-                               {-1, -1, -1, -1}});
+    nodes.push_back(MergedNode{token, parent, depth, 0, false, false, 0.0, 0.0, -1.0, -1, -1,
+                               -1, {-1, -1, -1, -1}});
     if (parent >= 0) {
       nodes[id].next_sibling = nodes[parent].first_child;
       nodes[parent].first_child = id;
     }
     states.resize(states.size() + num_indexes, format::kNoState);
     counts.resize(counts.size() + num_indexes, 0);
+    lens.resize(lens.size() + num_indexes, 0);
     return id;
   }
   int32_t Child(int32_t parent, uint32_t token) {
@@ -264,6 +313,7 @@ struct Session::MergedScratch {
   }
   uint64_t& State(int32_t node, size_t index) { return states[node * num_indexes + index]; }
   uint64_t& StateCount(int32_t node, size_t index) { return counts[node * num_indexes + index]; }
+  uint64_t& StateLen(int32_t node, size_t index) { return lens[node * num_indexes + index]; }
 
   void Push(const QueueEntry& e) {
     queue.push_back(e);
@@ -282,14 +332,18 @@ struct Session::MergedScratch {
     const double key = p.path * n.prob;
     if (!(key > n.queued)) return;
     n.queued = key;
-    Push(QueueEntry{key, node, p.rank, n.token, n.depth, false});
+    Push(QueueEntry{key, node, p.rank, n.token, n.depth, false, false});
   }
   // A source's estimate for a node: the node keeps the best one, and for
   // each source slot the cell of the best estimate (the cells learn).
   void Offer(const Calibrator& cal, int32_t node, int slot, int cell, uint8_t source) {
     MergedNode& n = nodes[node];
     const double p = cal.Probability(cell);
-    if (n.cells[slot] < 0 || p > cal.Probability(n.cells[slot])) n.cells[slot] = cell;
+    // At equal estimates the smaller cell, so that the cells that learn do
+    // not depend on the order of the offers either.
+    if (n.cells[slot] < 0 || p > cal.Probability(n.cells[slot]) ||
+        (p == cal.Probability(n.cells[slot]) && cell < n.cells[slot]))
+      n.cells[slot] = cell;
     n.sources |= source;
     if (p > n.prob) {
       n.prob = p;
@@ -597,6 +651,10 @@ void Session::ProposeFallback(uint32_t start_token, size_t max_nodes, DraftTree*
 //    (Calibrator::StaticBound) comes up in the best-first queue, or when one
 //    of its children is about to be ranked. Lookups are the cost of a step
 //    (cache misses in the index); most leaves of the draft never need theirs.
+// A node's backoff children (SelectionOptions::backoff_count) are a second
+// lazy expansion of the same kind, with its own bound (Calibrator::
+// BackoffBound), after the node's own static children; before a child ranks,
+// its parent's backoff children are offered too if they may give it a state.
 // Without max_static_lookups the ranking is exact: the same nodes in the same
 // order as ranking the whole (unbounded) candidate trie, which
 // tests/runtime/calibrated_test.cc checks against an eager construction.
@@ -614,6 +672,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     if (peeked_[i].len == 0) continue;
     m.State(0, i) = peeked_[i].state;
     m.StateCount(0, i) = cursors_[i].view()->Count(peeked_[i].state);
+    m.StateLen(0, i) = peeked_[i].len;
   }
 
   // ---- Eager sources.
@@ -689,8 +748,38 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         internal::TopChildrenOf(view, v, lo, hi, static_cast<uint32_t>(width), m.children.data());
     return std::span<const StaticIndex::Child>(m.children.data(), n);
   };
-  // Offers the static children of `node` (in every index where it has a state).
   size_t lookups = 0;  // of states with more than one occurrence
+  // SelectionOptions::backoff_count: the heaviest children of the next
+  // shorter context of state v of index i (its suffix link u, unless that is
+  // the empty context) that v's own heaviest children do not include, as
+  // backoff children of `node` (Calibrator: their own cells). Their state is
+  // u's transition, a shorter match than the longest one (Commit does not
+  // move cursors there). Counts as a lookup.
+  auto offer_backoff = [&](int32_t node, size_t i, uint64_t v) {
+    // A shorter context occurs more often than v (its end positions are a
+    // strict superset): a branching state, so past the limit nothing is read.
+    if (sel.max_static_lookups != 0 && lookups >= sel.max_static_lookups) return;
+    const format::IndexView& view = *cursors_[i].view();
+    const uint64_t u = view.Link(v);
+    if (u == format::kRoot || u == format::kNoState) return;
+    const uint64_t total = view.Count(u);
+    if (total == 0) return;
+    ++lookups;
+    const uint64_t len = view.Len(u);
+    if (len >= m.StateLen(node, i)) return;  // corrupt: a link must shorten the match
+    for (const StaticIndex::Child& c : top_children(i, u)) {
+      const int32_t child = m.Child(node, c.token);
+      if (m.State(child, i) != format::kNoState) continue;  // v's child too
+      const double ratio =
+          c.count < total ? static_cast<double>(c.count) / static_cast<double>(total) : 1.0;
+      m.State(child, i) = c.target;
+      m.StateCount(child, i) = c.count;
+      m.StateLen(child, i) = len + 1;
+      m.Offer(cal, child, 1, cal.StaticCell(ratio, total, len, true), kFromStatic);
+      if (c.count > 1) view.PrefetchEdgeRange(c.target);
+    }
+  };
+  // Offers the static children of `node` (in every index where it has a state).
   auto expand = [&](int32_t node) {
     m.nodes[node].expanded = true;
     const uint16_t depth = m.nodes[node].depth;
@@ -703,7 +792,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       // bound on a step's cache misses (states that occur once are free).
       if (total > 1 && sel.max_static_lookups != 0 && ++lookups > sel.max_static_lookups)
         continue;
-      const uint64_t match_len = peeked_[i].len + depth;
+      const uint64_t match_len = m.StateLen(node, i);
       for (const StaticIndex::Child& c : top_children(i, v)) {
         // A child occurs at most as often as its parent; clamping keeps the
         // ratios of a corrupt index in [0, 1].
@@ -712,12 +801,44 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         const int32_t child = m.Child(node, c.token);
         m.State(child, i) = c.target;
         m.StateCount(child, i) = c.count;
+        m.StateLen(child, i) = match_len + 1;
         m.Offer(cal, child, 1, cal.StaticCell(ratio, total, match_len), kFromStatic);
         // Its own children may be looked up soon: the first of that lookup's
         // dependent cache misses starts now, overlapping the rest of the step.
         if (c.count > 1) cursors_[i].view()->PrefetchEdgeRange(c.target);
       }
     }
+  };
+  // Whether state v of index i (with `total` occurrences) offers backoff children.
+  auto backs_off = [&](uint64_t v, uint64_t total) {
+    return v != format::kNoState && total > 0 && total < sel.backoff_count;
+  };
+  // Offers the backoff children of `node` (after its own static children).
+  auto back_off = [&](int32_t node) {
+    if (!m.nodes[node].expanded) expand(node);
+    m.nodes[node].backed_off = true;
+    if (m.nodes[node].depth >= kMaxStaticDepth) return;
+    for (size_t i = 0; i < m.num_indexes; ++i)
+      if (backs_off(m.State(node, i), m.StateCount(node, i)))
+        offer_backoff(node, i, m.State(node, i));
+  };
+  // An upper bound on the estimate of any backoff child of `node` (0: none).
+  auto backoff_bound = [&](int32_t node) {
+    double bound = 0.0;
+    if (m.nodes[node].depth >= kMaxStaticDepth) return bound;
+    for (size_t i = 0; i < m.num_indexes; ++i)
+      if (backs_off(m.State(node, i), m.StateCount(node, i)))
+        bound = std::max(bound, cal.BackoffBound(m.StateLen(node, i)));
+    return bound;
+  };
+  // Whether the backoff children of `parent` may offer `child` (give it a
+  // state and a cell): it lacks a state in an index where `parent` backs off.
+  auto backoff_reaches = [&](int32_t parent, int32_t child) {
+    for (size_t i = 0; i < m.num_indexes; ++i)
+      if (backs_off(m.State(parent, i), m.StateCount(parent, i)) &&
+          m.State(child, i) == format::kNoState)
+        return true;
+    return false;
   };
   // An upper bound on the estimate of any static child of `node` (0: none).
   auto static_bound = [&](int32_t node) {
@@ -726,7 +847,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     if (depth >= kMaxStaticDepth) return bound;
     for (size_t i = 0; i < m.num_indexes; ++i)
       if (m.State(node, i) != format::kNoState && m.StateCount(node, i) > 0)
-        bound = std::max(bound, cal.StaticBound(m.StateCount(node, i), peeked_[i].len + depth));
+        bound = std::max(bound, cal.StaticBound(m.StateCount(node, i), m.StateLen(node, i)));
     return bound;
   };
   // Ranks `node` (its parent ranked and expanded), queues its children.
@@ -747,9 +868,18 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     const double bound = static_bound(node);
     if (bound > 0.0) {
       const MergedNode& r = m.nodes[node];
-      m.Push(QueueEntry{r.path * bound, node, r.rank, r.token, r.depth, true});
+      m.Push(QueueEntry{r.path * bound, node, r.rank, r.token, r.depth, true, false});
     } else {
       m.nodes[node].expanded = true;
+    }
+    // The backoff children: an expansion of their own, usually later (their
+    // estimates are lower), so that most of their lookups are never made.
+    const double backoff = backoff_bound(node);
+    if (backoff > 0.0) {
+      const MergedNode& r = m.nodes[node];
+      m.Push(QueueEntry{r.path * backoff, node, r.rank, r.token, r.depth, true, true});
+    } else {
+      m.nodes[node].backed_off = true;
     }
   };
 
@@ -759,7 +889,11 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     const QueueEntry e = m.Pop();
     if (e.key < sel.min_path_probability) break;  // nothing left reaches it
     if (e.expand) {
-      if (!m.nodes[e.node].expanded) expand(e.node);
+      if (e.backoff) {
+        if (!m.nodes[e.node].backed_off) back_off(e.node);
+      } else if (!m.nodes[e.node].expanded) {
+        expand(e.node);
+      }
       continue;
     }
     if (m.nodes[e.node].rank >= 0 || e.key < m.nodes[e.node].queued) continue;  // stale
@@ -769,6 +903,11 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     const int32_t parent = m.nodes[e.node].parent;
     if (!m.nodes[parent].expanded) {
       expand(parent);
+      if (m.nodes[e.node].queued > e.key) continue;  // defensive: re-queued higher
+    }
+    // Likewise its parent's backoff children, when they may give it a state.
+    if (!m.nodes[parent].backed_off && backoff_reaches(parent, e.node)) {
+      back_off(parent);
       if (m.nodes[e.node].queued > e.key) continue;  // defensive: re-queued higher
     }
     rank(e.node);
@@ -879,8 +1018,10 @@ void Session::Commit(std::span<const uint32_t> tokens) {
       for (; k < tokens.size(); ++k) {
         const int child = tree_.Child(node, tokens[k]);
         if (child < 0) break;
-        const uint64_t state = merged_->State(merged_->ranked[child], i);
-        if (state == format::kNoState) break;
+        const int32_t merged = merged_->ranked[child];
+        const uint64_t state = merged_->State(merged, i);
+        // A backoff child's state is a shorter match than the longest one.
+        if (state == format::kNoState || merged_->StateLen(merged, i) != peeked_[i].len + k) break;
         c.Set(StaticMatch{state, peeked_[i].len + k});
         node = child;
       }

@@ -3,7 +3,10 @@
 // rank, cached top children, cursors moved along the accepted nodes' known
 // states). The oracle below builds the trie eagerly instead: the dynamic
 // continuation, and under every node with a static state the max_width
-// heaviest children found by enumerating all of its transitions, down to
+// heaviest children found by enumerating all of its transitions and, when its
+// state occurs fewer than backoff_count times, the backoff children (the
+// max_width heaviest of its suffix link's transitions that it lacks, with the
+// state and length of that shorter context), down to
 // where no node can reach min_path_probability; then it ranks the nodes
 // greedily (the best node whose parent is ranked, until the budget is full),
 // with its own copy of the acceptance estimates, fed with the same
@@ -35,19 +38,22 @@ using test_util::RandomTexts;
 using test_util::Text;
 
 // The estimates as docs/runtime.md defines them: cells by feature buckets,
-// (hits + 4 prior) / (trials + 4).
+// (hits + 4 prior) / (trials + 4); static cells for children and for backoff
+// children apart, the latter with half the prior.
 class OracleCalibrator {
  public:
   static constexpr size_t kL = 11, kC = 8, kR = 10, kK = 8;
   OracleCalibrator() {
-    prior_.assign(kL * kL + kR * kC * kL + kL * kK, 0.0);
+    prior_.assign(kL * kL + 2 * kR * kC * kL + kL * kK, 0.0);
     for (size_t l = 0; l < kL; ++l)
       for (size_t d = 0; d < kL; ++d)
         prior_[l * kL + d] = std::min(0.85, 0.35 + 0.05 * static_cast<double>(l + d));
-    for (size_t r = 0; r < kR; ++r)
-      for (size_t c = 0; c < kC; ++c)
-        for (size_t l = 0; l < kL; ++l)
-          prior_[kL * kL + (r * kC + c) * kL + l] = 0.8 * (static_cast<double>(r) + 0.5) / kR;
+    for (size_t b = 0; b < 2; ++b)
+      for (size_t r = 0; r < kR; ++r)
+        for (size_t c = 0; c < kC; ++c)
+          for (size_t l = 0; l < kL; ++l)
+            prior_[kL * kL + b * kR * kC * kL + (r * kC + c) * kL + l] =
+                (b == 0 ? 0.8 : 0.4) * (static_cast<double>(r) + 0.5) / kR;
     hits_.assign(prior_.size(), 0.0);
     trials_.assign(prior_.size(), 0.0);
   }
@@ -66,10 +72,11 @@ class OracleCalibrator {
   int Dynamic(uint64_t len, size_t depth) const {
     return static_cast<int>(LengthBucket(len) * kL + LengthBucket(depth));
   }
-  int Static(uint64_t child, uint64_t parent, uint64_t len) const {
+  int Static(uint64_t child, uint64_t parent, uint64_t len, bool backoff = false) const {
     const size_t r = child >= parent ? kR - 1 : static_cast<size_t>(
                                                     static_cast<double>(child) / parent * kR);
-    return static_cast<int>(kL * kL + (r * kC + CountBucket(parent)) * kL + LengthBucket(len));
+    return static_cast<int>(kL * kL + (backoff ? kR * kC * kL : 0) +
+                            (r * kC + CountBucket(parent)) * kL + LengthBucket(len));
   }
   double P(int cell) const {
     return (hits_[cell] + 4.0 * prior_[cell]) / (trials_[cell] + 4.0);
@@ -91,6 +98,8 @@ struct ONode {
   std::array<int, 2> cells{-1, -1};
   std::vector<uint64_t> states;  // per index (kNoState: none)
   std::vector<uint64_t> counts;
+  std::vector<uint64_t> lens;    // match length of each state
+  bool backoff = false;          // offered as a backoff child
   int rank = -1;
 };
 
@@ -113,12 +122,14 @@ class Oracle {
     nodes_[0].prob = nodes_[0].path = 1;
     nodes_[0].states.assign(views_.size(), format::kNoState);
     nodes_[0].counts.assign(views_.size(), 0);
+    nodes_[0].lens.assign(views_.size(), 0);
     peeked_.clear();
     for (size_t i = 0; i < views_.size(); ++i) {
       peeked_.push_back(cursors_[i].Peek(start));
       if (peeked_[i].len > 0) {
         nodes_[0].states[i] = peeked_[i].state;
         nodes_[0].counts[i] = views_[i]->Count(peeked_[i].state);
+        nodes_[0].lens[i] = peeked_[i].len;
       }
     }
     const DynamicSam::Match dyn = dyn_sam.Lookup(start);
@@ -144,19 +155,26 @@ class Oracle {
         const uint64_t v = nodes_[x].states[i];
         const uint64_t total = nodes_[x].counts[i];
         if (v == format::kNoState || total == 0) continue;
-        std::vector<StaticIndex::Child> all;
-        views_[i]->ForEachChild(v, [&](uint32_t token, uint64_t target) {
-          all.push_back({token, target, views_[i]->Count(target)});
-        });
-        std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
-          return a.count != b.count ? a.count > b.count : a.token < b.token;
-        });
-        all.resize(std::min(all.size(), sel_.max_width));
-        for (const auto& c : all) {
+        const uint64_t len = nodes_[x].lens[i];
+        for (const auto& c : Heaviest(*views_[i], v)) {
           const int child = Child(static_cast<int>(x), c.token);
           nodes_[child].states[i] = c.target;
           nodes_[child].counts[i] = c.count;
-          Offer(child, 1, cal.Static(c.count, total, peeked_[i].len + nodes_[x].depth));
+          nodes_[child].lens[i] = len + 1;
+          Offer(child, 1, cal.Static(c.count, total, len));
+        }
+        // Backoff: the shorter context's heaviest children that v's lack.
+        const uint64_t u = views_[i]->Link(v);
+        if (total >= sel_.backoff_count || u == format::kRoot) continue;
+        const uint64_t u_total = views_[i]->Count(u), u_len = views_[i]->Len(u);
+        for (const auto& c : Heaviest(*views_[i], u)) {
+          const int child = Child(static_cast<int>(x), c.token);
+          if (nodes_[child].states[i] != format::kNoState) continue;
+          nodes_[child].states[i] = c.target;
+          nodes_[child].counts[i] = c.count;
+          nodes_[child].lens[i] = u_len + 1;
+          nodes_[child].backoff = true;
+          Offer(child, 1, cal.Static(c.count, u_total, u_len, true));
         }
       }
     }
@@ -179,6 +197,7 @@ class Oracle {
     t.Reset(start, DraftSource::kNone);
     tree_cells_.assign(1, {-1, -1});
     for (size_t r = 1; r < ranked.size(); ++r) {
+      backoff_drafted += nodes_[ranked[r]].backoff;
       t.Add(nodes_[nodes_[ranked[r]].parent].rank, nodes_[ranked[r]].token);
       tree_cells_.push_back(nodes_[ranked[r]].cells);
     }
@@ -206,8 +225,21 @@ class Oracle {
   }
 
   OracleCalibrator cal;
+  size_t backoff_drafted = 0;  // drafted nodes offered as backoff children
 
  private:
+  // The max_width heaviest transitions of v (count descending, then token).
+  std::vector<StaticIndex::Child> Heaviest(const format::IndexView& view, uint64_t v) const {
+    std::vector<StaticIndex::Child> all;
+    view.ForEachChild(v, [&](uint32_t token, uint64_t target) {
+      all.push_back({token, target, view.Count(target)});
+    });
+    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+      return a.count != b.count ? a.count > b.count : a.token < b.token;
+    });
+    all.resize(std::min(all.size(), sel_.max_width));
+    return all;
+  }
   bool Before(const ONode& a, const ONode& b) const {
     if (a.path != b.path) return a.path > b.path;
     if (a.depth != b.depth) return a.depth < b.depth;
@@ -221,13 +253,16 @@ class Oracle {
     ONode n{token, parent, nodes_[parent].depth + 1};
     n.states.assign(views_.size(), format::kNoState);
     n.counts.assign(views_.size(), 0);
+    n.lens.assign(views_.size(), 0);
     nodes_.push_back(std::move(n));
     return static_cast<int>(nodes_.size() - 1);
   }
   void Offer(int node, int slot, int cell) {
     ONode& n = nodes_[node];
     const double p = cal.P(cell);
-    if (n.cells[slot] < 0 || p > cal.P(n.cells[slot])) n.cells[slot] = cell;
+    if (n.cells[slot] < 0 || p > cal.P(n.cells[slot]) ||
+        (p == cal.P(n.cells[slot]) && cell < n.cells[slot]))
+      n.cells[slot] = cell;
     n.prob = std::max(n.prob, p);
   }
 
@@ -317,6 +352,7 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, bool hubs, size_t draf
   // The streams exercise what they are meant to: accepted drafts, branching trees.
   EXPECT_GT(accepted_total, steps / 4) << seed;
   EXPECT_GT(branching, steps / 10) << seed;
+  EXPECT_GT(oracle.backoff_drafted, steps / 10) << seed;
 }
 
 TEST(CalibratedPolicy, LazyRankingMatchesEagerOracle) {
@@ -326,6 +362,12 @@ TEST(CalibratedPolicy, LazyRankingMatchesEagerOracle) {
 TEST(CalibratedPolicy, LazyRankingMatchesEagerOracleWithHubsAndTwoIndexes) {
   for (uint32_t seed = 11; seed <= 14; ++seed) CompareWithOracle(seed, 2, true, 40, 8);
   for (uint32_t seed = 21; seed <= 23; ++seed) CompareWithOracle(seed, 1, true, 16, 3);
+}
+
+// Two indexes without hub tables: a node's backoff children in one index and
+// its own children in the other (the offers' order differs from the oracle's).
+TEST(CalibratedPolicy, LazyRankingMatchesEagerOracleWithTwoIndexes) {
+  for (uint32_t seed = 11; seed <= 14; ++seed) CompareWithOracle(seed, 2, false, 40, 8);
 }
 
 TEST(CalibratedPolicy, SmallBudgetsAndNarrowTrees) {
