@@ -64,8 +64,7 @@ class DraftsTest(unittest.TestCase):
         self.assertEqual(shards.num_documents, index.num_documents)
         self.assertEqual(shards.vocab_size, index.vocab_size)
         self.assertEqual(len(shards.shard_paths), 3)
-        # sam-cal offers each shard's tree (not the summed counts): left out.
-        for policy in ("sam", "static", "dynamic", "sam-tree", "sam-rec"):
+        for policy in ("sam", "static", "dynamic", "sam-tree", "sam-rec", "sam-cal"):
             with self.subTest(policy=policy):
                 session = new_session(policy)
                 session.attach(shards)
