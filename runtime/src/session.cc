@@ -258,11 +258,11 @@ struct Session::MergedScratch {
   std::vector<uint64_t> targets, target_counts;  // rows x shard_states.size() (kNoState, 0: none)
   std::vector<Gathered> gathered;
   std::vector<uint64_t> upper, lower;  // candidates' bounds (merged_children)
-  // Longer lists of the heaviest children (kLongChildren) of the shard states
-  // whose hub table or cache list does not hold all their children:
-  // direct-mapped, kLongEntries entries of about 1.5 KiB, allocated when
-  // first needed.
-  static constexpr size_t kLongChildren = 64, kLongEntries = 256;
+  // Lists of the kLongChildren heaviest children of shard states that are
+  // not hubs (count descending, then token ascending; all of them when
+  // fewer): direct-mapped, kLongEntries entries of about 790 bytes,
+  // allocated when first needed.
+  static constexpr size_t kLongChildren = 32, kLongEntries = 1024;
   struct LongEntry {
     const format::IndexView* view = nullptr;
     uint64_t state = 0;
@@ -838,14 +838,16 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // gives. Into m.merged, with each child's target in each shard (kNoState:
   // none) in m.targets / m.target_counts.
   //
-  // From each shard's own heaviest children (hub table or cache; a list of
-  // kChildren, or fewer when they are all): every token in some list gets its
-  // exact sum (a lookup in the shards whose list it is not in and that have
-  // more children); a token in no list sums to at most the sum of the
-  // incomplete lists' last counts (the threshold). When the max_width-th
-  // best candidate exceeds it, the candidates' top is the top; otherwise
-  // (ties at the threshold, short lists, wider trees) every transition of the
-  // shards' states is enumerated, as MergedStaticTreeBuilder does.
+  // A threshold algorithm over each shard's own heaviest children (hub
+  // table, or the long cache; a list of 32, or fewer when they are all):
+  // every token in some list whose upper bound can reach the top gets its
+  // exact sum (a transition lookup in the incomplete shards whose list
+  // lacks it); a token in no list sums to at most the incomplete lists'
+  // last counts (the threshold). When the max_width-th best candidate
+  // exceeds it (or equals it with a small enough token), the candidates'
+  // top is the top; otherwise (ties, wider trees) every transition of the
+  // shards' states is enumerated, as MergedStaticTreeBuilder does. Results
+  // are cached by shard states (FindMerged).
   auto merged_children = [&]() {
     const size_t width = sel.max_width;
     const size_t n = m.shard_states.size();
@@ -861,12 +863,10 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     auto heavier = [](const MergedScratch::MergedChild& a, const MergedScratch::MergedChild& b) {
       return a.count != b.count ? a.count > b.count : a.token < b.token;
     };
-    // From the shards' lists of their heaviest children: the first
-    // kChildren of the hub table's or the session cache's list, or (long)
-    // the hub table's whole list (top_k: kShardTopK for a shard set's
-    // shards) or the long cache's (kLongChildren). False when they cannot
-    // decide.
-    auto from_lists = [&](bool long_lists) {
+    // From the shards' lists of their heaviest children: the hub table's
+    // (top_k: kShardTopK for a shard set's shards) or the long cache's
+    // (kLongChildren). False when they cannot decide.
+    auto from_lists = [&]() {
       m.merged.clear();
       m.targets.clear();
       m.target_counts.clear();
@@ -886,16 +886,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
           if (hubs != nullptr && hubs->TopChildren(e.state, &top)) {
             e.complete = top.size() < hubs->options().top_k;  // a hub's list: never scanned
           } else {
-            top = m.cache.Get(view, e.state);
-            e.complete = top.size() < TopChildrenCache::kChildren;
-            if (!e.complete && long_lists) {
-              top = m.LongList(view, e.state);
-              e.complete = top.size() < MergedScratch::kLongChildren;
-            }
-          }
-          if (!long_lists && top.size() > TopChildrenCache::kChildren) {
-            top = top.first(TopChildrenCache::kChildren);
-            e.complete = false;
+            top = m.LongList(view, e.state);
+            e.complete = top.size() < MergedScratch::kLongChildren;
           }
           m.lists.insert(m.lists.end(), top.begin(), top.end());  // copied: slots get reused
         }
@@ -974,7 +966,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       }
       return false;
     };
-    if ((width <= TopChildrenCache::kChildren && from_lists(false)) || from_lists(true)) {
+    if (from_lists()) {
       m.StoreMerged(width);
       return;
     }
