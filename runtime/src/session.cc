@@ -358,6 +358,7 @@ struct Session::MergedScratch {
   TopChildrenCache cache{1024};
   // The pending proposal is this trie's ranking (Commit may read the states).
   bool valid = false;
+  double min_key = 0.0;  // SelectionOptions::min_path_probability
 
   void Reset(uint32_t start_token, size_t indexes) {
     nodes.clear();
@@ -401,12 +402,13 @@ struct Session::MergedScratch {
     queue.pop_back();
     return e;
   }
-  // Queues a node of a ranked parent (again, when its probability rose).
+  // Queues a node of a ranked parent (again, when its probability rose);
+  // not below min_key (the ranking stops there: it would never be popped).
   void Enqueue(int32_t node) {
     MergedNode& n = nodes[node];
     const MergedNode& p = nodes[n.parent];
     const double key = p.path * n.prob;
-    if (!(key > n.queued)) return;
+    if (!(key > n.queued) || key < min_key) return;
     n.queued = key;
     Push(QueueEntry{key, node, p.rank, n.token, n.depth, false});
   }
@@ -736,6 +738,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   MergedScratch& m = *merged_;
   const Calibrator& cal = *calibrator_;
   m.Reset(start_token, cursors_.size());
+  m.min_key = sel.min_path_probability;
   // The static sources as units: a shard set is one index over the union of
   // its documents, matching as long as its longest shard; only the shards
   // that match that long (tied) have the match's string, so only they hold
@@ -803,19 +806,22 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   }
 
   // ---- The lazy static source.
-  // The max_width heaviest children of state v of index i (count descending,
-  // then token ascending), as StaticTreeBuilder expands them.
-  auto top_children = [&](size_t i, uint64_t v) -> std::span<const StaticIndex::Child> {
+  // The max_width heaviest children of state v of index i, which occurs
+  // `count` times (count descending, then token ascending), as
+  // StaticTreeBuilder expands them.
+  auto top_children = [&](size_t i, uint64_t v,
+                          uint64_t count) -> std::span<const StaticIndex::Child> {
     const format::IndexView& view = *cursors_[i].view();
     const size_t width = sel.max_width;
     if (width == 0) return {};
     // A state that occurs once continues as its one occurrence does: one
-    // child, the next text position (the implicit transition), no edge lookup.
-    if (!view.IsClone(v) && view.Count(v) == 1) {
+    // child, the next text position (the implicit transition), which occurs
+    // once too; no edge lookup, one read of the text.
+    if (!view.IsClone(v) && count == 1) {
       if (v >= view.num_tokens()) return {};
       const uint32_t token = view.Token(v + 1);
       if (token >= view.separator()) return {};
-      m.children.assign(1, StaticIndex::Child{token, v + 1, view.Count(v + 1)});
+      m.children.assign(1, StaticIndex::Child{token, v + 1, 1});
       return m.children;
     }
     const StaticIndex* hubs = shared_[i].get();
@@ -878,10 +884,10 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         e.list_begin = static_cast<uint32_t>(m.lists.size());
         std::span<const StaticIndex::Child> top;
         const StaticIndex* hubs = shared_[e.cursor].get();
-        if (!view.IsClone(e.state) && view.Count(e.state) == 1) {
+        if (!view.IsClone(e.state) && e.count == 1) {
           e.complete = true;
           if (e.state < view.num_tokens() && view.Token(e.state + 1) < view.separator())
-            m.lists.push_back({view.Token(e.state + 1), e.state + 1, view.Count(e.state + 1)});
+            m.lists.push_back({view.Token(e.state + 1), e.state + 1, 1});
         } else {
           if (hubs != nullptr && hubs->TopChildren(e.state, &top)) {
             e.complete = top.size() < hubs->options().top_k;  // a hub's list: never scanned
@@ -1006,16 +1012,18 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     const uint16_t depth = m.nodes[node].depth;
     if (depth >= kMaxStaticDepth) return;
     for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
-      m.shard_states.clear();
+      // The shards with a state here (usually one: an index of its own, or
+      // the one shard that has the node's string).
       uint64_t total = 0;
+      size_t with_state = 0, only = 0;
       for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
-        const uint64_t v = m.State(node, i);
         const uint64_t count = m.StateCount(node, i);
-        if (v == format::kNoState || count == 0) continue;
-        m.shard_states.push_back({i, v, count, 0, 0, false});
+        if (m.State(node, i) == format::kNoState || count == 0) continue;
         total += count;
+        ++with_state;
+        only = i;
       }
-      if (m.shard_states.empty()) continue;
+      if (with_state == 0) continue;
       // Past max_static_lookups, a branching state offers no children: the
       // bound on a step's cache misses (states that occur once are free).
       if (total > 1 && sel.max_static_lookups != 0 && ++lookups > sel.max_static_lookups)
@@ -1031,18 +1039,23 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         return child;
       };
       // Its own children may be looked up soon: the first of that lookup's
-      // dependent cache misses starts now, overlapping the rest of the step.
+      // dependent cache misses (or, for a state that occurs once, the text
+      // it continues with) starts now, overlapping the rest of the step.
       auto set_state = [&](int32_t child, size_t i, uint64_t target, uint64_t count) {
         m.State(child, i) = target;
         m.StateCount(child, i) = count;
         if (count > 1) cursors_[i].view()->PrefetchEdgeRange(target);
+        else cursors_[i].view()->PrefetchToken(target + 1);
       };
-      if (m.shard_states.size() == 1) {
-        const size_t i = m.shard_states[0].cursor;
-        for (const StaticIndex::Child& c : top_children(i, m.shard_states[0].state))
-          set_state(offer(c.token, c.count), i, c.target, c.count);
+      if (with_state == 1) {
+        for (const StaticIndex::Child& c : top_children(only, m.State(node, only), total))
+          set_state(offer(c.token, c.count), only, c.target, c.count);
         continue;
       }
+      m.shard_states.clear();
+      for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i)
+        if (m.State(node, i) != format::kNoState && m.StateCount(node, i) > 0)
+          m.shard_states.push_back({i, m.State(node, i), m.StateCount(node, i), 0, 0, false});
       merged_children();
       const size_t n = m.shard_states.size();
       for (const MergedScratch::MergedChild& c : m.merged) {
@@ -1084,8 +1097,11 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     for (int32_t c = n.first_child; c >= 0; c = m.nodes[c].next_sibling) m.Enqueue(c);
     const double bound = static_bound(node);
     if (bound > 0.0) {
+      // (Below min_path_probability the entry would never be popped: the
+      // node is then expanded only if one of its children comes to rank.)
       const MergedNode& r = m.nodes[node];
-      m.Push(QueueEntry{r.path * bound, node, r.rank, r.token, r.depth, true});
+      if (r.path * bound >= sel.min_path_probability)
+        m.Push(QueueEntry{r.path * bound, node, r.rank, r.token, r.depth, true});
     } else {
       m.nodes[node].expanded = true;
     }
