@@ -248,7 +248,7 @@ TEST_P(ShardSetTest, CalibratedDraftsEqualTheSingleIndex) {
       single.AttachIndex(built.single);
       sharded.AttachShardSet(built.shards);
       size_t steps = 0, accepted_total = 0, branching = 0;
-      for (int stream = 0; stream < 3; ++stream) {
+      for (int stream = 0; stream < 2; ++stream) {
         single.Reset();
         sharded.Reset();
         const Text s = RandomStream(rng, docs, 400, vocab);
