@@ -27,6 +27,7 @@
 #include "sam/format/index.h"
 #include "sam/runtime/budget.h"
 #include "sam/format/shard_set.h"
+#include "sam/runtime/shard_set.h"
 #include "sam/runtime/pld.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"
@@ -509,7 +510,7 @@ int main(int argc, char** argv) {
         sam::format::ShardSet set = sam::format::ShardSet::Open(p, open);
         SharedIndex group{{}, true};
         for (const auto& f : set.shards()) {
-          group.shards.push_back(rt::StaticIndex::Create(f.shared_view()));
+          group.shards.push_back(rt::StaticIndex::Create(f.shared_view(), rt::ShardIndexOptions()));
           indexes.push_back(sam::format::IndexFile::Open(f.path(), open));
         }
         views.push_back(std::move(group));

@@ -26,6 +26,7 @@
 #include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/format/shard_set.h"
+#include "sam/runtime/shard_set.h"
 #include "sam/format/sha256.h"
 #include "sam/runtime/batch.h"
 #include "sam/runtime/draft.h"
@@ -131,7 +132,8 @@ class ShardSet {
     if (tokenizer) options.expected_tokenizer_sha256 = sam::format::Sha256File(*tokenizer);
     const sam::format::ShardSet opened = sam::format::ShardSet::Open(path, options);
     for (const auto& f : opened.shards()) {
-      set->shards_.push_back(sam::runtime::StaticIndex::Create(f.shared_view()));
+      set->shards_.push_back(
+          sam::runtime::StaticIndex::Create(f.shared_view(), sam::runtime::ShardIndexOptions()));
       set->paths_.push_back(f.path());
     }
     set->manifest_ = opened.manifest();

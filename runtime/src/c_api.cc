@@ -18,6 +18,7 @@
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
 #include "sam/format/shard_set.h"
+#include "sam/runtime/shard_set.h"
 #include "sam/runtime/batch.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/response_cache.h"
@@ -377,7 +378,8 @@ int sam_shard_set_open(const char* path, const char* expected_tokenizer_sha256, 
     auto set = std::make_unique<sam_shard_set>();
     const sam::format::ShardSet opened = sam::format::ShardSet::Open(path, options);
     for (const auto& f : opened.shards())
-      set->shards.push_back(sam::runtime::StaticIndex::Create(f.shared_view()));
+      set->shards.push_back(
+          sam::runtime::StaticIndex::Create(f.shared_view(), sam::runtime::ShardIndexOptions()));
     set->tokens = opened.num_tokens();
     set->documents = opened.num_documents();
     *out = set.release();

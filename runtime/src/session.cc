@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <chrono>
+#include <functional>
 #include <limits>
 #include <string>
 
@@ -274,11 +276,136 @@ struct Session::MergedScratch {
   std::vector<int32_t> tree_index;
   std::vector<double> ranked_paths;  // cost-aware sizing (SelectionOptions::cost_curve)
   std::vector<StaticIndex::Child> children;
+  // The static sources: unit u is cursors [unit_begin[u], unit_begin[u + 1])
+  // (a shard set's shards, or one index), matching unit_len[u] tokens at the
+  // root (the longest over its shards).
+  std::vector<size_t> unit_begin;
+  std::vector<uint64_t> unit_len;
+  // A merged lookup over a unit's shards (merged_children in ProposeCalibrated).
+  struct ShardState {
+    size_t cursor;
+    uint64_t state;
+    uint64_t count;
+    uint32_t list_begin, list_size;  // its heaviest children: lists[begin, + size)
+    bool complete;                   // ... and they are all of its children
+  };
+  struct MergedChild {
+    uint32_t token;
+    uint64_t count;  // summed over the shards
+    uint32_t row;    // its target in shard state e: targets[row * shard_states.size() + e]
+  };
+  struct Gathered {
+    uint32_t token;
+    uint32_t shard;  // index into shard_states
+    uint64_t target, count;
+  };
+  std::vector<ShardState> shard_states;
+  std::vector<StaticIndex::Child> lists;
+  std::vector<MergedChild> merged;
+  std::vector<uint64_t> targets, target_counts;  // rows x shard_states.size() (kNoState, 0: none)
+  std::vector<Gathered> gathered;
+  std::vector<uint64_t> upper, lower;  // candidates' bounds (merged_children)
+  // Lists of the kLongChildren heaviest children of shard states that are
+  // not hubs (count descending, then token ascending; all of them when
+  // fewer): direct-mapped, kLongEntries entries of about 790 bytes,
+  // allocated when first needed.
+  static constexpr size_t kLongChildren = 32, kLongEntries = 1024;
+  struct LongEntry {
+    const format::IndexView* view = nullptr;
+    uint64_t state = 0;
+    uint32_t size = 0;
+    std::array<StaticIndex::Child, kLongChildren> children;
+  };
+  std::vector<LongEntry> long_lists;
+  std::span<const StaticIndex::Child> LongList(const format::IndexView& view, uint64_t state) {
+    if (long_lists.empty()) long_lists.resize(kLongEntries);
+    const uint64_t h = (state ^ reinterpret_cast<uintptr_t>(&view)) * 0x9E3779B97F4A7C15ull;
+    LongEntry& e = long_lists[h >> (64 - std::countr_zero(kLongEntries))];
+    if (e.view != &view || e.state != state) {
+      e.view = &view;
+      e.state = state;
+      e.size = internal::TopChildrenOf(view, state, kLongChildren, e.children.data());
+    }
+    return std::span<const StaticIndex::Child>(e.children.data(), e.size);
+  }
+  // The merged top children of recent shard-set nodes (a common short
+  // match's states recur from step to step, and their lookup may have to
+  // enumerate thousands of transitions in each tied shard): direct-mapped by
+  // the shard states, for at most kMergedShards tied shards and
+  // TopChildrenCache::kChildren children (kMergedEntries entries of about
+  // 1.4 KiB, allocated when first needed).
+  static constexpr size_t kMergedShards = 8, kMergedEntries = 512;
+  static constexpr size_t kMergedChildren = TopChildrenCache::kChildren;
+  struct MergedEntry {
+    uint64_t hash = 0;
+    uint8_t shards = 0, size = 0, width = 0;  // shards == 0: empty
+    std::array<uint32_t, kMergedShards> cursors;
+    std::array<uint64_t, kMergedShards> states;
+    std::array<uint32_t, kMergedChildren> tokens;
+    std::array<uint64_t, kMergedChildren> counts;
+    std::array<uint64_t, kMergedChildren * kMergedShards> targets, target_counts;
+  };
+  std::vector<MergedEntry> merged_cache;
+  uint64_t MergedHash(size_t width) const {
+    uint64_t h = width;
+    for (const ShardState& e : shard_states)
+      h = (h ^ (e.state * 0x9E3779B97F4A7C15ull + e.cursor)) * 0xD6E8FEB86659FD93ull;
+    return h ^ (h >> 29);
+  }
+  MergedEntry* MergedSlot(uint64_t hash) {
+    if (merged_cache.empty()) merged_cache.resize(kMergedEntries);
+    return &merged_cache[hash & (kMergedEntries - 1)];
+  }
+  // Fills merged / targets / target_counts from the cache; false on a miss.
+  bool FindMerged(size_t width) {
+    if (shard_states.size() > kMergedShards || width > kMergedChildren) return false;
+    const uint64_t hash = MergedHash(width);
+    const MergedEntry& c = *MergedSlot(hash);
+    const size_t n = shard_states.size();
+    if (c.hash != hash || c.shards != n || c.width != width) return false;
+    for (size_t e = 0; e < n; ++e)
+      if (c.cursors[e] != shard_states[e].cursor || c.states[e] != shard_states[e].state)
+        return false;
+    merged.clear();
+    targets.assign(c.size * n, 0);
+    target_counts.assign(c.size * n, 0);
+    for (uint32_t k = 0; k < c.size; ++k) {
+      merged.push_back({c.tokens[k], c.counts[k], k});
+      for (size_t e = 0; e < n; ++e) {
+        targets[k * n + e] = c.targets[k * kMergedShards + e];
+        target_counts[k * n + e] = c.target_counts[k * kMergedShards + e];
+      }
+    }
+    return true;
+  }
+  void StoreMerged(size_t width) {
+    const size_t n = shard_states.size();
+    if (n > kMergedShards || width > kMergedChildren || merged.size() > kMergedChildren) return;
+    const uint64_t hash = MergedHash(width);
+    MergedEntry& c = *MergedSlot(hash);
+    c.hash = hash;
+    c.shards = static_cast<uint8_t>(n);
+    c.width = static_cast<uint8_t>(width);
+    c.size = static_cast<uint8_t>(merged.size());
+    for (size_t e = 0; e < n; ++e) {
+      c.cursors[e] = static_cast<uint32_t>(shard_states[e].cursor);
+      c.states[e] = shard_states[e].state;
+    }
+    for (size_t k = 0; k < merged.size(); ++k) {
+      c.tokens[k] = merged[k].token;
+      c.counts[k] = merged[k].count;
+      for (size_t e = 0; e < n; ++e) {
+        c.targets[k * kMergedShards + e] = targets[merged[k].row * n + e];
+        c.target_counts[k * kMergedShards + e] = target_counts[merged[k].row * n + e];
+      }
+    }
+  }
   // Top children of high-degree states of indexes attached without a hub
   // table (1024 entries: about 220 KiB, allocated when first needed).
   TopChildrenCache cache{1024};
   // The pending proposal is this trie's ranking (Commit may read the states).
   bool valid = false;
+  double min_key = 0.0;  // SelectionOptions::min_path_probability
 
   void Reset(uint32_t start_token, size_t indexes) {
     nodes.clear();
@@ -325,12 +452,13 @@ struct Session::MergedScratch {
     queue.pop_back();
     return e;
   }
-  // Queues a node of a ranked parent (again, when its probability rose).
+  // Queues a node of a ranked parent (again, when its probability rose);
+  // not below min_key (the ranking stops there: it would never be popped).
   void Enqueue(int32_t node) {
     MergedNode& n = nodes[node];
     const MergedNode& p = nodes[n.parent];
     const double key = p.path * n.prob;
-    if (!(key > n.queued)) return;
+    if (!(key > n.queued) || key < min_key) return;
     n.queued = key;
     Push(QueueEntry{key, node, p.rank, n.token, n.depth, false, false});
   }
@@ -668,11 +796,29 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   MergedScratch& m = *merged_;
   const Calibrator& cal = *calibrator_;
   m.Reset(start_token, cursors_.size());
+  m.min_key = sel.min_path_probability;
+  // The static sources as units: a shard set is one index over the union of
+  // its documents, matching as long as its longest shard; only the shards
+  // that match that long (tied) have the match's string, so only they hold
+  // the root's state (and their counts add up to its count).
+  m.unit_begin.clear();
+  m.unit_len.clear();
   for (size_t i = 0; i < cursors_.size(); ++i) {
-    if (peeked_[i].len == 0) continue;
-    m.State(0, i) = peeked_[i].state;
-    m.StateCount(0, i) = cursors_[i].view()->Count(peeked_[i].state);
-    m.StateLen(0, i) = peeked_[i].len;
+    if (i == 0 || group_[i] != group_[i - 1]) {
+      m.unit_begin.push_back(i);
+      m.unit_len.push_back(0);
+    }
+    m.unit_len.back() = std::max(m.unit_len.back(), peeked_[i].len);
+  }
+  m.unit_begin.push_back(cursors_.size());
+  for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
+    if (m.unit_len[u] == 0) continue;
+    for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
+      if (peeked_[i].len != m.unit_len[u]) continue;
+      m.State(0, i) = peeked_[i].state;
+      m.StateCount(0, i) = cursors_[i].view()->Count(peeked_[i].state);
+      m.StateLen(0, i) = peeked_[i].len;
+    }
   }
 
   // ---- Eager sources.
@@ -719,19 +865,22 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   }
 
   // ---- The lazy static source.
-  // The max_width heaviest children of state v of index i (count descending,
-  // then token ascending), as StaticTreeBuilder expands them.
-  auto top_children = [&](size_t i, uint64_t v) -> std::span<const StaticIndex::Child> {
+  // The max_width heaviest children of state v of index i, which occurs
+  // `count` times (count descending, then token ascending), as
+  // StaticTreeBuilder expands them.
+  auto top_children = [&](size_t i, uint64_t v,
+                          uint64_t count) -> std::span<const StaticIndex::Child> {
     const format::IndexView& view = *cursors_[i].view();
     const size_t width = sel.max_width;
     if (width == 0) return {};
     // A state that occurs once continues as its one occurrence does: one
-    // child, the next text position (the implicit transition), no edge lookup.
-    if (!view.IsClone(v) && view.Count(v) == 1) {
+    // child, the next text position (the implicit transition), which occurs
+    // once too; no edge lookup, one read of the text.
+    if (!view.IsClone(v) && count == 1) {
       if (v >= view.num_tokens()) return {};
       const uint32_t token = view.Token(v + 1);
       if (token >= view.separator()) return {};
-      m.children.assign(1, StaticIndex::Child{token, v + 1, view.Count(v + 1)});
+      m.children.assign(1, StaticIndex::Child{token, v + 1, 1});
       return m.children;
     }
     const StaticIndex* hubs = shared_[i].get();
@@ -748,13 +897,181 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         internal::TopChildrenOf(view, v, lo, hi, static_cast<uint32_t>(width), m.children.data());
     return std::span<const StaticIndex::Child>(m.children.data(), n);
   };
-  size_t lookups = 0;  // of states with more than one occurrence
+  // The max_width heaviest children of a node over the shards of a unit that
+  // have a state there (m.shard_states, two or more), their counts summed by
+  // token, in the same order: what one index over the shards' documents
+  // gives. Into m.merged, with each child's target in each shard (kNoState:
+  // none) in m.targets / m.target_counts.
+  //
+  // A threshold algorithm over each shard's own heaviest children (hub
+  // table, or the long cache; a list of 32, or fewer when they are all):
+  // every token in some list whose upper bound can reach the top gets its
+  // exact sum (a transition lookup in the incomplete shards whose list
+  // lacks it); a token in no list sums to at most the incomplete lists'
+  // last counts (the threshold). When the max_width-th best candidate
+  // exceeds it (or equals it with a small enough token), the candidates'
+  // top is the top; otherwise (ties, wider trees) every transition of the
+  // shards' states is enumerated, as MergedStaticTreeBuilder does. Results
+  // are cached by shard states (FindMerged).
+  auto merged_children = [&]() {
+    const size_t width = sel.max_width;
+    const size_t n = m.shard_states.size();
+    m.merged.clear();
+    m.targets.clear();
+    m.target_counts.clear();
+    if (width == 0 || m.FindMerged(width)) return;
+    auto new_row = [&](uint32_t token) {
+      m.merged.push_back({token, 0, static_cast<uint32_t>(m.merged.size())});
+      m.targets.resize(m.targets.size() + n, format::kNoState);
+      m.target_counts.resize(m.target_counts.size() + n, 0);
+    };
+    auto heavier = [](const MergedScratch::MergedChild& a, const MergedScratch::MergedChild& b) {
+      return a.count != b.count ? a.count > b.count : a.token < b.token;
+    };
+    // From the shards' lists of their heaviest children: the hub table's
+    // (top_k: kShardTopK for a shard set's shards) or the long cache's
+    // (kLongChildren). False when they cannot decide.
+    auto from_lists = [&]() {
+      m.merged.clear();
+      m.targets.clear();
+      m.target_counts.clear();
+      m.lists.clear();
+      uint64_t threshold = 0;   // a token in no list sums to at most this
+      uint32_t last_token = 0;  // ... and is above this when it reaches it
+      for (MergedScratch::ShardState& e : m.shard_states) {
+        const format::IndexView& view = *cursors_[e.cursor].view();
+        e.list_begin = static_cast<uint32_t>(m.lists.size());
+        std::span<const StaticIndex::Child> top;
+        const StaticIndex* hubs = shared_[e.cursor].get();
+        if (!view.IsClone(e.state) && e.count == 1) {
+          e.complete = true;
+          if (e.state < view.num_tokens() && view.Token(e.state + 1) < view.separator())
+            m.lists.push_back({view.Token(e.state + 1), e.state + 1, 1});
+        } else {
+          if (hubs != nullptr && hubs->TopChildren(e.state, &top)) {
+            e.complete = top.size() < hubs->options().top_k;  // a hub's list: never scanned
+          } else {
+            top = m.LongList(view, e.state);
+            e.complete = top.size() < MergedScratch::kLongChildren;
+          }
+          m.lists.insert(m.lists.end(), top.begin(), top.end());  // copied: slots get reused
+        }
+        e.list_size = static_cast<uint32_t>(m.lists.size() - e.list_begin);
+        if (!e.complete && e.list_size > 0) {
+          threshold += m.lists.back().count;
+          last_token = std::max(last_token, m.lists.back().token);
+        }
+      }
+      // Candidates: the tokens of every list, with their sums over the
+      // lists that hold them (a lower bound) and, adding the last count of
+      // the other incomplete lists, an upper bound.
+      m.gathered.clear();
+      for (size_t e = 0; e < n; ++e) {
+        const MergedScratch::ShardState& s = m.shard_states[e];
+        for (uint32_t k = s.list_begin; k < s.list_begin + s.list_size; ++k)
+          m.gathered.push_back({m.lists[k].token, static_cast<uint32_t>(e), m.lists[k].target,
+                                m.lists[k].count});
+      }
+      std::sort(m.gathered.begin(), m.gathered.end(),
+                [](const MergedScratch::Gathered& a, const MergedScratch::Gathered& b) {
+                  return a.token != b.token ? a.token < b.token : a.shard < b.shard;
+                });
+      m.upper.clear();
+      for (size_t k = 0; k < m.gathered.size(); ++k) {
+        const MergedScratch::Gathered& g = m.gathered[k];
+        if (k == 0 || g.token != m.gathered[k - 1].token) {
+          new_row(g.token);
+          m.upper.push_back(threshold);
+        }
+        const MergedScratch::ShardState& s = m.shard_states[g.shard];
+        const uint32_t row = m.merged.back().row;
+        m.targets[row * n + g.shard] = g.target;
+        m.target_counts[row * n + g.shard] = g.count;
+        m.merged.back().count += g.count;
+        if (!s.complete) m.upper[row] -= m.lists[s.list_begin + s.list_size - 1].count;
+        m.upper[row] += g.count;
+      }
+      // The width-th largest lower bound: a candidate whose upper bound is
+      // below it cannot be among the heaviest; the others get exact sums
+      // (a transition lookup in each incomplete shard whose list lacks them).
+      uint64_t cut = 0;
+      if (m.merged.size() >= width) {
+        m.lower.clear();
+        for (const MergedScratch::MergedChild& c : m.merged) m.lower.push_back(c.count);
+        std::nth_element(m.lower.begin(), m.lower.begin() + (width - 1), m.lower.end(),
+                         std::greater<uint64_t>());
+        cut = m.lower[width - 1];
+      }
+      for (MergedScratch::MergedChild& c : m.merged) {
+        if (m.upper[c.row] < cut || m.upper[c.row] == c.count) continue;
+        for (size_t e = 0; e < n; ++e) {
+          const MergedScratch::ShardState& s = m.shard_states[e];
+          if (s.complete || m.targets[c.row * n + e] != format::kNoState) continue;
+          const format::IndexView& view = *cursors_[s.cursor].view();
+          const StaticIndex* hubs = shared_[s.cursor].get();
+          const uint64_t t = hubs ? hubs->Next(s.state, c.token) : view.Next(s.state, c.token);
+          if (t == format::kNoState) continue;
+          m.targets[c.row * n + e] = t;
+          m.target_counts[c.row * n + e] = view.Count(t);
+          c.count += view.Count(t);
+        }
+      }
+      std::sort(m.merged.begin(), m.merged.end(), heavier);
+      // A token in no list ranks after the width-th candidate when that one
+      // sums to more than the threshold, or to as much with a token no
+      // greater than last_token (such a token sums to the threshold only by
+      // equalling every incomplete list's last count, and then comes after
+      // its last token).
+      if (threshold == 0 ||
+          (m.merged.size() >= width &&
+           (m.merged[width - 1].count > threshold ||
+            (m.merged[width - 1].count == threshold && m.merged[width - 1].token <= last_token)))) {
+        if (m.merged.size() > width) m.merged.resize(width);
+        return true;
+      }
+      return false;
+    };
+    if (from_lists()) {
+      m.StoreMerged(width);
+      return;
+    }
+    m.merged.clear();
+    m.targets.clear();
+    m.target_counts.clear();
+    // Every transition of every shard state.
+    m.gathered.clear();
+    for (size_t e = 0; e < n; ++e) {
+      const format::IndexView& view = *cursors_[m.shard_states[e].cursor].view();
+      view.ForEachChild(m.shard_states[e].state, [&](uint32_t token, uint64_t target) {
+        m.gathered.push_back({token, static_cast<uint32_t>(e), target, view.Count(target)});
+      });
+    }
+    std::sort(m.gathered.begin(), m.gathered.end(),
+              [](const MergedScratch::Gathered& a, const MergedScratch::Gathered& b) {
+                return a.token != b.token ? a.token < b.token : a.shard < b.shard;
+              });
+    for (size_t k = 0; k < m.gathered.size(); ++k) {
+      const MergedScratch::Gathered& g = m.gathered[k];
+      if (k == 0 || g.token != m.gathered[k - 1].token) new_row(g.token);
+      MergedScratch::MergedChild& c = m.merged.back();
+      m.targets[c.row * n + g.shard] = g.target;
+      m.target_counts[c.row * n + g.shard] = g.count;
+      c.count += g.count;
+    }
+    const size_t keep = std::min(width, m.merged.size());
+    std::partial_sort(m.merged.begin(), m.merged.begin() + keep, m.merged.end(), heavier);
+    m.merged.resize(keep);
+    m.StoreMerged(width);
+  };
+  size_t lookups = 0;  // of states with more than one occurrence (a unit's summed count)
   // SelectionOptions::backoff_count: the heaviest children of the next
   // shorter context of state v of index i (its suffix link u, unless that is
   // the empty context) that v's own heaviest children do not include, as
   // backoff children of `node` (Calibrator: their own cells). Their state is
   // u's transition, a shorter match than the longest one (Commit does not
-  // move cursors there). Counts as a lookup.
+  // move cursors there). Counts as a lookup. Only for an index attached on
+  // its own: a shard set's shorter contexts are not its shards' suffix links
+  // (see backs_off below).
   auto offer_backoff = [&](int32_t node, size_t i, uint64_t v) {
     // A shorter context occurs more often than v (its end positions are a
     // strict superset): a branching state, so past the limit nothing is read.
@@ -767,7 +1084,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     ++lookups;
     const uint64_t len = view.Len(u);
     if (len >= m.StateLen(node, i)) return;  // corrupt: a link must shorten the match
-    for (const StaticIndex::Child& c : top_children(i, u)) {
+    for (const StaticIndex::Child& c : top_children(i, u, total)) {
       const int32_t child = m.Child(node, c.token);
       if (m.State(child, i) != format::kNoState) continue;  // v's child too
       const double ratio =
@@ -779,39 +1096,80 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       if (c.count > 1) view.PrefetchEdgeRange(c.target);
     }
   };
-  // Offers the static children of `node` (in every index where it has a state).
+  // Offers the static children of `node` from every unit with a state there
+  // (a shard set's as one index's: counts summed over its shards).
   auto expand = [&](int32_t node) {
     m.nodes[node].expanded = true;
     const uint16_t depth = m.nodes[node].depth;
     if (depth >= kMaxStaticDepth) return;
-    for (size_t i = 0; i < m.num_indexes; ++i) {
-      const uint64_t v = m.State(node, i);
-      const uint64_t total = m.StateCount(node, i);
-      if (v == format::kNoState || total == 0) continue;
+    for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
+      // The shards with a state here (usually one: an index of its own, or
+      // the one shard that has the node's string).
+      uint64_t total = 0;
+      size_t with_state = 0, only = 0;
+      for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
+        const uint64_t count = m.StateCount(node, i);
+        if (m.State(node, i) == format::kNoState || count == 0) continue;
+        total += count;
+        ++with_state;
+        only = i;
+      }
+      if (with_state == 0) continue;
       // Past max_static_lookups, a branching state offers no children: the
       // bound on a step's cache misses (states that occur once are free).
       if (total > 1 && sel.max_static_lookups != 0 && ++lookups > sel.max_static_lookups)
         continue;
-      const uint64_t match_len = m.StateLen(node, i);
-      for (const StaticIndex::Child& c : top_children(i, v)) {
-        // A child occurs at most as often as its parent; clamping keeps the
-        // ratios of a corrupt index in [0, 1].
+      // The match length of the node in this unit (its shards with a state
+      // all have it; below a backoff child, a shorter one).
+      const uint64_t match_len = m.StateLen(node, only);
+      // A child occurs at most as often as its parent; clamping keeps the
+      // ratios of a corrupt index in [0, 1].
+      auto offer = [&](uint32_t token, uint64_t count) {
         const double ratio =
-            c.count < total ? static_cast<double>(c.count) / static_cast<double>(total) : 1.0;
-        const int32_t child = m.Child(node, c.token);
-        m.State(child, i) = c.target;
-        m.StateCount(child, i) = c.count;
-        m.StateLen(child, i) = match_len + 1;
+            count < total ? static_cast<double>(count) / static_cast<double>(total) : 1.0;
+        const int32_t child = m.Child(node, token);
         m.Offer(cal, child, 1, cal.StaticCell(ratio, total, match_len), kFromStatic);
-        // Its own children may be looked up soon: the first of that lookup's
-        // dependent cache misses starts now, overlapping the rest of the step.
-        if (c.count > 1) cursors_[i].view()->PrefetchEdgeRange(c.target);
+        return child;
+      };
+      // Its own children may be looked up soon: the first of that lookup's
+      // dependent cache misses (or, for a state that occurs once, the text
+      // it continues with) starts now, overlapping the rest of the step.
+      auto set_state = [&](int32_t child, size_t i, uint64_t target, uint64_t count) {
+        m.State(child, i) = target;
+        m.StateCount(child, i) = count;
+        m.StateLen(child, i) = match_len + 1;
+        if (count > 1) cursors_[i].view()->PrefetchEdgeRange(target);
+        else cursors_[i].view()->PrefetchToken(target + 1);
+      };
+      if (with_state == 1) {
+        for (const StaticIndex::Child& c : top_children(only, m.State(node, only), total))
+          set_state(offer(c.token, c.count), only, c.target, c.count);
+        continue;
+      }
+      m.shard_states.clear();
+      for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i)
+        if (m.State(node, i) != format::kNoState && m.StateCount(node, i) > 0)
+          m.shard_states.push_back({i, m.State(node, i), m.StateCount(node, i), 0, 0, false});
+      merged_children();
+      const size_t n = m.shard_states.size();
+      for (const MergedScratch::MergedChild& c : m.merged) {
+        const int32_t child = offer(c.token, c.count);
+        for (size_t e = 0; e < n; ++e)
+          if (m.targets[c.row * n + e] != format::kNoState)
+            set_state(child, m.shard_states[e].cursor, m.targets[c.row * n + e],
+                      m.target_counts[c.row * n + e]);
       }
     }
   };
   // Whether state v of index i (with `total` occurrences) offers backoff children.
-  auto backs_off = [&](uint64_t v, uint64_t total) {
-    return v != format::kNoState && total > 0 && total < sel.backoff_count;
+  // Only an index attached on its own backs off: a shard set's shorter
+  // context (the union's suffix link) is not any shard's suffix link, so a
+  // shard set offers no backoff children (and drafts as one index would
+  // without them).
+  auto backs_off = [&](size_t i, uint64_t v, uint64_t total) {
+    const bool alone = (i == 0 || group_[i] != group_[i - 1]) &&
+                       (i + 1 == group_.size() || group_[i + 1] != group_[i]);
+    return alone && v != format::kNoState && total > 0 && total < sel.backoff_count;
   };
   // Offers the backoff children of `node` (after its own static children).
   auto back_off = [&](int32_t node) {
@@ -819,7 +1177,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     m.nodes[node].backed_off = true;
     if (m.nodes[node].depth >= kMaxStaticDepth) return;
     for (size_t i = 0; i < m.num_indexes; ++i)
-      if (backs_off(m.State(node, i), m.StateCount(node, i)))
+      if (backs_off(i, m.State(node, i), m.StateCount(node, i)))
         offer_backoff(node, i, m.State(node, i));
   };
   // An upper bound on the estimate of any backoff child of `node` (0: none).
@@ -827,7 +1185,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     double bound = 0.0;
     if (m.nodes[node].depth >= kMaxStaticDepth) return bound;
     for (size_t i = 0; i < m.num_indexes; ++i)
-      if (backs_off(m.State(node, i), m.StateCount(node, i)))
+      if (backs_off(i, m.State(node, i), m.StateCount(node, i)))
         bound = std::max(bound, cal.BackoffBound(m.StateLen(node, i)));
     return bound;
   };
@@ -835,7 +1193,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // state and a cell): it lacks a state in an index where `parent` backs off.
   auto backoff_reaches = [&](int32_t parent, int32_t child) {
     for (size_t i = 0; i < m.num_indexes; ++i)
-      if (backs_off(m.State(parent, i), m.StateCount(parent, i)) &&
+      if (backs_off(i, m.State(parent, i), m.StateCount(parent, i)) &&
           m.State(child, i) == format::kNoState)
         return true;
     return false;
@@ -845,9 +1203,15 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     double bound = 0.0;
     const uint16_t depth = m.nodes[node].depth;
     if (depth >= kMaxStaticDepth) return bound;
-    for (size_t i = 0; i < m.num_indexes; ++i)
-      if (m.State(node, i) != format::kNoState && m.StateCount(node, i) > 0)
-        bound = std::max(bound, cal.StaticBound(m.StateCount(node, i), m.StateLen(node, i)));
+    for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
+      uint64_t total = 0, len = 0;
+      for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
+        if (m.State(node, i) == format::kNoState) continue;
+        total += m.StateCount(node, i);
+        len = m.StateLen(node, i);
+      }
+      if (total > 0) bound = std::max(bound, cal.StaticBound(total, len));
+    }
     return bound;
   };
   // Ranks `node` (its parent ranked and expanded), queues its children.
@@ -867,8 +1231,11 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     for (int32_t c = n.first_child; c >= 0; c = m.nodes[c].next_sibling) m.Enqueue(c);
     const double bound = static_bound(node);
     if (bound > 0.0) {
+      // (Below min_path_probability the entry would never be popped: the
+      // node is then expanded only if one of its children comes to rank.)
       const MergedNode& r = m.nodes[node];
-      m.Push(QueueEntry{r.path * bound, node, r.rank, r.token, r.depth, true, false});
+      if (r.path * bound >= sel.min_path_probability)
+        m.Push(QueueEntry{r.path * bound, node, r.rank, r.token, r.depth, true, false});
     } else {
       m.nodes[node].expanded = true;
     }
@@ -877,7 +1244,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     const double backoff = backoff_bound(node);
     if (backoff > 0.0) {
       const MergedNode& r = m.nodes[node];
-      m.Push(QueueEntry{r.path * backoff, node, r.rank, r.token, r.depth, true, true});
+      if (r.path * backoff >= sel.min_path_probability)
+        m.Push(QueueEntry{r.path * backoff, node, r.rank, r.token, r.depth, true, true});
     } else {
       m.nodes[node].backed_off = true;
     }

@@ -14,7 +14,7 @@ std::vector<std::shared_ptr<const StaticIndex>> OpenShardSet(
   const format::ShardSet set = format::ShardSet::Open(path, options);
   std::vector<std::shared_ptr<const StaticIndex>> shards;
   for (const format::IndexFile& f : set.shards())
-    shards.push_back(StaticIndex::Create(f.shared_view(), index_options));
+    shards.push_back(StaticIndex::Create(f.shared_view(), ShardIndexOptions(index_options)));
   return shards;
 }
 

@@ -200,7 +200,7 @@ int Fixture(const std::string& dir, size_t num_documents, size_t generation_leng
   info.bos_id = kBos;
   sam::indexer::BuildIndexFile(documents, kVocab, dir + "/index.sam", info);
   // The same documents as a shard set of three shards (set.samset), which
-  // drafts as index.sam does (but for sam-cal, which offers each shard's tree).
+  // drafts as index.sam does, every policy.
   {
     sam::format::ShardSetManifest manifest;
     manifest.vocab_size = kVocab;

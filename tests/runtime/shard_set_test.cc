@@ -11,10 +11,12 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "sam/format/index.h"
 #include "sam/indexer/builder.h"
+#include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
 #include "sam/runtime/static_match.h"
@@ -29,11 +31,11 @@ constexpr uint32_t kVocab = 12;
 
 // Brute force over the documents (never across them).
 struct Union {
-  Text text;  // documents, each followed by kVocab (the separator)
-  explicit Union(const Docs& docs) {
+  Text text;  // documents, each followed by the separator (the vocabulary size)
+  explicit Union(const Docs& docs, uint32_t vocab = kVocab) {
     for (const auto& d : docs) {
       text.insert(text.end(), d.begin(), d.end());
-      text.push_back(kVocab);
+      text.push_back(vocab);
     }
   }
   // Occurrences of s and the first end (1-based; 0 when absent).
@@ -56,22 +58,22 @@ struct Union {
   }
 };
 
-Docs RandomDocs(std::mt19937& rng, size_t n) {
+Docs RandomDocs(std::mt19937& rng, size_t n, uint32_t vocab = kVocab) {
   Docs docs(n);
   for (auto& d : docs) {
     d.resize(1 + rng() % 40);
-    for (auto& t : d) t = rng() % 3 == 0 ? rng() % 2 : rng() % kVocab;  // common tokens: hubs
+    for (auto& t : d) t = rng() % 3 == 0 ? rng() % 2 : rng() % vocab;  // common tokens: hubs
   }
   return docs;
 }
 
 // A stream that mostly copies runs of the documents (long matches), with
 // random tokens between.
-Text RandomStream(std::mt19937& rng, const Docs& docs, size_t size) {
+Text RandomStream(std::mt19937& rng, const Docs& docs, size_t size, uint32_t vocab = kVocab) {
   Text s;
   while (s.size() < size) {
     if (rng() % 3 == 0) {
-      s.push_back(rng() % kVocab);
+      s.push_back(rng() % vocab);
       continue;
     }
     const Text& d = docs[rng() % docs.size()];
@@ -92,13 +94,13 @@ struct Built {
 
 // The single index and k shards over consecutive runs of the documents
 // (random cut points).
-void Build(const Docs& docs, size_t k, std::mt19937& rng, Built* out) {
+void Build(const Docs& docs, size_t k, std::mt19937& rng, Built* out,
+           StaticIndex::Options hubs = {.min_degree = 4, .top_k = 8}, uint32_t vocab = kVocab) {
   auto open = [&](const Docs& part, const std::string& name) {
     const std::string path = test_util::TempPath(name);
     out->paths.push_back(path);
-    indexer::BuildIndexFile(part, kVocab, path);
-    return StaticIndex::Create(format::IndexFile::Open(path).shared_view(),
-                               StaticIndex::Options{.min_degree = 4, .top_k = 8});
+    indexer::BuildIndexFile(part, vocab, path);
+    return StaticIndex::Create(format::IndexFile::Open(path).shared_view(), hubs);
   };
   out->single = open(docs, "single");
   std::set<size_t> cuts;
@@ -204,6 +206,82 @@ TEST_P(ShardSetTest, MergedTreesEqualTheSingleIndexAndBruteForceCounts) {
       ASSERT_GT(count, 0);
       EXPECT_NEAR(wb[i], count / base, 1e-9);
       EXPECT_EQ(wb[i], wa[i]);
+    }
+  }
+}
+
+// kCalibrated over a shard set offers a node's static children as the
+// single index does (backoff children aside, see below) (counts summed by token over the shards that have the
+// node's string, the match length of the set, one lookup a node against
+// max_static_lookups), so its drafts equal the single index's at every step,
+// whatever the limit and width: same candidates, same estimates, hence the
+// same acceptances and the same learning. The streams commit the accepted
+// path (exact greedy replay), so the estimates move and the cursors jump
+// along accepted nodes. The single index's own drafts are checked against an
+// eager brute-force ranking in calibrated_test.cc.
+TEST_P(ShardSetTest, CalibratedDraftsEqualTheSingleIndex) {
+  const size_t k = GetParam();
+  std::mt19937 rng(300 + k);
+  // A vocabulary of 12 (every shard state's children fit the session's
+  // lists) and of 100 (the common tokens' states have more children than
+  // the longest list, many of equal counts: ties at the threshold).
+  for (const uint32_t vocab : {kVocab, uint32_t{100}}) {
+    const Docs docs = RandomDocs(rng, vocab == kVocab ? 80 : 400, vocab);
+    const Union all(docs, vocab);
+    // Hub tables keeping 8 children or 2.
+    Built built8, built2;
+    Build(docs, k, rng, &built8, {.min_degree = 4, .top_k = 8}, vocab);
+    Build(docs, k, rng, &built2, {.min_degree = 2, .top_k = 2}, vocab);
+    // width 8: the shards' lists and their sums; 3: ties at the threshold;
+    // 12: wider than the session's caches; 40, 64: as wide as the longest
+    // lists (ties at the threshold).
+    for (const auto& [limit, width, hubs] :
+         {std::tuple<size_t, size_t, int>{0, 8, 8}, {8, 8, 8}, {2, 8, 8}, {0, 3, 8},
+          {0, 12, 8}, {4, 1, 8}, {0, 8, 2}, {0, 3, 2}, {8, 2, 2}, {0, 40, 2}, {0, 64, 8}}) {
+      const Built& built = hubs == 8 ? built8 : built2;
+      SessionOptions o;
+      o.max_dynamic_bytes = 1 << 20;
+      o.selection.policy = Policy::kCalibrated;
+      o.selection.max_static_lookups = limit;
+      o.selection.max_width = width;
+      // A shard set of two or more shards offers no backoff children (its
+      // shorter contexts are not its shards' suffix links): it equals the
+      // single index without them. One shard backs off as the index does.
+      if (k > 1) o.selection.backoff_count = 0;
+      Session single(o), sharded(o);
+      single.AttachIndex(built.single);
+      sharded.AttachShardSet(built.shards);
+      size_t steps = 0, accepted_total = 0, branching = 0;
+      for (int stream = 0; stream < 2; ++stream) {
+        single.Reset();
+        sharded.Reset();
+        const Text s = RandomStream(rng, docs, 400, vocab);
+        Text context;
+        for (size_t i = 0; i < s.size();) {
+          const DraftTree a = single.Propose(s[i]);
+          const DraftTree& b = sharded.Propose(s[i]);
+          context.push_back(s[i]);
+          ASSERT_EQ(sharded.last_static_length(), single.last_static_length());
+          if (width == 8 && limit == 0 && vocab == kVocab)  // (the brute force is slow)
+            ASSERT_EQ(sharded.last_static_length(), all.LongestSuffix(context).first);
+          ASSERT_EQ(a.tokens, b.tokens) << "vocab " << vocab << " limit " << limit << " width "
+                                        << width << " hubs " << hubs << " step " << steps;
+          ASSERT_EQ(a.parents, b.parents);
+          const size_t accepted =
+              AcceptedLength(b, std::span<const uint32_t>(s).subspan(i + 1));
+          const Text commit(s.begin() + i, s.begin() + i + accepted + 1);
+          context.insert(context.end(), commit.begin() + 1, commit.end());
+          single.Commit(commit);
+          sharded.Commit(commit);
+          accepted_total += accepted;
+          branching += !b.IsLinear();
+          i += accepted + 1;
+          ++steps;
+        }
+      }
+      // The streams exercise what they are meant to: accepted drafts, branching trees.
+      EXPECT_GT(accepted_total, steps / 5) << vocab;
+      EXPECT_GT(branching, steps / 10) << vocab;
     }
   }
 }

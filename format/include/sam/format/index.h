@@ -212,6 +212,10 @@ class SAM_API IndexView {
       }
     }
   }
+  // Starts loading Token(p) (p in [1, N]; others ignored).
+  void PrefetchToken(uint64_t p) const {
+    if (p >= 1 && p <= n_) text_.Prefetch(p - 1);
+  }
   // Starts loading the select sample that EdgeRange(v) reads first.
   void PrefetchEdgeRange(uint64_t v) const {
     const uint64_t j = v >> select_rate_log2_;

@@ -103,9 +103,12 @@ class SAM_API Session : public Drafter {
   // (num_indexes() counts them); the longest match is the longest over the
   // shards, a linear draft comes from the lowest shard with it, and kTree
   // trees sum the children's counts of every shard that matches as long
-  // (MergedStaticTreeBuilder). (kCalibrated offers each shard's tree as it
-  // offers each index's.) Throws sam::Error (kInvalidArgument) for no shard
-  // or a null one; then nothing is attached.
+  // (MergedStaticTreeBuilder), and kCalibrated offers a node's static
+  // children as the single index would (counts summed by token over the
+  // shards that have the node's string, the set's match length, one lookup
+  // a node against max_static_lookups): its drafts equal the single index's.
+  // Throws sam::Error (kInvalidArgument) for no shard or a null one; then
+  // nothing is attached.
   void AttachShardSet(std::span<const std::shared_ptr<const StaticIndex>> shards);
   size_t num_indexes() const { return cursors_.size(); }
   // Replaces the fallback drafter (may be null). It is not reset or prefilled.

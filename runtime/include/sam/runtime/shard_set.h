@@ -13,7 +13,8 @@
 //  - a string's occurrence count is the sum of its counts in the shards, so a
 //    count-weighted tree grows over the children of every shard that matches
 //    as long, their counts summed by token (MergedStaticTreeBuilder): the very
-//    tree the single index over all the documents gives.
+//    tree the single index over all the documents gives; kCalibrated's
+//    merged trie takes a node's static children the same way (Session).
 // Cost: matching advances one cursor a shard (per-step cost grows linearly
 // with the number of shards); a merged tree scans every transition of the
 // matched states in each tied shard (no hub tables).
@@ -34,10 +35,21 @@
 
 namespace sam::runtime {
 
+// A shard's hub tables keep at least this many heaviest children (top_k),
+// so that kCalibrated can sum a node's children over the tied shards from
+// their lists (Session::AttachShardSet) instead of enumerating a common
+// state's thousands of transitions; about 1.5 bytes per token more than 8.
+inline constexpr size_t kShardTopK = 32;
+// `options` with top_k raised to kShardTopK: what a shard's StaticIndex uses.
+inline StaticIndex::Options ShardIndexOptions(StaticIndex::Options options = {}) {
+  if (options.top_k < kShardTopK) options.top_k = kShardTopK;
+  return options;
+}
+
 // Opens the manifest and every shard (format::ShardSet::Open with `options`:
 // a missing, corrupted or foreign shard is refused by name) and prepares one
-// StaticIndex per shard, in shard order. The files stay mapped while the
-// StaticIndexes live.
+// StaticIndex per shard (ShardIndexOptions(index_options)), in shard order.
+// The files stay mapped while the StaticIndexes live.
 SAM_API std::vector<std::shared_ptr<const StaticIndex>> OpenShardSet(
     const std::string& path, const format::OpenOptions& options = {},
     const StaticIndex::Options& index_options = {});
