@@ -407,6 +407,24 @@ struct Session::MergedScratch {
   bool valid = false;
   double min_key = 0.0;  // SelectionOptions::min_path_probability
 
+  // A shard set's backoff (ProposeCalibrated's offer_backoff_set): per node
+  // and cursor, the longest suffix of the node's string in that shard
+  // (matches, known when match_known), grown on demand, node-major like
+  // states.
+  std::vector<StaticMatch> matches;
+  std::vector<uint8_t> match_known;
+  struct BackoffRow {
+    uint32_t token;
+    uint64_t count;
+  };
+  std::vector<BackoffRow> backoff_rows;
+  std::vector<uint64_t> backoff_targets, backoff_counts;
+  void GrowMatches() {
+    if (matches.size() >= states.size()) return;
+    matches.resize(states.size());
+    match_known.resize(states.size(), 0);
+  }
+
   void Reset(uint32_t start_token, size_t indexes) {
     nodes.clear();
     queue.clear();
@@ -415,6 +433,8 @@ struct Session::MergedScratch {
     states.clear();
     counts.clear();
     lens.clear();
+    matches.clear();
+    match_known.clear();
     valid = false;
     Add(-1, start_token);
     nodes[0].prob = 1.0;
@@ -1162,40 +1182,170 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     }
   };
   // Whether state v of index i (with `total` occurrences) offers backoff children.
-  // Only an index attached on its own backs off: a shard set's shorter
-  // context (the union's suffix link) is not any shard's suffix link, so a
-  // shard set offers no backoff children (and drafts as one index would
-  // without them).
-  auto backs_off = [&](size_t i, uint64_t v, uint64_t total) {
-    const bool alone = (i == 0 || group_[i] != group_[i - 1]) &&
-                       (i + 1 == group_.size() || group_[i + 1] != group_[i]);
-    return alone && v != format::kNoState && total > 0 && total < sel.backoff_count;
+  // Backoff by unit: a unit (an index, or a shard set as one index) backs
+  // off at `node` when the node's string occurs there fewer than
+  // backoff_count times (its shards' counts summed).
+  auto unit_count = [&](int32_t node, size_t u, uint64_t* len) {
+    uint64_t total = 0;
+    for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
+      if (m.State(node, i) == format::kNoState) continue;
+      total += m.StateCount(node, i);
+      *len = m.StateLen(node, i);
+    }
+    return total;
+  };
+  auto unit_backs_off = [&](int32_t node, size_t u) {
+    uint64_t len = 0;
+    const uint64_t total = unit_count(node, u, &len);
+    return total > 0 && total < sel.backoff_count;
+  };
+  // The longest suffix of `node`'s string that occurs in shard i (its state
+  // and length): the node's own state there, or, where the string does not
+  // occur, one transfer from its parent's, memoised. (For a backoff child,
+  // whose string is u*c rather than sc, the transfer from the parent gives
+  // the same where u*c does not occur: a suffix of sc longer than u*c shares
+  // s's occurrences, so it occurs only where sc, hence u*c, does.)
+  std::function<StaticMatch(int32_t, size_t)> match_in;
+  match_in = [&](int32_t node, size_t i) -> StaticMatch {
+    if (m.State(node, i) != format::kNoState)
+      return StaticMatch{m.State(node, i), m.StateLen(node, i)};
+    if (node == 0) return peeked_[i];
+    m.GrowMatches();
+    const size_t at = static_cast<size_t>(node) * m.num_indexes + i;
+    if (m.match_known[at]) return m.matches[at];
+    const StaticMatch from = match_in(m.nodes[node].parent, i);
+    const StaticMatch r =
+        Transfer(*cursors_[i].view(), from, m.nodes[node].token, shared_[i].get());
+    m.matches[at] = r;
+    m.match_known[at] = 1;
+    return r;
+  };
+  // The backoff children of `node` in shard-set unit u, as one index over
+  // the shards' documents gives them: the node's string s occurs fewer than
+  // backoff_count times over the shards; its shorter context u* (the union's
+  // suffix link) is the longest proper suffix of s that occurs more often
+  // than s in some shard: in a shard that has s, its suffix link's length;
+  // in one that does not, the longest suffix of s occurring there at all.
+  // The children of u* are summed over the shards where u* occurs.
+  auto offer_backoff_set = [&](int32_t node, size_t u) {
+    if (sel.max_static_lookups != 0 && lookups >= sel.max_static_lookups) return;
+    uint64_t slen = 0;
+    unit_count(node, u, &slen);
+    uint64_t lstar = 0;
+    for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
+      const format::IndexView& view = *cursors_[i].view();
+      const uint64_t v = m.State(node, i);
+      const uint64_t l = v != format::kNoState ? view.Len(view.Link(v)) : match_in(node, i).len;
+      lstar = std::max(lstar, l);
+    }
+    if (lstar == 0) return;       // the empty context
+    if (lstar >= slen) return;    // corrupt: a link must shorten the match
+    m.shard_states.clear();
+    for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
+      const format::IndexView& view = *cursors_[i].view();
+      uint64_t w = format::kNoState;
+      if (m.State(node, i) != format::kNoState) {
+        // s occurs here, so does u*: the state whose strings include it.
+        w = m.State(node, i);
+        while (w != format::kRoot && view.Len(view.Link(w)) >= lstar) w = view.Link(w);
+      } else {
+        const StaticMatch f = match_in(node, i);
+        if (f.len == lstar) w = f.state;
+      }
+      if (w == format::kNoState || w == format::kRoot) continue;
+      m.shard_states.push_back({i, w, view.Count(w), 0, 0, false});
+    }
+    uint64_t total = 0;
+    for (const MergedScratch::ShardState& e : m.shard_states) total += e.count;
+    if (total == 0) return;
+    ++lookups;
+    // The children: (token, summed count), with their target and count in
+    // every shard state (m.targets / m.target_counts, row k).
+    std::vector<MergedScratch::BackoffRow>& rows = m.backoff_rows;
+    rows.clear();
+    const size_t n = m.shard_states.size();
+    if (n == 1) {
+      const MergedScratch::ShardState e = m.shard_states[0];
+      m.targets.clear();
+      m.target_counts.clear();
+      for (const StaticIndex::Child& c : top_children(e.cursor, e.state, e.count)) {
+        rows.push_back({c.token, c.count});
+        m.targets.push_back(c.target);
+        m.target_counts.push_back(c.count);
+      }
+    } else {
+      merged_children();
+      // merged_children leaves m.merged in rank order with rows into targets;
+      // re-lay the targets in that order.
+      m.backoff_targets.assign(m.merged.size() * n, format::kNoState);
+      m.backoff_counts.assign(m.merged.size() * n, 0);
+      for (size_t k = 0; k < m.merged.size(); ++k) {
+        rows.push_back({m.merged[k].token, m.merged[k].count});
+        for (size_t e = 0; e < n; ++e) {
+          m.backoff_targets[k * n + e] = m.targets[m.merged[k].row * n + e];
+          m.backoff_counts[k * n + e] = m.target_counts[m.merged[k].row * n + e];
+        }
+      }
+      m.targets.swap(m.backoff_targets);
+      m.target_counts.swap(m.backoff_counts);
+    }
+    for (size_t k = 0; k < rows.size(); ++k) {
+      const int32_t child = m.Child(node, rows[k].token);
+      bool has_state = false;
+      for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i)
+        has_state |= m.State(child, i) != format::kNoState;
+      if (has_state) continue;  // s's child too
+      for (size_t e = 0; e < n; ++e) {
+        const size_t i = m.shard_states[e].cursor;
+        const uint64_t target = m.targets[k * n + e];
+        if (target == format::kNoState) continue;
+        m.State(child, i) = target;
+        m.StateCount(child, i) = m.target_counts[k * n + e];
+        m.StateLen(child, i) = lstar + 1;
+        if (m.StateCount(child, i) > 1) cursors_[i].view()->PrefetchEdgeRange(target);
+      }
+      const double ratio = rows[k].count < total
+                               ? static_cast<double>(rows[k].count) / static_cast<double>(total)
+                               : 1.0;
+      m.Offer(cal, child, 1, cal.StaticCell(ratio, total, lstar, true), kFromStatic);
+    }
   };
   // Offers the backoff children of `node` (after its own static children).
   auto back_off = [&](int32_t node) {
     if (!m.nodes[node].expanded) expand(node);
     m.nodes[node].backed_off = true;
     if (m.nodes[node].depth >= kMaxStaticDepth) return;
-    for (size_t i = 0; i < m.num_indexes; ++i)
-      if (backs_off(i, m.State(node, i), m.StateCount(node, i)))
-        offer_backoff(node, i, m.State(node, i));
+    for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
+      if (!unit_backs_off(node, u)) continue;
+      if (m.unit_begin[u + 1] - m.unit_begin[u] == 1) {
+        offer_backoff(node, m.unit_begin[u], m.State(node, m.unit_begin[u]));
+      } else {
+        offer_backoff_set(node, u);
+      }
+    }
   };
   // An upper bound on the estimate of any backoff child of `node` (0: none).
   auto backoff_bound = [&](int32_t node) {
     double bound = 0.0;
     if (m.nodes[node].depth >= kMaxStaticDepth) return bound;
-    for (size_t i = 0; i < m.num_indexes; ++i)
-      if (backs_off(i, m.State(node, i), m.StateCount(node, i)))
-        bound = std::max(bound, cal.BackoffBound(m.StateLen(node, i)));
+    for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
+      uint64_t len = 0;
+      const uint64_t total = unit_count(node, u, &len);
+      if (total > 0 && total < sel.backoff_count)
+        bound = std::max(bound, cal.BackoffBound(len));
+    }
     return bound;
   };
   // Whether the backoff children of `parent` may offer `child` (give it a
-  // state and a cell): it lacks a state in an index where `parent` backs off.
+  // state and a cell): it lacks a state in a unit where `parent` backs off.
   auto backoff_reaches = [&](int32_t parent, int32_t child) {
-    for (size_t i = 0; i < m.num_indexes; ++i)
-      if (backs_off(i, m.State(parent, i), m.StateCount(parent, i)) &&
-          m.State(child, i) == format::kNoState)
-        return true;
+    for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
+      if (!unit_backs_off(parent, u)) continue;
+      bool has_state = false;
+      for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i)
+        has_state |= m.State(child, i) != format::kNoState;
+      if (!has_state) return true;
+    }
     return false;
   };
   // An upper bound on the estimate of any static child of `node` (0: none).

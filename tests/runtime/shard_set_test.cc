@@ -211,7 +211,7 @@ TEST_P(ShardSetTest, MergedTreesEqualTheSingleIndexAndBruteForceCounts) {
 }
 
 // kCalibrated over a shard set offers a node's static children as the
-// single index does (backoff children aside, see below) (counts summed by token over the shards that have the
+// single index does (backoff children included: the union's shorter context) (counts summed by token over the shards that have the
 // node's string, the match length of the set, one lookup a node against
 // max_static_lookups), so its drafts equal the single index's at every step,
 // whatever the limit and width: same candidates, same estimates, hence the
@@ -244,10 +244,10 @@ TEST_P(ShardSetTest, CalibratedDraftsEqualTheSingleIndex) {
       o.selection.policy = Policy::kCalibrated;
       o.selection.max_static_lookups = limit;
       o.selection.max_width = width;
-      // A shard set of two or more shards offers no backoff children (its
-      // shorter contexts are not its shards' suffix links): it equals the
-      // single index without them. One shard backs off as the index does.
-      if (k > 1) o.selection.backoff_count = 0;
+      // Backoff children (default backoff_count) included: a shard set backs
+      // off to the union's shorter context, as the single index does. Also
+      // with backoff everywhere (backoff_count large) every third setting.
+      if (limit == 2) o.selection.backoff_count = 1000;
       Session single(o), sharded(o);
       single.AttachIndex(built.single);
       sharded.AttachShardSet(built.shards);
