@@ -444,6 +444,8 @@ class Session {
         sel.min_path_probability = Option<double>(name, value, "a number");
       else if (name == "backoff_count")
         sel.backoff_count = Option<uint64_t>(name, value);
+      else if (name == "max_static_lookups")
+        sel.max_static_lookups = Option<size_t>(name, value);
       else if (name == "cost_curve")
         sel.cost_curve = CostCurveOption(value);
       else if (name == "max_dynamic_bytes")
@@ -484,7 +486,8 @@ class Session {
   static std::string OptionNames() {
     return "policy, draft_size, l_bias, l_threshold, adaptive_length, length_per_match, "
            "dynamic_link_fallback, max_tree_nodes, max_width, min_path_probability, "
-           "backoff_count, cost_curve, max_dynamic_bytes, collect_timing, recycling_vocab_size";
+           "backoff_count, max_static_lookups, cost_curve, max_dynamic_bytes, collect_timing, "
+           "recycling_vocab_size";
   }
 
   // cost_curve: None, the path of a cost curve file, or (tokens, cost) pairs

@@ -211,6 +211,8 @@ void ReadConfig(const sam_session_config& in, sam_session_config* out) {
   read(&out->collect_timing, offsetof(sam_session_config, collect_timing));
   read(&out->cost_curve, offsetof(sam_session_config, cost_curve));
   read(&out->cost_curve_size, offsetof(sam_session_config, cost_curve_size));
+  read(&out->max_static_lookups, offsetof(sam_session_config, max_static_lookups));
+  read(&out->backoff_count, offsetof(sam_session_config, backoff_count));
 }
 
 // The last proposal of `session`, checked to exist and to have n nodes.
@@ -426,6 +428,8 @@ void sam_session_config_init(sam_session_config* config) {
   config->recycling_vocab_size = 0;
   config->max_dynamic_bytes = defaults.max_dynamic_bytes;
   config->collect_timing = defaults.collect_timing ? 1 : 0;
+  config->max_static_lookups = defaults.selection.max_static_lookups;
+  config->backoff_count = defaults.selection.backoff_count;
 }
 
 int sam_session_new(const sam_session_options* options, sam_session** out) {
@@ -460,6 +464,8 @@ int sam_session_new_ex(const sam_session_config* config, sam_session** out) {
     session_options.selection.l_threshold = c_options.l_threshold;
     session_options.max_dynamic_bytes = c_options.max_dynamic_bytes;
     session_options.collect_timing = c_options.collect_timing != 0;
+    session_options.selection.max_static_lookups = c_options.max_static_lookups;
+    session_options.selection.backoff_count = c_options.backoff_count;
     if (c_options.cost_curve_size > 0) {
       Require(c_options.cost_curve != nullptr, "sam_session_new_ex",
               "cost_curve is NULL but cost_curve_size is not 0");

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -449,22 +450,39 @@ std::string WithoutTimings(const std::string& json) {
 // gives the same drafts, step by step.
 // The C side opens the index with `flags` (sam_index_open_ex); the C++ side
 // always uses the bare view.
+// `calibrated` (lookup limit, backoff count): set through sam_session_config on the C side
+// and SelectionOptions on the C++ side (nullopt: the defaults, through sam_session_options).
 void ExpectSameDraftsAsSession(const std::string& path, const std::vector<uint32_t>& text,
-                               int policy, bool recycling, unsigned flags = 0) {
+                               int policy, bool recycling, unsigned flags = 0,
+                               std::optional<std::pair<uint64_t, uint64_t>> calibrated = {}) {
   sam_index* index = nullptr;
   ASSERT_EQ(sam_index_open_ex(path.c_str(), nullptr, flags, &index), SAM_OK) << sam_last_error();
-  sam_session_options c_options;
-  sam_session_options_default(&c_options);
-  c_options.policy = policy;
-  c_options.recycling_vocab_size = recycling ? kVocab : 0;
   sam_session* c_session = nullptr;
-  ASSERT_EQ(sam_session_new(&c_options, &c_session), SAM_OK) << sam_last_error();
+  if (calibrated) {
+    sam_session_config config;
+    sam_session_config_init(&config);
+    config.policy = policy;
+    config.recycling_vocab_size = recycling ? kVocab : 0;
+    config.max_static_lookups = calibrated->first;
+    config.backoff_count = calibrated->second;
+    ASSERT_EQ(sam_session_new_ex(&config, &c_session), SAM_OK) << sam_last_error();
+  } else {
+    sam_session_options c_options;
+    sam_session_options_default(&c_options);
+    c_options.policy = policy;
+    c_options.recycling_vocab_size = recycling ? kVocab : 0;
+    ASSERT_EQ(sam_session_new(&c_options, &c_session), SAM_OK) << sam_last_error();
+  }
   ASSERT_EQ(sam_session_attach_index(c_session, index), SAM_OK);
 
   const auto file = sam::format::IndexFile::Open(path);
   sam::runtime::RecyclingDrafter drafter(kVocab);
   sam::runtime::SessionOptions options;
   options.selection.policy = static_cast<sam::runtime::Policy>(policy);
+  if (calibrated) {
+    options.selection.max_static_lookups = calibrated->first;
+    options.selection.backoff_count = calibrated->second;
+  }
   options.fallback = recycling ? &drafter : nullptr;
   sam::runtime::Session session(options);
   session.AttachIndex(&file.view());
@@ -893,6 +911,24 @@ TEST_F(CapiTest, DraftsEqualTheSessionsWhateverTheOpenFlags) {
   EXPECT_EQ(index, nullptr);
   EXPECT_NE(std::string(sam_last_error()).find("unknown flag bits 8"), std::string::npos)
       << sam_last_error();
+}
+
+// sam_session_config's max_static_lookups and backoff_count reach the calibrated policy: the
+// drafts equal a C++ session's with the same options, for settings whose drafts differ.
+TEST_F(CapiTest, CalibratedLookupLimitAndBackoffAsTheSession) {
+  sam_session_config config;
+  sam_session_config_init(&config);
+  const sam::runtime::SelectionOptions defaults;
+  EXPECT_EQ(config.max_static_lookups, defaults.max_static_lookups);
+  EXPECT_EQ(config.backoff_count, defaults.backoff_count);
+  for (const auto& setting : {std::pair<uint64_t, uint64_t>{1, 0}, {0, 1000}, {2, 8}}) {
+    SCOPED_TRACE("lookups " + std::to_string(setting.first) + " backoff " +
+                 std::to_string(setting.second));
+    sam::runtime::Rng rng(40);
+    for (size_t d = 0; d < 3; ++d)
+      ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[d], rng), SAM_POLICY_CALIBRATED,
+                                false, 0, setting);
+  }
 }
 
 TEST_F(CapiTest, SessionKeepsAClosedIndexAlive) {

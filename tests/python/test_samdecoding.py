@@ -69,6 +69,24 @@ class DraftsTest(unittest.TestCase):
                 session = new_session(policy)
                 session.attach(shards)
                 replay(self, session, policy)
+        # sam-cal's lookup limit and backoff reach the session: the set drafts as the index
+        # with the same options, and the options change the drafts.
+        opts = dict(policy="sam-cal", draft_size=REF["draft_size"], max_static_lookups=1,
+                    backoff_count=0)
+        single, sharded = sd.Session(**opts), sd.Session(**opts)
+        single.attach(index)
+        sharded.attach(shards)
+        for session in (single, sharded):
+            session.prefill(REF["prompt"])
+        differ = 0
+        for n, step in enumerate(REF["policies"]["sam-cal"]["steps"]):
+            a, b = single.propose(step["start"]), sharded.propose(step["start"])
+            self.assertEqual(a.tokens.tolist(), b.tokens.tolist(), "sam-cal step %d" % n)
+            self.assertEqual(a.parents.tolist(), b.parents.tolist(), "sam-cal step %d" % n)
+            differ += a.tokens.tolist() != step["tokens"]
+            single.commit(step["commit"])
+            sharded.commit(step["commit"])
+        self.assertGreater(differ, 0)
         with self.assertRaises(sd.Error):
             sd.ShardSet.open(INDEX)
 

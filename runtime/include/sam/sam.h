@@ -311,6 +311,13 @@ typedef struct sam_session_config {
    * SAM_ERR_INVALID_ARGUMENT. */
   const double* cost_curve;
   size_t cost_curve_size;
+  /* Added in 0.1.0 after cost_curve_size, for SAM_POLICY_CALIBRATED
+   * (docs/runtime.md): the most lookups of branching static states a step
+   * makes (8; 0 = no limit: cost against MAT), and the occurrence count
+   * below which a static context also offers its shorter context's children
+   * (the backoff children; 8; 0 = none, the cheaper drafts). */
+  uint64_t max_static_lookups;
+  uint64_t backoff_count;
 } sam_session_config;
 
 /* Fills *config with the defaults and struct_size = sizeof(sam_session_config)
