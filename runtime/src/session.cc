@@ -1205,21 +1205,23 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // whose string is u*c rather than sc, the transfer from the parent gives
   // the same where u*c does not occur: a suffix of sc longer than u*c shares
   // s's occurrences, so it occurs only where sc, hence u*c, does.)
-  std::function<StaticMatch(int32_t, size_t)> match_in;
-  match_in = [&](int32_t node, size_t i) -> StaticMatch {
+  // (Recursive through `self`: no std::function, whose construction may
+  // allocate at every step.)
+  auto match_rec = [&](auto& self, int32_t node, size_t i) -> StaticMatch {
     if (m.State(node, i) != format::kNoState)
       return StaticMatch{m.State(node, i), m.StateLen(node, i)};
     if (node == 0) return peeked_[i];
     m.GrowMatches();
     const size_t at = static_cast<size_t>(node) * m.num_indexes + i;
     if (m.match_known[at]) return m.matches[at];
-    const StaticMatch from = match_in(m.nodes[node].parent, i);
+    const StaticMatch from = self(self, m.nodes[node].parent, i);
     const StaticMatch r =
         Transfer(*cursors_[i].view(), from, m.nodes[node].token, shared_[i].get());
     m.matches[at] = r;
     m.match_known[at] = 1;
     return r;
   };
+  auto match_in = [&](int32_t node, size_t i) { return match_rec(match_rec, node, i); };
   // The backoff children of `node` in shard-set unit u, as one index over
   // the shards' documents gives them: the node's string s occurs fewer than
   // backoff_count times over the shards; its shorter context u* (the union's
