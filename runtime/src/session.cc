@@ -407,18 +407,12 @@ struct Session::MergedScratch {
   bool valid = false;
   double min_key = 0.0;  // SelectionOptions::min_path_probability
 
-  // A shard set's backoff (ProposeCalibrated's offer_backoff_set): per node
+  // A shard set's backoff (ProposeCalibrated's offer_backoff): per node
   // and cursor, the longest suffix of the node's string in that shard
   // (matches, known when match_known), grown on demand, node-major like
   // states.
   std::vector<StaticMatch> matches;
   std::vector<uint8_t> match_known;
-  struct BackoffRow {
-    uint32_t token;
-    uint64_t count;
-  };
-  std::vector<BackoffRow> backoff_rows;
-  std::vector<uint64_t> backoff_targets, backoff_counts;
   void GrowMatches() {
     if (matches.size() >= states.size()) return;
     matches.resize(states.size());
@@ -1084,38 +1078,6 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     m.StoreMerged(width);
   };
   size_t lookups = 0;  // of states with more than one occurrence (a unit's summed count)
-  // SelectionOptions::backoff_count: the heaviest children of the next
-  // shorter context of state v of index i (its suffix link u, unless that is
-  // the empty context) that v's own heaviest children do not include, as
-  // backoff children of `node` (Calibrator: their own cells). Their state is
-  // u's transition, a shorter match than the longest one (Commit does not
-  // move cursors there). Counts as a lookup. Only for an index attached on
-  // its own: a shard set's shorter contexts are not its shards' suffix links
-  // (see backs_off below).
-  auto offer_backoff = [&](int32_t node, size_t i, uint64_t v) {
-    // A shorter context occurs more often than v (its end positions are a
-    // strict superset): a branching state, so past the limit nothing is read.
-    if (sel.max_static_lookups != 0 && lookups >= sel.max_static_lookups) return;
-    const format::IndexView& view = *cursors_[i].view();
-    const uint64_t u = view.Link(v);
-    if (u == format::kRoot || u == format::kNoState) return;
-    const uint64_t total = view.Count(u);
-    if (total == 0) return;
-    ++lookups;
-    const uint64_t len = view.Len(u);
-    if (len >= m.StateLen(node, i)) return;  // corrupt: a link must shorten the match
-    for (const StaticIndex::Child& c : top_children(i, u, total)) {
-      const int32_t child = m.Child(node, c.token);
-      if (m.State(child, i) != format::kNoState) continue;  // v's child too
-      const double ratio =
-          c.count < total ? static_cast<double>(c.count) / static_cast<double>(total) : 1.0;
-      m.State(child, i) = c.target;
-      m.StateCount(child, i) = c.count;
-      m.StateLen(child, i) = len + 1;
-      m.Offer(cal, child, 1, cal.StaticCell(ratio, total, len, true), kFromStatic);
-      if (c.count > 1) view.PrefetchEdgeRange(c.target);
-    }
-  };
   // Offers the static children of `node` from every unit with a state there
   // (a shard set's as one index's: counts summed over its shards).
   auto expand = [&](int32_t node) {
@@ -1194,6 +1156,11 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     }
     return total;
   };
+  auto unit_has_state = [&](int32_t node, size_t u) {
+    for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i)
+      if (m.State(node, i) != format::kNoState) return true;
+    return false;
+  };
   auto unit_backs_off = [&](int32_t node, size_t u) {
     uint64_t len = 0;
     const uint64_t total = unit_count(node, u, &len);
@@ -1222,14 +1189,20 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     return r;
   };
   auto match_in = [&](int32_t node, size_t i) { return match_rec(match_rec, node, i); };
-  // The backoff children of `node` in shard-set unit u, as one index over
-  // the shards' documents gives them: the node's string s occurs fewer than
-  // backoff_count times over the shards; its shorter context u* (the union's
-  // suffix link) is the longest proper suffix of s that occurs more often
-  // than s in some shard: in a shard that has s, its suffix link's length;
-  // in one that does not, the longest suffix of s occurring there at all.
-  // The children of u* are summed over the shards where u* occurs.
-  auto offer_backoff_set = [&](int32_t node, size_t u) {
+  // SelectionOptions::backoff_count: the backoff children of `node` in unit
+  // u (Calibrator: their own cells): the heaviest children of the node's
+  // shorter context u* that the node's own heaviest children do not include.
+  // The node's string s occurs fewer than backoff_count times in the unit;
+  // u* is the longest proper suffix of s that occurs more often than s (in
+  // one index, the suffix link of s's state). Over a shard set it is the
+  // union's: in a shard that has s, that shard's suffix link; in one that
+  // does not, the longest suffix of s occurring there at all; the children
+  // of u* are summed over the shards where it occurs. A child's state is
+  // u*'s transition, a shorter match than the longest one (Commit does not
+  // move cursors there). Counts as a lookup.
+  auto offer_backoff = [&](int32_t node, size_t u) {
+    // A shorter context occurs more often than s (its end positions are a
+    // strict superset): a branching state, so past the limit nothing is read.
     if (sel.max_static_lookups != 0 && lookups >= sel.max_static_lookups) return;
     uint64_t slen = 0;
     unit_count(node, u, &slen);
@@ -1240,16 +1213,16 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       const uint64_t l = v != format::kNoState ? view.Len(view.Link(v)) : match_in(node, i).len;
       lstar = std::max(lstar, l);
     }
-    if (lstar == 0) return;       // the empty context
-    if (lstar >= slen) return;    // corrupt: a link must shorten the match
+    if (lstar == 0) return;  // the empty context
     m.shard_states.clear();
     for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
       const format::IndexView& view = *cursors_[i].view();
       uint64_t w = format::kNoState;
-      if (m.State(node, i) != format::kNoState) {
-        // s occurs here, so does u*: the state whose strings include it.
-        w = m.State(node, i);
-        while (w != format::kRoot && view.Len(view.Link(w)) >= lstar) w = view.Link(w);
+      if (const uint64_t v = m.State(node, i); v != format::kNoState) {
+        // s occurs here, so does u*: in the suffix link's state when that is
+        // u*'s length (the shard that set it; one index), else in s's own
+        // state (a longer suffix than the link's shares s's occurrences).
+        w = view.Len(view.Link(v)) == lstar ? view.Link(v) : v;
       } else {
         const StaticMatch f = match_in(node, i);
         if (f.len == lstar) w = f.state;
@@ -1261,54 +1234,37 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     for (const MergedScratch::ShardState& e : m.shard_states) total += e.count;
     if (total == 0) return;
     ++lookups;
-    // The children: (token, summed count), with their target and count in
-    // every shard state (m.targets / m.target_counts, row k).
-    std::vector<MergedScratch::BackoffRow>& rows = m.backoff_rows;
-    rows.clear();
+    if (lstar >= slen) return;  // corrupt: a link must shorten the match
+    // The children (in m.merged, heaviest first), with their target and count
+    // in every shard state (m.targets / m.target_counts, row `row`).
     const size_t n = m.shard_states.size();
     if (n == 1) {
       const MergedScratch::ShardState e = m.shard_states[0];
+      m.merged.clear();
       m.targets.clear();
       m.target_counts.clear();
       for (const StaticIndex::Child& c : top_children(e.cursor, e.state, e.count)) {
-        rows.push_back({c.token, c.count});
+        m.merged.push_back({c.token, c.count, static_cast<uint32_t>(m.merged.size())});
         m.targets.push_back(c.target);
         m.target_counts.push_back(c.count);
       }
     } else {
       merged_children();
-      // merged_children leaves m.merged in rank order with rows into targets;
-      // re-lay the targets in that order.
-      m.backoff_targets.assign(m.merged.size() * n, format::kNoState);
-      m.backoff_counts.assign(m.merged.size() * n, 0);
-      for (size_t k = 0; k < m.merged.size(); ++k) {
-        rows.push_back({m.merged[k].token, m.merged[k].count});
-        for (size_t e = 0; e < n; ++e) {
-          m.backoff_targets[k * n + e] = m.targets[m.merged[k].row * n + e];
-          m.backoff_counts[k * n + e] = m.target_counts[m.merged[k].row * n + e];
-        }
-      }
-      m.targets.swap(m.backoff_targets);
-      m.target_counts.swap(m.backoff_counts);
     }
-    for (size_t k = 0; k < rows.size(); ++k) {
-      const int32_t child = m.Child(node, rows[k].token);
-      bool has_state = false;
-      for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i)
-        has_state |= m.State(child, i) != format::kNoState;
-      if (has_state) continue;  // s's child too
+    for (const MergedScratch::MergedChild& c : m.merged) {
+      const int32_t child = m.Child(node, c.token);
+      if (unit_has_state(child, u)) continue;  // s's child too
       for (size_t e = 0; e < n; ++e) {
         const size_t i = m.shard_states[e].cursor;
-        const uint64_t target = m.targets[k * n + e];
+        const uint64_t target = m.targets[c.row * n + e];
         if (target == format::kNoState) continue;
         m.State(child, i) = target;
-        m.StateCount(child, i) = m.target_counts[k * n + e];
+        m.StateCount(child, i) = m.target_counts[c.row * n + e];
         m.StateLen(child, i) = lstar + 1;
         if (m.StateCount(child, i) > 1) cursors_[i].view()->PrefetchEdgeRange(target);
       }
-      const double ratio = rows[k].count < total
-                               ? static_cast<double>(rows[k].count) / static_cast<double>(total)
-                               : 1.0;
+      const double ratio =
+          c.count < total ? static_cast<double>(c.count) / static_cast<double>(total) : 1.0;
       m.Offer(cal, child, 1, cal.StaticCell(ratio, total, lstar, true), kFromStatic);
     }
   };
@@ -1317,14 +1273,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     if (!m.nodes[node].expanded) expand(node);
     m.nodes[node].backed_off = true;
     if (m.nodes[node].depth >= kMaxStaticDepth) return;
-    for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
-      if (!unit_backs_off(node, u)) continue;
-      if (m.unit_begin[u + 1] - m.unit_begin[u] == 1) {
-        offer_backoff(node, m.unit_begin[u], m.State(node, m.unit_begin[u]));
-      } else {
-        offer_backoff_set(node, u);
-      }
-    }
+    for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u)
+      if (unit_backs_off(node, u)) offer_backoff(node, u);
   };
   // An upper bound on the estimate of any backoff child of `node` (0: none).
   auto backoff_bound = [&](int32_t node) {
@@ -1342,11 +1292,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // state and a cell): it lacks a state in a unit where `parent` backs off.
   auto backoff_reaches = [&](int32_t parent, int32_t child) {
     for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
-      if (!unit_backs_off(parent, u)) continue;
-      bool has_state = false;
-      for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i)
-        has_state |= m.State(child, i) != format::kNoState;
-      if (!has_state) return true;
+      if (unit_backs_off(parent, u) && !unit_has_state(child, u)) return true;
     }
     return false;
   };
@@ -1356,12 +1302,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     const uint16_t depth = m.nodes[node].depth;
     if (depth >= kMaxStaticDepth) return bound;
     for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
-      uint64_t total = 0, len = 0;
-      for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
-        if (m.State(node, i) == format::kNoState) continue;
-        total += m.StateCount(node, i);
-        len = m.StateLen(node, i);
-      }
+      uint64_t len = 0;
+      const uint64_t total = unit_count(node, u, &len);
       if (total > 0) bound = std::max(bound, cal.StaticBound(total, len));
     }
     return bound;
@@ -1381,26 +1323,22 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     }
     const MergedNode& n = m.nodes[node];
     for (int32_t c = n.first_child; c >= 0; c = m.nodes[c].next_sibling) m.Enqueue(c);
-    const double bound = static_bound(node);
-    if (bound > 0.0) {
-      // (Below min_path_probability the entry would never be popped: the
-      // node is then expanded only if one of its children comes to rank.)
+    // Queues the node's expansion (of its static children, or of its backoff
+    // children) at its path probability times `bound`; false when there is
+    // none (bound 0). Below min_path_probability the entry would never be
+    // popped: the node is then expanded only if one of its children comes to
+    // rank.
+    auto queue_expansion = [&](double bound, bool backoff) {
+      if (!(bound > 0.0)) return false;
       const MergedNode& r = m.nodes[node];
       if (r.path * bound >= sel.min_path_probability)
-        m.Push(QueueEntry{r.path * bound, node, r.rank, r.token, r.depth, true, false});
-    } else {
-      m.nodes[node].expanded = true;
-    }
+        m.Push(QueueEntry{r.path * bound, node, r.rank, r.token, r.depth, true, backoff});
+      return true;
+    };
+    if (!queue_expansion(static_bound(node), false)) m.nodes[node].expanded = true;
     // The backoff children: an expansion of their own, usually later (their
     // estimates are lower), so that most of their lookups are never made.
-    const double backoff = backoff_bound(node);
-    if (backoff > 0.0) {
-      const MergedNode& r = m.nodes[node];
-      if (r.path * backoff >= sel.min_path_probability)
-        m.Push(QueueEntry{r.path * backoff, node, r.rank, r.token, r.depth, true, true});
-    } else {
-      m.nodes[node].backed_off = true;
-    }
+    if (!queue_expansion(backoff_bound(node), true)) m.nodes[node].backed_off = true;
   };
 
   // ---- Best-first ranking, at most `budget` nodes (root included).
