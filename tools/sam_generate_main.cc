@@ -193,40 +193,27 @@ std::vector<size_t> ParseBranching(const std::string& text) {
   return out;
 }
 
-// --prompt-ids: "[1, 2, 3]" or "1,2,3".
+// --prompt-ids: "[1, 2, 3]" or "1,2,3" (read as the JSON array it is the inside of).
 std::vector<uint32_t> ParsePromptIds(const std::string& text) {
-  std::string body = text;
-  const size_t first = body.find_first_not_of(" \t\n");
-  if (first != std::string::npos && body[first] == '[') {
-    json j;
-    try {
-      j = json::parse(body);
-    } catch (const json::exception&) {
-      throw UsageError("--prompt-ids '" + text + "': not a JSON array of token ids");
-    }
-    std::vector<uint32_t> ids;
-    for (const auto& v : j) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > UINT32_MAX)
-        throw UsageError("--prompt-ids: " + v.dump() + " is not a token id");
-      ids.push_back(static_cast<uint32_t>(v.get<int64_t>()));
-    }
-    if (ids.empty()) throw UsageError("--prompt-ids: the prompt is empty");
-    return ids;
+  const std::string bad = "--prompt-ids '" + text +
+                          "': expected token ids separated by commas or a JSON array, e.g. "
+                          "1,415,29871";
+  const size_t first = text.find_first_not_of(" \t\n");
+  const bool array = first != std::string::npos && text[first] == '[';
+  json j;
+  try {
+    j = json::parse(array ? text : "[" + text + "]");
+  } catch (const json::exception&) {
+    throw UsageError(bad);
   }
+  if (!j.is_array()) throw UsageError(bad);
   std::vector<uint32_t> ids;
-  size_t start = 0;
-  while (start <= body.size()) {
-    const size_t comma = std::min(body.find(',', start), body.size());
-    std::string item = body.substr(start, comma - start);
-    const size_t a = item.find_first_not_of(" \t\n"), b = item.find_last_not_of(" \t\n");
-    item = a == std::string::npos ? "" : item.substr(a, b - a + 1);
-    if (item.empty() || item.size() > 10 || item.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoull(item) > UINT32_MAX)
-      throw UsageError("--prompt-ids '" + text +
-                       "': expected token ids separated by commas or a JSON array, e.g. 1,415,29871");
-    ids.push_back(static_cast<uint32_t>(std::stoull(item)));
-    start = comma + 1;
+  for (const auto& v : j) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > UINT32_MAX)
+      throw UsageError("--prompt-ids: " + v.dump() + " is not a token id");
+    ids.push_back(static_cast<uint32_t>(v.get<int64_t>()));
   }
+  if (ids.empty()) throw UsageError("--prompt-ids: the prompt is empty");
   return ids;
 }
 
