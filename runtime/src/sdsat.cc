@@ -95,12 +95,23 @@ void SdsatDrafter::Reset() {
 }
 
 void SdsatDrafter::SetRows(std::span<const float> rows) {
-  if (rows.size() != k() * vocab_)
-    Fail("SDSAT: SetRows got " + std::to_string(rows.size()) + " floats, expected k * vocab = " +
-         std::to_string(k() * vocab_));
+  CheckRows(rows.size());
   rows_.assign(rows.begin(), rows.end());
   have_rows_ = true;
   wanted_ = false;
+}
+
+void SdsatDrafter::SwapRows(std::vector<float>* rows) {
+  CheckRows(rows->size());
+  rows_.swap(*rows);
+  have_rows_ = true;
+  wanted_ = false;
+}
+
+void SdsatDrafter::CheckRows(size_t size) const {
+  if (size != k() * vocab_)
+    Fail("SDSAT: got " + std::to_string(size) + " floats of rows, expected k * vocab = " +
+         std::to_string(k() * vocab_));
 }
 
 bool SdsatDrafter::Propose(uint32_t start_token, size_t max_nodes, DraftTree* out) {

@@ -68,6 +68,19 @@ TEST(SdsatDrafter, RowsAreConsumedByOnePropose) {
   EXPECT_EQ(tree.source, rt::DraftSource::kSdsat);
   EXPECT_FALSE(d.has_rows());
   EXPECT_FALSE(d.Propose(2, 10, &tree));  // consumed
+  // SwapRows: the same rows without a copy, and the previous buffer back.
+  std::vector<float> buffer = RandomRows(k, vocab, 3);
+  const std::vector<float> swapped = buffer;
+  d.SetRows(RandomRows(k, vocab, 4));
+  d.SwapRows(&buffer);
+  EXPECT_EQ(buffer, RandomRows(k, vocab, 4));
+  rt::DraftTree from_swap, from_copy;
+  ASSERT_TRUE(d.Propose(2, 10, &from_swap));
+  d.SetRows(swapped);
+  ASSERT_TRUE(d.Propose(2, 10, &from_copy));
+  EXPECT_EQ(from_swap.tokens, from_copy.tokens);
+  std::vector<float> short_rows(k * vocab - 1);
+  EXPECT_THROW(d.SwapRows(&short_rows), sam::Error);
   d.SetRows(RandomRows(k, vocab, 2));
   d.ClearRows();
   EXPECT_FALSE(d.Propose(2, 10, &tree));

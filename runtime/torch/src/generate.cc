@@ -315,7 +315,7 @@ GenerateResult Generator::GenerateImpl(std::span<const uint32_t> prompt,
     try {
       for (size_t j = 0; j < k; ++j)
         rt::ApplySampling(std::span<float>(s.adaptive_rows).subspan(j * v, v), sdsat_->row_params());
-      sdsat_->SetRows(s.adaptive_rows);
+      sdsat_->SwapRows(&s.adaptive_rows);
     } catch (const sam::Error& e) {
       throw Error(ErrorCode::kInvalidArgument, std::string("generate: SDSAT rows: ") + e.what());
     }

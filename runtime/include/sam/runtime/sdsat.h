@@ -104,6 +104,9 @@ class SAM_API SdsatDrafter : public Drafter {
   // The processed rows q_1..q_k (k * vocab floats: non-negative, each with a
   // positive sum) of the adaptive positions below the last accepted node.
   void SetRows(std::span<const float> rows);
+  // The same without a copy: *rows (k * vocab floats) becomes the drafter's
+  // and *rows gets its previous buffer back, for the caller to refill.
+  void SwapRows(std::vector<float>* rows);
   // Forgets the rows (a step without adaptive nodes).
   void ClearRows() { have_rows_ = false; }
   bool has_rows() const { return have_rows_; }
@@ -122,6 +125,7 @@ class SAM_API SdsatDrafter : public Drafter {
 
  private:
   class RowExpander;
+  void CheckRows(size_t size) const;
   SdsatOptions options_;
   size_t vocab_;
   TreeDraftOptions tree_;
