@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -150,6 +151,8 @@ int main(int argc, char** argv) {
       "  sam-build --tokenizer llama-32k.model --corpus alpaca=alpaca_data.json -o alpaca.sam\n"
       "  sam-build --data-dir ../shared/data --preset default -o chat.sam\n"
       "  sam-build --vocab-size 32000 --corpus ids=tokens.jsonl -o ids.sam\n"
+      "  sam-build --tokenizer llama-32k.model --corpus cache=server.samc --cache-tenant team-a \\\n"
+      "            -o team-a.sam   (a saved response cache's responses: a tenant index)\n"
       "  sam-build --data-dir ../shared/data --preset default --max-memory 128M -o chat.sam\n"
       "    (writes chat.sam if the build fits, else chat.0.sam, chat.1.sam, ... and chat.samset)\n"
       "  sam-build --data-dir ../shared/data --preset default --shard 2/4 -o out/chat.2.sam\n"
@@ -167,7 +170,12 @@ int main(int argc, char** argv) {
   for (const auto& k : sam::indexer::CorpusKindNames()) kinds += (kinds.empty() ? "" : ", ") + k;
   app.add_option("--corpus", corpus_args,
                  "KIND=PATH, repeatable. KIND: " + kinds +
-                     ". PATH may be a pipe or FIFO (read once into memory)");
+                     ". PATH may be a pipe or FIFO (read once into memory), except for `cache`: a "
+                     "response cache file (ResponseCache::Save, sam_cache_save), whose responses "
+                     "of one tenant are indexed as they were cached (no BOS)");
+  app.add_option("--cache-tenant", cfg.cache_tenant,
+                 "`cache` corpora: the tenant whose responses are indexed (default: the file's "
+                 "only tenant; a file with several needs it)");
   app.add_option("--data-dir", data_dir,
                  "data folder (corpora/README.md layout); env SAM_DATA_DIR. Relative corpus "
                  "paths are looked up there too")
@@ -297,10 +305,14 @@ int main(int argc, char** argv) {
     }
     // Usage errors before any work: names of kinds and templates, the output path.
     if (cfg.corpora.empty()) throw UsageError("no corpus given (use --corpus KIND=PATH or --preset)");
+    if (!cfg.cache_tenant.empty() &&
+        std::none_of(cfg.corpora.begin(), cfg.corpora.end(),
+                     [](const auto& c) { return c.kind == sam::indexer::kCacheKind; }))
+      throw UsageError("--cache-tenant needs a `cache` corpus (--corpus cache=FILE)");
     std::vector<std::string> inputs;
     for (const auto& c : cfg.corpora) {
       try {
-        sam::indexer::CheckCorpusKind(c.kind);  // the sam::corpora kinds and "ids"
+        sam::indexer::CheckCorpusKind(c.kind);  // the sam::corpora kinds, "ids" and "cache"
       } catch (const sam::Error& e) {
         throw UsageError(std::string("--corpus: ") + e.what());
       }

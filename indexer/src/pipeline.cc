@@ -13,11 +13,13 @@
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <string_view>
 #include <thread>
 
 #include "sam/corpora/corpora.h"
 #include "sam/corpora/error.h"
+#include "sam/format/response_cache_file.h"
 #include "sam/format/sha256.h"
 #include "sam/format/shard_set.h"
 #include "sam/indexer/builder.h"
@@ -74,6 +76,50 @@ ErrorCode CodeOf(const std::exception& e) {
   return ErrorCode::kInvalidArgument;
 }
 
+// The documents of a `cache` corpus: the responses of one tenant of the saved
+// response cache at `path` (`tenant`, or the file's only one when empty),
+// oldest first. Errors name the file: the file's own, kTokenizerMismatch when
+// it was saved with another tokenizer, kInvalidArgument for a missing or
+// unnamed tenant (listing the file's) and for an id outside the vocabulary.
+void ReadCacheCorpus(const std::string& path, const std::string& tenant, const Tokenizer& tok,
+                     std::vector<std::vector<uint32_t>>* documents) {
+  format::ResponseCacheFile file = format::ReadResponseCacheFile(path);
+  if (file.tokenizer_sha256 != tok.sha256())
+    throw BuildError(ErrorCode::kTokenizerMismatch, {.file = path},
+                     "the cache was saved with tokenizer " +
+                         format::DigestToHex(file.tokenizer_sha256) + ", --tokenizer is " +
+                         format::DigestToHex(tok.sha256()));
+  std::set<std::string> tenants;
+  for (const format::CachedResponse& r : file.responses) tenants.insert(r.tenant);
+  auto listed = [&] {
+    std::string list;
+    for (const std::string& t : tenants) list += (list.empty() ? "'" : ", '") + t + "'";
+    return list.empty() ? std::string("none: the cache is empty") : list;
+  };
+  std::string chosen = tenant;
+  if (chosen.empty()) {
+    if (tenants.size() != 1)
+      throw BuildError(ErrorCode::kInvalidArgument, {.file = path},
+                       "the cache holds " + std::to_string(tenants.size()) +
+                           " tenants; choose one with --cache-tenant (tenants: " + listed() + ")");
+    chosen = *tenants.begin();
+  } else if (!tenants.contains(chosen)) {
+    throw BuildError(ErrorCode::kInvalidArgument, {.file = path},
+                     "no tenant '" + chosen + "' in the cache (tenants: " + listed() + ")");
+  }
+  for (size_t i = 0; i < file.responses.size(); ++i) {
+    format::CachedResponse& r = file.responses[i];
+    if (r.tenant != chosen) continue;
+    for (uint32_t id : r.tokens)
+      if (id >= tok.vocab_size())
+        throw BuildError(ErrorCode::kInvalidArgument, {.file = path},
+                         "response " + std::to_string(i + 1) + " holds id " + std::to_string(id) +
+                             ", outside the tokenizer's vocabulary of " +
+                             std::to_string(tok.vocab_size()));
+    documents->push_back(std::move(r.tokens));
+  }
+}
+
 // Tokenizer threads, stopped and joined however the scope is left: an
 // exception on the calling thread never meets a joinable std::thread.
 class WorkerPool {
@@ -113,6 +159,7 @@ std::vector<std::string> CorpusKindNames() {
   std::vector<std::string> names;
   for (corpora::Kind kind : corpora::AllKinds()) names.emplace_back(corpora::KindName(kind));
   names.emplace_back(kIdsKind);
+  names.emplace_back(kCacheKind);
   return names;
 }
 
@@ -185,6 +232,10 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   for (const auto& c : cfg.corpora) all_ids = all_ids && c.kind == kIdsKind;
   for (const auto& c : cfg.corpora) CheckCorpusKind(c.kind);  // validates the names early
 
+  for (const auto& c : cfg.corpora)
+    if (c.kind == kCacheKind && cfg.tokenizer_path.empty())
+      throw BuildError("cache corpora need --tokenizer MODEL (the one the cache was saved with): " +
+                       c.path);
   std::optional<Tokenizer> tok;
   uint32_t vocab = cfg.vocab_size;
   if (!cfg.tokenizer_path.empty()) {
@@ -424,7 +475,22 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     // bytes and parsed from them (reading it twice would find it empty).
     auto t = Clock::now();
     std::optional<corpora::Input> input;
-    try {
+    std::vector<std::string> texts;
+    std::vector<std::vector<uint32_t>> ids;
+    corpora::ReadStats rs;
+    const bool pretokenized = spec.kind == kIdsKind || spec.kind == kCacheKind;
+    if (spec.kind == kCacheKind) {
+      try {
+        cr.source_sha256 = SourceHash(spec.path);
+        source_sha256[ci] = cr.source_sha256;
+        ReadCacheCorpus(spec.path, cfg.cache_tenant, *tok, &ids);
+      } catch (const sam::Error& e) {
+        throw BuildError(e);
+      } catch (const std::exception& e) {
+        throw BuildError(CodeOf(e), e.what());
+      }
+      rs.records = rs.documents = ids.size();
+    } else try {
       input = corpora::Input::Open(spec.path);
       if (input->type() == corpora::Input::Type::kStream) {
         const std::string_view bytes = input->stream_bytes();
@@ -439,10 +505,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
       throw BuildError(CodeOf(e), e.what());
     }
     // Read all documents of this corpus.
-    std::vector<std::string> texts;
-    std::vector<std::vector<uint32_t>> ids;
-    corpora::ReadStats rs;
-    try {
+    if (spec.kind != kCacheKind) try {
       if (spec.kind == kIdsKind) {
         rs = corpora::ReadIdDocuments(*input, vocab, cfg.skip_bad,
                                       [&](std::vector<uint32_t>&& d) { ids.push_back(std::move(d)); });
@@ -466,7 +529,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
         docs.resize(kept);
         documents_read += read;
       };
-      if (spec.kind == kIdsKind) keep(ids); else keep(texts);
+      if (pretokenized) keep(ids); else keep(texts);
     }
     held_input_bytes = 0;
     for (const auto& text : texts) held_input_bytes += text.size();
@@ -482,7 +545,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
                      cfg.corpora.size()});
 
     t = Clock::now();
-    if (spec.kind != kIdsKind) {
+    if (!pretokenized) {
       // Tokenize in parallel (chunks claimed in order, within the window), and
       // feed the builder in document order as chunks complete.
       const size_t ndocs = texts.size();

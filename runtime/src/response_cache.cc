@@ -5,6 +5,7 @@
 
 #include "sam/error.h"
 #include "sam/format/blob_file.h"
+#include "sam/format/response_cache_file.h"
 #include "sam/format/sha256.h"
 
 namespace sam::runtime {
@@ -308,7 +309,6 @@ size_t ResponseCache::Capacity(std::string_view tenant) const {
 
 namespace {
 
-constexpr uint32_t kCacheFileVersion = 1;
 
 void Put32(std::vector<uint8_t>& out, uint32_t v) {
   for (int i = 0; i < 4; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
@@ -316,8 +316,9 @@ void Put32(std::vector<uint8_t>& out, uint32_t v) {
 
 }  // namespace
 
-// Payload, version 1 (little-endian): tokenizer SHA-256 [32], u64 responses,
-// then per response, oldest first: u32 key bytes, key, u32 tokens, u32 ids.
+static_assert(ResponseCache::kSeparator == format::kResponseCacheSeparator);
+
+// The payload: sam/format/response_cache_file.h (whose reader Load uses).
 void ResponseCache::Save(const std::string& path,
                          const format::Sha256Digest& tokenizer_sha256) const {
   std::vector<uint8_t> payload(tokenizer_sha256.begin(), tokenizer_sha256.end());
@@ -337,54 +338,17 @@ void ResponseCache::Save(const std::string& path,
       position += r.length + 1;
     }
   }
-  format::WriteBlobFile(path, format::kResponseCacheMagic, kCacheFileVersion, payload);
+  format::WriteBlobFile(path, format::kResponseCacheMagic, format::kResponseCacheFileVersion,
+                        payload);
 }
 
 void ResponseCache::Load(const std::string& path, const format::Sha256Digest& tokenizer_sha256) {
-  uint32_t version = 0;
-  const std::vector<uint8_t> payload =
-      format::ReadBlobFile(path, format::kResponseCacheMagic, kCacheFileVersion, &version);
-  size_t at = 0;
-  auto corrupt = [&](const std::string& what) {
-    throw Error(ErrorCode::kCorruptStructure, ErrorContext{.file = path},
-                what + " at payload byte " + std::to_string(at));
-  };
-  auto get = [&](size_t bytes) {
-    if (payload.size() - at < bytes) corrupt("the payload ends early");
-    uint64_t v = 0;
-    for (size_t i = 0; i < bytes; ++i) v |= uint64_t{payload[at + i]} << (8 * i);
-    at += bytes;
-    return v;
-  };
-  if (payload.size() < 32) corrupt("the payload ends early");
-  format::Sha256Digest saved;
-  std::copy(payload.begin(), payload.begin() + 32, saved.begin());
-  at = 32;
-  if (saved != tokenizer_sha256)
+  const format::ResponseCacheFile file = format::ReadResponseCacheFile(path);
+  if (file.tokenizer_sha256 != tokenizer_sha256)
     throw Error(ErrorCode::kTokenizerMismatch, ErrorContext{.file = path},
-                "the cache was saved with tokenizer " + format::DigestToHex(saved) +
+                "the cache was saved with tokenizer " + format::DigestToHex(file.tokenizer_sha256) +
                     ", this deployment uses " + format::DigestToHex(tokenizer_sha256));
-  const uint64_t n = get(8);
-  std::vector<std::pair<std::string, std::vector<uint32_t>>> responses;
-  for (uint64_t i = 0; i < n; ++i) {
-    const size_t key_size = get(4);
-    if (payload.size() - at < key_size) corrupt("a tenant key runs past the payload");
-    std::string key(payload.begin() + static_cast<ptrdiff_t>(at),
-                    payload.begin() + static_cast<ptrdiff_t>(at + key_size));
-    at += key_size;
-    const size_t count = get(4);
-    if (count == 0 || (payload.size() - at) / 4 < count)
-      corrupt("response " + std::to_string(i) + " has an impossible length " +
-              std::to_string(count));
-    std::vector<uint32_t> tokens(count);
-    for (uint32_t& t : tokens) {
-      t = static_cast<uint32_t>(get(4));
-      if (t == kSeparator) corrupt("response " + std::to_string(i) + " holds the separator");
-    }
-    responses.emplace_back(std::move(key), std::move(tokens));
-  }
-  if (at != payload.size()) corrupt("bytes after the last response");
-  for (const auto& [key, tokens] : responses) Insert(key, tokens);
+  for (const format::CachedResponse& r : file.responses) Insert(r.tenant, r.tokens);
 }
 
 ResponseCache::Cursor ResponseCache::OpenCursor(std::string_view tenant) const {

@@ -24,6 +24,14 @@ expect 2 "absurd" -- "$build" -o "$tmp/a.sam" --threads 100000 --corpus ids=x
 expect 2 "KIND=PATH" -- "$build" -o "$tmp/a.sam" --corpus nokind
 expect 2 "no corpus" -- "$build" -o "$tmp/a.sam"
 expect 1 "missing.jsonl" -- "$build" -o "$tmp/a.sam" --vocab-size 10 --corpus ids="$tmp/missing.jsonl"
+expect 2 "needs a .cache. corpus" -- "$build" -o "$tmp/a.sam" --vocab-size 10 --corpus ids=x --cache-tenant t
+expect 1 "cache corpora need --tokenizer" -- "$build" -o "$tmp/a.sam" --vocab-size 10 --corpus cache="$tmp/x.samc"
+printf '[1,2,3]\n' > "$tmp/not-a-cache.samc"
+if [[ -n "$data" && -f "$data/tokenizer/llama-32k.model" ]]; then
+  expect 1 "not-a-cache.samc" -- "$build" -q -o "$tmp/a.sam" --tokenizer "$data/tokenizer/llama-32k.model" \
+    --corpus cache="$tmp/not-a-cache.samc"
+  [[ -e "$tmp/a.sam" ]] && { echo "FAIL: output left behind after a bad cache file"; fail=1; }
+fi
 printf '[1,2,3]\n[4, "x"]\n' > "$tmp/bad.jsonl"
 expect 1 "bad.jsonl" -- "$build" -q -o "$tmp/bad.sam" --vocab-size 10 --corpus ids="$tmp/bad.jsonl"
 [[ -e "$tmp/bad.sam" ]] && { echo "FAIL: half-written output left behind"; fail=1; }

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <new>
 #include <random>
@@ -20,6 +21,7 @@
 #include "sam/error.h"
 #include "sam/indexer/pipeline.h"
 #include "sam/indexer/tokenizer.h"
+#include "sam/runtime/response_cache.h"
 #include "temp_dir.h"
 
 namespace {
@@ -224,6 +226,126 @@ TEST_F(PipelineTest, IdsCorpusWithoutTokenizer) {
   EXPECT_FALSE(fs::exists(cfg.output_path));
 }
 
+// Every state of two indexes: the text, then per state its length, link,
+// count, first end position and children (token and target).
+void ExpectSameAutomaton(const std::string& a_path, const std::string& b_path) {
+  const auto a = sam::format::IndexFile::Open(a_path);
+  const auto b = sam::format::IndexFile::Open(b_path);
+  const auto& x = a.view();
+  const auto& y = b.view();
+  ASSERT_EQ(IndexTokens(a_path), IndexTokens(b_path));
+  ASSERT_EQ(x.num_states(), y.num_states());
+  for (uint64_t v = 0; v < x.num_states(); ++v) {
+    ASSERT_EQ(x.Len(v), y.Len(v)) << v;
+    ASSERT_EQ(x.Count(v), y.Count(v)) << v;
+    if (v != sam::format::kRoot) {
+      ASSERT_EQ(x.Link(v), y.Link(v)) << v;
+      ASSERT_EQ(x.MinEndpos(v), y.MinEndpos(v)) << v;
+    }
+    std::vector<std::pair<uint32_t, uint64_t>> cx, cy;
+    x.ForEachChild(v, [&](uint32_t t, uint64_t w) { cx.emplace_back(t, w); });
+    y.ForEachChild(v, [&](uint32_t t, uint64_t w) { cy.emplace_back(t, w); });
+    ASSERT_EQ(cx, cy) << v;
+  }
+}
+
+// `cache` corpora: a response cache saved by the runtime (ResponseCache::Save)
+// indexes one tenant's responses, oldest first, as an `ids` corpus of the same
+// responses does (the oracle), with the tokenizer recorded; every refusal
+// names the file and leaves no output.
+TEST_F(PipelineTest, CacheCorpusEqualsIdsOfTheTenantsResponses) {
+  const std::string model = TinyModel();
+  REQUIRE_MODEL(model);
+  const Tokenizer tok = Tokenizer::Load(model);
+  std::mt19937 rng(11);
+  sam::runtime::ResponseCache cache(size_t{64} << 20);
+  std::map<std::string, std::vector<std::vector<uint32_t>>> by_tenant;
+  for (int i = 0; i < 60; ++i) {
+    const std::string tenant = i % 3 == 0 ? "team-b" : "team-a";
+    std::vector<uint32_t> r(1 + rng() % 20);
+    for (uint32_t& t : r) t = 3 + rng() % 12;  // few distinct ids: repeats, branching states
+    ASSERT_TRUE(cache.Insert(tenant, r));
+    by_tenant[tenant].push_back(r);
+  }
+  const std::string saved = (dir_ / "server.samc").string();
+  cache.Save(saved, tok.sha256());
+
+  for (const auto& [tenant, responses] : by_tenant) {
+    std::string jsonl;
+    for (const auto& r : responses) {
+      jsonl += "[";
+      for (size_t k = 0; k < r.size(); ++k) jsonl += (k ? "," : "") + std::to_string(r[k]);
+      jsonl += "]\n";
+    }
+    BuildConfig ids;
+    ids.tokenizer_path = model;
+    ids.corpora = {{"ids", WriteFile(tenant + ".jsonl", jsonl)}};
+    ids.output_path = (dir_ / (tenant + "-ids.sam")).string();
+    sam::indexer::BuildIndex(ids);
+    BuildConfig from_cache;
+    from_cache.tokenizer_path = model;
+    from_cache.corpora = {{"cache", saved}};
+    from_cache.cache_tenant = tenant;
+    from_cache.output_path = (dir_ / (tenant + "-cache.sam")).string();
+    const auto rep = sam::indexer::BuildIndex(from_cache);
+    EXPECT_EQ(rep.corpora.at(0).documents, responses.size());
+    ExpectSameAutomaton(ids.output_path, from_cache.output_path);
+    EXPECT_EQ(sam::format::IndexFile::Open(from_cache.output_path).header().tokenizer_sha256,
+              tok.sha256());
+  }
+
+  auto refused = [&](BuildConfig cfg, std::initializer_list<std::string> parts) {
+    cfg.output_path = (dir_ / "refused.sam").string();
+    ExpectBuildError([&] { sam::indexer::BuildIndex(cfg); }, parts);
+    EXPECT_FALSE(fs::exists(cfg.output_path));
+  };
+  BuildConfig cfg;
+  cfg.tokenizer_path = model;
+  cfg.corpora = {{"cache", saved}};
+  // Two tenants and none chosen; an unknown tenant: both list the tenants.
+  refused(cfg, {"server.samc", "2 tenants", "--cache-tenant", "'team-a', 'team-b'"});
+  cfg.cache_tenant = "team-c";
+  refused(cfg, {"server.samc", "no tenant 'team-c'", "'team-a', 'team-b'"});
+  // A cache saved with another tokenizer.
+  cfg.cache_tenant = "team-a";
+  sam::format::Sha256Digest other = tok.sha256();
+  other[0] ^= 1;
+  const std::string foreign = (dir_ / "foreign.samc").string();
+  cache.Save(foreign, other);
+  cfg.corpora = {{"cache", foreign}};
+  refused(cfg, {"foreign.samc", "saved with tokenizer"});
+  try {
+    cfg.output_path = (dir_ / "refused.sam").string();
+    sam::indexer::BuildIndex(cfg);
+  } catch (const BuildError& e) {
+    EXPECT_EQ(e.code(), sam::ErrorCode::kTokenizerMismatch);
+  }
+  // No tokenizer.
+  BuildConfig no_tok;
+  no_tok.vocab_size = 100;
+  no_tok.corpora = {{"cache", saved}};
+  refused(no_tok, {"cache corpora need --tokenizer", "server.samc"});
+  // An id outside the vocabulary.
+  sam::runtime::ResponseCache wide(size_t{1} << 20);
+  ASSERT_TRUE(wide.Insert("t", std::vector<uint32_t>{3, 4, tok.vocab_size()}));
+  const std::string big = (dir_ / "big.samc").string();
+  wide.Save(big, tok.sha256());
+  cfg.corpora = {{"cache", big}};
+  cfg.cache_tenant = "";
+  refused(cfg, {"big.samc", "response 1 holds id " + std::to_string(tok.vocab_size()),
+                "vocabulary"});
+  // A truncated file, and a file that is no cache at all.
+  std::string bytes;
+  {
+    std::ifstream in(saved, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  cfg.corpora = {{"cache", WriteFile("cut.samc", bytes.substr(0, bytes.size() - 5))}};
+  refused(cfg, {"cut.samc"});
+  cfg.corpora = {{"cache", WriteFile("not.samc", "[1, 2, 3]\n")}};
+  refused(cfg, {"not.samc"});
+}
+
 TEST_F(PipelineTest, MalformedRecordsFailOrAreSkipped) {
   const std::string model = TinyModel();
   REQUIRE_MODEL(model);
@@ -304,7 +426,7 @@ TEST_F(PipelineTest, BadConfigurationsAreRefused) {
   cfg.corpora = {{"nosuchkind", "x"}};
   ExpectBuildError([&] { sam::indexer::BuildIndex(cfg); },
                    {"unknown corpus kind 'nosuchkind' (valid: alpaca, python18k, gsm8k, hagrid, "
-                    "jsonl, text, ids)"});
+                    "jsonl, text, ids, cache)"});
   cfg.corpora = {{"gsm8k", (dir_ / "absent.jsonl").string()}};
   cfg.tokenizer_path = (dir_ / "absent.model").string();
   try {
@@ -316,11 +438,12 @@ TEST_F(PipelineTest, BadConfigurationsAreRefused) {
 }
 
 TEST_F(PipelineTest, EveryAcceptedKindIsListedInTheUnknownKindMessage) {
-  // The oracle is the kind table: every corpora kind and ids is accepted, and
-  // the message for an unknown kind names each of them.
+  // The oracle is the kind table: every corpora kind, ids and cache are
+  // accepted, and the message for an unknown kind names each of them.
   std::vector<std::string> expected;
   for (auto kind : sam::corpora::AllKinds()) expected.emplace_back(sam::corpora::KindName(kind));
   expected.emplace_back("ids");
+  expected.emplace_back("cache");
   EXPECT_EQ(sam::indexer::CorpusKindNames(), expected);
   std::string message;
   try {

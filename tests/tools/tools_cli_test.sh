@@ -67,7 +67,7 @@ for p in "${programs[@]}"; do
 done
 printf '[1,2,3]\n[2,3,4]\n' > "$tmp/ok.jsonl"
 ids=(--vocab-size 10 --corpus ids="$tmp/ok.jsonl")
-expect 2 "unknown corpus kind 'bogus' (valid: alpaca, python18k, gsm8k, hagrid, jsonl, text, ids)" -- "$build" -o "$tmp/a.sam" --corpus bogus=x
+expect 2 "unknown corpus kind 'bogus' (valid: alpaca, python18k, gsm8k, hagrid, jsonl, text, ids, cache)" -- "$build" -o "$tmp/a.sam" --corpus bogus=x
 expect 2 "unknown preset 'bogus'" -- "$build" -o "$tmp/a.sam" --data-dir "$tmp" --preset bogus
 expect 2 "preset needs --data-dir" -- "$build" -o "$tmp/a.sam" --preset default
 expect 2 "nokind" -- "$build" -o "$tmp/a.sam" --corpus nokind="$tmp/ok.jsonl" --tokenizer x

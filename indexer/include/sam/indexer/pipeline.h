@@ -66,8 +66,13 @@ struct CorpusSpec {
 
 // The kind of pre-tokenized corpora (sam::corpora::ReadIdDocuments).
 inline constexpr char kIdsKind[] = "ids";
+// A saved response cache (ResponseCache::Save; sam/format/response_cache_file.h):
+// one document per retained response of one tenant (BuildConfig::cache_tenant),
+// oldest first, ids as cached (no BOS). Needs the tokenizer the cache was saved
+// with (kTokenizerMismatch otherwise). A regular file, not a pipe.
+inline constexpr char kCacheKind[] = "cache";
 
-// Every corpus kind BuildIndex accepts: the sam::corpora kinds, then "ids".
+// Every corpus kind BuildIndex accepts: the sam::corpora kinds, then "ids", "cache".
 std::vector<std::string> CorpusKindNames();
 
 // Throws BuildError "unknown corpus kind 'K' (valid: alpaca, ..., ids)" unless
@@ -96,7 +101,10 @@ struct BuildConfig {
   std::string text_field = "text";    // jsonl
   std::string text_split = "file";    // text: file | blank-line
   bool skip_bad = false;
-  bool add_bos = true;            // BOS before each tokenized document (not for ids)
+  bool add_bos = true;            // BOS before each tokenized document (not for ids, cache)
+  // `cache` corpora: the tenant whose responses are indexed. Empty: the file's
+  // only tenant (a file with several is refused, naming them).
+  std::string cache_tenant;
   unsigned threads = 0;           // tokenizer threads; 0 = all cores
   std::string output_path;
   std::string tool_version;
