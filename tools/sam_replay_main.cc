@@ -388,6 +388,8 @@ int main(int argc, char** argv) {
       "output (with --cache-prompts, prompt and output) is added to the cache under its tenant\n"
       "(the --tenant-field value, else one tenant for all) before the next trace: what a\n"
       "server would have seen. pld ignores the cache; --draft-sizes curves use it too.\n"
+      "--load-cache starts each policy's cache from a saved one; --save-cache writes the\n"
+      "cache after the last trace (sam-build --corpus cache=FILE turns it into a tenant index).\n"
       "\nPolicies:\n" +
           PolicyHelpText(),
       "sam-replay"};
@@ -458,6 +460,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--cache-prompts", cache_prompts,
                "with --cross-request: cache each trace's prompt before its output");
+  std::string save_cache_path, load_cache_path;
+  app.add_option("--load-cache", load_cache_path,
+                 "with --cross-request: start every policy's cache from this saved response cache "
+                 "(ResponseCache::Save; --save-cache) instead of empty, as a restarted server would")
+      ->type_name("FILE");
+  app.add_option("--save-cache", save_cache_path,
+                 "with --cross-request: save the cache as it is after the last trace (the same for "
+                 "every policy: each trace's text joins it) to FILE, written atomically; "
+                 "`sam-build --corpus cache=FILE` indexes it")
+      ->type_name("FILE");
   bool print_prompt_ids = false;
   app.add_flag("--print-prompt-ids", print_prompt_ids,
                "print each trace's prompt ids, one JSON object {id, prompt_ids} a line, as the "
@@ -481,13 +493,21 @@ int main(int argc, char** argv) {
   return sam::tools::RunTool("sam-replay", [&] {
     if (*make) return MakeTraces(data_dir, out_path, template_name, limit);
     if (traces_path.empty()) throw UsageError("--traces is required");
-    if (!cross_request && (!tenant_field.empty() || cache_prompts || app.count("--cache-mib")))
-      throw UsageError("--tenant-field, --cache-mib and --cache-prompts need --cross-request");
+    if (!cross_request && (!tenant_field.empty() || cache_prompts || app.count("--cache-mib") ||
+                           !save_cache_path.empty() || !load_cache_path.empty()))
+      throw UsageError("--tenant-field, --cache-mib, --cache-prompts, --load-cache and "
+                       "--save-cache need --cross-request");
+    if (!save_cache_path.empty())
+      sam::tools::CheckOutputPath("--save-cache", save_cache_path,
+                                  {traces_path, tokenizer_path, load_cache_path});
     if (policies.empty()) {  // all of them
       policies = {kPld};
       for (const rt::NamedPolicy& p : rt::NamedPolicies()) policies.emplace_back(p.name);
     }
     for (const auto& name : policies) FindSessionPolicy(name);  // before any loading
+    if (!save_cache_path.empty() &&
+        std::all_of(policies.begin(), policies.end(), [](const auto& n) { return n == kPld; }))
+      throw UsageError("--save-cache: pld keeps no cache; replay a session policy too");
     if (!report_dir.empty())
       sam::tools::CheckReportDir(report_dir, {traces_path, tokenizer_path, cost_curve_path});
     if (project_only && cost_curve_path.empty()) throw UsageError("--project-only needs --cost-curve");
@@ -528,6 +548,11 @@ int main(int argc, char** argv) {
         throw sam::Error(sam::ErrorCode::kTokenizerMismatch, {.file = f.path()},
                          "vocabulary size " + std::to_string(f.header().vocab_size) +
                              " differs from " + indexes[0].path());
+    // The tokenizer a cache file records (--load-cache checks it, --save-cache writes it):
+    // --tokenizer's, else the first index's (all zero for an index built from ids).
+    sam::format::Sha256Digest cache_tokenizer{};
+    if (tokenizer) cache_tokenizer = tokenizer->sha256();
+    else if (!indexes.empty()) cache_tokenizer = indexes[0].header().tokenizer_sha256;
     const auto traces = ReadTraces(traces_path, tokenizer.get(), bos, vocab, tenant_field);
     if (print_prompt_ids) {
       for (const auto& t : traces)
@@ -538,6 +563,7 @@ int main(int argc, char** argv) {
     json out_policies = json::array();
     tuning.dynamic_bytes = dynamic_mib << 20;
     const uint32_t session_vocab = vocab == UINT32_MAX ? 1 << 20 : vocab;
+    bool saved_cache = false;
     for (const auto& name : policies) {
       // One replay of a policy; with --cross-request, over a fresh response cache
       // that each finished trace's text joins before the next trace.
@@ -546,6 +572,7 @@ int main(int argc, char** argv) {
         rt::ReplayHooks hooks;
         if (cross_request && r.session != nullptr) {
           cache = std::make_shared<rt::ResponseCache>(cache_mib << 20);
+          if (!load_cache_path.empty()) cache->Load(load_cache_path, cache_tokenizer);
           rt::Session* session = r.session;
           hooks.before_trace = [&, session](const rt::ReplayTrace& t) {
             session->AttachCache(cache, t.tenant);
@@ -564,6 +591,10 @@ int main(int argc, char** argv) {
       PolicyRun run = MakePolicy(name, tuning, session_vocab, views);
       std::shared_ptr<rt::ResponseCache> cache;
       const rt::ReplayReport report = replay(run, &cache);
+      if (cache && !save_cache_path.empty() && !saved_cache) {
+        cache->Save(save_cache_path, cache_tokenizer);
+        saved_cache = true;
+      }
       json p = PolicyJson(name, report, tuning, projection);
       if (cache)
         p["cache"] = {{"bytes", cache->bytes()},

@@ -5,7 +5,9 @@ The HTML page must be well-formed XML with no scripts or fetched resources, and 
 hold the numbers of the JSON output of the same run: each mark's data attributes are compared
 with the JSON, and its geometry (bar lengths, point positions) must be a linear function of those
 numbers. Also: the report directory rules (created if missing, a foreign index.html never
-replaced, other files untouched) and the cost curve errors (exit 1, naming file and line).
+replaced, other files untouched), the cost curve errors (exit 1, naming file and line), and
+--save-cache / --load-cache (replaying Y after loading the cache saved after X drafts exactly as
+replaying X then Y does).
 
     replay_report_test.py BIN_DIR
 """
@@ -239,6 +241,57 @@ class ReplayReportTest(unittest.TestCase):
         self.assertEqual(r.returncode, 2)
         r = run(*self.base, "--draft-sizes", "0,8")
         self.assertEqual(r.returncode, 2)
+
+
+
+    def test_saved_cache_resumes_the_replay(self):
+        d = self.tmp.name
+        with open(os.path.join(d, "traces.jsonl")) as f:
+            traces = [json.loads(line) for line in f]
+        # X then Y in one replay: one tenant (no --tenant-field), categories x and y.
+        paths = {}
+        labelled = [dict(t, category="x" if i < 8 else "y") for i, t in enumerate(traces)]
+        for name, part in (("xy", labelled), ("x", labelled[:8]), ("y", labelled[8:])):
+            paths[name] = os.path.join(d, f"cache-{name}.jsonl")
+            with open(paths[name], "w") as f:
+                for t in part:
+                    f.write(json.dumps(t) + "\n")
+        idx = os.path.join(d, "idx.sam")
+        saved = os.path.join(d, "x.samc")
+
+        def replay(name, *extra):
+            r = run("sam-replay", "--index", idx, "--traces", paths[name], "--policy", "sam",
+                    "--policy", "sam-cal", "--json", "--cross-request", *extra)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            return {p["name"]: p for p in json.loads(r.stdout)["policies"]}
+
+        both = replay("xy")
+        replay("x", "--save-cache", saved)
+        self.assertTrue(os.path.exists(saved))
+        resumed = replay("y", "--load-cache", saved)
+        cold = replay("y")
+        # The paper rule learns nothing across traces: Y drafts the same as after X.
+        self.assertEqual(resumed["sam"]["by_category"]["y"], both["sam"]["by_category"]["y"])
+        self.assertEqual(resumed["sam"]["cache"]["responses"], len(traces))
+        self.assertEqual(cold["sam"]["cache"]["responses"], len(traces) - 8)
+        self.assertNotEqual(cold["sam"]["by_category"]["y"], both["sam"]["by_category"]["y"])
+        # Refusals: exit 2 for flags that cannot apply, exit 1 naming a bad cache file.
+        for extra in (["--save-cache", saved], ["--load-cache", saved]):
+            r = run("sam-replay", "--index", idx, "--traces", paths["y"], *extra)
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("need --cross-request", r.stderr)
+        r = run("sam-replay", "--index", idx, "--traces", paths["y"], "--policy", "pld",
+                "--cross-request", "--save-cache", os.path.join(d, "pld.samc"))
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("pld keeps no cache", r.stderr)
+        self.assertFalse(os.path.exists(os.path.join(d, "pld.samc")))
+        bad = os.path.join(d, "bad.samc")
+        with open(bad, "w") as f:
+            f.write("not a cache")
+        r = run("sam-replay", "--index", idx, "--traces", paths["y"], "--policy", "sam",
+                "--cross-request", "--load-cache", bad)
+        self.assertEqual(r.returncode, 1, r.stderr)
+        self.assertIn("bad.samc", r.stderr)
 
 
 if __name__ == "__main__":
