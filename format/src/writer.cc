@@ -44,11 +44,25 @@ IndexWriter::IndexWriter(const std::string& path) : path_(path) {
   end_ = kHeaderSize + kMaxSections * kSectionEntrySize;
 }
 
+IndexWriter::IndexWriter(std::vector<uint8_t>* memory, const std::string& name)
+    : path_(name), memory_(memory) {
+  if (memory_ == nullptr) Fail(ErrorCode::kInvalidArgument, name, "null output buffer");
+  memory_->clear();
+  uint8_t head[kHeaderSize] = {};
+  std::memcpy(head, kMagicIncomplete, 8);
+  WriteAt(0, head, sizeof(head));
+  end_ = kHeaderSize + kMaxSections * kSectionEntrySize;
+}
+
 IndexWriter::~IndexWriter() {
   if (!finished_) Abort();
 }
 
 void IndexWriter::Abort() noexcept {
+  if (memory_ != nullptr) {
+    memory_->clear();
+    return;
+  }
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   if (!temp_path_.empty()) {
@@ -59,6 +73,11 @@ void IndexWriter::Abort() noexcept {
 
 void IndexWriter::WriteAt(uint64_t offset, const void* data, size_t size) {
   const auto* p = static_cast<const uint8_t*>(data);
+  if (memory_ != nullptr) {
+    if (memory_->size() < offset + size) memory_->resize(offset + size);
+    if (size > 0) std::memcpy(memory_->data() + offset, p, size);
+    return;
+  }
   while (size > 0) {
     const ssize_t w = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
     if (w < 0) {
@@ -73,7 +92,8 @@ void IndexWriter::WriteAt(uint64_t offset, const void* data, size_t size) {
 
 void IndexWriter::AddSection(const std::string& tag, std::span<const uint8_t> bytes,
                              bool compress) {
-  if (finished_ || fd_ < 0) Fail(ErrorCode::kInvalidArgument, path_, "writer is closed");
+  if (finished_ || (fd_ < 0 && memory_ == nullptr))
+    Fail(ErrorCode::kInvalidArgument, path_, "writer is closed");
   // Only the sections of FORMAT.md, in its order, hot ones raw: the writer
   // never produces a file that the reader refuses.
   const SectionKind* kind = FindSectionKind(tag);
@@ -110,7 +130,8 @@ void IndexWriter::AddSection(const std::string& tag, std::span<const uint8_t> by
 }
 
 void IndexWriter::Finish(const IndexHeader& in) {
-  if (finished_ || fd_ < 0) Fail(ErrorCode::kInvalidArgument, path_, "writer is closed");
+  if (finished_ || (fd_ < 0 && memory_ == nullptr))
+    Fail(ErrorCode::kInvalidArgument, path_, "writer is closed");
   try {
     for (const SectionKind& k : kSectionKinds) {
       bool present = false;
@@ -181,6 +202,13 @@ void IndexWriter::Finish(const IndexHeader& in) {
     Write64(head + kOffHeaderChecksum, XXH3_64bits_digest(st));
     XXH3_freeState(st);
 
+    if (memory_ != nullptr) {
+      memory_->resize(end_);
+      WriteAt(kHeaderSize, table.data(), table.size());
+      WriteAt(0, head, kHeaderSize);
+      finished_ = true;
+      return;
+    }
     if (::ftruncate(fd_, static_cast<off_t>(end_)) != 0)
       Fail(ErrorCode::kIo, path_, "cannot size the file: " + Errno());
     WriteAt(kHeaderSize, table.data(), table.size());

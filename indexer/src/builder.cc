@@ -288,7 +288,8 @@ struct Automaton {
     if (before[3] != arena.data()) AdviseHuge(arena);
   }
 
-  WriteReport Write(const std::string& path, const IndexInfo& info, unsigned min_width);
+  // Freezes into `writer` (a file's or a buffer's).
+  WriteReport Write(format::IndexWriter& writer, const IndexInfo& info, unsigned min_width);
 };
 
 // Converts a narrow id (kNil and the clone tag included) to the wide type.
@@ -457,18 +458,30 @@ bool SuffixAutomatonBuilder::wide_ids() const { return impl_->wide != nullptr; }
 
 WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexInfo& info) {
   const unsigned min_width = impl_->options.min_width;
-  return impl_->Visit([&](auto& a) { return a.Write(path, info, min_width); });
+  if (num_documents() == 0)
+    throw FormatError(ErrorCode::kInvalidArgument, {.file = path},
+                      "no documents to index (all inputs were empty)");
+  format::IndexWriter writer(path);
+  return impl_->Visit([&](auto& a) { return a.Write(writer, info, min_width); });
+}
+
+WriteReport SuffixAutomatonBuilder::WriteToMemory(const IndexInfo& info,
+                                                  std::vector<uint8_t>* out,
+                                                  const std::string& name) {
+  const unsigned min_width = impl_->options.min_width;
+  if (num_documents() == 0)
+    throw FormatError(ErrorCode::kInvalidArgument, {.file = name},
+                      "no documents to index (all inputs were empty)");
+  format::IndexWriter writer(out, name);
+  return impl_->Visit([&](auto& a) { return a.Write(writer, info, min_width); });
 }
 
 namespace {
 
 template <typename Id>
-WriteReport Automaton<Id>::Write(const std::string& path, const IndexInfo& info,
+WriteReport Automaton<Id>::Write(format::IndexWriter& writer, const IndexInfo& info,
                                  unsigned min_width) {
   Automaton& m = *this;
-  if (m.documents == 0)
-    throw FormatError(ErrorCode::kInvalidArgument, {.file = path},
-                      "no documents to index (all inputs were empty)");
   const auto t0 = std::chrono::steady_clock::now();
   const uint64_t n = m.text.size(), c = m.cl_len.size(), s = 1 + n + c;
   WriteReport report;
@@ -561,7 +574,6 @@ WriteReport Automaton<Id>::Write(const std::string& path, const IndexInfo& info,
   h.select_rate_log2 = kSelectRateLog2;
   h.tokenizer_sha256 = info.tokenizer_sha256;
 
-  format::IndexWriter writer(path);
   auto emit = [&](const char* tag, format::PackedWriter& pw) {
     const auto bytes = pw.Finish();
     writer.AddSection(tag, bytes);

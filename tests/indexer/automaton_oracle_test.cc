@@ -3,6 +3,7 @@
 // positions, occurrence counts and document boundaries.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -219,6 +220,36 @@ TEST(AutomatonOracle, WideIdsWriteTheSameFile) {
     EXPECT_EQ(FileBytes(widened), expected) << "rep " << rep;
     for (const auto& p : {narrow, wide, widened}) std::filesystem::remove(p);
   }
+}
+
+// WriteToMemory (format::IndexWriter's memory mode) gives the file's bytes,
+// which open with IndexFile::FromBuffer; an empty builder is refused.
+TEST(AutomatonOracle, InMemoryIndexEqualsTheFile) {
+  std::mt19937 rng(8);
+  for (int rep = 0; rep < 6; ++rep) {
+    const uint32_t vocab = rep % 2 == 0 ? 5 : 300;
+    const Docs docs = RandomDocs(rng, 1 + rng() % 30, 60, vocab);
+    const std::string path = TempPath("file");
+    sam::indexer::IndexInfo info;
+    info.metadata_json = "{\"rep\": " + std::to_string(rep) + "}";
+    sam::indexer::BuildIndexFile(docs, vocab, path, info);
+    sam::indexer::SuffixAutomatonBuilder b(vocab);
+    for (const auto& d : docs) b.AddDocument(d);
+    std::vector<uint8_t> memory = {1, 2, 3};  // replaced
+    const auto report = b.WriteToMemory(info, &memory, "memory");
+    const auto expected = FileBytes(path);
+    ASSERT_EQ(memory.size(), expected.size()) << "rep " << rep;
+    EXPECT_TRUE(std::equal(memory.begin(), memory.end(),
+                           reinterpret_cast<const uint8_t*>(expected.data())))
+        << "rep " << rep;
+    EXPECT_EQ(report.file_bytes, memory.size());
+    const auto file = sam::format::IndexFile::FromBuffer(memory.data(), memory.size(), "memory");
+    EXPECT_EQ(file.view().num_tokens(), sam::format::IndexFile::Open(path).view().num_tokens());
+    std::filesystem::remove(path);
+  }
+  sam::indexer::SuffixAutomatonBuilder empty(10);
+  std::vector<uint8_t> memory = {1};
+  EXPECT_THROW(empty.WriteToMemory({}, &memory, "memory"), sam::format::FormatError);
 }
 
 TEST(AutomatonOracle, WideWidthsGiveTheSameAutomaton) {

@@ -25,6 +25,11 @@ namespace sam::format {
 class IndexWriter {
  public:
   explicit IndexWriter(const std::string& path);
+  // Writes into *memory instead of a file (resized to the index's bytes;
+  // cleared on failure); `name` is used in messages. Finish() neither fsyncs
+  // nor renames. The bytes open with IndexFile::FromBuffer once *memory is
+  // 8-byte aligned (std::vector's allocation is).
+  IndexWriter(std::vector<uint8_t>* memory, const std::string& name);
   ~IndexWriter();
   IndexWriter(const IndexWriter&) = delete;
   IndexWriter& operator=(const IndexWriter&) = delete;
@@ -46,6 +51,7 @@ class IndexWriter {
 
   std::string path_;
   std::string temp_path_;
+  std::vector<uint8_t>* memory_ = nullptr;  // the memory mode's output
   int fd_ = -1;
   uint64_t end_ = 0;
   std::vector<SectionInfo> sections_;

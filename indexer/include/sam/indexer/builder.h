@@ -108,6 +108,11 @@ class SuffixAutomatonBuilder {
   // builder is consumed (its memory is released while writing). Throws
   // format::FormatError on I/O errors or if no document was added.
   WriteReport Write(const std::string& path, const IndexInfo& info);
+  // The same index into *out instead of a file (format::IndexWriter's memory
+  // mode; open it with format::IndexFile::FromBuffer while *out lives);
+  // `name` is used in messages. The builder is consumed likewise.
+  WriteReport WriteToMemory(const IndexInfo& info, std::vector<uint8_t>* out,
+                            const std::string& name);
 
  private:
   struct Impl;
