@@ -5,11 +5,11 @@
 #              already holds the traffic's domain (GSM8K train answers);
 #   uncovered  the same corpora without GSM8K train: a general chat and code
 #              index serving traffic it was not built for.
-# For each, sam-cal (and the paper rule `sam`) are replayed without and with
-# --cross-request (one tenant per category), and sam-cal is compared at equal
-# tokens verified per step: the cache's MAT against the no-cache MAT
-# interpolated at the same tokens per step (a sweep of --min-path-prob), and
-# the cache's MAT at no more tokens per step than the no-cache default.
+# For each, sam-cal (and the paper rule `sam`) are replayed without a cache,
+# with --cross-request (one tenant per category), and with the cache also
+# compiling its tenants (--cache-compile); sam-cal's three configurations are
+# then compared at equal tokens verified per step (each interpolated along a
+# sweep of --min-path-prob) at each configuration's default.
 # Prints figures; asserts nothing (the tests are runtime_response_cache_test
 # and the replay tests).
 #
@@ -76,48 +76,45 @@ replay() {
     --json "$@" > "$work/$name.json"
 }
 cache=(--cross-request --tenant-field category)
+compiled=("${cache[@]}" --cache-compile)
 for index in covered uncovered; do
   echo "== replaying on the $index index" >&2
   replay "$index" "$index-plain" --policy sam-cal --policy sam
   replay "$index" "$index-cache" --policy sam-cal --policy sam "${cache[@]}"
+  replay "$index" "$index-compiled" --policy sam-cal --policy sam "${compiled[@]}"
   for p in 0.01 0.006 0.004 0.0025; do
     replay "$index" "$index-plain-$p" --policy sam-cal --min-path-prob "$p"
   done
   for p in 0.02 0.025 0.03 0.035 0.045; do
     replay "$index" "$index-cache-$p" --policy sam-cal --min-path-prob "$p" "${cache[@]}"
   done
+  for p in 0.02 0.03 0.04 0.05 0.07; do
+    replay "$index" "$index-compiled-$p" --policy sam-cal --min-path-prob "$p" "${compiled[@]}"
+  done
 done
 
 python3 - "$work" <<'EOF'
 import json, sys
 work = sys.argv[1]
+SWEEPS = {"plain": ("0.01", "0.006", "0.004", "0.0025"),
+          "cache": ("0.02", "0.025", "0.03", "0.035", "0.045"),
+          "compiled": ("0.02", "0.03", "0.04", "0.05", "0.07")}
+LABELS = {"plain": "no cache", "cache": "cache", "compiled": "cache, compiled"}
+
 
 def load(name):
     with open(f"{work}/{name}.json") as f:
         return {p["name"]: p for p in json.load(f)["policies"]}
 
+
 def point(p):
     return p["tokens_per_step"], p["mat"]
 
-print("Cross-request response cache (sam-replay --cross-request --tenant-field category)")
-print(f"{'index':<10} {'policy':<8} {'no cache':>16} {'cache':>16} {'gain':>7}   by category (no cache -> cache)")
-for index in ("covered", "uncovered"):
-    plain, cache = load(f"{index}-plain"), load(f"{index}-cache")
-    for name in ("sam-cal", "sam"):
-        a, b = plain[name], cache[name]
-        cats = "  ".join(
-            f"{c} {a['by_category'][c]['mat']:.3f}->{b['by_category'][c]['mat']:.3f}"
-            for c in sorted(a["by_category"]))
-        print(f"{index:<10} {name:<8} {a['mat']:6.3f} @ {a['tokens_per_step']:5.2f}  "
-              f"{b['mat']:6.3f} @ {b['tokens_per_step']:5.2f} {100 * (b['mat'] / a['mat'] - 1):+6.1f}%   {cats}")
 
-print()
-print("sam-cal at equal tokens per step (MAT @ tokens verified per step; between two")
-print("points of a --min-path-prob sweep, linear)")
-
-def curve(index, kind, probs):
+def curve(index, kind):
     return sorted([point(load(f"{index}-{kind}")["sam-cal"])] +
-                  [point(load(f"{index}-{kind}-{p}")["sam-cal"]) for p in probs])
+                  [point(load(f"{index}-{kind}-{p}")["sam-cal"]) for p in SWEEPS[kind]])
+
 
 def at(points, tokens):
     for (t0, m0), (t1, m1) in zip(points, points[1:]):
@@ -125,17 +122,43 @@ def at(points, tokens):
             return m0 + (m1 - m0) * (tokens - t0) / (t1 - t0)
     return None
 
+
+print("Cross-request response cache (sam-replay --cross-request --tenant-field category;")
+print("compiled: --cache-compile). MAT @ tokens verified per step, gain over no cache.")
+print(f"{'index':<10} {'policy':<8} {'no cache':>15} {'cache':>15} {'gain':>7} "
+      f"{'cache, compiled':>16} {'gain':>7}")
 for index in ("covered", "uncovered"):
-    plain = curve(index, "plain", ("0.01", "0.006", "0.004", "0.0025"))
-    cache = curve(index, "cache", ("0.02", "0.025", "0.03", "0.035", "0.045"))
-    base = point(load(f"{index}-plain")["sam-cal"])
-    own = point(load(f"{index}-cache")["sam-cal"])
-    for label, tokens, reference, m in (
-            ("at the cache's default", own[0], at(plain, own[0]), own[1]),
-            ("at no cache's default", base[0], base[1], at(cache, base[0]))):
-        if reference is None or m is None:
-            print(f"{index:<10} {label}: {tokens:.2f} tokens per step is outside the sweep")
-        else:
-            print(f"{index:<10} {label:<22} {tokens:5.2f} tokens per step: no cache {reference:.3f}, "
-                  f"cache {m:.3f}: {100 * (m / reference - 1):+.1f}%")
+    runs = {kind: load(f"{index}-{kind}") for kind in ("plain", "cache", "compiled")}
+    for name in ("sam-cal", "sam"):
+        a, b, c = (runs[k][name] for k in ("plain", "cache", "compiled"))
+        print(f"{index:<10} {name:<8} {a['mat']:6.3f} @ {a['tokens_per_step']:5.2f} "
+              f"{b['mat']:6.3f} @ {b['tokens_per_step']:5.2f} {100 * (b['mat'] / a['mat'] - 1):+6.1f}% "
+              f"{c['mat']:7.3f} @ {c['tokens_per_step']:5.2f} {100 * (c['mat'] / a['mat'] - 1):+6.1f}%")
+    for kind in ("plain", "cache", "compiled"):
+        cats = "  ".join(f"{cat} {v['mat']:.3f}"
+                         for cat, v in sorted(runs[kind]["sam-cal"]["by_category"].items()))
+        print(f"{'':<10} sam-cal by category, {LABELS[kind]}: {cats}")
+
+print()
+print("sam-cal at equal tokens per step (linear between two points of a --min-path-prob")
+print("sweep of each configuration)")
+for index in ("covered", "uncovered"):
+    curves = {kind: curve(index, kind) for kind in ("plain", "cache", "compiled")}
+    for label, kind in (("no cache's default", "plain"), ("the cache's default", "cache"),
+                        ("the compiled cache's default", "compiled")):
+        tokens = point(load(f"{index}-{kind}")["sam-cal"])[0]
+        values = {k: at(curves[k], tokens) for k in curves}
+        base = values["plain"]
+        parts = []
+        for k in ("plain", "cache", "compiled"):
+            v = values[k]
+            if v is None:
+                parts.append(f"{LABELS[k]} outside the sweep")
+            elif k == "plain":
+                parts.append(f"{LABELS[k]} {v:.3f}")
+            elif base is None:
+                parts.append(f"{LABELS[k]} {v:.3f}")
+            else:
+                parts.append(f"{LABELS[k]} {v:.3f} ({100 * (v / base - 1):+.1f}%)")
+        print(f"{index:<10} at {label:<28} {tokens:5.2f} tokens per step: " + ", ".join(parts))
 EOF

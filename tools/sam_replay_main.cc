@@ -460,6 +460,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--cache-prompts", cache_prompts,
                "with --cross-request: cache each trace's prompt before its output");
+  bool cache_compile = false;
+  app.add_flag("--cache-compile", cache_compile,
+               "with --cross-request: the cache also compiles each tenant's responses into an "
+               "index in memory (ResponseCache::CompileOptions: from 512 tokens, again after 25% "
+               "growth, a quarter of --cache-mib), which sam-cal drafts count-weighted trees from");
   std::string save_cache_path, load_cache_path;
   app.add_option("--load-cache", load_cache_path,
                  "with --cross-request: start every policy's cache from this saved response cache "
@@ -494,9 +499,9 @@ int main(int argc, char** argv) {
     if (*make) return MakeTraces(data_dir, out_path, template_name, limit);
     if (traces_path.empty()) throw UsageError("--traces is required");
     if (!cross_request && (!tenant_field.empty() || cache_prompts || app.count("--cache-mib") ||
-                           !save_cache_path.empty() || !load_cache_path.empty()))
-      throw UsageError("--tenant-field, --cache-mib, --cache-prompts, --load-cache and "
-                       "--save-cache need --cross-request");
+                           !save_cache_path.empty() || !load_cache_path.empty() || cache_compile))
+      throw UsageError("--tenant-field, --cache-mib, --cache-prompts, --cache-compile, "
+                       "--load-cache and --save-cache need --cross-request");
     if (!save_cache_path.empty())
       sam::tools::CheckOutputPath("--save-cache", save_cache_path,
                                   {traces_path, tokenizer_path, load_cache_path});
@@ -571,7 +576,9 @@ int main(int argc, char** argv) {
         std::shared_ptr<rt::ResponseCache> cache;
         rt::ReplayHooks hooks;
         if (cross_request && r.session != nullptr) {
-          cache = std::make_shared<rt::ResponseCache>(cache_mib << 20);
+          rt::ResponseCache::CompileOptions compile;
+          compile.enabled = cache_compile;
+          cache = std::make_shared<rt::ResponseCache>(cache_mib << 20, compile);
           if (!load_cache_path.empty()) cache->Load(load_cache_path, cache_tokenizer);
           rt::Session* session = r.session;
           hooks.before_trace = [&, session](const rt::ReplayTrace& t) {
@@ -598,6 +605,8 @@ int main(int argc, char** argv) {
       json p = PolicyJson(name, report, tuning, projection);
       if (cache)
         p["cache"] = {{"bytes", cache->bytes()},
+                      {"compiled_bytes", cache->compiled_bytes()},
+                      {"compiles", cache->num_compiles()},
                       {"responses", cache->num_responses()},
                       {"evicted", cache->num_evicted()},
                       {"tenants", cache->num_tenants()}};

@@ -1,12 +1,16 @@
 #include "sam/runtime/response_cache.h"
 
 #include <algorithm>
+#include <cmath>
+#include <new>
+#include <optional>
 #include <string>
 
 #include "sam/error.h"
 #include "sam/format/blob_file.h"
 #include "sam/format/response_cache_file.h"
 #include "sam/format/sha256.h"
+#include "sam/indexer/builder.h"
 
 namespace sam::runtime {
 
@@ -21,6 +25,12 @@ struct ResponseCache::Cursor::Tenant {
   std::deque<Response> responses;   // write_mu_
   size_t used = 0;                  // tokens in the automaton (separators included); write_mu_
   size_t capacity = 0;              // write_mu_
+  // CompileOptions: the compiled index (guarded by mu), and when it is due
+  // again (write_mu_): tokens inserted since the last compile, and the
+  // tokens compiled then.
+  ResponseCache::Compiled compiled;
+  size_t inserted_since = 0;
+  size_t compiled_tokens = 0;
 };
 
 namespace {
@@ -87,9 +97,141 @@ size_t Continue(const DynamicSam& sam, uint32_t v, size_t want, bool climb_links
 
 }  // namespace
 
-ResponseCache::ResponseCache(size_t max_bytes) : max_bytes_(max_bytes) {
+namespace {
+
+size_t CompileBudget(size_t max_bytes, const ResponseCache::CompileOptions& c) {
+  if (!c.enabled) return 0;
+  return c.max_bytes != 0 ? c.max_bytes : max_bytes / 4;
+}
+
+// An index compiled in memory: its bytes and the file over them (the view
+// handed out aliases this, so the bytes live as long as any view).
+struct CompiledHolder {
+  std::vector<uint8_t> bytes;
+  std::optional<format::IndexFile> file;
+};
+
+}  // namespace
+
+ResponseCache::ResponseCache(size_t max_bytes) : ResponseCache(max_bytes, CompileOptions{}) {}
+
+ResponseCache::ResponseCache(size_t max_bytes, const CompileOptions& compile)
+    : max_bytes_(max_bytes),
+      compile_(compile),
+      automata_bytes_(max_bytes - std::min(max_bytes, CompileBudget(max_bytes, compile))) {
   if (max_bytes == 0)
     throw Error(ErrorCode::kInvalidArgument, "ResponseCache: max_bytes must be positive");
+  if (compile.enabled) {
+    const size_t budget = CompileBudget(max_bytes, compile);
+    if (budget == 0 || budget >= max_bytes)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "ResponseCache: the compile budget must be positive and below max_bytes (" +
+                      std::to_string(max_bytes) + "), got " + std::to_string(budget));
+    if (!(compile.growth > 0.0) || !std::isfinite(compile.growth))
+      throw Error(ErrorCode::kInvalidArgument,
+                  "ResponseCache: CompileOptions::growth must be positive and finite");
+  }
+}
+
+void ResponseCache::DropCompiled(Tenant& t) {
+  if (t.compiled.index == nullptr) return;
+  compiled_bytes_ -= t.compiled.bytes;
+  for (auto it = compiled_order_.begin(); it != compiled_order_.end(); ++it)
+    if (it->second == &t) {
+      compiled_order_.erase(it);
+      break;
+    }
+  std::unique_lock lock(t.mu);
+  t.compiled = Compiled{};
+}
+
+void ResponseCache::MaybeCompile(Tenant& t) {
+  if (!compile_.enabled || t.used < compile_.min_tokens) return;
+  const double since = static_cast<double>(t.inserted_since);
+  if (t.inserted_since == 0 ||
+      (t.compiled_tokens > 0 && since < compile_.growth * static_cast<double>(t.compiled_tokens)))
+    return;
+  const size_t budget = max_bytes_ - automata_bytes_;
+  t.inserted_since = 0;
+  t.compiled_tokens = t.used;
+  // The responses as documents (the text between separators), with the
+  // vocabulary their largest id needs. Built without the tenant's lock (only
+  // this writer changes t.sam).
+  auto holder = std::make_shared<CompiledHolder>();
+  try {
+    uint32_t max_id = 0;
+    for (size_t p = 1; p <= t.used; ++p)
+      if (const uint32_t id = t.sam->Token(p); id != kSeparator) max_id = std::max(max_id, id);
+    indexer::SuffixAutomatonBuilder builder(max_id + 1, t.used);
+    std::vector<uint32_t> document;
+    for (size_t p = 1; p <= t.used; ++p) {
+      const uint32_t id = t.sam->Token(p);
+      if (id != kSeparator) {
+        document.push_back(id);
+        continue;
+      }
+      builder.AddDocument(document);
+      document.clear();
+    }
+    const std::string name = "response cache tenant '" + t.key + "'";
+    builder.WriteToMemory({}, &holder->bytes, name);
+    holder->file.emplace(
+        format::IndexFile::FromBuffer(holder->bytes.data(), holder->bytes.size(), name));
+  } catch (const std::exception&) {
+    // Ids no vocabulary has (2^31 and above), or memory: the automaton
+    // alone drafts for this tenant until the next compile.
+    return;
+  }
+  std::shared_ptr<const StaticIndex> index;
+  try {
+    StaticIndex::Options options;
+    options.filter_bits_per_edge = 0;  // small indexes: the hub tables are what trees need
+    index = StaticIndex::Create(
+        std::shared_ptr<const format::IndexView>(holder, &holder->file->view()), options);
+  } catch (const std::exception&) {
+    return;
+  }
+  const size_t size = holder->bytes.size() + index->memory_bytes();
+  const size_t old = t.compiled.bytes;
+  if (size > budget) return;
+  // Room in the budget: other tenants' compiled indexes go, oldest first.
+  while (compiled_bytes_ - old + size > budget) {
+    Tenant* u = compiled_order_.front().second;
+    if (u == &t) {  // t's own old index is accounted as replaced already
+      compiled_order_.push_back(compiled_order_.front());
+      compiled_order_.pop_front();
+      continue;
+    }
+    DropCompiled(*u);
+  }
+  Compiled next;
+  next.index = std::move(index);
+  next.responses = t.responses.size();
+  next.bytes = size;
+  DropCompiled(t);
+  {
+    std::unique_lock lock(t.mu);
+    t.compiled = std::move(next);
+  }
+  compiled_bytes_ += size;
+  compiled_order_.emplace_back(++compiles_, &t);
+}
+
+ResponseCache::Compiled ResponseCache::CompiledIndex(std::string_view tenant) const {
+  const std::shared_ptr<Tenant> t = Find(tenant);
+  if (t == nullptr) return {};
+  std::shared_lock lock(t->mu);
+  return t->compiled;
+}
+
+size_t ResponseCache::compiled_bytes() const {
+  std::lock_guard write(write_mu_);
+  return compiled_bytes_;
+}
+
+uint64_t ResponseCache::num_compiles() const {
+  std::lock_guard write(write_mu_);
+  return compiles_;
 }
 
 ResponseCache::~ResponseCache() = default;
@@ -126,7 +268,7 @@ bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> to
                 "ResponseCache::Insert: the response holds token 4294967295, the cache's "
                 "separator, which no tokenizer produces");
   const size_t need_new = tokens.size() + 1;
-  if (TenantBytes(tenant.size(), need_new, 1) > max_bytes_) return false;
+  if (TenantBytes(tenant.size(), need_new, 1) > automata_bytes_) return false;
 
   std::lock_guard write(write_mu_);
   std::shared_ptr<Tenant> t;
@@ -136,7 +278,7 @@ bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> to
 
   // In place: the reserved capacity holds it and one more record fits.
   if (t != nullptr && t->used + need_new <= t->capacity &&
-      bytes_ + kBytesPerResponse <= max_bytes_) {
+      bytes_ + kBytesPerResponse <= automata_bytes_) {
     {
       std::unique_lock lock(t->mu);
       t->sam->Extend(tokens);
@@ -148,6 +290,8 @@ bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> to
     order_.emplace_back(sequence, t.get());
     bytes_ += kBytesPerResponse;
     ++responses_;
+    t->inserted_since += need_new;
+    MaybeCompile(*t);
     return true;
   }
 
@@ -164,7 +308,7 @@ bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> to
   size_t others = bytes_ - (t ? TenantBytes(t->key.size(), t->capacity, t_responses) : 0);
   auto t_fixed = [&] { return kBytesPerTenant + tenant.size() + kBytesPerResponse * (t_responses + 1); };
   size_t evict = 0;
-  while (others + t_fixed() + DynamicSam::BytesForCapacity(t_used + need_new) > max_bytes_ ||
+  while (others + t_fixed() + DynamicSam::BytesForCapacity(t_used + need_new) > automata_bytes_ ||
          t_used + need_new > kMaxTenantCapacity) {
     // Terminates: with everything evicted, others == 0 and the response fits
     // alone (checked above).
@@ -188,7 +332,7 @@ bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> to
     plan.dropped_tokens += length;
   }
   const size_t t_need = t_used + need_new;
-  const size_t budget = max_bytes_ - others - t_fixed();
+  const size_t budget = automata_bytes_ - others - t_fixed();
   const size_t capacity = std::clamp(
       std::min(2 * t_need, DynamicSam::CapacityForBytes(budget)), t_need, kMaxTenantCapacity);
 
@@ -201,6 +345,7 @@ bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> to
     if (plan.drops == u->responses.size()) {
       std::unique_lock map_lock(map_mu_);
       auto it = tenants_.find(u->key);
+      DropCompiled(*u);
       removed.push_back(std::move(it->second));  // cursors holding it re-resolve
       tenants_.erase(it);
       map_changed = true;
@@ -230,6 +375,8 @@ bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> to
   responses_ = responses_ - evict + 1;
   evicted_ += evict;
   if (map_changed) map_version_.fetch_add(1, std::memory_order_acq_rel);
+  t->inserted_since += need_new;
+  MaybeCompile(*t);
   return true;
 }
 
@@ -241,7 +388,9 @@ void ResponseCache::Clear() {
   }
   map_version_.fetch_add(1, std::memory_order_acq_rel);
   order_.clear();
+  compiled_order_.clear();
   bytes_ = 0;
+  compiled_bytes_ = 0;
   responses_ = 0;
   evicted_ = 0;
 }
@@ -261,7 +410,7 @@ uint32_t ResponseCache::Draft(std::string_view tenant, std::span<const uint32_t>
 
 size_t ResponseCache::bytes() const {
   std::lock_guard write(write_mu_);
-  return bytes_;
+  return bytes_ + compiled_bytes_;
 }
 
 size_t ResponseCache::num_tenants() const {
@@ -412,6 +561,14 @@ uint32_t ResponseCache::Cursor::Peek(uint32_t token, size_t want, bool climb_lin
   Transfer(*tenant_->sam, token, &state, &len);
   *count = Continue(*tenant_->sam, state, want, climb_links, out);
   return len;
+}
+
+ResponseCache::Compiled ResponseCache::Cursor::compiled() {
+  if (cache_ == nullptr) return {};
+  Resolve();
+  if (tenant_ == nullptr) return {};
+  std::shared_lock lock(tenant_->mu);
+  return tenant_->compiled;
 }
 
 uint32_t ResponseCache::Cursor::length() {

@@ -62,13 +62,18 @@ constexpr size_t kProbBuckets = 10;
 // context (its count ratio there, that state's count and length). Their upper
 // bound, before the link is read, is per length bucket the largest backoff
 // estimate at that length or shorter (the shorter context is shorter).
+//
+// Static cells come in two families with the same features and priors: the
+// attached indexes (family 0) and a response cache's compiled index (family
+// 1, ResponseCache::CompileOptions), so that earlier responses earn their
+// own acceptance rates.
 class Session::Calibrator {
  public:
   static constexpr double kPriorWeight = 4.0;
 
   Calibrator() {
     const size_t dynamic = kLengthBuckets * kLengthBuckets;
-    const size_t fixed_static = 2 * kRatioBuckets * kCountBuckets * kLengthBuckets;
+    const size_t fixed_static = kFamilies * 2 * kStaticCells;
     const size_t fallback = kLengthBuckets * kRankBuckets;
     const size_t model = kLengthBuckets * kProbBuckets;
     const size_t cache = kLengthBuckets * kLengthBuckets;
@@ -82,12 +87,13 @@ class Session::Calibrator {
         prior_[l * kLengthBuckets + d] = std::min(0.85, 0.35 + 0.05 * static_cast<double>(l + d));
     // A backoff child is a token the longer context did not favour: half the
     // prior of a child of the same ratio.
-    for (size_t b = 0; b < 2; ++b)
-      for (size_t r = 0; r < kRatioBuckets; ++r)
-        for (size_t c = 0; c < kCountBuckets; ++c)
-          for (size_t l = 0; l < kLengthBuckets; ++l)
-            prior_[StaticCellOf(b, r, c, l)] =
-                (b == 0 ? 0.8 : 0.4) * (static_cast<double>(r) + 0.5) / kRatioBuckets;
+    for (size_t f = 0; f < kFamilies; ++f)
+      for (size_t b = 0; b < 2; ++b)
+        for (size_t r = 0; r < kRatioBuckets; ++r)
+          for (size_t c = 0; c < kCountBuckets; ++c)
+            for (size_t l = 0; l < kLengthBuckets; ++l)
+              prior_[StaticCellOf(f, b, r, c, l)] =
+                  (b == 0 ? 0.8 : 0.4) * (static_cast<double>(r) + 0.5) / kRatioBuckets;
     for (size_t d = 0; d < kLengthBuckets; ++d)
       for (size_t k = 0; k < kRankBuckets; ++k)
         prior_[fallback_base_ + d * kRankBuckets + k] = 0.3 / static_cast<double>(k + 1);
@@ -109,11 +115,13 @@ class Session::Calibrator {
     trials_.assign(prior_.size(), 0.0);
     prob_.resize(prior_.size());
     for (size_t c = 0; c < prior_.size(); ++c) prob_[c] = Estimate(c);
-    static_max_.assign(kCountBuckets * kLengthBuckets, 0.0);
-    for (size_t k = 0; k < static_max_.size(); ++k) UpdateStaticMax(k);
-    backoff_len_max_.assign(kLengthBuckets, 0.0);
-    backoff_max_.assign(kLengthBuckets, 0.0);
-    for (size_t l = 0; l < kLengthBuckets; ++l) UpdateBackoffMax(l);
+    static_max_.assign(kFamilies * kCountBuckets * kLengthBuckets, 0.0);
+    backoff_len_max_.assign(kFamilies * kLengthBuckets, 0.0);
+    backoff_max_.assign(kFamilies * kLengthBuckets, 0.0);
+    for (size_t f = 0; f < kFamilies; ++f) {
+      for (size_t k = 0; k < kCountBuckets * kLengthBuckets; ++k) UpdateStaticMax(f, k);
+      for (size_t l = 0; l < kLengthBuckets; ++l) UpdateBackoffMax(f, l);
+    }
   }
 
   int DynamicCell(uint64_t match_len, size_t depth) const {
@@ -122,14 +130,15 @@ class Session::Calibrator {
   // A static child of count ratio `ratio` under a state of `parent_count`
   // occurrences and match length `match_len`; backoff: that state is the
   // shorter context (see above).
-  int StaticCell(double ratio, uint64_t parent_count, uint64_t match_len,
-                 bool backoff = false) const {
+  int StaticCell(double ratio, uint64_t parent_count, uint64_t match_len, bool backoff = false,
+                 size_t family = 0) const {
     // ratio is in [0, 1] (a child's weight never exceeds its parent's); the
     // comparisons keep anything else, NaN included, away from the conversion.
     const size_t r = !(ratio > 0.0) ? 0
                      : ratio < 1.0  ? static_cast<size_t>(ratio * kRatioBuckets)
                                     : kRatioBuckets - 1;
-    return StaticCellOf(backoff ? 1 : 0, r, CountBucket(parent_count), LengthBucket(match_len));
+    return StaticCellOf(family, backoff ? 1 : 0, r, CountBucket(parent_count),
+                        LengthBucket(match_len));
   }
   int FallbackCell(size_t depth, size_t rank) const {
     return static_cast<int>(fallback_base_ + LengthBucket(depth) * kRankBuckets +
@@ -149,51 +158,60 @@ class Session::Calibrator {
   }
   double Probability(int cell) const { return prob_[static_cast<size_t>(cell)]; }
   // At least Probability(StaticCell(r, parent_count, match_len)) for every ratio r.
-  double StaticBound(uint64_t parent_count, uint64_t match_len) const {
-    return static_max_[CountBucket(parent_count) * kLengthBuckets + LengthBucket(match_len)];
+  double StaticBound(uint64_t parent_count, uint64_t match_len, size_t family = 0) const {
+    return static_max_[(family * kCountBuckets + CountBucket(parent_count)) * kLengthBuckets +
+                       LengthBucket(match_len)];
   }
   // At least the estimate of every backoff child of a state of match length
   // match_len (its shorter context is shorter; any count and ratio).
-  double BackoffBound(uint64_t match_len) const { return backoff_max_[LengthBucket(match_len)]; }
+  double BackoffBound(uint64_t match_len, size_t family = 0) const {
+    return backoff_max_[family * kLengthBuckets + LengthBucket(match_len)];
+  }
   void Observe(int cell, bool accepted) {
     const size_t c = static_cast<size_t>(cell);
     trials_[c] += 1.0;
     if (accepted) hits_[c] += 1.0;
     prob_[c] = Estimate(c);
-    if (c >= static_base_ && c < static_base_ + kStaticCells)
-      UpdateStaticMax((c - static_base_) % (kCountBuckets * kLengthBuckets));
-    else if (c >= static_base_ + kStaticCells && c < fallback_base_)
-      UpdateBackoffMax((c - static_base_ - kStaticCells) % kLengthBuckets);
+    if (c >= static_base_ && c < fallback_base_) {
+      const size_t block = (c - static_base_) / kStaticCells;  // family * 2 + backoff
+      const size_t within = (c - static_base_) % kStaticCells;
+      if (block % 2 == 0)
+        UpdateStaticMax(block / 2, within % (kCountBuckets * kLengthBuckets));
+      else
+        UpdateBackoffMax(block / 2, within % kLengthBuckets);
+    }
   }
 
  private:
+  static constexpr size_t kFamilies = 2;
   static constexpr size_t kStaticCells = kRatioBuckets * kCountBuckets * kLengthBuckets;
-  int StaticCellOf(size_t backoff, size_t r, size_t count, size_t len) const {
-    return static_cast<int>(static_base_ + backoff * kStaticCells +
+  int StaticCellOf(size_t family, size_t backoff, size_t r, size_t count, size_t len) const {
+    return static_cast<int>(static_base_ + (family * 2 + backoff) * kStaticCells +
                             (r * kCountBuckets + count) * kLengthBuckets + len);
   }
-  // After a change of a backoff cell of length bucket l.
-  void UpdateBackoffMax(size_t l) {
+  // After a change of a backoff cell of family f and length bucket l.
+  void UpdateBackoffMax(size_t f, size_t l) {
     double best = 0.0;
     for (size_t r = 0; r < kRatioBuckets; ++r)
       for (size_t c = 0; c < kCountBuckets; ++c)
-        best = std::max(best, prob_[StaticCellOf(1, r, c, l)]);
-    backoff_len_max_[l] = best;
+        best = std::max(best, prob_[StaticCellOf(f, 1, r, c, l)]);
+    backoff_len_max_[f * kLengthBuckets + l] = best;
     best = 0.0;
     for (size_t k = 0; k < kLengthBuckets; ++k) {
-      best = std::max(best, backoff_len_max_[k]);
-      backoff_max_[k] = best;
+      best = std::max(best, backoff_len_max_[f * kLengthBuckets + k]);
+      backoff_max_[f * kLengthBuckets + k] = best;
     }
   }
   double Estimate(size_t cell) const {
     return (hits_[cell] + kPriorWeight * prior_[cell]) / (trials_[cell] + kPriorWeight);
   }
-  // k = count bucket * kLengthBuckets + length bucket.
-  void UpdateStaticMax(size_t k) {
+  // k = count bucket * kLengthBuckets + length bucket, of family f.
+  void UpdateStaticMax(size_t f, size_t k) {
     double best = 0.0;
     for (size_t r = 0; r < kRatioBuckets; ++r)
-      best = std::max(best, prob_[static_base_ + r * kCountBuckets * kLengthBuckets + k]);
-    static_max_[k] = best;
+      best = std::max(best, prob_[static_base_ + 2 * f * kStaticCells +
+                                  r * kCountBuckets * kLengthBuckets + k]);
+    static_max_[f * kCountBuckets * kLengthBuckets + k] = best;
   }
 
   size_t static_base_ = 0;
@@ -557,6 +575,8 @@ void Session::AttachIndex(std::shared_ptr<const StaticIndex> index) {
 void Session::SetFallback(Drafter* fallback) { options_.fallback = fallback; }
 
 void Session::AttachCache(std::shared_ptr<ResponseCache> cache, std::string_view tenant) {
+  cache_compiled_ = ResponseCache::Compiled{};
+  cache_static_ = StaticCursor();
   if (cache == nullptr) {
     cache_.reset();
     cache_cursor_ = ResponseCache::Cursor();
@@ -574,6 +594,19 @@ void Session::AttachCache(std::shared_ptr<ResponseCache> cache, std::string_view
   cache_cursor_ = std::move(cursor);
 }
 
+void Session::SyncCompiledCache() {
+  ResponseCache::Compiled now = cache_cursor_.compiled();
+  if (now.index == cache_compiled_.index) return;
+  cache_compiled_ = std::move(now);
+  cache_static_ =
+      cache_compiled_.index ? StaticCursor(cache_compiled_.index.get()) : StaticCursor();
+  if (cache_compiled_.index == nullptr) return;
+  // Matched over the window's last tokens, as the cache's own cursor is.
+  const size_t n = dynamic_.size();
+  const size_t from = n > ResponseCache::kRematchTokens ? n - ResponseCache::kRematchTokens : 0;
+  for (size_t p = from + 1; p <= n; ++p) cache_static_.Advance(dynamic_.Token(p));
+}
+
 bool Session::CacheRequest() { return CacheRequest(options_.cache_prompts); }
 
 bool Session::CacheRequest(bool include_prompt) {
@@ -589,6 +622,7 @@ bool Session::CacheRequest(bool include_prompt) {
 void Session::Reset() {
   dynamic_.Reset();
   cache_cursor_.Reset();
+  cache_static_.Reset();
   output_begin_ = 0;
   for (StaticCursor& c : cursors_) c.Reset();
   if (options_.fallback) options_.fallback->Reset();
@@ -609,6 +643,8 @@ void Session::Prefill(std::span<const uint32_t> prompt) {
     for (uint32_t t : prompt) c.Advance(t);
   if (options_.fallback) options_.fallback->Prefill(prompt);
   if (cache_) cache_cursor_.Advance(prompt);
+  if (cache_compiled_.index)
+    for (uint32_t t : prompt) cache_static_.Advance(t);
   output_begin_ = dynamic_.total_extended();
   pending_ = false;
   stats_.prefill_tokens += prompt.size();
@@ -709,7 +745,10 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
       }
       break;
     }
-    case Policy::kCalibrated: ProposeCalibrated(start_token, dyn, max_nodes, tree); break;
+    case Policy::kCalibrated:
+      if (cache_) SyncCompiledCache();
+      ProposeCalibrated(start_token, dyn, max_nodes, tree);
+      break;
   }
   pending_ = true;
   pending_ns_ = options_.collect_timing ? NowNs() - t0 : 0;
@@ -809,6 +848,30 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   if (budget < 2) return;
   MergedScratch& m = *merged_;
   const Calibrator& cal = *calibrator_;
+  // The response cache's compiled index: one more static unit (the last) for
+  // this proposal only, with the cells of family 1 and the cache's slot.
+  const bool cache_unit = cache_compiled_.index != nullptr;
+  if (cache_unit) {
+    cursors_.reserve(cursors_.size() + 1);  // the pushes below cannot throw
+    shared_.reserve(shared_.size() + 1);
+    group_.reserve(group_.size() + 1);
+    peeked_.reserve(peeked_.size() + 1);
+    group_.push_back(cursors_.size());
+    cursors_.push_back(cache_static_);
+    shared_.push_back(cache_compiled_.index);
+    peeked_.push_back(cache_static_.Peek(start_token));
+  }
+  struct RemoveCacheUnit {
+    Session* s;
+    bool on;
+    ~RemoveCacheUnit() {
+      if (!on) return;
+      s->cursors_.pop_back();
+      s->shared_.pop_back();
+      s->group_.pop_back();
+      s->peeked_.pop_back();
+    }
+  } remove_cache_unit{this, cache_unit};
   m.Reset(start_token, cursors_.size());
   m.min_key = sel.min_path_probability;
   // The static sources as units: a shard set is one index over the union of
@@ -825,6 +888,10 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     m.unit_len.back() = std::max(m.unit_len.back(), peeked_[i].len);
   }
   m.unit_begin.push_back(cursors_.size());
+  // The calibration family of unit u's static children, the slot of their
+  // cells and the source they count for.
+  const size_t cache_unit_index = cache_unit ? m.unit_begin.size() - 2 : SIZE_MAX;
+  auto family_of = [&](size_t u) -> size_t { return u == cache_unit_index ? 1 : 0; };
   for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
     if (m.unit_len[u] == 0) continue;
     for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
@@ -1106,11 +1173,14 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       const uint64_t match_len = m.StateLen(node, only);
       // A child occurs at most as often as its parent; clamping keeps the
       // ratios of a corrupt index in [0, 1].
+      const size_t family = family_of(u);
       auto offer = [&](uint32_t token, uint64_t count) {
         const double ratio =
             count < total ? static_cast<double>(count) / static_cast<double>(total) : 1.0;
         const int32_t child = m.Child(node, token);
-        m.Offer(cal, child, 1, cal.StaticCell(ratio, total, match_len), kFromStatic);
+        m.Offer(cal, child, family == 0 ? 1 : 3,
+                cal.StaticCell(ratio, total, match_len, false, family),
+                family == 0 ? kFromStatic : kFromCache);
         return child;
       };
       // Its own children may be looked up soon: the first of that lookup's
@@ -1265,7 +1335,9 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       }
       const double ratio =
           c.count < total ? static_cast<double>(c.count) / static_cast<double>(total) : 1.0;
-      m.Offer(cal, child, 1, cal.StaticCell(ratio, total, lstar, true), kFromStatic);
+      const size_t family = family_of(u);
+      m.Offer(cal, child, family == 0 ? 1 : 3, cal.StaticCell(ratio, total, lstar, true, family),
+              family == 0 ? kFromStatic : kFromCache);
     }
   };
   // Offers the backoff children of `node` (after its own static children).
@@ -1284,7 +1356,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       uint64_t len = 0;
       const uint64_t total = unit_count(node, u, &len);
       if (total > 0 && total < sel.backoff_count)
-        bound = std::max(bound, cal.BackoffBound(len));
+        bound = std::max(bound, cal.BackoffBound(len, family_of(u)));
     }
     return bound;
   };
@@ -1304,7 +1376,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
       uint64_t len = 0;
       const uint64_t total = unit_count(node, u, &len);
-      if (total > 0) bound = std::max(bound, cal.StaticBound(total, len));
+      if (total > 0) bound = std::max(bound, cal.StaticBound(total, len, family_of(u)));
     }
     return bound;
   };
@@ -1489,6 +1561,8 @@ void Session::Commit(std::span<const uint32_t> tokens) {
   linear_static_cursor_ = SIZE_MAX;
   if (options_.fallback) options_.fallback->Commit(tokens);
   if (cache_) cache_cursor_.Advance(tokens);
+  if (cache_compiled_.index)
+    for (uint32_t t : tokens) cache_static_.Advance(t);
   stats_.committed_tokens += tokens.size();
   if (options_.collect_timing) stats_.commit_ns += NowNs() - t0;
 }

@@ -115,5 +115,65 @@ TEST(ResponseCacheConcurrencyTest, SessionsAddWhileOthersDraft) {
   EXPECT_LE(cache->bytes(), cache->max_bytes());
 }
 
+// With compiled tenants (CompileOptions): calibrated sessions draft from the
+// compiled indexes, which inserts recompile and evictions drop, while other
+// sessions insert; a small bound keeps both happening.
+TEST(ResponseCacheConcurrencyTest, CompiledIndexesWhileWriting) {
+  ResponseCache::CompileOptions compile;
+  compile.enabled = true;
+  compile.min_tokens = 64;
+  compile.growth = 0.25;
+  auto cache = std::make_shared<ResponseCache>(size_t{512} << 10, compile);
+  std::atomic<int> foreign{0};
+  std::atomic<uint64_t> compiled_seen{0};
+  std::vector<std::thread> threads;
+  for (int k = 0; k < 4; ++k) {
+    threads.emplace_back([&, k] {
+      const int tenant = k % 2;
+      SessionOptions o;
+      o.max_dynamic_bytes = 1 << 20;
+      o.selection.policy = Policy::kCalibrated;
+      o.selection.draft_size = 16;
+      Session session(o);
+      session.AttachCache(cache, tenant == 0 ? "x" : "y");
+      std::mt19937 rng(20 + k);
+      for (int request = 0; request < 60; ++request) {
+        std::vector<uint32_t> prompt(5), output(40);
+        for (uint32_t& t : prompt) t = Id(tenant, rng() % 3);
+        for (uint32_t& t : output) t = Id(tenant, rng() % 3);
+        session.Reset();
+        session.Prefill(prompt);
+        for (size_t i = 0; i < output.size();) {
+          const DraftTree& tree = session.Propose(output[i]);
+          for (uint32_t t : tree.tokens)
+            if (t / 1000 != static_cast<uint32_t>(tenant)) ++foreign;
+          size_t a = 0;
+          while (a + 1 < tree.size() && i + a + 1 < output.size() &&
+                 tree.parents[a + 1] == static_cast<int32_t>(a) &&
+                 tree.tokens[a + 1] == output[i + a + 1])
+            ++a;
+          session.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
+          i += a + 1;
+        }
+        const ResponseCache::Compiled c = cache->CompiledIndex(tenant == 0 ? "x" : "y");
+        if (c.index != nullptr) {
+          ++compiled_seen;
+          const format::IndexView& view = c.index->view();
+          for (uint64_t p = 1; p <= view.num_tokens(); ++p)
+            if (view.Token(p) < view.separator() &&
+                view.Token(p) / 1000 != static_cast<uint32_t>(tenant))
+              ++foreign;
+        }
+        session.CacheRequest();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(foreign.load(), 0);
+  EXPECT_GT(compiled_seen.load(), 0u);
+  EXPECT_GT(cache->num_compiles(), 0u);
+  EXPECT_LE(cache->bytes(), cache->max_bytes());
+}
+
 }  // namespace
 }  // namespace sam::runtime

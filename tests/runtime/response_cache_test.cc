@@ -8,6 +8,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <cmath>
+#include <optional>
+#include <memory>
 #include <map>
 #include <random>
 #include <string>
@@ -16,6 +19,7 @@
 #include "sam/error.h"
 #include "sam/format/blob_file.h"
 #include "temp_dir.h"
+#include "sam/indexer/builder.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
 
@@ -285,6 +289,212 @@ TEST(ResponseCacheTest, RefusesWhatItCannotHold) {
   cache.Clear();
   EXPECT_EQ(cache.bytes(), 0u);
   EXPECT_EQ(cache.Draft("t", Tokens{1, 2}, 4, false, out.data(), &n), 0u);
+}
+
+// An index of `responses` built in memory by the indexer's builder (the
+// oracle of a compiled tenant), with the largest id's vocabulary.
+struct OracleIndex {
+  std::vector<uint8_t> bytes;
+  std::optional<format::IndexFile> file;
+};
+std::unique_ptr<OracleIndex> BuildOracle(const std::vector<Tokens>& responses) {
+  uint32_t max_id = 0;
+  for (const Tokens& r : responses)
+    for (uint32_t t : r) max_id = std::max(max_id, t);
+  indexer::SuffixAutomatonBuilder b(max_id + 1);
+  for (const Tokens& r : responses) b.AddDocument(r);
+  auto o = std::make_unique<OracleIndex>();
+  b.WriteToMemory({}, &o->bytes, "oracle");
+  o->file.emplace(format::IndexFile::FromBuffer(o->bytes.data(), o->bytes.size(), "oracle"));
+  return o;
+}
+
+// Two automata state by state: text, lengths, links, counts, first end
+// positions and children.
+void ExpectSameAutomaton(const format::IndexView& x, const format::IndexView& y) {
+  ASSERT_EQ(x.num_tokens(), y.num_tokens());
+  for (uint64_t p = 1; p <= x.num_tokens(); ++p) ASSERT_EQ(x.Token(p), y.Token(p)) << p;
+  ASSERT_EQ(x.num_states(), y.num_states());
+  for (uint64_t v = 0; v < x.num_states(); ++v) {
+    ASSERT_EQ(x.Len(v), y.Len(v)) << v;
+    ASSERT_EQ(x.Count(v), y.Count(v)) << v;
+    if (v != format::kRoot) {
+      ASSERT_EQ(x.Link(v), y.Link(v)) << v;
+      ASSERT_EQ(x.MinEndpos(v), y.MinEndpos(v)) << v;
+    }
+    std::vector<std::pair<uint32_t, uint64_t>> cx, cy;
+    x.ForEachChild(v, [&](uint32_t t, uint64_t w) { cx.emplace_back(t, w); });
+    y.ForEachChild(v, [&](uint32_t t, uint64_t w) { cy.emplace_back(t, w); });
+    ASSERT_EQ(cx, cy) << v;
+  }
+}
+
+// CompileOptions without eviction: a tenant is compiled once it holds
+// min_tokens tokens and again when its new tokens reach growth times the
+// tokens compiled last (a model of the rule counts the compiles); each
+// compiled index is the same automaton as an index of the responses it
+// holds (its first `responses` ones), so it never holds another tenant's.
+TEST(ResponseCacheCompileTest, CompiledIndexEqualsAnIndexOfTheTenantsResponses) {
+  std::mt19937 rng(21);
+  ResponseCache::CompileOptions compile;
+  compile.enabled = true;
+  compile.min_tokens = 60;
+  compile.growth = 0.5;
+  ResponseCache cache(size_t{16} << 20, compile);
+  EXPECT_EQ(cache.compile_options().min_tokens, 60u);
+  const std::string keys[2] = {"A", "B"};
+  std::map<std::string, std::vector<Tokens>> inserted;
+  struct Model {
+    size_t used = 0, since = 0, compiled = 0;
+  };
+  std::map<std::string, Model> model;
+  uint64_t compiles = 0;
+  for (int i = 0; i < 120; ++i) {
+    const int k = static_cast<int>(rng() % 2);
+    Tokens r = Random(rng, 3 + rng() % 25, 5);
+    for (uint32_t& t : r) t += 100 * static_cast<uint32_t>(k);  // A: 0..4, B: 100..104
+    ASSERT_TRUE(cache.Insert(keys[k], r));
+    inserted[keys[k]].push_back(r);
+    Model& m = model[keys[k]];
+    m.used += r.size() + 1;
+    m.since += r.size() + 1;
+    if (m.used >= compile.min_tokens &&
+        (m.compiled == 0 || static_cast<double>(m.since) >= compile.growth * m.compiled)) {
+      ++compiles;
+      m.since = 0;
+      m.compiled = m.used;
+    }
+    ASSERT_EQ(cache.num_compiles(), compiles) << "insert " << i;
+    ASSERT_EQ(cache.bytes(), FormulaBytes(cache) + cache.compiled_bytes());
+    ASSERT_LE(cache.compiled_bytes(), cache.max_bytes() / 4);
+    for (const std::string& key : keys) {
+      const ResponseCache::Compiled c = cache.CompiledIndex(key);
+      if (model[key].compiled == 0) {
+        ASSERT_EQ(c.index, nullptr) << key;
+        continue;
+      }
+      ASSERT_NE(c.index, nullptr) << key;
+      const std::vector<Tokens> held(inserted[key].begin(),
+                                     inserted[key].begin() + static_cast<ptrdiff_t>(c.responses));
+      size_t tokens = 0;
+      for (const Tokens& h : held) tokens += h.size() + 1;
+      ASSERT_EQ(tokens, model[key].compiled) << key;
+      const auto oracle = BuildOracle(held);
+      ExpectSameAutomaton(c.index->view(), oracle->file->view());
+    }
+  }
+  EXPECT_GT(compiles, 4u);
+  // A cursor sees its tenant's compiled index; Clear forgets them all.
+  ResponseCache::Cursor cursor = cache.OpenCursor("A");
+  EXPECT_EQ(cursor.compiled().index, cache.CompiledIndex("A").index);
+  cache.Clear();
+  EXPECT_EQ(cache.compiled_bytes(), 0u);
+  EXPECT_EQ(cache.bytes(), 0u);
+  EXPECT_EQ(cache.CompiledIndex("A").index, nullptr);
+  EXPECT_EQ(cursor.compiled().index, nullptr);
+}
+
+// Under eviction the two budgets hold after every insert (the automata's
+// part, the compiled part, their sum within max_bytes), a tenant that loses
+// all its responses loses its compiled index, and compiles keep happening.
+TEST(ResponseCacheCompileTest, BudgetsHoldUnderEviction) {
+  std::mt19937 rng(22);
+  ResponseCache::CompileOptions compile;
+  compile.enabled = true;
+  compile.min_tokens = 30;
+  compile.growth = 0.25;
+  compile.max_bytes = 200 << 10;
+  const size_t max_bytes = size_t{600} << 10;
+  ResponseCache cache(max_bytes, compile);
+  for (int i = 0; i < 600; ++i) {
+    const std::string key = "t" + std::to_string(rng() % 5);
+    ASSERT_TRUE(cache.Insert(key, Random(rng, 1 + rng() % 120, 7)));
+    ASSERT_LE(cache.bytes(), max_bytes);
+    ASSERT_LE(cache.compiled_bytes(), compile.max_bytes);
+    ASSERT_EQ(cache.bytes(), FormulaBytes(cache) + cache.compiled_bytes());
+    ASSERT_LE(FormulaBytes(cache), max_bytes - compile.max_bytes);
+    size_t compiled = 0;
+    for (int t = 0; t < 5; ++t) {
+      const std::string k = "t" + std::to_string(t);
+      const ResponseCache::Compiled c = cache.CompiledIndex(k);
+      const auto tenants = cache.Tenants();
+      if (std::find(tenants.begin(), tenants.end(), k) == tenants.end()) {
+        ASSERT_EQ(c.index, nullptr) << k;
+      }
+      compiled += c.bytes;
+    }
+    ASSERT_EQ(compiled, cache.compiled_bytes());
+  }
+  EXPECT_GT(cache.num_evicted(), 0u);
+  EXPECT_GT(cache.num_compiles(), 20u);
+}
+
+TEST(ResponseCacheCompileTest, RefusesBadOptions) {
+  ResponseCache::CompileOptions c;
+  c.enabled = true;
+  c.max_bytes = 1000;
+  EXPECT_THROW(ResponseCache(1000, c), Error);  // the budget must be below the bound
+  c.max_bytes = 0;
+  EXPECT_THROW(ResponseCache(3, c), Error);  // a quarter of 3 is 0
+  c.growth = 0.0;
+  EXPECT_THROW(ResponseCache(1 << 20, c), Error);
+  c.growth = std::nan("");
+  EXPECT_THROW(ResponseCache(1 << 20, c), Error);
+  c.enabled = false;  // not checked when off
+  EXPECT_NO_THROW(ResponseCache(1 << 20, c));
+}
+
+// A session drafts from its tenant's compiled index as from the same index
+// attached to it: with fresh estimates (family 1's priors are family 0's),
+// the first proposal of a calibrated session on a compiling cache equals that
+// of a session whose cache does not compile but which has the compiled index
+// attached, for random prompts; and the compiled index changes drafts.
+TEST(ResponseCacheCompileTest, SessionDraftsFromTheCompiledIndexAsFromAnAttachedOne) {
+  std::mt19937 rng(23);
+  ResponseCache::CompileOptions compile;
+  compile.enabled = true;
+  compile.min_tokens = 16;
+  auto compiling = std::make_shared<ResponseCache>(size_t{8} << 20, compile);
+  auto plain = std::make_shared<ResponseCache>(size_t{8} << 20);
+  std::vector<Tokens> pool;
+  // Repeated phrases with varied continuations: counts matter.
+  std::vector<Tokens> phrases;
+  for (int i = 0; i < 6; ++i) phrases.push_back(Random(rng, 3 + rng() % 4, 9));
+  for (int i = 0; i < 80; ++i) {
+    Tokens r;
+    for (int k = 0; k < 4; ++k) {
+      const Tokens& p = phrases[rng() % phrases.size()];
+      r.insert(r.end(), p.begin(), p.end());
+      r.push_back(rng() % 9);
+    }
+    compiling->Insert("t", r);
+    plain->Insert("t", r);
+    pool.push_back(r);
+  }
+  const ResponseCache::Compiled c = compiling->CompiledIndex("t");
+  ASSERT_NE(c.index, nullptr);
+  SessionOptions o;
+  o.selection.policy = Policy::kCalibrated;
+  o.selection.draft_size = 24;
+  o.max_dynamic_bytes = 1 << 16;
+  size_t differ = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const Tokens prompt = RandomContext(rng, pool, 9);
+    const uint32_t start = rng() % 9;
+    Session a(o), b(o), without(o);
+    a.AttachCache(compiling, "t");
+    b.AttachCache(plain, "t");
+    b.AttachIndex(c.index);
+    without.AttachCache(plain, "t");
+    for (Session* s : {&a, &b, &without}) s->Prefill(prompt);
+    const DraftTree ta = a.Propose(start);
+    const DraftTree tb = b.Propose(start);
+    const DraftTree tw = without.Propose(start);
+    ASSERT_EQ(ta.tokens, tb.tokens) << "trial " << trial;
+    ASSERT_EQ(ta.parents, tb.parents) << "trial " << trial;
+    differ += ta.tokens != tw.tokens || ta.parents != tw.parents;
+  }
+  EXPECT_GT(differ, 50u);
 }
 
 // Drives one request through a session as a greedy verifier would, with the

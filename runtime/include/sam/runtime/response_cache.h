@@ -30,7 +30,10 @@
 //               kBytesPerTenant + key length
 //             + DynamicSam::BytesForCapacity(capacity)   (text, states, transitions)
 //             + kBytesPerResponse * retained responses
+//             (+ with compiling on: the bytes of every compiled index)
 // where capacity >= the tenant's retained tokens + one separator per response.
+// With compiling on, the automata's part is bounded by max_bytes minus the
+// compile budget and the compiled indexes by that budget.
 // The automaton block is the real allocation (DynamicSam reserves exactly
 // BytesForCapacity); the two constants cover the bookkeeping (tenant record,
 // map node, per-response length and sequence number) as a fixed charge.
@@ -40,6 +43,23 @@
 // it fits; a tenant that loses responses is rebuilt at exactly the capacity
 // its remaining responses need (or removed when none remain). A response that
 // could not fit even in an empty cache is not cached (Insert returns false).
+//
+// Compiled tenants (CompileOptions, off by default). The cache can also
+// compile each tenant's retained responses into a static index in memory (the
+// indexer's builder: counts per state, the same automaton as an index built
+// from those responses), so that sam-cal drafts count-weighted trees from
+// them as from a shipped index (Session: a unit of its own, with its own
+// calibration cells), where the automaton above offers one continuation. A
+// tenant is compiled on the inserting thread once it holds min_tokens tokens,
+// and again whenever the tokens inserted into it since its last compile reach
+// growth times the tokens compiled then (amortised O(1/growth) builder work
+// per inserted token). Responses inserted since are drafted by the automaton;
+// responses evicted since stay in the compiled index until the next compile.
+// Compiled indexes have a byte budget of their own, max_bytes (counted in
+// bytes(); the automata then get the cache's bound minus it): a compile that
+// does not fit drops the oldest compiled indexes of other tenants first, and
+// is skipped when it does not fit alone. The builder's working memory (about
+// 60 bytes a token, freed at the end) is outside the bound.
 //
 // Threads. Any number of threads may read (Draft, Match, cursors, inspection)
 // while others Insert/Clear/Save/Load: inserts are serialised by one writer
@@ -65,6 +85,7 @@
 #include "sam/export.h"
 #include "sam/format/index.h"  // Sha256Digest
 #include "sam/runtime/dynamic_sam.h"
+#include "sam/runtime/static_index.h"
 
 namespace sam::runtime {
 
@@ -79,8 +100,25 @@ class SAM_API ResponseCache {
   // plus the tokens fed since).
   static constexpr size_t kRematchTokens = 256;
 
-  // Throws sam::Error (kInvalidArgument) for max_bytes == 0.
+  struct CompileOptions {
+    bool enabled = false;
+    size_t min_tokens = 512;   // a tenant is first compiled once it holds this many tokens
+    double growth = 0.25;      // recompiled when its new tokens reach this share of the last
+    size_t max_bytes = 0;      // budget of the compiled indexes (0: a quarter of the bound)
+  };
+  // A tenant's compiled index, prepared for drafting (a StaticIndex with hub
+  // tables and no edge filter); it keeps its view alive.
+  struct Compiled {
+    std::shared_ptr<const StaticIndex> index;
+    size_t responses = 0;  // the tenant's responses it holds (its documents)
+    size_t bytes = 0;      // the index's bytes and the StaticIndex's memory
+  };
+
+  // Throws sam::Error (kInvalidArgument) for max_bytes == 0, and for a
+  // compile budget that is not below max_bytes or a growth that is not
+  // positive and finite.
   explicit ResponseCache(size_t max_bytes);
+  ResponseCache(size_t max_bytes, const CompileOptions& compile);
   ~ResponseCache();
   ResponseCache(const ResponseCache&) = delete;
   ResponseCache& operator=(const ResponseCache&) = delete;
@@ -116,7 +154,12 @@ class SAM_API ResponseCache {
                  bool climb_links, uint32_t* out, size_t* count) const;
 
   size_t max_bytes() const { return max_bytes_; }
-  size_t bytes() const;          // accounted bytes (formula above)
+  size_t bytes() const;          // accounted bytes (formula above, compiled indexes included)
+  size_t compiled_bytes() const;  // of the compiled indexes (part of bytes())
+  uint64_t num_compiles() const;  // tenants compiled since construction
+  const CompileOptions& compile_options() const { return compile_; }
+  // The tenant's compiled index (index null: none yet, or compiling is off).
+  Compiled CompiledIndex(std::string_view tenant) const;
   size_t num_tenants() const;    // tenants holding responses
   size_t num_responses() const;  // retained responses, all tenants
   uint64_t num_evicted() const;  // responses evicted since construction or Clear
@@ -144,6 +187,8 @@ class SAM_API ResponseCache {
                   size_t* count);
     // The match length of the tokens fed so far.
     uint32_t length();
+    // The tenant's compiled index now (its index is null when there is none).
+    Compiled compiled();
     const std::string& tenant() const { return key_; }
     bool attached() const { return cache_ != nullptr; }
 
@@ -176,17 +221,26 @@ class SAM_API ResponseCache {
   // given capacity; swaps it in (write_mu_ held).
   static void Rebuild(Tenant& t, size_t skip_tokens, std::span<const uint32_t> extra,
                       size_t capacity);
+  // Compiles t when CompileOptions says it is due (write_mu_ held).
+  void MaybeCompile(Tenant& t);
+  // Drops t's compiled index (write_mu_ held).
+  void DropCompiled(Tenant& t);
 
   const size_t max_bytes_;
+  const CompileOptions compile_;
+  const size_t automata_bytes_;  // the bound of the automata: max_bytes_ minus the compile budget
   mutable std::mutex write_mu_;        // serialises writers; guards the fields below
   mutable std::shared_mutex map_mu_;   // guards tenants_ (readers resolve keys)
   std::map<std::string, std::shared_ptr<Tenant>, std::less<>> tenants_;
   std::atomic<uint64_t> map_version_{0};  // changes when tenants_ gains or loses a key
   std::deque<std::pair<uint64_t, Tenant*>> order_;  // (sequence, tenant), oldest first
   uint64_t next_sequence_ = 0;
-  size_t bytes_ = 0;
+  size_t bytes_ = 0;  // the automata's, formula above
   size_t responses_ = 0;
   uint64_t evicted_ = 0;
+  size_t compiled_bytes_ = 0;
+  uint64_t compiles_ = 0;
+  std::deque<std::pair<uint64_t, Tenant*>> compiled_order_;  // (compile number, tenant), oldest first
 };
 
 }  // namespace sam::runtime

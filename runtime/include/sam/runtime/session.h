@@ -216,6 +216,12 @@ class SAM_API Session : public Drafter {
   std::vector<uint32_t> cache_draft_;
   uint32_t last_cache_len_ = 0;
   size_t cache_draft_count_ = 0;
+  // The cache tenant's compiled index (ResponseCache::CompileOptions), which
+  // kCalibrated drafts from as one more static unit with its own cells, and
+  // its cursor (fed like the others; re-matched when the index changes).
+  ResponseCache::Compiled cache_compiled_;
+  StaticCursor cache_static_;
+  void SyncCompiledCache();
   uint64_t output_begin_ = 0;  // dynamic_.total_extended() after the last Prefill
   double rate_tokens_ = 0.0, rate_cost_ = 0.0;  // MeasuredRate(); cleared with the statistics
   SessionStatistics stats_;
