@@ -265,8 +265,19 @@ class TokenIds {
 // samdecoding.ResponseCache: shared by sessions (and threads); thread-safe.
 class ResponseCache {
  public:
-  explicit ResponseCache(size_t max_bytes)
-      : cache_(std::make_shared<sam::runtime::ResponseCache>(max_bytes)) {}
+  ResponseCache(size_t max_bytes, bool compile, size_t compile_min_tokens, double compile_growth,
+                size_t compile_bytes)
+      : cache_(std::make_shared<sam::runtime::ResponseCache>(
+            max_bytes, Options(compile, compile_min_tokens, compile_growth, compile_bytes))) {}
+  static sam::runtime::ResponseCache::CompileOptions Options(bool compile, size_t min_tokens,
+                                                             double growth, size_t bytes) {
+    sam::runtime::ResponseCache::CompileOptions o;
+    o.enabled = compile;
+    o.min_tokens = min_tokens;
+    o.growth = growth;
+    o.max_bytes = bytes;
+    return o;
+  }
   const std::shared_ptr<sam::runtime::ResponseCache>& get() const { return cache_; }
 
   bool Insert(const std::string& tenant, const py::handle& ids) {
@@ -842,7 +853,9 @@ PYBIND11_MODULE(_native, m) {
       .def("cache_request", &Session::CacheRequest, py::arg("include_prompt") = false);
 
   py::class_<ResponseCache>(m, "ResponseCache")
-      .def(py::init<size_t>(), py::arg("max_bytes"))
+      .def(py::init<size_t, bool, size_t, double, size_t>(), py::arg("max_bytes"),
+           py::arg("compile") = false, py::arg("compile_min_tokens") = 512,
+           py::arg("compile_growth") = 0.25, py::arg("compile_bytes") = 0)
       .def("insert", &ResponseCache::Insert, py::arg("tenant"), py::arg("ids"))
       .def("draft", &ResponseCache::Draft, py::arg("tenant"), py::arg("context"),
            py::arg("want"), py::arg("climb_links") = false)
@@ -856,7 +869,11 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("num_responses",
                              [](const ResponseCache& c) { return c.get()->num_responses(); })
       .def_property_readonly("num_evicted",
-                             [](const ResponseCache& c) { return c.get()->num_evicted(); });
+                             [](const ResponseCache& c) { return c.get()->num_evicted(); })
+      .def_property_readonly("compiled_bytes",
+                             [](const ResponseCache& c) { return c.get()->compiled_bytes(); })
+      .def_property_readonly("num_compiles",
+                             [](const ResponseCache& c) { return c.get()->num_compiles(); });
 
   py::class_<sam::runtime::DraftPool>(m, "DraftPool")
       .def(py::init<size_t>(), py::arg("threads") = 0)

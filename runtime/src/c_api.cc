@@ -737,6 +737,30 @@ int sam_cache_new(size_t max_bytes, sam_cache** out) {
   });
 }
 
+int sam_cache_new_compiling(size_t max_bytes, size_t min_tokens, double growth,
+                            size_t compile_bytes, sam_cache** out) {
+  return Guard([&] {
+    Require(out != nullptr, "sam_cache_new_compiling", "out is NULL");
+    Require(max_bytes > 0, "sam_cache_new_compiling", "max_bytes must be positive");
+    sam::runtime::ResponseCache::CompileOptions compile;
+    compile.enabled = true;
+    compile.min_tokens = min_tokens;
+    compile.growth = growth;
+    compile.max_bytes = compile_bytes;
+    auto handle = std::make_unique<sam_cache>();
+    handle->cache = std::make_shared<sam::runtime::ResponseCache>(max_bytes, compile);
+    *out = handle.release();
+  });
+}
+
+size_t sam_cache_compiled_bytes(const sam_cache* cache) {
+  return cache ? cache->cache->compiled_bytes() : 0;
+}
+
+uint64_t sam_cache_num_compiles(const sam_cache* cache) {
+  return cache ? cache->cache->num_compiles() : 0;
+}
+
 void sam_cache_free(sam_cache* cache) { delete cache; }
 
 int sam_cache_insert(sam_cache* cache, const char* tenant, const uint32_t* ids, size_t n,

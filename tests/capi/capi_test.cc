@@ -1050,6 +1050,69 @@ TEST(CapiCache, SessionsDraftFromTheCacheLikeTheCppSession) {
   }
 }
 
+// sam_cache_new_compiling: a calibrated C session drafts as the C++ session
+// over a cache with the same CompileOptions, request after request (the
+// compiled index included), and the compile counters agree; bad options are
+// SAM_ERR_INVALID_ARGUMENT.
+TEST(CapiCache, CompilingCacheDraftsLikeTheCppSession) {
+  sam::runtime::Rng rng(6);
+  std::vector<uint32_t> prompt = {1, 2}, output;
+  for (uint32_t k = 0; k < 90; ++k) output.push_back(100 + rng.Next() % 12);
+  sam_cache* cache = nullptr;
+  ASSERT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.25, 0, &cache), SAM_OK);
+  sam_session_options o;
+  sam_session_options_default(&o);
+  o.policy = SAM_POLICY_CALIBRATED;
+  sam_session* s = nullptr;
+  ASSERT_EQ(sam_session_new(&o, &s), SAM_OK);
+  ASSERT_EQ(sam_session_attach_cache(s, cache, "a"), SAM_OK);
+  sam::runtime::ResponseCache::CompileOptions compile;
+  compile.enabled = true;
+  compile.min_tokens = 64;
+  compile.growth = 0.25;
+  auto cpp_cache = std::make_shared<sam::runtime::ResponseCache>(1 << 20, compile);
+  sam::runtime::SessionOptions co;
+  co.selection.policy = sam::runtime::Policy::kCalibrated;
+  sam::runtime::Session cpp(co);
+  cpp.AttachCache(cpp_cache, "a");
+  for (int request = 0; request < 4; ++request) {
+    const std::vector<Step> steps = RunCRequest(s, prompt, output);
+    cpp.Reset();
+    cpp.Prefill(prompt);
+    size_t k = 0;
+    for (size_t i = 0; i < output.size(); ++k) {
+      const sam::runtime::DraftTree& t = cpp.Propose(output[i]);
+      ASSERT_LT(k, steps.size());
+      EXPECT_EQ(steps[k].tokens, t.tokens) << "request " << request << " step " << k;
+      size_t a = 0;  // RunCRequest's rule: the tokens in order
+      while (a + 1 < t.tokens.size() && i + a + 1 < output.size() &&
+             t.tokens[a + 1] == output[i + a + 1])
+        ++a;
+      cpp.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
+      i += a + 1;
+    }
+    EXPECT_EQ(k, steps.size());
+    ASSERT_EQ(sam_session_cache_request(s, 0, nullptr), SAM_OK);
+    ASSERT_TRUE(cpp.CacheRequest(false));
+  }
+  EXPECT_GT(sam_cache_num_compiles(cache), 0u);
+  EXPECT_EQ(sam_cache_num_compiles(cache), cpp_cache->num_compiles());
+  EXPECT_EQ(sam_cache_compiled_bytes(cache), cpp_cache->compiled_bytes());
+  EXPECT_GT(sam_cache_compiled_bytes(cache), 0u);
+  EXPECT_EQ(sam_cache_bytes(cache), cpp_cache->bytes());
+  ASSERT_EQ(sam_session_attach_cache(s, nullptr, nullptr), SAM_OK);
+  sam_session_free(s);
+  sam_cache_free(cache);
+  sam_cache* bad = nullptr;
+  EXPECT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.0, 0, &bad), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.25, 1 << 20, &bad), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_cache_new_compiling(0, 64, 0.25, 0, &bad), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.25, 0, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(bad, nullptr);
+  EXPECT_EQ(sam_cache_compiled_bytes(nullptr), 0u);
+  EXPECT_EQ(sam_cache_num_compiles(nullptr), 0u);
+}
+
 TEST(CapiCache, SaveLoadAndErrors) {
   const std::string hex = sam::format::DigestToHex(FakeTokenizerDigest());
   const std::string other(64, 'a');

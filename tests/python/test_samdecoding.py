@@ -570,6 +570,52 @@ class ResponseCacheTest(unittest.TestCase):
         self.assertNotIn("cache", run(session))
         session.attach_cache(None)
 
+    def test_compiling_cache(self):
+        """compile=True: tenants are compiled (counted in bytes), and a calibrated session
+        drafts differently from one over a cache that does not compile; bad options raise."""
+        rng = np.random.default_rng(7)
+        phrases = [[int(x) for x in rng.integers(10, 19, 4)] for _ in range(5)]
+        outputs = []
+        for _ in range(12):
+            out = []
+            for _ in range(6):
+                out += phrases[int(rng.integers(0, 5))] + [int(rng.integers(10, 19))]
+            outputs.append(out)
+        trees = {}
+        for compile in (False, True):
+            cache = sd.ResponseCache(1 << 20, compile=compile, compile_min_tokens=64)
+            session = sd.Session(policy="sam-cal")
+            session.attach_cache(cache, "t")
+            drafted = []
+            for output in outputs:
+                session.reset()
+                session.prefill([1, 2])
+                i = 0
+                while i < len(output):
+                    tokens = session.propose(output[i]).tokens.tolist()
+                    drafted.append(tokens)
+                    a = 0
+                    while a + 1 < len(tokens) and i + a + 1 < len(output) and \
+                            tokens[a + 1] == output[i + a + 1]:
+                        a += 1
+                    session.commit(output[i:i + a + 1])
+                    i += a + 1
+                self.assertTrue(session.cache_request())
+            trees[compile] = drafted
+            self.assertLessEqual(cache.bytes, cache.max_bytes)
+            if compile:
+                self.assertGreater(cache.num_compiles, 0)
+                self.assertGreater(cache.compiled_bytes, 0)
+                self.assertLessEqual(cache.compiled_bytes, cache.max_bytes // 4)
+            else:
+                self.assertEqual((cache.num_compiles, cache.compiled_bytes), (0, 0))
+            session.attach_cache(None)
+        self.assertNotEqual(trees[False], trees[True])
+        with self.assertRaises(sd.Error):
+            sd.ResponseCache(1 << 20, compile=True, compile_growth=0.0)
+        with self.assertRaises(sd.Error):
+            sd.ResponseCache(1 << 20, compile=True, compile_bytes=1 << 20)
+
     def test_save_and_load(self):
         import tempfile
         cache = sd.ResponseCache(1 << 20)

@@ -519,6 +519,18 @@ typedef struct sam_cache sam_cache;
 
 /* A new empty cache bounded to max_bytes (> 0). */
 SAM_API int sam_cache_new(size_t max_bytes, sam_cache** out);
+/* A new empty cache that also compiles each tenant's responses into an index
+ * in memory (ResponseCache::CompileOptions), which the calibrated policy
+ * drafts count-weighted trees from: a tenant is compiled once it holds
+ * min_tokens tokens, and again when the tokens inserted since reach `growth`
+ * (> 0) times those compiled last; compile_bytes (0: max_bytes / 4, else
+ * below max_bytes) bounds the compiled indexes within max_bytes. */
+SAM_API int sam_cache_new_compiling(size_t max_bytes, size_t min_tokens, double growth,
+                                    size_t compile_bytes, sam_cache** out);
+/* Bytes of the compiled indexes (part of sam_cache_bytes) and how many
+ * compiles happened; 0 for NULL or a cache that does not compile. */
+SAM_API size_t sam_cache_compiled_bytes(const sam_cache* cache);
+SAM_API uint64_t sam_cache_num_compiles(const sam_cache* cache);
 /* Releases the handle (NULL is a no-op); sessions that attached the cache
  * keep it until they detach or are freed. */
 SAM_API void sam_cache_free(sam_cache* cache);
