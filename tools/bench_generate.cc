@@ -238,9 +238,10 @@ int main(int argc, char** argv) {
       sam::runtime::SourceStatistics stats;  // every step of every prompt
     };
     std::vector<Run> runs;
-    runs.push_back({"plain", std::make_unique<tb::Generator>(model), false});
+    runs.push_back({"plain", std::make_unique<tb::Generator>(model), false, 0, 0, {}});
     for (const auto& p : policies) {
-      runs.push_back({p, std::make_unique<tb::Generator>(model, tb::GeneratorOptionsForPolicy(p)), true});
+      runs.push_back({p, std::make_unique<tb::Generator>(model, tb::GeneratorOptionsForPolicy(p)),
+                      true, 0, 0, {}});
       for (const auto& f : indexes) runs.back().generator->AttachIndex(&f.view());
     }
     const tb::GenerateOptions base{.max_new_tokens = max_new_tokens, .stop_tokens = {}};

@@ -210,7 +210,7 @@ Workload MakeWorkload() {
   Workload w;
   for (int d = 0; d < 60; ++d) w.docs.push_back(sentence(8));
   for (int i = 0; i < 12; ++i)
-    w.traces.push_back({std::to_string(i), "c", sentence(4), sentence(10)});
+    w.traces.push_back({std::to_string(i), "c", sentence(4), sentence(10), ""});
   return w;
 }
 

@@ -96,9 +96,9 @@ struct ONode {
   size_t depth;
   double prob = 0, path = 0;
   std::array<int, 2> cells{-1, -1};
-  std::vector<uint64_t> states;  // per index (kNoState: none)
-  std::vector<uint64_t> counts;
-  std::vector<uint64_t> lens;    // match length of each state
+  std::vector<uint64_t> states{};  // per index (kNoState: none)
+  std::vector<uint64_t> counts{};
+  std::vector<uint64_t> lens{};    // match length of each state
   bool backoff = false;          // offered as a backoff child
   int rank = -1;
 };
@@ -118,7 +118,7 @@ class Oracle {
   DraftTree Propose(uint32_t start, const DynamicSam& dyn_sam) {
     const size_t budget = sel_.draft_size;
     nodes_.clear();
-    nodes_.push_back(ONode{start, -1, 0});
+    nodes_.push_back(ONode{.token = start, .parent = -1, .depth = 0});
     nodes_[0].prob = nodes_[0].path = 1;
     nodes_[0].states.assign(views_.size(), format::kNoState);
     nodes_[0].counts.assign(views_.size(), 0);
@@ -250,7 +250,7 @@ class Oracle {
   int Child(int parent, uint32_t token) {
     for (size_t x = 1; x < nodes_.size(); ++x)
       if (nodes_[x].parent == parent && nodes_[x].token == token) return static_cast<int>(x);
-    ONode n{token, parent, nodes_[parent].depth + 1};
+    ONode n{.token = token, .parent = parent, .depth = nodes_[parent].depth + 1};
     n.states.assign(views_.size(), format::kNoState);
     n.counts.assign(views_.size(), 0);
     n.lens.assign(views_.size(), 0);
