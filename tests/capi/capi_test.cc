@@ -994,6 +994,34 @@ std::vector<Step> RunCRequest(sam_session* s, const std::vector<uint32_t>& promp
   return steps;
 }
 
+// The oracle of RunCRequest: a C++ session fed the same way (the drafted
+// tokens in order accepted while they match).
+std::vector<Step> RunCppRequest(sam::runtime::Session& cpp, const std::vector<uint32_t>& prompt,
+                                const std::vector<uint32_t>& output) {
+  std::vector<Step> steps;
+  cpp.Reset();
+  cpp.Prefill(prompt);
+  for (size_t i = 0; i < output.size();) {
+    const sam::runtime::DraftTree& t = cpp.Propose(output[i]);
+    steps.push_back({t.tokens, static_cast<int>(t.source)});
+    size_t a = 0;
+    while (a + 1 < t.tokens.size() && i + a + 1 < output.size() &&
+           t.tokens[a + 1] == output[i + a + 1])
+      ++a;
+    cpp.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
+    i += a + 1;
+  }
+  return steps;
+}
+
+void ExpectSameSteps(const std::vector<Step>& c, const std::vector<Step>& cpp, int request) {
+  ASSERT_EQ(c.size(), cpp.size()) << "request " << request;
+  for (size_t k = 0; k < c.size(); ++k) {
+    EXPECT_EQ(c[k].tokens, cpp[k].tokens) << "request " << request << " step " << k;
+    EXPECT_EQ(c[k].source, cpp[k].source) << "request " << request << " step " << k;
+  }
+}
+
 TEST(CapiCache, SessionsDraftFromTheCacheLikeTheCppSession) {
   sam::runtime::Rng rng(4);
   std::vector<uint32_t> prompt = {1, 2}, output;
@@ -1015,22 +1043,7 @@ TEST(CapiCache, SessionsDraftFromTheCacheLikeTheCppSession) {
     cpp.AttachCache(cpp_cache, "a");
     for (int request = 0; request < 3; ++request) {
       const std::vector<Step> steps = RunCRequest(s, prompt, output);
-      cpp.Reset();
-      cpp.Prefill(prompt);
-      size_t k = 0;
-      for (size_t i = 0; i < output.size(); ++k) {
-        const sam::runtime::DraftTree& t = cpp.Propose(output[i]);
-        ASSERT_LT(k, steps.size());
-        EXPECT_EQ(steps[k].tokens, t.tokens) << "request " << request << " step " << k;
-        EXPECT_EQ(steps[k].source, static_cast<int>(t.source));
-        size_t a = 0;
-        while (a + 1 < t.tokens.size() && i + a + 1 < output.size() &&
-               t.tokens[a + 1] == output[i + a + 1])
-          ++a;
-        cpp.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
-        i += a + 1;
-      }
-      EXPECT_EQ(k, steps.size());
+      ExpectSameSteps(steps, RunCppRequest(cpp, prompt, output), request);
       int inserted = 0;
       ASSERT_EQ(sam_session_cache_request(s, 0, &inserted), SAM_OK);
       EXPECT_EQ(inserted, 1);
@@ -1077,21 +1090,7 @@ TEST(CapiCache, CompilingCacheDraftsLikeTheCppSession) {
   cpp.AttachCache(cpp_cache, "a");
   for (int request = 0; request < 4; ++request) {
     const std::vector<Step> steps = RunCRequest(s, prompt, output);
-    cpp.Reset();
-    cpp.Prefill(prompt);
-    size_t k = 0;
-    for (size_t i = 0; i < output.size(); ++k) {
-      const sam::runtime::DraftTree& t = cpp.Propose(output[i]);
-      ASSERT_LT(k, steps.size());
-      EXPECT_EQ(steps[k].tokens, t.tokens) << "request " << request << " step " << k;
-      size_t a = 0;  // RunCRequest's rule: the tokens in order
-      while (a + 1 < t.tokens.size() && i + a + 1 < output.size() &&
-             t.tokens[a + 1] == output[i + a + 1])
-        ++a;
-      cpp.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
-      i += a + 1;
-    }
-    EXPECT_EQ(k, steps.size());
+    ExpectSameSteps(steps, RunCppRequest(cpp, prompt, output), request);
     ASSERT_EQ(sam_session_cache_request(s, 0, nullptr), SAM_OK);
     ASSERT_TRUE(cpp.CacheRequest(false));
   }

@@ -22,6 +22,7 @@
 #include "sam/indexer/pipeline.h"
 #include "sam/indexer/tokenizer.h"
 #include "sam/runtime/response_cache.h"
+#include "same_automaton.h"
 #include "temp_dir.h"
 
 namespace {
@@ -226,29 +227,6 @@ TEST_F(PipelineTest, IdsCorpusWithoutTokenizer) {
   EXPECT_FALSE(fs::exists(cfg.output_path));
 }
 
-// Every state of two indexes: the text, then per state its length, link,
-// count, first end position and children (token and target).
-void ExpectSameAutomaton(const std::string& a_path, const std::string& b_path) {
-  const auto a = sam::format::IndexFile::Open(a_path);
-  const auto b = sam::format::IndexFile::Open(b_path);
-  const auto& x = a.view();
-  const auto& y = b.view();
-  ASSERT_EQ(IndexTokens(a_path), IndexTokens(b_path));
-  ASSERT_EQ(x.num_states(), y.num_states());
-  for (uint64_t v = 0; v < x.num_states(); ++v) {
-    ASSERT_EQ(x.Len(v), y.Len(v)) << v;
-    ASSERT_EQ(x.Count(v), y.Count(v)) << v;
-    if (v != sam::format::kRoot) {
-      ASSERT_EQ(x.Link(v), y.Link(v)) << v;
-      ASSERT_EQ(x.MinEndpos(v), y.MinEndpos(v)) << v;
-    }
-    std::vector<std::pair<uint32_t, uint64_t>> cx, cy;
-    x.ForEachChild(v, [&](uint32_t t, uint64_t w) { cx.emplace_back(t, w); });
-    y.ForEachChild(v, [&](uint32_t t, uint64_t w) { cy.emplace_back(t, w); });
-    ASSERT_EQ(cx, cy) << v;
-  }
-}
-
 // `cache` corpora: a response cache saved by the runtime (ResponseCache::Save)
 // indexes one tenant's responses, oldest first, as an `ids` corpus of the same
 // responses does (the oracle), with the tokenizer recorded; every refusal
@@ -274,7 +252,10 @@ TEST_F(PipelineTest, CacheCorpusEqualsIdsOfTheTenantsResponses) {
     std::string jsonl;
     for (const auto& r : responses) {
       jsonl += "[";
-      for (size_t k = 0; k < r.size(); ++k) jsonl += (k ? "," : "") + std::to_string(r[k]);
+      for (size_t k = 0; k < r.size(); ++k) {
+        if (k > 0) jsonl += ',';
+        jsonl += std::to_string(r[k]);
+      }
       jsonl += "]\n";
     }
     BuildConfig ids;
@@ -289,7 +270,9 @@ TEST_F(PipelineTest, CacheCorpusEqualsIdsOfTheTenantsResponses) {
     from_cache.output_path = (dir_ / (tenant + "-cache.sam")).string();
     const auto rep = sam::indexer::BuildIndex(from_cache);
     EXPECT_EQ(rep.corpora.at(0).documents, responses.size());
-    ExpectSameAutomaton(ids.output_path, from_cache.output_path);
+    ASSERT_NO_FATAL_FAILURE(sam::testing::ExpectSameAutomaton(
+        sam::format::IndexFile::Open(ids.output_path).view(),
+        sam::format::IndexFile::Open(from_cache.output_path).view()));
     EXPECT_EQ(sam::format::IndexFile::Open(from_cache.output_path).header().tokenizer_sha256,
               tok.sha256());
   }
@@ -332,7 +315,8 @@ TEST_F(PipelineTest, CacheCorpusEqualsIdsOfTheTenantsResponses) {
   wide.Save(big, tok.sha256());
   cfg.corpora = {{"cache", big}};
   cfg.cache_tenant = "";
-  refused(cfg, {"big.samc", "response 1 holds id " + std::to_string(tok.vocab_size()),
+  const std::string big_id = std::to_string(tok.vocab_size());
+  refused(cfg, {"big.samc", std::string("response 1 holds id ").append(big_id),
                 "vocabulary"});
   // A truncated file, and a file that is no cache at all.
   std::string bytes;

@@ -18,6 +18,28 @@ namespace {
 // Tenant x's responses use ids 0..7, tenant y's ids 1000..1007.
 uint32_t Id(int tenant, uint32_t r) { return tenant == 0 ? r % 8 : 1000 + r % 8; }
 
+// One random request of `tenant` through `session` (prompt 5, output 40 ids
+// of 3), accepting the drafted chain's matching prefix; `seen` sees each tree.
+template <typename F>
+void RunRequest(Session& session, int tenant, std::mt19937& rng, F&& seen) {
+  std::vector<uint32_t> prompt(5), output(40);
+  for (uint32_t& t : prompt) t = Id(tenant, rng() % 3);
+  for (uint32_t& t : output) t = Id(tenant, rng() % 3);
+  session.Reset();
+  session.Prefill(prompt);
+  for (size_t i = 0; i < output.size();) {
+    const DraftTree& tree = session.Propose(output[i]);
+    seen(tree);
+    size_t a = 0;
+    while (a + 1 < tree.size() && i + a + 1 < output.size() &&
+           tree.parents[a + 1] == static_cast<int32_t>(a) &&
+           tree.tokens[a + 1] == output[i + a + 1])
+      ++a;
+    session.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
+    i += a + 1;
+  }
+}
+
 TEST(ResponseCacheConcurrencyTest, ReadersWhileWriting) {
   ResponseCache cache(64 << 10);  // small: the writer evicts all the time
   const std::string keys[2] = {"x", "y"};
@@ -87,24 +109,11 @@ TEST(ResponseCacheConcurrencyTest, SessionsAddWhileOthersDraft) {
       session.AttachCache(cache, tenant == 0 ? "x" : "y");
       std::mt19937 rng(10 + k);
       for (int request = 0; request < 60; ++request) {
-        std::vector<uint32_t> prompt(5), output(40);
-        for (uint32_t& t : prompt) t = Id(tenant, rng() % 3);
-        for (uint32_t& t : output) t = Id(tenant, rng() % 3);
-        session.Reset();
-        session.Prefill(prompt);
-        for (size_t i = 0; i < output.size();) {
-          const DraftTree& tree = session.Propose(output[i]);
+        RunRequest(session, tenant, rng, [&](const DraftTree& tree) {
           for (uint32_t t : tree.tokens)
             if (t / 1000 != static_cast<uint32_t>(tenant)) ++foreign;
           if (tree.source == DraftSource::kCache) ++from_cache;
-          size_t a = 0;
-          while (a + 1 < tree.size() && i + a + 1 < output.size() &&
-                 tree.parents[a + 1] == static_cast<int32_t>(a) &&
-                 tree.tokens[a + 1] == output[i + a + 1])
-            ++a;
-          session.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
-          i += a + 1;
-        }
+        });
         session.CacheRequest();
       }
     });
@@ -138,23 +147,10 @@ TEST(ResponseCacheConcurrencyTest, CompiledIndexesWhileWriting) {
       session.AttachCache(cache, tenant == 0 ? "x" : "y");
       std::mt19937 rng(20 + k);
       for (int request = 0; request < 60; ++request) {
-        std::vector<uint32_t> prompt(5), output(40);
-        for (uint32_t& t : prompt) t = Id(tenant, rng() % 3);
-        for (uint32_t& t : output) t = Id(tenant, rng() % 3);
-        session.Reset();
-        session.Prefill(prompt);
-        for (size_t i = 0; i < output.size();) {
-          const DraftTree& tree = session.Propose(output[i]);
+        RunRequest(session, tenant, rng, [&](const DraftTree& tree) {
           for (uint32_t t : tree.tokens)
             if (t / 1000 != static_cast<uint32_t>(tenant)) ++foreign;
-          size_t a = 0;
-          while (a + 1 < tree.size() && i + a + 1 < output.size() &&
-                 tree.parents[a + 1] == static_cast<int32_t>(a) &&
-                 tree.tokens[a + 1] == output[i + a + 1])
-            ++a;
-          session.Commit(std::span<const uint32_t>(output).subspan(i, a + 1));
-          i += a + 1;
-        }
+        });
         const ResponseCache::Compiled c = cache->CompiledIndex(tenant == 0 ? "x" : "y");
         if (c.index != nullptr) {
           ++compiled_seen;

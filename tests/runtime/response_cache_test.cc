@@ -18,6 +18,7 @@
 
 #include "sam/error.h"
 #include "sam/format/blob_file.h"
+#include "same_automaton.h"
 #include "temp_dir.h"
 #include "sam/indexer/builder.h"
 #include "sam/runtime/replay.h"
@@ -309,26 +310,6 @@ std::unique_ptr<OracleIndex> BuildOracle(const std::vector<Tokens>& responses) {
   return o;
 }
 
-// Two automata state by state: text, lengths, links, counts, first end
-// positions and children.
-void ExpectSameAutomaton(const format::IndexView& x, const format::IndexView& y) {
-  ASSERT_EQ(x.num_tokens(), y.num_tokens());
-  for (uint64_t p = 1; p <= x.num_tokens(); ++p) ASSERT_EQ(x.Token(p), y.Token(p)) << p;
-  ASSERT_EQ(x.num_states(), y.num_states());
-  for (uint64_t v = 0; v < x.num_states(); ++v) {
-    ASSERT_EQ(x.Len(v), y.Len(v)) << v;
-    ASSERT_EQ(x.Count(v), y.Count(v)) << v;
-    if (v != format::kRoot) {
-      ASSERT_EQ(x.Link(v), y.Link(v)) << v;
-      ASSERT_EQ(x.MinEndpos(v), y.MinEndpos(v)) << v;
-    }
-    std::vector<std::pair<uint32_t, uint64_t>> cx, cy;
-    x.ForEachChild(v, [&](uint32_t t, uint64_t w) { cx.emplace_back(t, w); });
-    y.ForEachChild(v, [&](uint32_t t, uint64_t w) { cy.emplace_back(t, w); });
-    ASSERT_EQ(cx, cy) << v;
-  }
-}
-
 // CompileOptions without eviction: a tenant is compiled once it holds
 // min_tokens tokens and again when its new tokens reach growth times the
 // tokens compiled last (a model of the rule counts the compiles); each
@@ -380,7 +361,8 @@ TEST(ResponseCacheCompileTest, CompiledIndexEqualsAnIndexOfTheTenantsResponses) 
       for (const Tokens& h : held) tokens += h.size() + 1;
       ASSERT_EQ(tokens, model[key].compiled) << key;
       const auto oracle = BuildOracle(held);
-      ExpectSameAutomaton(c.index->view(), oracle->file->view());
+      ASSERT_NO_FATAL_FAILURE(
+          sam::testing::ExpectSameAutomaton(c.index->view(), oracle->file->view()));
     }
   }
   EXPECT_GT(compiles, 4u);
@@ -407,7 +389,7 @@ TEST(ResponseCacheCompileTest, BudgetsHoldUnderEviction) {
   const size_t max_bytes = size_t{600} << 10;
   ResponseCache cache(max_bytes, compile);
   for (int i = 0; i < 600; ++i) {
-    const std::string key = "t" + std::to_string(rng() % 5);
+    const std::string key = std::string(1, static_cast<char>('0' + rng() % 5));
     ASSERT_TRUE(cache.Insert(key, Random(rng, 1 + rng() % 120, 7)));
     ASSERT_LE(cache.bytes(), max_bytes);
     ASSERT_LE(cache.compiled_bytes(), compile.max_bytes);
@@ -415,7 +397,7 @@ TEST(ResponseCacheCompileTest, BudgetsHoldUnderEviction) {
     ASSERT_LE(FormulaBytes(cache), max_bytes - compile.max_bytes);
     size_t compiled = 0;
     for (int t = 0; t < 5; ++t) {
-      const std::string k = "t" + std::to_string(t);
+      const std::string k(1, static_cast<char>('0' + t));
       const ResponseCache::Compiled c = cache.CompiledIndex(k);
       const auto tenants = cache.Tenants();
       if (std::find(tenants.begin(), tenants.end(), k) == tenants.end()) {
