@@ -209,12 +209,10 @@ void ResponseCache::MaybeCompile(Tenant& t) {
   next.responses = t.responses.size();
   next.bytes = size;
   DropCompiled(t);
-  {
-    std::unique_lock lock(t.mu);
-    t.compiled = std::move(next);
-  }
+  compiled_order_.emplace_back(++compiles_, &t);  // first: if it throws, t has none
   compiled_bytes_ += size;
-  compiled_order_.emplace_back(++compiles_, &t);
+  std::unique_lock lock(t.mu);
+  t.compiled = std::move(next);
 }
 
 ResponseCache::Compiled ResponseCache::CompiledIndex(std::string_view tenant) const {
@@ -343,9 +341,9 @@ bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> to
   for (auto& [u, plan] : plans) {
     if (u == t.get()) continue;
     if (plan.drops == u->responses.size()) {
+      DropCompiled(*u);  // (takes u's lock: not under map_mu_)
       std::unique_lock map_lock(map_mu_);
       auto it = tenants_.find(u->key);
-      DropCompiled(*u);
       removed.push_back(std::move(it->second));  // cursors holding it re-resolve
       tenants_.erase(it);
       map_changed = true;

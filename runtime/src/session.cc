@@ -575,6 +575,7 @@ void Session::AttachIndex(std::shared_ptr<const StaticIndex> index) {
 void Session::SetFallback(Drafter* fallback) { options_.fallback = fallback; }
 
 void Session::AttachCache(std::shared_ptr<ResponseCache> cache, std::string_view tenant) {
+  if (cache_compiled_.index) merged_->cache.Clear();  // its view may be freed (above)
   cache_compiled_ = ResponseCache::Compiled{};
   cache_static_ = StaticCursor();
   if (cache == nullptr) {
@@ -597,6 +598,9 @@ void Session::AttachCache(std::shared_ptr<ResponseCache> cache, std::string_view
 void Session::SyncCompiledCache() {
   ResponseCache::Compiled now = cache_cursor_.compiled();
   if (now.index == cache_compiled_.index) return;
+  // The old index may be freed now and the new one take its address: the
+  // top-children cache (keyed by view address) forgets both.
+  merged_->cache.Clear();
   cache_compiled_ = std::move(now);
   cache_static_ =
       cache_compiled_.index ? StaticCursor(cache_compiled_.index.get()) : StaticCursor();

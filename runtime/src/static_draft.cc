@@ -42,6 +42,10 @@ std::span<const StaticIndex::Child> TopChildrenCache::Get(const format::IndexVie
   return std::span<const StaticIndex::Child>(e.children.data(), e.size);
 }
 
+void TopChildrenCache::Clear() {
+  for (Entry& e : table_) e.view = nullptr;
+}
+
 void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
                               const StaticTreeOptions& options, DraftTree* tree,
                               std::vector<double>* weights_out) {

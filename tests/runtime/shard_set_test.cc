@@ -262,8 +262,9 @@ TEST_P(ShardSetTest, CalibratedDraftsEqualTheSingleIndex) {
           const DraftTree& b = sharded.Propose(s[i]);
           context.push_back(s[i]);
           ASSERT_EQ(sharded.last_static_length(), single.last_static_length());
-          if (width == 8 && limit == 0 && vocab == kVocab)  // (the brute force is slow)
+          if (width == 8 && limit == 0 && vocab == kVocab) {  // (the brute force is slow)
             ASSERT_EQ(sharded.last_static_length(), all.LongestSuffix(context).first);
+          }
           ASSERT_EQ(a.tokens, b.tokens) << "vocab " << vocab << " limit " << limit << " width "
                                         << width << " hubs " << hubs << " step " << steps;
           ASSERT_EQ(a.parents, b.parents);

@@ -358,7 +358,10 @@ tb::GeneratorOptions SdsatGenerator(const SdsatCase& c) {
 
 std::string SdsatName(const SdsatCase& c) {
   std::string ids;
-  for (const uint32_t id : c.ids) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  for (const uint32_t id : c.ids) {
+    if (!ids.empty()) ids += ',';
+    ids += std::to_string(id);
+  }
   return c.policy + "/" + std::string(rt::SdsatSchemeName(c.scheme)) + "/ids " + ids + " k " +
          std::to_string(c.k) + " w " + std::to_string(c.width);
 }

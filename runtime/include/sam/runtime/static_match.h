@@ -151,6 +151,10 @@ class SAM_API TopChildrenCache {
   explicit TopChildrenCache(size_t entries);
   // The heaviest children of `state` in `view` (at most kChildren).
   std::span<const StaticIndex::Child> Get(const format::IndexView& view, uint64_t state);
+  // Forgets every entry. Entries are keyed by the view's address: call it
+  // when a view the cache has seen is destroyed and another may take its
+  // address (a response cache's recompiled index).
+  void Clear();
 
  private:
   struct Entry {
