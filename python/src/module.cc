@@ -266,17 +266,24 @@ class TokenIds {
 class ResponseCache {
  public:
   ResponseCache(size_t max_bytes, bool compile, size_t compile_min_tokens, double compile_growth,
-                size_t compile_bytes)
+                size_t compile_bytes, bool compile_background)
       : cache_(std::make_shared<sam::runtime::ResponseCache>(
-            max_bytes, Options(compile, compile_min_tokens, compile_growth, compile_bytes))) {}
+            max_bytes, Options(compile, compile_min_tokens, compile_growth, compile_bytes,
+                               compile_background))) {}
   static sam::runtime::ResponseCache::CompileOptions Options(bool compile, size_t min_tokens,
-                                                             double growth, size_t bytes) {
+                                                             double growth, size_t bytes,
+                                                             bool background) {
     sam::runtime::ResponseCache::CompileOptions o;
     o.enabled = compile;
     o.min_tokens = min_tokens;
     o.growth = growth;
     o.max_bytes = bytes;
+    o.background = background;
     return o;
+  }
+  void WaitForCompiles() {
+    py::gil_scoped_release release;
+    cache_->WaitForCompiles();
   }
   const std::shared_ptr<sam::runtime::ResponseCache>& get() const { return cache_; }
 
@@ -853,9 +860,11 @@ PYBIND11_MODULE(_native, m) {
       .def("cache_request", &Session::CacheRequest, py::arg("include_prompt") = false);
 
   py::class_<ResponseCache>(m, "ResponseCache")
-      .def(py::init<size_t, bool, size_t, double, size_t>(), py::arg("max_bytes"),
+      .def(py::init<size_t, bool, size_t, double, size_t, bool>(), py::arg("max_bytes"),
            py::arg("compile") = false, py::arg("compile_min_tokens") = 512,
-           py::arg("compile_growth") = 0.25, py::arg("compile_bytes") = 0)
+           py::arg("compile_growth") = 0.25, py::arg("compile_bytes") = 0,
+           py::arg("compile_background") = false)
+      .def("wait_for_compiles", &ResponseCache::WaitForCompiles)
       .def("insert", &ResponseCache::Insert, py::arg("tenant"), py::arg("ids"))
       .def("draft", &ResponseCache::Draft, py::arg("tenant"), py::arg("context"),
            py::arg("want"), py::arg("climb_links") = false)

@@ -738,7 +738,7 @@ int sam_cache_new(size_t max_bytes, sam_cache** out) {
 }
 
 int sam_cache_new_compiling(size_t max_bytes, size_t min_tokens, double growth,
-                            size_t compile_bytes, sam_cache** out) {
+                            size_t compile_bytes, int background, sam_cache** out) {
   return Guard([&] {
     Require(out != nullptr, "sam_cache_new_compiling", "out is NULL");
     Require(max_bytes > 0, "sam_cache_new_compiling", "max_bytes must be positive");
@@ -747,10 +747,15 @@ int sam_cache_new_compiling(size_t max_bytes, size_t min_tokens, double growth,
     compile.min_tokens = min_tokens;
     compile.growth = growth;
     compile.max_bytes = compile_bytes;
+    compile.background = background != 0;
     auto handle = std::make_unique<sam_cache>();
     handle->cache = std::make_shared<sam::runtime::ResponseCache>(max_bytes, compile);
     *out = handle.release();
   });
+}
+
+void sam_cache_wait_for_compiles(sam_cache* cache) {
+  if (cache != nullptr) cache->cache->WaitForCompiles();
 }
 
 size_t sam_cache_compiled_bytes(const sam_cache* cache) {

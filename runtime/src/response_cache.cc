@@ -2,9 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <condition_variable>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "sam/error.h"
 #include "sam/format/blob_file.h"
@@ -31,6 +34,7 @@ struct ResponseCache::Cursor::Tenant {
   ResponseCache::Compiled compiled;
   size_t inserted_since = 0;
   size_t compiled_tokens = 0;
+  bool compile_queued = false;  // CompileOptions::background: in the worker's queue
 };
 
 namespace {
@@ -130,6 +134,7 @@ ResponseCache::ResponseCache(size_t max_bytes, const CompileOptions& compile)
     if (!(compile.growth > 0.0) || !std::isfinite(compile.growth))
       throw Error(ErrorCode::kInvalidArgument,
                   "ResponseCache: CompileOptions::growth must be positive and finite");
+    if (compile.background) worker_ = std::make_unique<CompileWorker>();  // thread: on first use
   }
 }
 
@@ -145,57 +150,134 @@ void ResponseCache::DropCompiled(Tenant& t) {
   t.compiled = Compiled{};
 }
 
-void ResponseCache::MaybeCompile(Tenant& t) {
-  if (!compile_.enabled || t.used < compile_.min_tokens) return;
-  const double since = static_cast<double>(t.inserted_since);
-  if (t.inserted_since == 0 ||
-      (t.compiled_tokens > 0 && since < compile_.growth * static_cast<double>(t.compiled_tokens)))
-    return;
-  const size_t budget = max_bytes_ - automata_bytes_;
-  t.inserted_since = 0;
-  t.compiled_tokens = t.used;
-  // The responses as documents (the text between separators), with the
-  // vocabulary their largest id needs. Built without the tenant's lock (only
-  // this writer changes t.sam).
+namespace {
+
+// A tenant's text (its responses, each followed by the separator) compiled:
+// the builder's index in memory and its StaticIndex (hub tables, no filter).
+// Null index when the text holds ids no vocabulary has (2^31 and above) or
+// memory ran out: the automaton alone drafts for that tenant until the next
+// compile.
+ResponseCache::Compiled BuildCompiled(const std::string& key, std::span<const uint32_t> text) {
+  ResponseCache::Compiled out;
   auto holder = std::make_shared<CompiledHolder>();
   try {
     uint32_t max_id = 0;
-    for (size_t p = 1; p <= t.used; ++p)
-      if (const uint32_t id = t.sam->Token(p); id != kSeparator) max_id = std::max(max_id, id);
-    indexer::SuffixAutomatonBuilder builder(max_id + 1, t.used);
-    std::vector<uint32_t> document;
-    for (size_t p = 1; p <= t.used; ++p) {
-      const uint32_t id = t.sam->Token(p);
-      if (id != kSeparator) {
-        document.push_back(id);
-        continue;
-      }
-      builder.AddDocument(document);
-      document.clear();
+    for (uint32_t id : text)
+      if (id != ResponseCache::kSeparator) max_id = std::max(max_id, id);
+    indexer::SuffixAutomatonBuilder builder(max_id + 1, text.size());
+    size_t begin = 0;
+    for (size_t p = 0; p < text.size(); ++p) {
+      if (text[p] != ResponseCache::kSeparator) continue;
+      builder.AddDocument(text.subspan(begin, p - begin));
+      begin = p + 1;
+      ++out.responses;
     }
-    const std::string name = "response cache tenant '" + t.key + "'";
+    const std::string name = "response cache tenant '" + key + "'";
     builder.WriteToMemory({}, &holder->bytes, name);
     holder->file.emplace(
         format::IndexFile::FromBuffer(holder->bytes.data(), holder->bytes.size(), name));
-  } catch (const std::exception&) {
-    // Ids no vocabulary has (2^31 and above), or memory: the automaton
-    // alone drafts for this tenant until the next compile.
-    return;
-  }
-  std::shared_ptr<const StaticIndex> index;
-  try {
     StaticIndex::Options options;
     options.filter_bits_per_edge = 0;  // small indexes: the hub tables are what trees need
-    index = StaticIndex::Create(
+    out.index = StaticIndex::Create(
         std::shared_ptr<const format::IndexView>(holder, &holder->file->view()), options);
+    out.bytes = holder->bytes.size() + out.index->memory_bytes();
   } catch (const std::exception&) {
+    return {};
+  }
+  return out;
+}
+
+}  // namespace
+
+// The compile thread of CompileOptions::background: a queue of tenants whose
+// compile is due, worked off one at a time.
+struct ResponseCache::CompileWorker {
+  struct Item {
+    std::weak_ptr<Tenant> tenant;
+    uint64_t epoch;  // the cache's clear_epoch_ when queued
+  };
+  std::mutex mu;  // after write_mu_ when both are held
+  std::condition_variable cv;
+  std::deque<Item> queue;
+  size_t in_flight = 0;
+  bool stop = false;
+  std::thread thread;
+};
+
+bool ResponseCache::CompileDue(Tenant& t) {
+  if (!compile_.enabled || t.used < compile_.min_tokens || t.inserted_since == 0) return false;
+  if (t.compiled_tokens > 0 && static_cast<double>(t.inserted_since) <
+                                   compile_.growth * static_cast<double>(t.compiled_tokens))
+    return false;
+  t.inserted_since = 0;
+  t.compiled_tokens = t.used;
+  return true;
+}
+
+void ResponseCache::MaybeCompile(const std::shared_ptr<Tenant>& t) {
+  if (!CompileDue(*t)) return;
+  if (!compile_.background) {
+    // Only this writer changes t's automaton: read it without its lock.
+    std::vector<uint32_t> text(t->used);
+    for (size_t p = 1; p <= t->used; ++p) text[p - 1] = t->sam->Token(p);
+    Publish(*t, BuildCompiled(t->key, text));
     return;
   }
-  const size_t size = holder->bytes.size() + index->memory_bytes();
+  if (t->compile_queued) return;  // the queued compile will read the newer text
+  t->compile_queued = true;
+  {
+    std::lock_guard lock(worker_->mu);
+    worker_->queue.push_back({t, clear_epoch_});
+    if (!worker_->thread.joinable()) worker_->thread = std::thread([this] { CompileLoop(); });
+  }
+  worker_->cv.notify_one();
+}
+
+void ResponseCache::CompileLoop() {
+  CompileWorker& w = *worker_;
+  std::unique_lock lock(w.mu);
+  for (;;) {
+    w.cv.wait(lock, [&] { return w.stop || !w.queue.empty(); });
+    if (w.stop) return;
+    const CompileWorker::Item item = w.queue.front();
+    w.queue.pop_front();
+    ++w.in_flight;
+    lock.unlock();
+    if (const std::shared_ptr<Tenant> t = item.tenant.lock()) {
+      // The text as it is now (it may have grown since the compile was
+      // queued), copied under the tenant's lock; built without any lock.
+      std::vector<uint32_t> text;
+      {
+        std::shared_lock read(t->mu);
+        text.resize(t->sam->size());
+        for (size_t p = 1; p <= text.size(); ++p) text[p - 1] = t->sam->Token(p);
+      }
+      Compiled built = BuildCompiled(t->key, text);
+      std::lock_guard write(write_mu_);
+      t->compile_queued = false;
+      // Not for a tenant that Clear() or eviction removed meanwhile.
+      auto it = tenants_.find(t->key);
+      if (item.epoch == clear_epoch_ && it != tenants_.end() && it->second == t)
+        Publish(*t, std::move(built));
+    }
+    lock.lock();
+    --w.in_flight;
+    if (w.queue.empty() && w.in_flight == 0) w.cv.notify_all();
+  }
+}
+
+void ResponseCache::WaitForCompiles() {
+  if (worker_ == nullptr) return;
+  std::unique_lock lock(worker_->mu);
+  worker_->cv.wait(lock, [&] { return worker_->queue.empty() && worker_->in_flight == 0; });
+}
+
+void ResponseCache::Publish(Tenant& t, Compiled built) {
+  const size_t budget = max_bytes_ - automata_bytes_;
+  if (built.index == nullptr || built.bytes > budget) return;
   const size_t old = t.compiled.bytes;
-  if (size > budget) return;
   // Room in the budget: other tenants' compiled indexes go, oldest first.
-  while (compiled_bytes_ - old + size > budget) {
+  while (compiled_bytes_ - old + built.bytes > budget) {
     Tenant* u = compiled_order_.front().second;
     if (u == &t) {  // t's own old index is accounted as replaced already
       compiled_order_.push_back(compiled_order_.front());
@@ -204,15 +286,11 @@ void ResponseCache::MaybeCompile(Tenant& t) {
     }
     DropCompiled(*u);
   }
-  Compiled next;
-  next.index = std::move(index);
-  next.responses = t.responses.size();
-  next.bytes = size;
   DropCompiled(t);
   compiled_order_.emplace_back(++compiles_, &t);  // first: if it throws, t has none
-  compiled_bytes_ += size;
+  compiled_bytes_ += built.bytes;
   std::unique_lock lock(t.mu);
-  t.compiled = std::move(next);
+  t.compiled = std::move(built);
 }
 
 ResponseCache::Compiled ResponseCache::CompiledIndex(std::string_view tenant) const {
@@ -232,7 +310,15 @@ uint64_t ResponseCache::num_compiles() const {
   return compiles_;
 }
 
-ResponseCache::~ResponseCache() = default;
+ResponseCache::~ResponseCache() {
+  if (worker_ == nullptr) return;
+  {
+    std::lock_guard lock(worker_->mu);
+    worker_->stop = true;
+  }
+  worker_->cv.notify_all();
+  if (worker_->thread.joinable()) worker_->thread.join();
+}
 
 std::shared_ptr<ResponseCache::Tenant> ResponseCache::Find(std::string_view tenant) const {
   std::shared_lock lock(map_mu_);
@@ -289,7 +375,7 @@ bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> to
     bytes_ += kBytesPerResponse;
     ++responses_;
     t->inserted_since += need_new;
-    MaybeCompile(*t);
+    MaybeCompile(t);
     return true;
   }
 
@@ -374,7 +460,7 @@ bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> to
   evicted_ += evict;
   if (map_changed) map_version_.fetch_add(1, std::memory_order_acq_rel);
   t->inserted_since += need_new;
-  MaybeCompile(*t);
+  MaybeCompile(t);
   return true;
 }
 
@@ -387,6 +473,7 @@ void ResponseCache::Clear() {
   map_version_.fetch_add(1, std::memory_order_acq_rel);
   order_.clear();
   compiled_order_.clear();
+  ++clear_epoch_;  // compiles in flight are for tenants that are gone
   bytes_ = 0;
   compiled_bytes_ = 0;
   responses_ = 0;

@@ -1072,7 +1072,7 @@ TEST(CapiCache, CompilingCacheDraftsLikeTheCppSession) {
   std::vector<uint32_t> prompt = {1, 2}, output;
   for (uint32_t k = 0; k < 90; ++k) output.push_back(100 + rng.Next() % 12);
   sam_cache* cache = nullptr;
-  ASSERT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.25, 0, &cache), SAM_OK);
+  ASSERT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.25, 0, 0, &cache), SAM_OK);
   sam_session_options o;
   sam_session_options_default(&o);
   o.policy = SAM_POLICY_CALIBRATED;
@@ -1103,11 +1103,25 @@ TEST(CapiCache, CompilingCacheDraftsLikeTheCppSession) {
   sam_session_free(s);
   sam_cache_free(cache);
   sam_cache* bad = nullptr;
-  EXPECT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.0, 0, &bad), SAM_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.25, 1 << 20, &bad), SAM_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(sam_cache_new_compiling(0, 64, 0.25, 0, &bad), SAM_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.25, 0, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.0, 0, 0, &bad), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.25, 1 << 20, 0, &bad),
+            SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_cache_new_compiling(0, 64, 0.25, 0, 0, &bad), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.25, 0, 0, nullptr), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(bad, nullptr);
+  // On the cache's own thread: the same compiles once waited for.
+  sam_cache* background = nullptr;
+  ASSERT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.25, 0, 1, &background), SAM_OK);
+  auto sync = std::make_shared<sam::runtime::ResponseCache>(1 << 20, compile);
+  for (int i = 0; i < 12; ++i) {
+    ASSERT_EQ(sam_cache_insert(background, "a", output.data(), output.size() - i, nullptr), SAM_OK);
+    sam_cache_wait_for_compiles(background);
+    sync->Insert("a", std::span<const uint32_t>(output).first(output.size() - i));
+  }
+  EXPECT_EQ(sam_cache_num_compiles(background), sync->num_compiles());
+  EXPECT_EQ(sam_cache_compiled_bytes(background), sync->compiled_bytes());
+  sam_cache_free(background);
+  sam_cache_wait_for_compiles(nullptr);
   EXPECT_EQ(sam_cache_compiled_bytes(nullptr), 0u);
   EXPECT_EQ(sam_cache_num_compiles(nullptr), 0u);
 }

@@ -611,6 +611,16 @@ class ResponseCacheTest(unittest.TestCase):
                 self.assertEqual((cache.num_compiles, cache.compiled_bytes), (0, 0))
             session.attach_cache(None)
         self.assertNotEqual(trees[False], trees[True])
+        # On the cache's own thread: the same compiles once waited for.
+        sync = sd.ResponseCache(1 << 20, compile=True, compile_min_tokens=64)
+        background = sd.ResponseCache(1 << 20, compile=True, compile_min_tokens=64,
+                                      compile_background=True)
+        for output in outputs:
+            sync.insert("t", output)
+            background.insert("t", output)
+            background.wait_for_compiles()
+        self.assertEqual(background.num_compiles, sync.num_compiles)
+        self.assertEqual(background.compiled_bytes, sync.compiled_bytes)
         with self.assertRaises(sd.Error):
             sd.ResponseCache(1 << 20, compile=True, compile_growth=0.0)
         with self.assertRaises(sd.Error):

@@ -1,4 +1,4 @@
-// Readers (cursors, Draft) of one ResponseCache in several threads while a
+// Readers (cursors, Draft, compiled indexes) of one ResponseCache in several threads while a
 // writer adds responses and evicts: no data race (labelled `tsan` for
 // ThreadSanitizer builds), and no tenant ever sees another tenant's text.
 #include <gtest/gtest.h>
@@ -40,8 +40,20 @@ void RunRequest(Session& session, int tenant, std::mt19937& rng, F&& seen) {
   }
 }
 
-TEST(ResponseCacheConcurrencyTest, ReadersWhileWriting) {
-  ResponseCache cache(64 << 10);  // small: the writer evicts all the time
+// Plain, and compiling on the cache's own thread (Clear() then also meets
+// compiles in flight).
+class ReadersWhileWriting : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(PlainAndCompiling, ReadersWhileWriting, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "compiling" : "plain"; });
+
+TEST_P(ReadersWhileWriting, CursorsAndDrafts) {
+  ResponseCache::CompileOptions compile;
+  compile.enabled = GetParam();
+  compile.background = true;
+  compile.min_tokens = 64;
+  // Small: the writer evicts all the time (compiling: a quarter of it for the
+  // compiled indexes, each about 45 KiB here).
+  ResponseCache cache(GetParam() ? 1 << 20 : 64 << 10, compile);
   const std::string keys[2] = {"x", "y"};
   std::atomic<bool> done{false};
   std::atomic<int> foreign{0};
@@ -80,14 +92,24 @@ TEST(ResponseCacheConcurrencyTest, ReadersWhileWriting) {
         for (size_t i = 0; i < n; ++i)
           if (out[i] / 1000 != static_cast<uint32_t>(tenant)) ++foreign;
         if (rng() % 100 == 0) cursor.Reset();
+        if (const ResponseCache::Compiled c = cursor.compiled(); c.index != nullptr) {
+          const format::IndexView& view = c.index->view();
+          const uint64_t p = 1 + rng() % view.num_tokens();
+          if (view.Token(p) < view.separator() && view.Token(p) / 1000 != static_cast<uint32_t>(tenant))
+            ++foreign;
+        }
         (void)cache.bytes();
       }
     });
   }
   writer.join();
   for (std::thread& t : readers) t.join();
+  cache.WaitForCompiles();
   EXPECT_EQ(foreign.load(), 0);
   EXPECT_GT(drafted.load(), 0u);  // the readers did draft
+  if (GetParam()) {
+    EXPECT_GT(cache.num_compiles(), 0u);
+  }
   EXPECT_LE(cache.bytes(), cache.max_bytes());
 }
 
@@ -127,11 +149,17 @@ TEST(ResponseCacheConcurrencyTest, SessionsAddWhileOthersDraft) {
 // With compiled tenants (CompileOptions): calibrated sessions draft from the
 // compiled indexes, which inserts recompile and evictions drop, while other
 // sessions insert; a small bound keeps both happening.
-TEST(ResponseCacheConcurrencyTest, CompiledIndexesWhileWriting) {
+// Both ways of compiling: on the inserting thread, and on the cache's own.
+class CompiledIndexesWhileWriting : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(SyncAndBackground, CompiledIndexesWhileWriting, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "background" : "sync"; });
+
+TEST_P(CompiledIndexesWhileWriting, SessionsDraftAndInsert) {
   ResponseCache::CompileOptions compile;
   compile.enabled = true;
   compile.min_tokens = 64;
   compile.growth = 0.25;
+  compile.background = GetParam();
   auto cache = std::make_shared<ResponseCache>(size_t{512} << 10, compile);
   std::atomic<int> foreign{0};
   std::atomic<uint64_t> compiled_seen{0};
@@ -165,6 +193,7 @@ TEST(ResponseCacheConcurrencyTest, CompiledIndexesWhileWriting) {
     });
   }
   for (std::thread& t : threads) t.join();
+  cache->WaitForCompiles();
   EXPECT_EQ(foreign.load(), 0);
   EXPECT_GT(compiled_seen.load(), 0u);
   EXPECT_GT(cache->num_compiles(), 0u);

@@ -315,12 +315,20 @@ std::unique_ptr<OracleIndex> BuildOracle(const std::vector<Tokens>& responses) {
 // tokens compiled last (a model of the rule counts the compiles); each
 // compiled index is the same automaton as an index of the responses it
 // holds (its first `responses` ones), so it never holds another tenant's.
-TEST(ResponseCacheCompileTest, CompiledIndexEqualsAnIndexOfTheTenantsResponses) {
+// With CompileOptions::background the same, once WaitForCompiles() returns
+// after each insert; and a Clear() while compiles are queued leaves no
+// compiled index behind.
+class ResponseCacheCompileModes : public ::testing::TestWithParam<bool> {};
+INSTANTIATE_TEST_SUITE_P(SyncAndBackground, ResponseCacheCompileModes, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "background" : "sync"; });
+
+TEST_P(ResponseCacheCompileModes, CompiledIndexEqualsAnIndexOfTheTenantsResponses) {
   std::mt19937 rng(21);
   ResponseCache::CompileOptions compile;
   compile.enabled = true;
   compile.min_tokens = 60;
   compile.growth = 0.5;
+  compile.background = GetParam();
   ResponseCache cache(size_t{16} << 20, compile);
   EXPECT_EQ(cache.compile_options().min_tokens, 60u);
   const std::string keys[2] = {"A", "B"};
@@ -335,6 +343,7 @@ TEST(ResponseCacheCompileTest, CompiledIndexEqualsAnIndexOfTheTenantsResponses) 
     Tokens r = Random(rng, 3 + rng() % 25, 5);
     for (uint32_t& t : r) t += 100 * static_cast<uint32_t>(k);  // A: 0..4, B: 100..104
     ASSERT_TRUE(cache.Insert(keys[k], r));
+    cache.WaitForCompiles();
     inserted[keys[k]].push_back(r);
     Model& m = model[keys[k]];
     m.used += r.size() + 1;
@@ -374,23 +383,33 @@ TEST(ResponseCacheCompileTest, CompiledIndexEqualsAnIndexOfTheTenantsResponses) 
   EXPECT_EQ(cache.bytes(), 0u);
   EXPECT_EQ(cache.CompiledIndex("A").index, nullptr);
   EXPECT_EQ(cursor.compiled().index, nullptr);
+  // Compiles queued (or running) when Clear() comes publish nothing.
+  for (int round = 0; round < 20; ++round) {
+    for (int i = 0; i < 8; ++i) ASSERT_TRUE(cache.Insert("A", Random(rng, 30, 5)));
+    cache.Clear();
+    cache.WaitForCompiles();
+    ASSERT_EQ(cache.compiled_bytes(), 0u);
+    ASSERT_EQ(cache.CompiledIndex("A").index, nullptr);
+  }
 }
 
 // Under eviction the two budgets hold after every insert (the automata's
 // part, the compiled part, their sum within max_bytes), a tenant that loses
 // all its responses loses its compiled index, and compiles keep happening.
-TEST(ResponseCacheCompileTest, BudgetsHoldUnderEviction) {
+TEST_P(ResponseCacheCompileModes, BudgetsHoldUnderEviction) {
   std::mt19937 rng(22);
   ResponseCache::CompileOptions compile;
   compile.enabled = true;
   compile.min_tokens = 30;
   compile.growth = 0.25;
   compile.max_bytes = 200 << 10;
+  compile.background = GetParam();
   const size_t max_bytes = size_t{600} << 10;
   ResponseCache cache(max_bytes, compile);
   for (int i = 0; i < 600; ++i) {
     const std::string key = std::string(1, static_cast<char>('0' + rng() % 5));
     ASSERT_TRUE(cache.Insert(key, Random(rng, 1 + rng() % 120, 7)));
+    cache.WaitForCompiles();
     ASSERT_LE(cache.bytes(), max_bytes);
     ASSERT_LE(cache.compiled_bytes(), compile.max_bytes);
     ASSERT_EQ(cache.bytes(), FormulaBytes(cache) + cache.compiled_bytes());

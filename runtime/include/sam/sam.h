@@ -524,9 +524,13 @@ SAM_API int sam_cache_new(size_t max_bytes, sam_cache** out);
  * drafts count-weighted trees from: a tenant is compiled once it holds
  * min_tokens tokens, and again when the tokens inserted since reach `growth`
  * (> 0) times those compiled last; compile_bytes (0: max_bytes / 4, else
- * below max_bytes) bounds the compiled indexes within max_bytes. */
+ * below max_bytes) bounds the compiled indexes within max_bytes. With
+ * background nonzero the compiles run on a thread of the cache's own, so
+ * that sam_cache_insert / sam_session_cache_request only queue them (for
+ * servers); sam_cache_wait_for_compiles waits for the queue. */
 SAM_API int sam_cache_new_compiling(size_t max_bytes, size_t min_tokens, double growth,
-                                    size_t compile_bytes, sam_cache** out);
+                                    size_t compile_bytes, int background, sam_cache** out);
+SAM_API void sam_cache_wait_for_compiles(sam_cache* cache);
 /* Bytes of the compiled indexes (part of sam_cache_bytes) and how many
  * compiles happened; 0 for NULL or a cache that does not compile. */
 SAM_API size_t sam_cache_compiled_bytes(const sam_cache* cache);

@@ -105,6 +105,12 @@ class SAM_API ResponseCache {
     size_t min_tokens = 512;   // a tenant is first compiled once it holds this many tokens
     double growth = 0.25;      // recompiled when its new tokens reach this share of the last
     size_t max_bytes = 0;      // budget of the compiled indexes (0: a quarter of the bound)
+    // Compile on a thread of the cache's own instead of the inserting thread,
+    // which then only queues the compile (for servers: a compile, about 30
+    // ms for 200K tokens, would delay the request that just finished). The
+    // compile reads the tenant's text as it is when it starts, and the new
+    // index appears when it ends; WaitForCompiles() waits for the queue.
+    bool background = false;
   };
   // A tenant's compiled index, prepared for drafting (a StaticIndex with hub
   // tables and no edge filter); it keeps its view alive.
@@ -160,6 +166,9 @@ class SAM_API ResponseCache {
   const CompileOptions& compile_options() const { return compile_; }
   // The tenant's compiled index (index null: none yet, or compiling is off).
   Compiled CompiledIndex(std::string_view tenant) const;
+  // CompileOptions::background: returns once every compile queued before
+  // (and since) the call is done. Immediate otherwise.
+  void WaitForCompiles();
   size_t num_tenants() const;    // tenants holding responses
   size_t num_responses() const;  // retained responses, all tenants
   uint64_t num_evicted() const;  // responses evicted since construction or Clear
@@ -221,8 +230,15 @@ class SAM_API ResponseCache {
   // given capacity; swaps it in (write_mu_ held).
   static void Rebuild(Tenant& t, size_t skip_tokens, std::span<const uint32_t> extra,
                       size_t capacity);
-  // Compiles t when CompileOptions says it is due (write_mu_ held).
-  void MaybeCompile(Tenant& t);
+  struct CompileWorker;
+  // CompileOptions: whether t's compile is due (then counted as started),
+  // the compile (now, or queued for the worker), the worker's loop, and the
+  // swap of a compiled index into t within the budget (write_mu_ held but
+  // in CompileLoop).
+  bool CompileDue(Tenant& t);
+  void MaybeCompile(const std::shared_ptr<Tenant>& t);
+  void CompileLoop();
+  void Publish(Tenant& t, Compiled built);
   // Drops t's compiled index (write_mu_ held).
   void DropCompiled(Tenant& t);
 
@@ -241,6 +257,8 @@ class SAM_API ResponseCache {
   size_t compiled_bytes_ = 0;
   uint64_t compiles_ = 0;
   std::deque<std::pair<uint64_t, Tenant*>> compiled_order_;  // (compile number, tenant), oldest first
+  uint64_t clear_epoch_ = 0;  // Clear() calls: a compile queued before one is dropped
+  std::unique_ptr<CompileWorker> worker_;  // CompileOptions::background; joined by ~ResponseCache
 };
 
 }  // namespace sam::runtime
