@@ -13,9 +13,11 @@ where m is how many tokens the session has taken in (prefill + commits) and
 n the context's length now. That is exactly the loop of docs/python.md, so
 an adapter drafts what a session driven by hand drafts.
 """
+import os
+
 import numpy as np
 
-from ._native import Error, Index, Session
+from ._native import Error, Index, ResponseCache, Session
 
 # How a context is handed over: a 1-D array of ids (numpy, a list, a CPU
 # torch tensor's .numpy()).
@@ -59,26 +61,55 @@ class SessionPool:
     Reset() and reused by the next request (a session reserves its dynamic
     automaton's memory once). With reuse=False every request gets a fresh
     session: sam-cal's learned estimates then start from the prior for each
-    request, as in a fresh C++ session."""
+    request, as in a fresh C++ session.
 
-    def __init__(self, index, options, reuse=True):
+    With a response cache (a ResponseCache), every request's session drafts
+    from it under `tenant`, and a request that leaves adds what it generated
+    (Session.cache_request) before its session is reset: the cross-request
+    cache of docs/runtime.md for an engine's requests."""
+
+    def __init__(self, index, options, reuse=True, cache=None, tenant=""):
         self.index = index
         self.options = dict(options)
         self.reuse = reuse
+        self.cache = cache
+        self.tenant = tenant
         self._free = []
         Session(**self.options)  # refuses bad options now, not at the first request
 
     def get(self):
         if self._free:
-            return self._free.pop()
-        session = Session(**self.options)
-        session.attach(self.index)
+            session = self._free.pop()
+        else:
+            session = Session(**self.options)
+            session.attach(self.index)
+        if self.cache is not None:
+            session.attach_cache(self.cache, self.tenant)
         return session
 
     def put(self, session):
+        if self.cache is not None:
+            session.cache_request()
         if self.reuse:
             session.reset()
             self._free.append(session)
+
+
+def response_cache(cache):
+    """The response cache of an engine adapter: a ResponseCache is used as
+    is; a number is a bound in MiB for a new one that compiles its tenants on
+    its own thread (what a server wants); None (or 0) is none. SAM_CACHE_MIB
+    gives the number when `cache` is None."""
+    if cache is None:
+        mib = os.environ.get("SAM_CACHE_MIB")
+        cache = float(mib) if mib else None
+    if cache is None or isinstance(cache, ResponseCache):
+        return cache
+    if not cache:
+        return None
+    if cache < 0:
+        raise Error("response_cache: a bound in MiB must be positive, got %r" % (cache,))
+    return ResponseCache(int(cache * (1 << 20)), compile=True, compile_background=True)
 
 
 class RequestDrafter:

@@ -34,6 +34,7 @@ decoding loop of transformers' sources, and is tested by replaying that call
 sequence with torch tensors (tests/python/test_engines.py).
 """
 from ._requests import RequestDrafter, SessionPool, first_child_chain, open_index
+from ._requests import response_cache as _response_cache
 
 try:  # the base class when transformers is there; a plain object otherwise
     from transformers.generation.candidate_generator import CandidateGenerator as _Base
@@ -45,14 +46,15 @@ class SamCandidateGenerator(_Base):
     """A transformers candidate generator drafting with a SAM-Decoding session."""
 
     def __init__(self, index, num_output_tokens=10, max_length=None, policy="sam",
-                 tokenizer=None, **options):
+                 tokenizer=None, response_cache=None, cache_tenant="", **options):
         if num_output_tokens < 1:
             raise ValueError("SamCandidateGenerator: num_output_tokens must be at least 1")
         self.num_output_tokens = int(num_output_tokens)
         self.max_length = max_length
         options = dict(options, policy=policy)
         options.setdefault("draft_size", self.num_output_tokens + 1)
-        self._pool = SessionPool(open_index(index, tokenizer), options, reuse=True)
+        self._pool = SessionPool(open_index(index, tokenizer), options, reuse=True,
+                                 cache=_response_cache(response_cache), tenant=cache_tenant)
         self._drafter = None
 
     @property

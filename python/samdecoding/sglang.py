@@ -51,6 +51,7 @@ import os
 import numpy as np
 
 from ._requests import RequestDrafter, SessionPool, as_ids, open_index
+from ._requests import response_cache as _response_cache
 
 
 def tree_layout(draft, draft_token_num, tokens_out, mask_out):
@@ -78,7 +79,7 @@ class SamNgramCache:
 
     def __init__(self, draft_token_num, *, index=None, policy=None, tokenizer=None,
                  reuse_sessions=True, absent_steps_to_free=1, max_match_window_size=None,
-                 **options):
+                 response_cache=None, cache_tenant="", **options):
         if draft_token_num < 1:
             raise ValueError("SamNgramCache: draft_token_num must be at least 1")
         # The n-gram cache's own parameters (min/max_bfs_breadth, capacity,
@@ -93,7 +94,8 @@ class SamNgramCache:
         self.draft_token_num = draft_token_num
         self.index = open_index(index if index is not None else os.environ.get("SAM_INDEX"),
                                 tokenizer or os.environ.get("SAM_TOKENIZER"))
-        self._pool = SessionPool(self.index, merged, reuse=reuse_sessions)
+        self._pool = SessionPool(self.index, merged, reuse=reuse_sessions,
+                                 cache=_response_cache(response_cache), tenant=cache_tenant)
         self._requests = {}  # request id -> RequestDrafter
         self._absent = {}    # request id -> consecutive batches without it
         self._absent_steps_to_free = max(1, absent_steps_to_free)

@@ -20,6 +20,10 @@ processes inherit them):
                    the index's tokenizer fingerprint at start-up
     SAM_OPTIONS    optional: JSON object of further Session options,
                    e.g. '{"draft_size": 24}'
+    SAM_CACHE_MIB  optional: a cross-request response cache of this many MiB
+                   (compiling its tenants on its own thread); every finished
+                   request's output drafts for later ones. Or pass
+                   response_cache= (a ResponseCache, or MiB) and cache_tenant=.
 
 or by a subclass (class MyProposer(SamProposer): index_path = "chat.sam").
 
@@ -45,6 +49,7 @@ import json
 import os
 
 from ._requests import RequestDrafter, SessionPool, first_child_chain, open_index
+from ._requests import response_cache as _response_cache
 
 
 class SamProposer:
@@ -56,7 +61,8 @@ class SamProposer:
     session_options = None
 
     def __init__(self, vllm_config=None, *, index=None, policy=None, num_speculative_tokens=None,
-                 tokenizer=None, reuse_sessions=True, **options):
+                 tokenizer=None, reuse_sessions=True, response_cache=None, cache_tenant="",
+                 **options):
         spec = getattr(vllm_config, "speculative_config", None)
         if num_speculative_tokens is None:
             num_speculative_tokens = getattr(spec, "num_speculative_tokens", None)
@@ -75,7 +81,8 @@ class SamProposer:
         index = index if index is not None else (self.index_path or os.environ.get("SAM_INDEX"))
         tokenizer = tokenizer or self.tokenizer_path or os.environ.get("SAM_TOKENIZER")
         self.index = open_index(index, tokenizer)
-        self._pool = SessionPool(self.index, merged, reuse=reuse_sessions)
+        self._pool = SessionPool(self.index, merged, reuse=reuse_sessions,
+                                 cache=_response_cache(response_cache), tenant=cache_tenant)
         self._by_key = {}  # row (or request id) -> RequestDrafter
 
     def load_model(self, *args, **kwargs):

@@ -169,6 +169,52 @@ class VllmCustomProposerTest(unittest.TestCase):
                     proposer.propose([], np.zeros(0, np.int32), np.zeros((0, 8), np.int32))
                     self.assertEqual(proposer.num_requests, 0)
 
+    def serve_alone(self, proposer, r):
+        """Request r alone in row 0 until it finishes, then it leaves; returns
+        the tokens accepted from its drafts."""
+        prompt, gen = REQUESTS[r]["prompt"], REQUESTS[r]["generation"]
+        tokens = list(prompt) + [gen[0]]
+        pos, accepted, sampled = 1, 0, [gen[0]]
+        while pos < len(gen):
+            row = np.array([tokens], dtype=np.int32)
+            draft = proposer.propose([sampled], np.array([len(tokens)], np.int32), row)[0]
+            k = accepted_prefix(draft, gen, pos)
+            sampled = gen[pos:pos + k + 1]
+            tokens += sampled
+            pos += len(sampled)
+            accepted += k
+        proposer.propose([], np.zeros(0, np.int32), np.zeros((0, 8), np.int32))  # it left
+        return accepted
+
+    def test_response_cache(self):
+        """response_cache=: a request that leaves adds its output to the cache
+        (under cache_tenant), and the same request again drafts from it."""
+        for compile in (False, True):
+            cache = sd.ResponseCache(1 << 20, compile=compile, compile_min_tokens=16)
+            proposer = sd.vllm.SamProposer(self.config(), index=INDEX, policy="sam-cal",
+                                           response_cache=cache, cache_tenant="t")
+            cold = self.serve_alone(proposer, 0)
+            self.assertEqual(cache.num_responses, 1)
+            self.assertEqual(cache.tenants(), ["t"])
+            out = cache.responses("t")[0]
+            gen = REQUESTS[0]["generation"]
+            self.assertEqual(out, gen[:len(out)])  # what the session committed of it
+            self.assertGreater(len(out), len(gen) // 2)
+            warm = self.serve_alone(proposer, 0)
+            self.assertGreater(warm, cold)
+            if compile:
+                self.assertGreater(cache.num_compiles, 0)
+        # A bound in MiB (here through SAM_CACHE_MIB) makes a compiling cache.
+        os.environ["SAM_CACHE_MIB"] = "4"
+        try:
+            proposer = sd.vllm.SamProposer(self.config(), index=INDEX)
+            self.assertEqual(proposer._pool.cache.max_bytes, 4 << 20)
+        finally:
+            del os.environ["SAM_CACHE_MIB"]
+        self.assertIsNone(sd.vllm.SamProposer(self.config(), index=INDEX)._pool.cache)
+        with self.assertRaises(sd.Error):
+            sd.vllm.SamProposer(self.config(), index=INDEX, response_cache=-1)
+
     def test_environment_configuration(self):
         os.environ.update(SAM_INDEX=INDEX, SAM_POLICY="sam-cal", SAM_OPTIONS='{"max_width": 4}')
         try:
