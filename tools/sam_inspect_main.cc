@@ -4,11 +4,13 @@
 #include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "sam/format/error.h"
 #include "sam/format/index.h"
+#include "sam/format/response_cache_file.h"
 #include "sam/format/sha256.h"
 #include "sam/format/shard_set.h"
 
@@ -20,6 +22,53 @@ std::string Id(uint32_t id) { return id == sam::format::kNoToken ? "none" : std:
 
 double MsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
+}
+
+// A response cache file (ResponseCache::Save): read and checked whole (the
+// blob's checksum, the payload), then its tokenizer and, per tenant, the
+// responses and tokens. --verify changes nothing: reading it is the check.
+int InspectResponseCache(const std::string& path, bool json) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const sam::format::ResponseCacheFile file = sam::format::ReadResponseCacheFile(path);
+  const double ms = MsSince(t0);
+  struct Tenant {
+    uint64_t responses = 0, tokens = 0;
+  };
+  std::map<std::string, Tenant> tenants;
+  uint64_t tokens = 0;
+  for (const auto& r : file.responses) {
+    Tenant& t = tenants[r.tenant];
+    ++t.responses;
+    t.tokens += r.tokens.size();
+    tokens += r.tokens.size();
+  }
+  const bool has_tokenizer = file.tokenizer_sha256 != sam::format::Sha256Digest{};
+  const std::string tokenizer =
+      has_tokenizer ? sam::format::DigestToHex(file.tokenizer_sha256) : "";
+  if (json) {
+    nlohmann::json j;
+    j["file"] = path;
+    j["kind"] = "response cache";
+    j["tokenizer_sha256"] = tokenizer;
+    j["responses"] = file.responses.size();
+    j["tokens"] = tokens;
+    j["read_ms"] = ms;
+    j["tenants"] = nlohmann::json::array();
+    for (const auto& [key, t] : tenants)
+      j["tenants"].push_back({{"tenant", key}, {"responses", t.responses}, {"tokens", t.tokens}});
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  std::printf("file:       %s (response cache, read and checked in %.1f ms)\n", path.c_str(), ms);
+  std::printf("tokenizer:  %s\n", has_tokenizer ? tokenizer.c_str() : "none (raw ids)");
+  std::printf("responses:  %zu, %llu tokens, %zu tenant%s\n", file.responses.size(),
+              static_cast<unsigned long long>(tokens), tenants.size(),
+              tenants.size() == 1 ? "" : "s");
+  for (const auto& [key, t] : tenants)
+    std::printf("  tenant '%s': %llu responses, %llu tokens\n", key.c_str(),
+                static_cast<unsigned long long>(t.responses),
+                static_cast<unsigned long long>(t.tokens));
+  return 0;
 }
 
 // A shard set: the manifest, then one line per shard; --verify checks every
@@ -96,17 +145,22 @@ int main(int argc, char** argv) {
       "sam-build --max-memory). Opening checks the header, the section table and a few values of\n"
       "each section (O(1)); --verify also checks every checksum, every structural\n"
       "invariant (format/FORMAT.md section 6) and the self-test samples.\n"
+      "A saved response cache (ResponseCache::Save, sam-replay --save-cache) is read and\n"
+      "checked whole, and its tenants are listed.\n"
       "Exit status: 0 valid, 1 invalid or unreadable file, 2 usage error.\n\n"
       "Examples:\n"
       "  sam-inspect chat.sam\n"
       "  sam-inspect --verify --top 20 chat.sam\n"
       "  sam-inspect --json chat.sam\n"
-      "  sam-inspect --verify chat.samset   (the manifest and every shard)",
+      "  sam-inspect --verify chat.samset   (the manifest and every shard)\n"
+      "  sam-inspect --json server.samc     (a response cache: tenants, responses, tokens)",
       "sam-inspect"};
   std::string path;
   bool json = false, verify = false;
   int top = 0;
-  app.add_option("file", path, "index file (.sam) or shard set manifest (.samset)")->required();
+  app.add_option("file", path,
+                 "index file (.sam), shard set manifest (.samset) or response cache file")
+      ->required();
   app.add_flag("--json", json, "print one JSON object (default: text)");
   app.add_flag("--verify", verify,
                "deep check: checksums, structure, self-test samples (default: open checks only)");
@@ -116,6 +170,7 @@ int main(int argc, char** argv) {
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   return sam::tools::RunTool("sam-inspect", [&] {
     if (sam::format::LooksLikeShardSet(path)) return InspectShardSet(path, json, verify);
+    if (sam::format::LooksLikeResponseCache(path)) return InspectResponseCache(path, json);
     const auto t0 = std::chrono::steady_clock::now();
     IndexFile f = IndexFile::Open(path);
     const double open_ms =

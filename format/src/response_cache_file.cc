@@ -1,6 +1,8 @@
 #include "sam/format/response_cache_file.h"
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 
 #include "sam/error.h"
 #include "sam/format/blob_file.h"
@@ -50,6 +52,14 @@ ResponseCacheFile ReadResponseCacheFile(const std::string& path) {
   }
   if (at != payload.size()) corrupt("bytes after the last response");
   return file;
+}
+
+bool LooksLikeResponseCache(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[sizeof(kResponseCacheMagic)] = {};
+  in.read(magic, sizeof(magic));
+  return in.gcount() == static_cast<std::streamsize>(sizeof(magic)) &&
+         std::equal(std::begin(magic), std::end(magic), kResponseCacheMagic.begin());
 }
 
 }  // namespace sam::format

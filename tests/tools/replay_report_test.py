@@ -268,6 +268,19 @@ class ReplayReportTest(unittest.TestCase):
         both = replay("xy")
         replay("x", "--save-cache", saved)
         self.assertTrue(os.path.exists(saved))
+        # sam-inspect reads it: one tenant (""), X's 8 outputs and their tokens.
+        r = run("sam-inspect", "--json", saved)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        info = json.loads(r.stdout)
+        self.assertEqual(info["kind"], "response cache")
+        self.assertEqual(info["responses"], 8)
+        self.assertEqual(info["tenants"], [{"tenant": "", "responses": 8,
+                                            "tokens": sum(len(t["output_ids"])
+                                                          for t in traces[:8])}])
+        self.assertEqual(info["tokenizer_sha256"], "")
+        r = run("sam-inspect", saved)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("8 responses", r.stdout)
         resumed = replay("y", "--load-cache", saved)
         cold = replay("y")
         # The paper rule learns nothing across traces: Y drafts the same as after X.

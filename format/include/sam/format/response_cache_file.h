@@ -38,6 +38,9 @@ struct ResponseCacheFile {
 // kChecksumMismatch) and kCorruptStructure for a payload that does not parse
 // (naming the payload byte).
 SAM_API ResponseCacheFile ReadResponseCacheFile(const std::string& path);
+// Whether `path` starts with the response cache's magic (false when it cannot
+// be read): how tools tell a cache file from an index.
+SAM_API bool LooksLikeResponseCache(const std::string& path);
 
 }  // namespace sam::format
 
