@@ -456,23 +456,30 @@ uint64_t SuffixAutomatonBuilder::memory_bytes() const {
 }
 bool SuffixAutomatonBuilder::wide_ids() const { return impl_->wide != nullptr; }
 
-WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexInfo& info) {
-  const unsigned min_width = impl_->options.min_width;
-  if (num_documents() == 0)
-    throw FormatError(ErrorCode::kInvalidArgument, {.file = path},
+namespace {
+
+// Write and WriteToMemory refuse an empty builder before any output exists.
+void RequireDocuments(uint64_t documents, const std::string& name) {
+  if (documents == 0)
+    throw FormatError(ErrorCode::kInvalidArgument, {.file = name},
                       "no documents to index (all inputs were empty)");
+}
+
+}  // namespace
+
+WriteReport SuffixAutomatonBuilder::Write(const std::string& path, const IndexInfo& info) {
+  RequireDocuments(num_documents(), path);
   format::IndexWriter writer(path);
+  const unsigned min_width = impl_->options.min_width;
   return impl_->Visit([&](auto& a) { return a.Write(writer, info, min_width); });
 }
 
 WriteReport SuffixAutomatonBuilder::WriteToMemory(const IndexInfo& info,
                                                   std::vector<uint8_t>* out,
                                                   const std::string& name) {
-  const unsigned min_width = impl_->options.min_width;
-  if (num_documents() == 0)
-    throw FormatError(ErrorCode::kInvalidArgument, {.file = name},
-                      "no documents to index (all inputs were empty)");
+  RequireDocuments(num_documents(), name);
   format::IndexWriter writer(out, name);
+  const unsigned min_width = impl_->options.min_width;
   return impl_->Visit([&](auto& a) { return a.Write(writer, info, min_width); });
 }
 

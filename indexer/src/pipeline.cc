@@ -479,24 +479,19 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     std::vector<std::vector<uint32_t>> ids;
     corpora::ReadStats rs;
     const bool pretokenized = spec.kind == kIdsKind || spec.kind == kCacheKind;
-    if (spec.kind == kCacheKind) {
-      try {
+    try {
+      if (spec.kind == kCacheKind) {  // a regular file, read whole by its own reader
         cr.source_sha256 = SourceHash(spec.path);
-        source_sha256[ci] = cr.source_sha256;
         ReadCacheCorpus(spec.path, cfg.cache_tenant, *tok, &ids);
-      } catch (const sam::Error& e) {
-        throw BuildError(e);
-      } catch (const std::exception& e) {
-        throw BuildError(CodeOf(e), e.what());
-      }
-      rs.records = rs.documents = ids.size();
-    } else try {
-      input = corpora::Input::Open(spec.path);
-      if (input->type() == corpora::Input::Type::kStream) {
-        const std::string_view bytes = input->stream_bytes();
-        cr.source_sha256 = format::DigestToHex(format::Sha256(bytes.data(), bytes.size()));
+        rs.records = rs.documents = ids.size();
       } else {
-        cr.source_sha256 = SourceHash(spec.path);
+        input = corpora::Input::Open(spec.path);
+        if (input->type() == corpora::Input::Type::kStream) {
+          const std::string_view bytes = input->stream_bytes();
+          cr.source_sha256 = format::DigestToHex(format::Sha256(bytes.data(), bytes.size()));
+        } else {
+          cr.source_sha256 = SourceHash(spec.path);
+        }
       }
       source_sha256[ci] = cr.source_sha256;
     } catch (const sam::Error& e) {
@@ -504,12 +499,12 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     } catch (const std::exception& e) {
       throw BuildError(CodeOf(e), e.what());
     }
-    // Read all documents of this corpus.
-    if (spec.kind != kCacheKind) try {
+    // Read all documents of this corpus (a cache's are read above).
+    try {
       if (spec.kind == kIdsKind) {
         rs = corpora::ReadIdDocuments(*input, vocab, cfg.skip_bad,
                                       [&](std::vector<uint32_t>&& d) { ids.push_back(std::move(d)); });
-      } else {
+      } else if (spec.kind != kCacheKind) {
         rs = corpora::ReadCorpus(corpora::ParseKind(spec.kind), *input, ropts,
                                  [&](std::string&& d) { texts.push_back(std::move(d)); });
       }

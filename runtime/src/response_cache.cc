@@ -141,11 +141,7 @@ ResponseCache::ResponseCache(size_t max_bytes, const CompileOptions& compile)
 void ResponseCache::DropCompiled(Tenant& t) {
   if (t.compiled.index == nullptr) return;
   compiled_bytes_ -= t.compiled.bytes;
-  for (auto it = compiled_order_.begin(); it != compiled_order_.end(); ++it)
-    if (it->second == &t) {
-      compiled_order_.erase(it);
-      break;
-    }
+  compiled_order_.erase(std::find(compiled_order_.begin(), compiled_order_.end(), &t));
   std::unique_lock lock(t.mu);
   t.compiled = Compiled{};
 }
@@ -157,6 +153,13 @@ namespace {
 // Null index when the text holds ids no vocabulary has (2^31 and above) or
 // memory ran out: the automaton alone drafts for that tenant until the next
 // compile.
+// A tenant automaton's whole text (positions 1..size()).
+std::vector<uint32_t> TextOf(const DynamicSam& sam) {
+  std::vector<uint32_t> text(sam.size());
+  for (size_t p = 1; p <= text.size(); ++p) text[p - 1] = sam.Token(p);
+  return text;
+}
+
 ResponseCache::Compiled BuildCompiled(const std::string& key, std::span<const uint32_t> text) {
   ResponseCache::Compiled out;
   auto holder = std::make_shared<CompiledHolder>();
@@ -218,9 +221,7 @@ void ResponseCache::MaybeCompile(const std::shared_ptr<Tenant>& t) {
   if (!CompileDue(*t)) return;
   if (!compile_.background) {
     // Only this writer changes t's automaton: read it without its lock.
-    std::vector<uint32_t> text(t->used);
-    for (size_t p = 1; p <= t->used; ++p) text[p - 1] = t->sam->Token(p);
-    Publish(*t, BuildCompiled(t->key, text));
+    Publish(*t, BuildCompiled(t->key, TextOf(*t->sam)));
     return;
   }
   if (t->compile_queued) return;  // the queued compile will read the newer text
@@ -249,8 +250,7 @@ void ResponseCache::CompileLoop() {
       std::vector<uint32_t> text;
       {
         std::shared_lock read(t->mu);
-        text.resize(t->sam->size());
-        for (size_t p = 1; p <= text.size(); ++p) text[p - 1] = t->sam->Token(p);
+        text = TextOf(*t->sam);
       }
       Compiled built = BuildCompiled(t->key, text);
       std::lock_guard write(write_mu_);
@@ -275,19 +275,11 @@ void ResponseCache::WaitForCompiles() {
 void ResponseCache::Publish(Tenant& t, Compiled built) {
   const size_t budget = max_bytes_ - automata_bytes_;
   if (built.index == nullptr || built.bytes > budget) return;
-  const size_t old = t.compiled.bytes;
-  // Room in the budget: other tenants' compiled indexes go, oldest first.
-  while (compiled_bytes_ - old + built.bytes > budget) {
-    Tenant* u = compiled_order_.front().second;
-    if (u == &t) {  // t's own old index is accounted as replaced already
-      compiled_order_.push_back(compiled_order_.front());
-      compiled_order_.pop_front();
-      continue;
-    }
-    DropCompiled(*u);
-  }
+  // t's old index goes, then other tenants' ones, oldest first, until it fits.
   DropCompiled(t);
-  compiled_order_.emplace_back(++compiles_, &t);  // first: if it throws, t has none
+  while (compiled_bytes_ + built.bytes > budget) DropCompiled(*compiled_order_.front());
+  compiled_order_.push_back(&t);  // first: if it throws, t has none
+  ++compiles_;
   compiled_bytes_ += built.bytes;
   std::unique_lock lock(t.mu);
   t.compiled = std::move(built);

@@ -750,7 +750,7 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
       break;
     }
     case Policy::kCalibrated:
-      if (cache_) SyncCompiledCache();
+      if (cache_ && cache_->compile_options().enabled) SyncCompiledCache();  // else none
       ProposeCalibrated(start_token, dyn, max_nodes, tree);
       break;
   }

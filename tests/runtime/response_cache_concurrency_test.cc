@@ -18,6 +18,15 @@ namespace {
 // Tenant x's responses use ids 0..7, tenant y's ids 1000..1007.
 uint32_t Id(int tenant, uint32_t r) { return tenant == 0 ? r % 8 : 1000 + r % 8; }
 
+// A session of `policy` with small drafts and a 1 MiB dynamic automaton.
+SessionOptions SmallOptions(Policy policy) {
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.selection.policy = policy;
+  o.selection.draft_size = 16;
+  return o;
+}
+
 // One random request of `tenant` through `session` (prompt 5, output 40 ids
 // of 3), accepting the drafted chain's matching prefix; `seen` sees each tree.
 template <typename F>
@@ -123,11 +132,7 @@ TEST(ResponseCacheConcurrencyTest, SessionsAddWhileOthersDraft) {
   for (int k = 0; k < 4; ++k) {
     threads.emplace_back([&, k] {
       const int tenant = k % 2;
-      SessionOptions o;
-      o.max_dynamic_bytes = 1 << 20;
-      o.selection.policy = k < 2 ? Policy::kPaper : Policy::kCalibrated;
-      o.selection.draft_size = 16;
-      Session session(o);
+      Session session(SmallOptions(k < 2 ? Policy::kPaper : Policy::kCalibrated));
       session.AttachCache(cache, tenant == 0 ? "x" : "y");
       std::mt19937 rng(10 + k);
       for (int request = 0; request < 60; ++request) {
@@ -167,11 +172,7 @@ TEST_P(CompiledIndexesWhileWriting, SessionsDraftAndInsert) {
   for (int k = 0; k < 4; ++k) {
     threads.emplace_back([&, k] {
       const int tenant = k % 2;
-      SessionOptions o;
-      o.max_dynamic_bytes = 1 << 20;
-      o.selection.policy = Policy::kCalibrated;
-      o.selection.draft_size = 16;
-      Session session(o);
+      Session session(SmallOptions(Policy::kCalibrated));
       session.AttachCache(cache, tenant == 0 ? "x" : "y");
       std::mt19937 rng(20 + k);
       for (int request = 0; request < 60; ++request) {

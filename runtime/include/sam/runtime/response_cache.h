@@ -256,7 +256,7 @@ class SAM_API ResponseCache {
   uint64_t evicted_ = 0;
   size_t compiled_bytes_ = 0;
   uint64_t compiles_ = 0;
-  std::deque<std::pair<uint64_t, Tenant*>> compiled_order_;  // (compile number, tenant), oldest first
+  std::deque<Tenant*> compiled_order_;  // tenants with a compiled index, oldest compile first
   uint64_t clear_epoch_ = 0;  // Clear() calls: a compile queued before one is dropped
   std::unique_ptr<CompileWorker> worker_;  // CompileOptions::background; joined by ~ResponseCache
 };
