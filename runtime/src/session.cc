@@ -22,19 +22,42 @@ uint64_t NowNs() {
 }
 
 // 1, 2, 3, 4, 5-6, 7-8, 9-12, 13-16, 17-24, 25-32, 33+ -> 0..10 (0 -> 0).
-size_t LengthBucket(uint64_t x) {
-  static constexpr uint64_t kUpper[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
+constexpr size_t LengthBucketOf(uint64_t x) {
+  constexpr uint64_t kUpper[] = {1, 2, 3, 4, 6, 8, 12, 16, 24, 32};
   for (size_t i = 0; i < std::size(kUpper); ++i)
     if (x <= kUpper[i]) return i;
   return std::size(kUpper);
 }
+// LengthBucketOf by table (it is called for every offered node, its loop of
+// unpredictable branches was a visible share of a step).
+constexpr auto kLengthBucketTable = [] {
+  std::array<uint8_t, 33> t{};
+  for (uint64_t x = 0; x < t.size(); ++x) t[x] = static_cast<uint8_t>(LengthBucketOf(x));
+  return t;
+}();
+static_assert(LengthBucketOf(33) == 10 && LengthBucketOf(~uint64_t{0}) == 10);
+inline size_t LengthBucket(uint64_t x) { return x < 33 ? kLengthBucketTable[x] : 10; }
 constexpr size_t kLengthBuckets = 11;
 
 // 1, 2, 3-4, 5-8, 9-16, 17-128, 129-1024, 1025+ -> 0..7.
-size_t CountBucket(uint64_t count) {
+constexpr size_t CountBucketOf(uint64_t count) {
   size_t b = 0;
   for (uint64_t upper = 1; b < 7 && count > upper; upper *= (b < 5 ? 2 : 8)) ++b;
   return b;
+}
+// CountBucketOf by the bit width of count - 1: its bounds are powers of two,
+// so counts of one width share a bucket.
+constexpr auto kCountBucketTable = [] {
+  std::array<uint8_t, 65> t{};
+  for (size_t w = 0; w < t.size(); ++w)
+    t[w] = static_cast<uint8_t>(CountBucketOf(w == 0 ? 1 : (uint64_t{1} << (w - 1)) + 1));
+  return t;
+}();
+static_assert(CountBucketOf(16) == 4 && CountBucketOf(17) == 5 && CountBucketOf(128) == 5 &&
+              CountBucketOf(129) == 6 && CountBucketOf(1024) == 6 && CountBucketOf(1025) == 7 &&
+              CountBucketOf(0) == 0);
+inline size_t CountBucket(uint64_t count) {
+  return kCountBucketTable[std::bit_width(count == 0 ? 0 : count - 1)];
 }
 constexpr size_t kCountBuckets = 8;
 constexpr size_t kRatioBuckets = 10;
@@ -266,7 +289,7 @@ struct QueueEntry {
 // one whose parent ranks first, then the smaller token. Everything but the
 // key is a property of the node itself, so the order (and the drafts) do not
 // depend on the order in which candidates were offered.
-bool RanksBefore(const QueueEntry& a, const QueueEntry& b) {
+inline bool RanksBefore(const QueueEntry& a, const QueueEntry& b) {
   if (a.key != b.key) return a.key > b.key;
   if (a.expand != b.expand) return a.expand;
   if (a.depth != b.depth) return a.depth < b.depth;
@@ -274,7 +297,10 @@ bool RanksBefore(const QueueEntry& a, const QueueEntry& b) {
   if (a.token != b.token) return a.token < b.token;
   return a.node < b.node;
 }
-bool QueueLess(const QueueEntry& a, const QueueEntry& b) { return RanksBefore(b, a); }
+// A function object, not a function pointer: the heap operations inline it.
+struct QueueLess {
+  bool operator()(const QueueEntry& a, const QueueEntry& b) const { return RanksBefore(b, a); }
+};
 
 }  // namespace
 
@@ -284,11 +310,16 @@ bool QueueLess(const QueueEntry& a, const QueueEntry& b) { return RanksBefore(b,
 struct Session::MergedScratch {
   std::vector<MergedNode> nodes;
   size_t num_indexes = 0;
-  std::vector<uint64_t> states;  // nodes.size() x num_indexes
-  std::vector<uint64_t> counts;  // Count() of those states
-  // Their match lengths: the root's peeked length plus the depth, except
-  // below a backoff child (a shorter context).
-  std::vector<uint64_t> lens;
+  // Per node and index (nodes.size() x num_indexes, node-major): the
+  // node's automaton state there, its Count() and its match length (the
+  // root's peeked length plus the depth, except below a backoff child, a
+  // shorter context). One array: a new node grows it once.
+  struct IndexState {
+    uint64_t state;
+    uint64_t count;
+    uint64_t len;
+  };
+  std::vector<IndexState> states;
   std::vector<QueueEntry> queue;
   std::vector<int32_t> ranked;   // ranked[r]: the node of rank r (tree node r)
   std::vector<int32_t> tree_index;
@@ -443,8 +474,6 @@ struct Session::MergedScratch {
     ranked.clear();
     num_indexes = indexes;
     states.clear();
-    counts.clear();
-    lens.clear();
     matches.clear();
     match_known.clear();
     valid = false;
@@ -460,9 +489,7 @@ struct Session::MergedScratch {
       nodes[id].next_sibling = nodes[parent].first_child;
       nodes[parent].first_child = id;
     }
-    states.resize(states.size() + num_indexes, format::kNoState);
-    counts.resize(counts.size() + num_indexes, 0);
-    lens.resize(lens.size() + num_indexes, 0);
+    states.resize(states.size() + num_indexes, IndexState{format::kNoState, 0, 0});
     return id;
   }
   int32_t Child(int32_t parent, uint32_t token) {
@@ -470,16 +497,18 @@ struct Session::MergedScratch {
       if (nodes[c].token == token) return c;
     return Add(parent, token);
   }
-  uint64_t& State(int32_t node, size_t index) { return states[node * num_indexes + index]; }
-  uint64_t& StateCount(int32_t node, size_t index) { return counts[node * num_indexes + index]; }
-  uint64_t& StateLen(int32_t node, size_t index) { return lens[node * num_indexes + index]; }
+  uint64_t& State(int32_t node, size_t index) { return states[node * num_indexes + index].state; }
+  uint64_t& StateCount(int32_t node, size_t index) {
+    return states[node * num_indexes + index].count;
+  }
+  uint64_t& StateLen(int32_t node, size_t index) { return states[node * num_indexes + index].len; }
 
   void Push(const QueueEntry& e) {
     queue.push_back(e);
-    std::push_heap(queue.begin(), queue.end(), QueueLess);
+    std::push_heap(queue.begin(), queue.end(), QueueLess{});
   }
   QueueEntry Pop() {
-    std::pop_heap(queue.begin(), queue.end(), QueueLess);
+    std::pop_heap(queue.begin(), queue.end(), QueueLess{});
     const QueueEntry e = queue.back();
     queue.pop_back();
     return e;
@@ -1352,18 +1381,6 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u)
       if (unit_backs_off(node, u)) offer_backoff(node, u);
   };
-  // An upper bound on the estimate of any backoff child of `node` (0: none).
-  auto backoff_bound = [&](int32_t node) {
-    double bound = 0.0;
-    if (m.nodes[node].depth >= kMaxStaticDepth) return bound;
-    for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
-      uint64_t len = 0;
-      const uint64_t total = unit_count(node, u, &len);
-      if (total > 0 && total < sel.backoff_count)
-        bound = std::max(bound, cal.BackoffBound(len, family_of(u)));
-    }
-    return bound;
-  };
   // Whether the backoff children of `parent` may offer `child` (give it a
   // state and a cell): it lacks a state in a unit where `parent` backs off.
   auto backoff_reaches = [&](int32_t parent, int32_t child) {
@@ -1372,17 +1389,23 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     }
     return false;
   };
-  // An upper bound on the estimate of any static child of `node` (0: none).
-  auto static_bound = [&](int32_t node) {
-    double bound = 0.0;
-    const uint16_t depth = m.nodes[node].depth;
-    if (depth >= kMaxStaticDepth) return bound;
+  // Upper bounds on the estimate of any static child of `node` and of any
+  // of its backoff children (0: none), in one pass over the units.
+  struct Bounds {
+    double static_children = 0.0, backoff_children = 0.0;
+  };
+  auto bounds_of = [&](int32_t node) {
+    Bounds b;
+    if (m.nodes[node].depth >= kMaxStaticDepth) return b;
     for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
       uint64_t len = 0;
       const uint64_t total = unit_count(node, u, &len);
-      if (total > 0) bound = std::max(bound, cal.StaticBound(total, len, family_of(u)));
+      if (total == 0) continue;
+      b.static_children = std::max(b.static_children, cal.StaticBound(total, len, family_of(u)));
+      if (total < sel.backoff_count)
+        b.backoff_children = std::max(b.backoff_children, cal.BackoffBound(len, family_of(u)));
     }
-    return bound;
+    return b;
   };
   // Ranks `node` (its parent ranked and expanded), queues its children.
   auto rank = [&](int32_t node) {
@@ -1411,10 +1434,11 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         m.Push(QueueEntry{r.path * bound, node, r.rank, r.token, r.depth, true, backoff});
       return true;
     };
-    if (!queue_expansion(static_bound(node), false)) m.nodes[node].expanded = true;
+    const Bounds b = bounds_of(node);
+    if (!queue_expansion(b.static_children, false)) m.nodes[node].expanded = true;
     // The backoff children: an expansion of their own, usually later (their
     // estimates are lower), so that most of their lookups are never made.
-    if (!queue_expansion(backoff_bound(node), true)) m.nodes[node].backed_off = true;
+    if (!queue_expansion(b.backoff_children, true)) m.nodes[node].backed_off = true;
   };
 
   // ---- Best-first ranking, at most `budget` nodes (root included).
