@@ -289,13 +289,18 @@ struct QueueEntry {
 // one whose parent ranks first, then the smaller token. Everything but the
 // key is a property of the node itself, so the order (and the drafts) do not
 // depend on the order in which candidates were offered.
-inline bool RanksBefore(const QueueEntry& a, const QueueEntry& b) {
-  if (a.key != b.key) return a.key > b.key;
+// Equal keys are rare: the key comparison alone decides almost every
+// comparison, and is left without a branch where the heap can use it so.
+inline bool RanksBeforeAtEqualKeys(const QueueEntry& a, const QueueEntry& b) {
   if (a.expand != b.expand) return a.expand;
   if (a.depth != b.depth) return a.depth < b.depth;
   if (a.parent_rank != b.parent_rank) return a.parent_rank < b.parent_rank;
   if (a.token != b.token) return a.token < b.token;
   return a.node < b.node;
+}
+inline bool RanksBefore(const QueueEntry& a, const QueueEntry& b) {
+  if (__builtin_expect(a.key == b.key, 0)) return RanksBeforeAtEqualKeys(a, b);
+  return a.key > b.key;  // keys are never NaN
 }
 // A function object, not a function pointer: the heap operations inline it.
 struct QueueLess {
@@ -1393,6 +1398,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // of its backoff children (0: none), in one pass over the units.
   struct Bounds {
     double static_children = 0.0, backoff_children = 0.0;
+    uint64_t max_count = 0;  // the node's largest unit count
   };
   auto bounds_of = [&](int32_t node) {
     Bounds b;
@@ -1401,6 +1407,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       uint64_t len = 0;
       const uint64_t total = unit_count(node, u, &len);
       if (total == 0) continue;
+      b.max_count = std::max(b.max_count, total);
       b.static_children = std::max(b.static_children, cal.StaticBound(total, len, family_of(u)));
       if (total < sel.backoff_count)
         b.backoff_children = std::max(b.backoff_children, cal.BackoffBound(len, family_of(u)));
@@ -1435,7 +1442,16 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       return true;
     };
     const Bounds b = bounds_of(node);
-    if (!queue_expansion(b.static_children, false)) m.nodes[node].expanded = true;
+    if (b.max_count == 1 && b.static_children > 0.0 &&
+        m.nodes[node].path * b.static_children >= sel.min_path_probability) {
+      // Its strings occur once: its one static child (the text after that
+      // occurrence) needs no lookup, and is offered now rather than through
+      // a queued expansion. The ranking is the same: the expansion would have
+      // come before anything its child ranks after.
+      expand(node);
+    } else if (!queue_expansion(b.static_children, false)) {
+      m.nodes[node].expanded = true;
+    }
     // The backoff children: an expansion of their own, usually later (their
     // estimates are lower), so that most of their lookups are never made.
     if (!queue_expansion(b.backoff_children, true)) m.nodes[node].backed_off = true;
