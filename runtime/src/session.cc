@@ -1228,8 +1228,12 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         m.State(child, i) = target;
         m.StateCount(child, i) = count;
         m.StateLen(child, i) = match_len + 1;
-        if (count > 1) cursors_[i].view()->PrefetchEdgeRange(target);
-        else cursors_[i].view()->PrefetchToken(target + 1);
+        const format::IndexView& view = *cursors_[i].view();
+        if (count > 1) view.PrefetchEdgeRange(target);
+        else view.PrefetchToken(target + 1);
+        // A rare string backs off to its suffix link's state if it ranks:
+        // its link (and a clone's length) start loading too.
+        if (count < sel.backoff_count) view.PrefetchLink(target);
       };
       if (with_state == 1) {
         for (const StaticIndex::Child& c : top_children(only, m.State(node, only), total))
