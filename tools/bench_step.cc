@@ -156,6 +156,7 @@ int main(int argc, char** argv) {
   std::string load = "mmap";
   rt::StaticIndex::Options hub_options;
   size_t max_static_lookups = rt::SelectionOptions{}.max_static_lookups;
+  uint64_t backoff_count = rt::SelectionOptions{}.backoff_count;
   app.add_option("--index", index_path,
                  "static index file, or shard set manifest NAME.samset (its shards as one index: "
                  "per-step cost against the number of shards)")
@@ -181,6 +182,10 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--max-static-lookups", max_static_lookups,
                  "sam-cal: lookups of branching states' children per step (0: no limit)")
+      ->capture_default_str();
+  app.add_option("--backoff-count", backoff_count,
+                 "sam-cal: a static state that occurs fewer times also offers the heaviest "
+                 "children of its next shorter context (0: never)")
       ->capture_default_str();
   app.add_option("--hub-degree", hub_options.min_degree,
                  "StaticIndex: explicit transitions that make a state a hub")
@@ -277,6 +282,7 @@ int main(int argc, char** argv) {
           }
           o.selection.draft_size = draft;
           o.selection.max_static_lookups = max_static_lookups;
+          o.selection.backoff_count = backoff_count;
           o.collect_timing = false;
           auto s = std::make_unique<rt::Session>(o);
           if (!shards.empty()) s->AttachShardSet(shards);
