@@ -194,14 +194,21 @@ class Session::Calibrator {
     const size_t c = static_cast<size_t>(cell);
     trials_[c] += 1.0;
     if (accepted) hits_[c] += 1.0;
+    const double old = prob_[c];
     prob_[c] = Estimate(c);
     if (c >= static_base_ && c < fallback_base_) {
       const size_t block = (c - static_base_) / kStaticCells;  // family * 2 + backoff
       const size_t within = (c - static_base_) % kStaticCells;
-      if (block % 2 == 0)
+      if (block % 2 == 0) {
         UpdateStaticMax(block / 2, within % (kCountBuckets * kLengthBuckets));
-      else
-        UpdateBackoffMax(block / 2, within % kLengthBuckets);
+      } else {
+        // The length bucket's maximum over its 80 cells moves only if this
+        // cell reaches it, or was it and fell: the same value as a full
+        // recomputation, without one at most observations.
+        const size_t f = block / 2, l = within % kLengthBuckets;
+        const double max = backoff_len_max_[f * kLengthBuckets + l];
+        if (prob_[c] > max || (old == max && prob_[c] < max)) UpdateBackoffMax(f, l);
+      }
     }
   }
 
