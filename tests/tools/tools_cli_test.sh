@@ -87,6 +87,7 @@ if have bench-step; then
   expect 2 "policies" -- "$bin/bench-step" --index x.sam --policies bogus
   expect 2 "load" -- "$bin/bench-step" --index x.sam --load bogus
   expect 2 "steps" -- "$bin/bench-step" --index x.sam --steps abc
+  expect 2 "backoff-count" -- "$bin/bench-step" --index x.sam --backoff-count abc
 fi
 if have bench-batch; then
   expect 2 "index" -- "$bin/bench-batch" --traces x.jsonl
