@@ -190,6 +190,10 @@ int main(int argc, char** argv) {
   app.add_option("--hub-degree", hub_options.min_degree,
                  "StaticIndex: explicit transitions that make a state a hub")
       ->capture_default_str();
+  app.add_option("--record-min-count", hub_options.record_min_count,
+                 "StaticIndex: child records for clone states that occur at least this many "
+                 "times (0: none)")
+      ->capture_default_str();
   app.add_option("--load", load,
                  "how the index is loaded: mmap (IndexFile::Open), populate (Open with "
                  "OpenOptions::populate: every page mapped up front) or read (IndexFile::Read: "

@@ -79,7 +79,7 @@ class Index {
  public:
   // path and tokenizer: str, bytes or os.PathLike (tokenizer may be None).
   static std::shared_ptr<Index> Open(py::handle path_object, py::handle tokenizer_object, bool read,
-                                     bool prepare, bool verify) {
+                                     bool prepare, bool verify, bool child_records) {
     const std::string path = FsPath(path_object);
     std::optional<std::string> tokenizer;
     if (!tokenizer_object.is_none()) tokenizer = FsPath(tokenizer_object);
@@ -91,13 +91,19 @@ class Index {
     index->file_ = std::make_shared<const sam::format::IndexFile>(
         read ? sam::format::IndexFile::Read(path, options)
              : sam::format::IndexFile::Open(path, options));
-    if (prepare) index->prepared_ = sam::runtime::StaticIndex::Create(index->file_->shared_view());
+    if (prepare || child_records) {
+      sam::runtime::StaticIndex::Options options;
+      if (child_records) options.record_min_count = sam::runtime::kChildRecordMinCount;
+      index->prepared_ = sam::runtime::StaticIndex::Create(index->file_->shared_view(), options);
+    }
     return index;
   }
 
   const sam::format::IndexFile& file() const { return *file_; }
   const sam::format::IndexHeader& header() const { return file_->header(); }
   bool prepared() const { return prepared_ != nullptr; }
+  size_t prepared_bytes() const { return prepared_ ? prepared_->memory_bytes() : 0; }
+  size_t child_record_bytes() const { return prepared_ ? prepared_->record_bytes() : 0; }
 
   void AttachTo(sam::runtime::Session* session) const {
     if (prepared_)
@@ -763,7 +769,8 @@ PYBIND11_MODULE(_native, m) {
 
   py::class_<Index, std::shared_ptr<Index>>(m, "Index")
       .def_static("open", &Index::Open, py::arg("path"), py::arg("tokenizer") = py::none(),
-                  py::arg("read") = false, py::arg("prepare") = true, py::arg("verify") = false)
+                  py::arg("read") = false, py::arg("prepare") = true, py::arg("verify") = false,
+                  py::arg("child_records") = false)
       .def("verify", &Index::Verify)
       .def("metadata_json", [](const Index& i) { return i.file().ReadMetadata().json; })
       .def_property_readonly(
@@ -772,6 +779,8 @@ PYBIND11_MODULE(_native, m) {
             return py::module_::import("os").attr("fsdecode")(py::bytes(i.file().path()));
           })
       .def_property_readonly("prepared", &Index::prepared)
+      .def_property_readonly("prepared_bytes", &Index::prepared_bytes)
+      .def_property_readonly("child_record_bytes", &Index::child_record_bytes)
       .def_property_readonly("vocab_size", [](const Index& i) { return i.header().vocab_size; })
       .def_property_readonly("num_tokens", [](const Index& i) { return i.header().num_tokens; })
       .def_property_readonly("num_documents",

@@ -325,7 +325,8 @@ int sam_index_open_ex(const char* path, const char* expected_tokenizer_sha256, u
   return Guard([&] {
     Require(path != nullptr, "sam_index_open", "path is NULL");
     Require(out != nullptr, "sam_index_open", "out is NULL");
-    constexpr unsigned kKnown = SAM_OPEN_READ | SAM_OPEN_PREPARE | SAM_OPEN_VERIFY;
+    constexpr unsigned kKnown =
+        SAM_OPEN_READ | SAM_OPEN_PREPARE | SAM_OPEN_VERIFY | SAM_OPEN_CHILD_RECORDS;
     Require((flags & ~kKnown) == 0, "sam_index_open_ex",
             ("unknown flag bits " + std::to_string(flags & ~kKnown)).c_str());
     sam::format::OpenOptions options;
@@ -336,8 +337,11 @@ int sam_index_open_ex(const char* path, const char* expected_tokenizer_sha256, u
     index->file = std::make_shared<const sam::format::IndexFile>(
         (flags & SAM_OPEN_READ) ? sam::format::IndexFile::Read(path, options)
                                 : sam::format::IndexFile::Open(path, options));
-    if (flags & SAM_OPEN_PREPARE)
-      index->prepared = sam::runtime::StaticIndex::Create(index->file->shared_view());
+    if (flags & (SAM_OPEN_PREPARE | SAM_OPEN_CHILD_RECORDS)) {
+      sam::runtime::StaticIndex::Options prepare;
+      if (flags & SAM_OPEN_CHILD_RECORDS) prepare.record_min_count = sam::runtime::kChildRecordMinCount;
+      index->prepared = sam::runtime::StaticIndex::Create(index->file->shared_view(), prepare);
+    }
     *out = index.release();
   });
 }

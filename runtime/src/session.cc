@@ -1016,6 +1016,12 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     std::span<const StaticIndex::Child> top;
     if (hubs != nullptr && width <= hubs->options().top_k && hubs->TopChildren(v, &top))
       return top.first(std::min(width, top.size()));
+    if (hubs != nullptr && width <= hubs->options().top_k) {
+      m.children.resize(hubs->options().top_k);
+      uint32_t size = 0;
+      if (hubs->RecordChildren(v, m.children.data(), &size))
+        return std::span<const StaticIndex::Child>(m.children.data(), std::min<size_t>(width, size));
+    }
     if (width <= TopChildrenCache::kChildren) {
       const std::span<const StaticIndex::Child> cached = m.cache.Get(view, v);
       return cached.first(std::min(width, cached.size()));
@@ -1239,8 +1245,12 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         m.StateCount(child, i) = count;
         m.StateLen(child, i) = match_len + 1;
         const format::IndexView& view = *cursors_[i].view();
-        if (count > 1) view.PrefetchEdgeRange(target);
-        else view.PrefetchToken(target + 1);
+        if (count > 1) {
+          view.PrefetchEdgeRange(target);
+          if (shared_[i] != nullptr) shared_[i]->PrefetchRecord(target);
+        } else {
+          view.PrefetchToken(target + 1);
+        }
         // A rare string backs off to its suffix link's state if it ranks:
         // its link (and a clone's length) start loading too.
         if (count < sel.backoff_count) view.PrefetchLink(target);

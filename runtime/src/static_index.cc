@@ -144,7 +144,42 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
         internal::TopChildrenOf(*view, v, lo, hi, static_cast<uint32_t>(options.top_k),
                                 &index->children_[h * options.top_k]));
   }
+  if (options.record_min_count > 0) index->BuildRecords(options);
   return index;
+}
+
+void StaticIndex::BuildRecords(const Options& options) {
+  const format::IndexView& view = *view_;
+  const uint64_t n = view.num_tokens();
+  const uint64_t clones = view.num_clones();
+  // 32-bit fields: targets (states), counts (at most the number of tokens)
+  // and record offsets.
+  if (clones == 0 || view.num_states() > UINT32_MAX || n > UINT32_MAX) return;
+  std::vector<uint32_t> begin;
+  std::vector<Record> records;
+  begin.reserve(clones + 1);
+  std::vector<Child> top(options.top_k);
+  bool overflow = false;
+  view.ForEachEdgeRange([&](uint64_t v, uint64_t lo, uint64_t hi) {
+    if (v <= n || overflow) return;
+    begin.push_back(static_cast<uint32_t>(records.size()));
+    if (view.Count(v) < options.record_min_count) return;
+    const uint32_t k = internal::TopChildrenOf(view, v, lo, hi,
+                                               static_cast<uint32_t>(options.top_k), top.data());
+    if (records.size() + k > UINT32_MAX) {
+      overflow = true;
+      return;
+    }
+    for (uint32_t i = 0; i < k; ++i)
+      records.push_back(Record{top[i].token, static_cast<uint32_t>(top[i].target),
+                               static_cast<uint32_t>(top[i].count)});
+  });
+  if (overflow || begin.size() != clones) return;  // (a corrupt degree vector: no records)
+  begin.push_back(static_cast<uint32_t>(records.size()));
+  record_begin_.assign(begin.size(), 0);
+  for (size_t i = 0; i < begin.size(); ++i) record_begin_[i] = begin[i];
+  records_.assign(records.size(), Record{0, 0, 0});
+  for (size_t i = 0; i < records.size(); ++i) records_[i] = records[i];
 }
 
 void StaticIndex::AddHash(uint64_t h) {
@@ -180,7 +215,8 @@ uint64_t StaticIndex::HubNext(uint64_t v, uint32_t c) const {
 
 size_t StaticIndex::memory_bytes() const {
   return sizeof(*this) + hub_table_.bytes() + hub_bits_.bytes() + label_slots_.bytes() +
-         sizes_.capacity() + children_.capacity() * sizeof(Child) + filter_bytes();
+         sizes_.capacity() + children_.capacity() * sizeof(Child) + filter_bytes() +
+         record_bytes();
 }
 
 }  // namespace sam::runtime

@@ -47,8 +47,10 @@ class DraftsTest(unittest.TestCase):
     def test_every_policy_every_open_mode_matches_cpp(self):
         self.assertEqual(sorted(sd.POLICIES), sorted(REF["policies"]))
         for read in (False, True):
-            for prepare in (False, True):
-                index = sd.Index.open(INDEX, read=read, prepare=prepare)
+            for prepare in (False, True, "child_records"):
+                index = (sd.Index.open(INDEX, read=read, child_records=True)
+                         if prepare == "child_records" else
+                         sd.Index.open(INDEX, read=read, prepare=prepare))
                 for policy in sd.POLICIES:
                     with self.subTest(policy=policy, read=read, prepare=prepare):
                         session = new_session(policy)
@@ -365,6 +367,14 @@ class HeaderTest(unittest.TestCase):
         self.assertEqual(index.file_size, os.path.getsize(INDEX))
         self.assertTrue(index.prepared)
         self.assertFalse(sd.Index.open(INDEX, prepare=False).prepared)
+        self.assertEqual(sd.Index.open(INDEX, prepare=False).prepared_bytes, 0)
+        # Child records: prepared with them (even with prepare=False), and bigger.
+        self.assertEqual(index.child_record_bytes, 0)
+        records = sd.Index.open(INDEX, prepare=False, child_records=True)
+        self.assertTrue(records.prepared)
+        self.assertGreater(records.child_record_bytes, 0)
+        self.assertEqual(records.prepared_bytes,
+                         index.prepared_bytes + records.child_record_bytes)
         self.assertEqual(sd.Index.open(pathlib.Path(INDEX)).path, INDEX)
         index.verify()
         self.assertIsInstance(index.metadata(), dict)

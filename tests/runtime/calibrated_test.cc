@@ -292,7 +292,11 @@ Text Stream(std::mt19937& rng, const std::vector<Text>& docs, size_t n, uint32_t
   return out;
 }
 
-void CompareWithOracle(uint32_t seed, size_t num_indexes, bool hubs, size_t draft_size,
+// How the session holds its indexes: bare views, shared StaticIndexes with
+// small hubs, or shared StaticIndexes with child records and no hubs.
+enum class Shared { kNone, kHubs, kRecords };
+
+void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t draft_size,
                        size_t max_width) {
   std::mt19937 rng(seed);
   const uint32_t vocab = 6 + seed % 5;
@@ -315,11 +319,18 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, bool hubs, size_t draf
   std::vector<const format::IndexView*> views;
   for (size_t i = 0; i < num_indexes; ++i) {
     views.push_back(&built[i]->view());
-    if (hubs) {
+    if (shared == Shared::kHubs) {
       StaticIndex::Options h;
       h.min_degree = 3;  // small states become hubs too
       h.top_k = 4;       // below max_width 8: those use the session's own lookup
       s.AttachIndex(StaticIndex::Create(&built[i]->view(), h));
+    } else if (shared == Shared::kRecords) {
+      StaticIndex::Options h;
+      h.min_degree = 1000;     // no hubs: every branching state's lookup is a record's
+      h.record_min_count = 2;  // every clone
+      const auto index = StaticIndex::Create(&built[i]->view(), h);
+      EXPECT_GT(index->record_bytes(), 0u);
+      s.AttachIndex(index);
     } else {
       s.AttachIndex(&built[i]->view());
     }
@@ -356,23 +367,30 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, bool hubs, size_t draf
 }
 
 TEST(CalibratedPolicy, LazyRankingMatchesEagerOracle) {
-  for (uint32_t seed = 1; seed <= 6; ++seed) CompareWithOracle(seed, 1, false, 40, 8);
+  for (uint32_t seed = 1; seed <= 6; ++seed) CompareWithOracle(seed, 1, Shared::kNone, 40, 8);
 }
 
 TEST(CalibratedPolicy, LazyRankingMatchesEagerOracleWithHubsAndTwoIndexes) {
-  for (uint32_t seed = 11; seed <= 14; ++seed) CompareWithOracle(seed, 2, true, 40, 8);
-  for (uint32_t seed = 21; seed <= 23; ++seed) CompareWithOracle(seed, 1, true, 16, 3);
+  for (uint32_t seed = 11; seed <= 14; ++seed) CompareWithOracle(seed, 2, Shared::kHubs, 40, 8);
+  for (uint32_t seed = 21; seed <= 23; ++seed) CompareWithOracle(seed, 1, Shared::kHubs, 16, 3);
+}
+
+// Child records (StaticIndex::Options::record_min_count) answer the lookups
+// of branching states: the same drafts as the oracle's own enumeration.
+TEST(CalibratedPolicy, LazyRankingMatchesEagerOracleWithChildRecords) {
+  for (uint32_t seed = 51; seed <= 53; ++seed) CompareWithOracle(seed, 2, Shared::kRecords, 40, 8);
+  for (uint32_t seed = 61; seed <= 62; ++seed) CompareWithOracle(seed, 1, Shared::kRecords, 16, 3);
 }
 
 // Two indexes without hub tables: a node's backoff children in one index and
 // its own children in the other (the offers' order differs from the oracle's).
 TEST(CalibratedPolicy, LazyRankingMatchesEagerOracleWithTwoIndexes) {
-  for (uint32_t seed = 11; seed <= 14; ++seed) CompareWithOracle(seed, 2, false, 40, 8);
+  for (uint32_t seed = 11; seed <= 14; ++seed) CompareWithOracle(seed, 2, Shared::kNone, 40, 8);
 }
 
 TEST(CalibratedPolicy, SmallBudgetsAndNarrowTrees) {
-  for (uint32_t seed = 31; seed <= 34; ++seed) CompareWithOracle(seed, 1, false, 6, 2);
-  for (uint32_t seed = 41; seed <= 43; ++seed) CompareWithOracle(seed, 2, false, 12, 1);
+  for (uint32_t seed = 31; seed <= 34; ++seed) CompareWithOracle(seed, 1, Shared::kNone, 6, 2);
+  for (uint32_t seed = 41; seed <= 43; ++seed) CompareWithOracle(seed, 2, Shared::kNone, 12, 1);
 }
 
 // max_static_lookups = k: at most k branching states offer their static

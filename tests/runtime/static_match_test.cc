@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -310,6 +311,57 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
                sam::Error);
   EXPECT_THROW(sam::runtime::StaticIndex::Create(std::shared_ptr<const sam::format::IndexView>()),
                sam::Error);
+}
+
+// Child records: for every clone that occurs at least record_min_count
+// times, its top_k heaviest children (count descending, then token), as a
+// brute-force enumeration and sort finds them; nothing for other states.
+TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
+  std::mt19937 rng(23);
+  Docs docs = RandomDocs(rng, 200, 60, 40);
+  for (auto& d : docs)
+    for (auto& t : d)
+      if (rng() % 3 == 0) t = rng() % 3;
+  TestIndex index(docs, 40, "records");
+  const format::IndexView& view = index.view();
+  ASSERT_GT(view.num_clones(), 100u);
+  for (const auto& [min_count, top_k] :
+       std::vector<std::pair<uint64_t, size_t>>{{1, 8}, {2, 3}, {3, 1}, {5, 8}}) {
+    const auto s = sam::runtime::StaticIndex::Create(
+        &view, {.min_degree = 4, .top_k = top_k, .record_min_count = min_count});
+    EXPECT_GT(s->record_bytes(), 0u);
+    std::vector<sam::runtime::StaticIndex::Child> got(top_k);
+    size_t with_records = 0;
+    for (uint64_t v = 0; v < view.num_states(); ++v) {
+      uint32_t size = 0;
+      const bool has = s->RecordChildren(v, got.data(), &size);
+      // The oracle: every child, sorted.
+      std::vector<sam::runtime::StaticIndex::Child> all;
+      view.ForEachChild(v, [&](uint32_t token, uint64_t target) {
+        all.push_back({token, target, view.Count(target)});
+      });
+      std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
+        return a.count != b.count ? a.count > b.count : a.token < b.token;
+      });
+      const bool expected = view.IsClone(v) && view.Count(v) >= min_count && !all.empty();
+      ASSERT_EQ(has, expected) << "state " << v << " min_count " << min_count;
+      if (!has) continue;
+      ++with_records;
+      ASSERT_EQ(size, std::min(all.size(), top_k)) << v;
+      for (uint32_t i = 0; i < size; ++i) {
+        ASSERT_EQ(got[i].token, all[i].token) << v << " " << i;
+        ASSERT_EQ(got[i].target, all[i].target) << v << " " << i;
+        ASSERT_EQ(got[i].count, all[i].count) << v << " " << i;
+      }
+    }
+    EXPECT_GT(with_records, 50u) << min_count;
+  }
+  // Off by default.
+  const auto plain = sam::runtime::StaticIndex::Create(&view);
+  EXPECT_EQ(plain->record_bytes(), 0u);
+  std::vector<sam::runtime::StaticIndex::Child> out(8);
+  uint32_t size = 0;
+  EXPECT_FALSE(plain->RecordChildren(view.num_tokens() + 1, out.data(), &size));
 }
 
 // An index written with wide widths (the builder's min_width: state ids of

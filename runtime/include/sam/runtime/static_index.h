@@ -59,6 +59,11 @@
 
 namespace sam::runtime {
 
+// The record_min_count that SAM_OPEN_CHILD_RECORDS and Python's
+// Index.open(child_records=True) use: on the 6.8M-token index, 2 cost 18 MiB
+// more than 3 for no measurable gain (docs/runtime.md).
+inline constexpr uint64_t kChildRecordMinCount = 3;
+
 class SAM_API StaticIndex {
  public:
   struct Options {
@@ -67,6 +72,17 @@ class SAM_API StaticIndex {
     // Edge filter size in bits per explicit transition (0: no filter; at most
     // 64). 10 gives about 1% false positives.
     unsigned filter_bits_per_edge = 10;
+    // Child records (0: none). For every clone state that occurs at least
+    // this many times, its (at most top_k) heaviest children are stored
+    // together: token, target and count, 12 bytes each, found through one
+    // offset per clone (4 bytes a clone). A lookup of a branching state that
+    // is no hub then reads two cache lines instead of a chain of four or
+    // five misses (select sample, degree word, edges, each child's first end
+    // position and the token there). Kept only when states and counts fit
+    // in 32 bits. Off by default: at 3 (kChildRecordMinCount), 55 MiB more
+    // for the 6.8M-token index, 0.6 s more to create, and `sam-cal` steps
+    // about 15% cheaper (docs/runtime.md).
+    uint64_t record_min_count = 0;
   };
   // One child of a hub: the transition token, its target and the target's count.
   struct Child {
@@ -96,6 +112,27 @@ class SAM_API StaticIndex {
   // heaviest children, heaviest first (count descending, then token ascending;
   // document-end transitions excluded).
   bool TopChildren(uint64_t state, std::span<const Child>* children) const;
+  // True when `state` has a child record (Options::record_min_count); then
+  // out[0..*size) receives its (at most top_k) heaviest children in the
+  // same order. `out` holds at least options().top_k children.
+  bool RecordChildren(uint64_t state, Child* out, uint32_t* size) const {
+    const format::IndexView& view = *view_;
+    if (record_begin_.size() == 0 || state <= view.num_tokens() || state >= view.num_states())
+      return false;
+    const uint64_t c = state - view.num_tokens() - 1;
+    const uint32_t begin = record_begin_[c], end = record_begin_[c + 1];
+    if (begin == end) return false;
+    for (uint32_t i = begin; i < end; ++i)
+      out[i - begin] = Child{records_[i].token, records_[i].target, records_[i].count};
+    *size = end - begin;
+    return true;
+  }
+  size_t record_bytes() const { return record_begin_.bytes() + records_.bytes(); }
+  // Starts loading the offset of `state`'s child record (none: nothing).
+  void PrefetchRecord(uint64_t state) const {
+    const uint64_t n = view_->num_tokens();
+    if (state > n && state - n - 1 < record_begin_.size()) __builtin_prefetch(&record_begin_[state - n - 1]);
+  }
   // Same result as view().Next(v, c): transitions that the edge filter rules
   // out cost one cache line, hubs a probe of their label table. (On a corrupt
   // index whose select samples contradict its degree vector, which --verify
@@ -143,6 +180,7 @@ class SAM_API StaticIndex {
     return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * blocks) >> 64);
   }
   void AddHash(uint64_t edge_hash);  // adds EdgeHash(v, c) to the filter
+  void BuildRecords(const Options& options);
 
   // A hub: where its transitions and label table are.
   struct HubEntry {
@@ -182,6 +220,13 @@ class SAM_API StaticIndex {
   format::HugeArray<LabelSlot> label_slots_;
   bool slots_hold_targets_ = false;
   format::HugeArray<uint64_t> filter_;  // kFilterWords words a block; empty: no filter
+  // Child records: clone c (state N + 1 + c) has records_[record_begin_[c],
+  // record_begin_[c + 1]) (empty: none); record_begin_ is empty without them.
+  struct Record {
+    uint32_t token, target, count;
+  };
+  format::HugeArray<uint32_t> record_begin_;
+  format::HugeArray<Record> records_;
 };
 
 }  // namespace sam::runtime
