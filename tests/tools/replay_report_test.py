@@ -244,6 +244,22 @@ class ReplayReportTest(unittest.TestCase):
 
 
 
+    def test_child_records_draft_the_same(self):
+        def without_timings(x):
+            if isinstance(x, dict):
+                return {k: without_timings(v) for k, v in x.items()
+                        if "_us" not in k and "histogram" not in k}
+            if isinstance(x, list):
+                return [without_timings(v) for v in x]
+            return x
+        out = []
+        for extra in ((), ("--child-records",)):
+            r = run(*self.base, "--policy", "sam-cal", "--policy", "sam-tree", "--json", *extra)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            out.append(without_timings(json.loads(r.stdout)))
+        self.assertEqual(out[0], out[1])
+        self.assertGreater(out[0]["policies"][0]["mat"], 1.0)
+
     def test_saved_cache_resumes_the_replay(self):
         d = self.tmp.name
         with open(os.path.join(d, "traces.jsonl")) as f:
