@@ -535,8 +535,7 @@ int main(int argc, char** argv) {
     std::vector<sam::format::IndexFile> indexes;
     // One shared StaticIndex per file for all policies (same drafts, faster trees).
     SharedIndexes views;
-    rt::StaticIndex::Options prepare;
-    if (child_records) prepare.record_min_count = rt::kChildRecordMinCount;
+    const rt::StaticIndex::Options prepare = rt::PrepareOptions(child_records);
     for (const auto& p : index_paths) {
       if (sam::format::LooksLikeShardSet(p)) {  // NAME.samset: its shards as one index
         sam::format::ShardSet set = sam::format::ShardSet::Open(p, open);

@@ -91,11 +91,9 @@ class Index {
     index->file_ = std::make_shared<const sam::format::IndexFile>(
         read ? sam::format::IndexFile::Read(path, options)
              : sam::format::IndexFile::Open(path, options));
-    if (prepare || child_records) {
-      sam::runtime::StaticIndex::Options options;
-      if (child_records) options.record_min_count = sam::runtime::kChildRecordMinCount;
-      index->prepared_ = sam::runtime::StaticIndex::Create(index->file_->shared_view(), options);
-    }
+    if (prepare || child_records)
+      index->prepared_ = sam::runtime::StaticIndex::Create(
+          index->file_->shared_view(), sam::runtime::PrepareOptions(child_records));
     return index;
   }
 

@@ -337,11 +337,10 @@ int sam_index_open_ex(const char* path, const char* expected_tokenizer_sha256, u
     index->file = std::make_shared<const sam::format::IndexFile>(
         (flags & SAM_OPEN_READ) ? sam::format::IndexFile::Read(path, options)
                                 : sam::format::IndexFile::Open(path, options));
-    if (flags & (SAM_OPEN_PREPARE | SAM_OPEN_CHILD_RECORDS)) {
-      sam::runtime::StaticIndex::Options prepare;
-      if (flags & SAM_OPEN_CHILD_RECORDS) prepare.record_min_count = sam::runtime::kChildRecordMinCount;
-      index->prepared = sam::runtime::StaticIndex::Create(index->file->shared_view(), prepare);
-    }
+    if (flags & (SAM_OPEN_PREPARE | SAM_OPEN_CHILD_RECORDS))
+      index->prepared = sam::runtime::StaticIndex::Create(
+          index->file->shared_view(),
+          sam::runtime::PrepareOptions((flags & SAM_OPEN_CHILD_RECORDS) != 0));
     *out = index.release();
   });
 }

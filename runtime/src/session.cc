@@ -940,6 +940,20 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // cells and the source they count for.
   const size_t cache_unit_index = cache_unit ? m.unit_begin.size() - 2 : SIZE_MAX;
   auto family_of = [&](size_t u) -> size_t { return u == cache_unit_index ? 1 : 0; };
+  // Offers `child` of unit u, which occurs `count` times under a state (or a
+  // shard set's states) of `total` occurrences and match length `len`, with
+  // the cells of u's family, in its slot, for its source. A child occurs at
+  // most as often as its parent; clamping keeps the ratios of a corrupt index
+  // in [0, 1].
+  auto offer_static = [&](int32_t child, uint64_t count, uint64_t total, uint64_t len,
+                          bool backoff, size_t u) {
+    const double ratio =
+        count < total ? static_cast<double>(count) / static_cast<double>(total) : 1.0;
+    const size_t family = family_of(u);
+    m.Offer(cal, child, family == 0 ? 1 : 3,
+            cal.StaticCell(ratio, total, len, backoff, family),
+            family == 0 ? kFromStatic : kFromCache);
+  };
   for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
     if (m.unit_len[u] == 0) continue;
     for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
@@ -1014,9 +1028,9 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     }
     const StaticIndex* hubs = shared_[i].get();
     std::span<const StaticIndex::Child> top;
-    if (hubs != nullptr && width <= hubs->options().top_k && hubs->TopChildren(v, &top))
-      return top.first(std::min(width, top.size()));
     if (hubs != nullptr && width <= hubs->options().top_k) {
+      // A hub's table, else the state's child record (Options::record_min_count).
+      if (hubs->TopChildren(v, &top)) return top.first(std::min(width, top.size()));
       m.children.resize(hubs->options().top_k);
       uint32_t size = 0;
       if (hubs->RecordChildren(v, m.children.data(), &size))
@@ -1225,16 +1239,9 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       // The match length of the node in this unit (its shards with a state
       // all have it; below a backoff child, a shorter one).
       const uint64_t match_len = m.StateLen(node, only);
-      // A child occurs at most as often as its parent; clamping keeps the
-      // ratios of a corrupt index in [0, 1].
-      const size_t family = family_of(u);
       auto offer = [&](uint32_t token, uint64_t count) {
-        const double ratio =
-            count < total ? static_cast<double>(count) / static_cast<double>(total) : 1.0;
         const int32_t child = m.Child(node, token);
-        m.Offer(cal, child, family == 0 ? 1 : 3,
-                cal.StaticCell(ratio, total, match_len, false, family),
-                family == 0 ? kFromStatic : kFromCache);
+        offer_static(child, count, total, match_len, false, u);
         return child;
       };
       // Its own children may be looked up soon: the first of that lookup's
@@ -1395,11 +1402,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         m.StateLen(child, i) = lstar + 1;
         if (m.StateCount(child, i) > 1) cursors_[i].view()->PrefetchEdgeRange(target);
       }
-      const double ratio =
-          c.count < total ? static_cast<double>(c.count) / static_cast<double>(total) : 1.0;
-      const size_t family = family_of(u);
-      m.Offer(cal, child, family == 0 ? 1 : 3, cal.StaticCell(ratio, total, lstar, true, family),
-              family == 0 ? kFromStatic : kFromCache);
+      offer_static(child, c.count, total, lstar, true, u);
     }
   };
   // Offers the backoff children of `node` (after its own static children).

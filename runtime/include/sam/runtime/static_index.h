@@ -59,9 +59,9 @@
 
 namespace sam::runtime {
 
-// The record_min_count that SAM_OPEN_CHILD_RECORDS and Python's
-// Index.open(child_records=True) use: on the 6.8M-token index, 2 cost 18 MiB
-// more than 3 for no measurable gain (docs/runtime.md).
+// The record_min_count that PrepareOptions(true) sets (below): on the
+// 6.8M-token index, 2 cost 18 MiB more than 3 for no measurable gain
+// (docs/runtime.md).
 inline constexpr uint64_t kChildRecordMinCount = 3;
 
 class SAM_API StaticIndex {
@@ -228,6 +228,15 @@ class SAM_API StaticIndex {
   format::HugeArray<uint32_t> record_begin_;
   format::HugeArray<Record> records_;
 };
+
+// The default options, with child records at kChildRecordMinCount when
+// `child_records`: what SAM_OPEN_CHILD_RECORDS, Python's
+// Index.open(child_records=True) and sam-replay --child-records prepare.
+inline StaticIndex::Options PrepareOptions(bool child_records) {
+  StaticIndex::Options options;
+  if (child_records) options.record_min_count = kChildRecordMinCount;
+  return options;
+}
 
 }  // namespace sam::runtime
 
