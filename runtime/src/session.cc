@@ -1031,10 +1031,13 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     if (hubs != nullptr && width <= hubs->options().top_k) {
       // A hub's table, else the state's child record (Options::record_min_count).
       if (hubs->TopChildren(v, &top)) return top.first(std::min(width, top.size()));
-      m.children.resize(hubs->options().top_k);
-      uint32_t size = 0;
-      if (hubs->RecordChildren(v, m.children.data(), &size))
-        return std::span<const StaticIndex::Child>(m.children.data(), std::min<size_t>(width, size));
+      if (hubs->has_records()) {
+        m.children.resize(hubs->options().top_k);
+        uint32_t size = 0;
+        if (hubs->RecordChildren(v, m.children.data(), &size))
+          return std::span<const StaticIndex::Child>(m.children.data(),
+                                                     std::min<size_t>(width, size));
+      }
     }
     if (width <= TopChildrenCache::kChildren) {
       const std::span<const StaticIndex::Child> cached = m.cache.Get(view, v);
@@ -1254,7 +1257,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         const format::IndexView& view = *cursors_[i].view();
         if (count > 1) {
           view.PrefetchEdgeRange(target);
-          if (shared_[i] != nullptr) shared_[i]->PrefetchRecord(target);
+          const StaticIndex* shared = shared_[i].get();
+          if (shared != nullptr && shared->has_records()) shared->PrefetchRecord(target);
         } else {
           view.PrefetchToken(target + 1);
         }

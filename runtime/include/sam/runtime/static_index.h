@@ -117,8 +117,7 @@ class SAM_API StaticIndex {
   // same order. `out` holds at least options().top_k children.
   bool RecordChildren(uint64_t state, Child* out, uint32_t* size) const {
     const format::IndexView& view = *view_;
-    if (record_begin_.size() == 0 || state <= view.num_tokens() || state >= view.num_states())
-      return false;
+    if (!has_records() || state <= view.num_tokens() || state >= view.num_states()) return false;
     const uint64_t c = state - view.num_tokens() - 1;
     const uint32_t begin = record_begin_[c], end = record_begin_[c + 1];
     if (begin == end) return false;
@@ -127,11 +126,13 @@ class SAM_API StaticIndex {
     *size = end - begin;
     return true;
   }
+  bool has_records() const { return record_begin_.size() != 0; }
   size_t record_bytes() const { return record_begin_.bytes() + records_.bytes(); }
   // Starts loading the offset of `state`'s child record (none: nothing).
   void PrefetchRecord(uint64_t state) const {
     const uint64_t n = view_->num_tokens();
-    if (state > n && state - n - 1 < record_begin_.size()) __builtin_prefetch(&record_begin_[state - n - 1]);
+    if (state > n && state - n - 1 < record_begin_.size())
+      __builtin_prefetch(&record_begin_[state - n - 1]);
   }
   // Same result as view().Next(v, c): transitions that the edge filter rules
   // out cost one cache line, hubs a probe of their label table. (On a corrupt
