@@ -1431,16 +1431,24 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     double static_children = 0.0, backoff_children = 0.0;
     uint64_t max_count = 0;  // the node's largest unit count
   };
+  // Past max_static_lookups a branching state offers no children (expand)
+  // and no backoff children (offer_backoff): such expansions are not queued
+  // (the same ranking, without their pushes and pops).
+  auto lookups_spent = [&] {
+    return sel.max_static_lookups != 0 && lookups >= sel.max_static_lookups;
+  };
   auto bounds_of = [&](int32_t node) {
     Bounds b;
     if (m.nodes[node].depth >= kMaxStaticDepth) return b;
+    const bool spent = lookups_spent();
     for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
       uint64_t len = 0;
       const uint64_t total = unit_count(node, u, &len);
       if (total == 0) continue;
       b.max_count = std::max(b.max_count, total);
+      if (spent && total > 1) continue;
       b.static_children = std::max(b.static_children, cal.StaticBound(total, len, family_of(u)));
-      if (total < sel.backoff_count)
+      if (!spent && total < sel.backoff_count)
         b.backoff_children = std::max(b.backoff_children, cal.BackoffBound(len, family_of(u)));
     }
     return b;
@@ -1495,6 +1503,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     if (e.key < sel.min_path_probability) break;  // nothing left reaches it
     if (e.expand) {
       if (e.backoff) {
+        if (lookups_spent()) m.nodes[e.node].backed_off = true;  // nothing to offer
         if (!m.nodes[e.node].backed_off) back_off(e.node);
       } else if (!m.nodes[e.node].expanded) {
         expand(e.node);
@@ -1511,7 +1520,9 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       if (m.nodes[e.node].queued > e.key) continue;  // defensive: re-queued higher
     }
     // Likewise its parent's backoff children, when they may give it a state.
-    if (!m.nodes[parent].backed_off && backoff_reaches(parent, e.node)) {
+    if (!m.nodes[parent].backed_off && lookups_spent()) {
+      m.nodes[parent].backed_off = true;  // nothing to offer
+    } else if (!m.nodes[parent].backed_off && backoff_reaches(parent, e.node)) {
       back_off(parent);
       if (m.nodes[e.node].queued > e.key) continue;  // defensive: re-queued higher
     }
