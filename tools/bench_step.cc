@@ -157,6 +157,7 @@ int main(int argc, char** argv) {
   rt::StaticIndex::Options hub_options;
   size_t max_static_lookups = rt::SelectionOptions{}.max_static_lookups;
   uint64_t backoff_count = rt::SelectionOptions{}.backoff_count;
+  size_t max_width = rt::SelectionOptions{}.max_width;
   app.add_option("--index", index_path,
                  "static index file, or shard set manifest NAME.samset (its shards as one index: "
                  "per-step cost against the number of shards)")
@@ -187,6 +188,10 @@ int main(int argc, char** argv) {
                  "sam-cal: a static state that occurs fewer times also offers the heaviest "
                  "children of its next shorter context (0: never)")
       ->capture_default_str();
+  app.add_option("--max-width", max_width,
+                 "sam-cal: static children offered per node; sam-tree: nodes per depth")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{64}));
   app.add_option("--hub-degree", hub_options.min_degree,
                  "StaticIndex: explicit transitions that make a state a hub")
       ->capture_default_str();
@@ -287,6 +292,7 @@ int main(int argc, char** argv) {
           o.selection.draft_size = draft;
           o.selection.max_static_lookups = max_static_lookups;
           o.selection.backoff_count = backoff_count;
+          o.selection.max_width = max_width;
           o.collect_timing = false;
           auto s = std::make_unique<rt::Session>(o);
           if (!shards.empty()) s->AttachShardSet(shards);

@@ -207,6 +207,7 @@ struct Tuning {
   std::optional<size_t> budget;
   std::optional<size_t> max_static_lookups;    // sam-cal
   std::optional<uint64_t> backoff_count;       // sam-cal
+  std::optional<size_t> max_width;             // sam-cal, sam-tree
 };
 
 // One entry per --index: an index file (one StaticIndex) or a shard set (one
@@ -242,6 +243,7 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   if (tuning.budget) o.selection.draft_size = o.selection.max_tree_nodes = *tuning.budget;
   if (tuning.max_static_lookups) o.selection.max_static_lookups = *tuning.max_static_lookups;
   if (tuning.backoff_count) o.selection.backoff_count = *tuning.backoff_count;
+  if (tuning.max_width) o.selection.max_width = *tuning.max_width;
   const rt::NamedPolicy& named = *FindSessionPolicy(name);
   o.selection.policy = named.policy;
   if (named.recycling_fallback) {
@@ -446,6 +448,10 @@ int main(int argc, char** argv) {
   app.add_option("--backoff-count", tuning.backoff_count,
                  "sam-cal: a static state that occurs fewer times also offers the heaviest "
                  "children of its next shorter context (0: never; default 8)");
+  app.add_option("--max-width", tuning.max_width,
+                 "sam-cal: static children offered per node; sam-tree: nodes per depth "
+                 "(default 8)")
+      ->check(CLI::Range(size_t{1}, size_t{64}));
   bool child_records = false;
   app.add_flag("--child-records", child_records,
                "prepare each index with child records (StaticIndex::Options::record_min_count "

@@ -88,6 +88,7 @@ if have bench-step; then
   expect 2 "load" -- "$bin/bench-step" --index x.sam --load bogus
   expect 2 "steps" -- "$bin/bench-step" --index x.sam --steps abc
   expect 2 "backoff-count" -- "$bin/bench-step" --index x.sam --backoff-count abc
+  expect 2 "max-width" -- "$bin/bench-step" --index x.sam --max-width 0
 fi
 if have bench-batch; then
   expect 2 "index" -- "$bin/bench-batch" --traces x.jsonl
