@@ -1216,6 +1216,13 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     m.StoreMerged(width);
   };
   size_t lookups = 0;  // of states with more than one occurrence (a unit's summed count)
+  // Past max_static_lookups a branching state offers no children (expand)
+  // and no backoff children (offer_backoff): such expansions are not queued
+  // (the same ranking, without their pushes and pops), and nothing is
+  // prefetched for lookups that will not be made.
+  auto lookups_spent = [&] {
+    return sel.max_static_lookups != 0 && lookups >= sel.max_static_lookups;
+  };
   // Offers the static children of `node` from every unit with a state there
   // (a shard set's as one index's: counts summed over its shards).
   auto expand = [&](int32_t node) {
@@ -1255,12 +1262,12 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         m.StateCount(child, i) = count;
         m.StateLen(child, i) = match_len + 1;
         const format::IndexView& view = *cursors_[i].view();
+        if (count <= 1) view.PrefetchToken(target + 1);
+        if (lookups_spent()) return;  // neither its lookup nor its backoff will be made
         if (count > 1) {
           view.PrefetchEdgeRange(target);
           const StaticIndex* shared = shared_[i].get();
           if (shared != nullptr && shared->has_records()) shared->PrefetchRecord(target);
-        } else {
-          view.PrefetchToken(target + 1);
         }
         // A rare string backs off to its suffix link's state if it ranks:
         // its link (and a clone's length) start loading too.
@@ -1404,7 +1411,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         m.State(child, i) = target;
         m.StateCount(child, i) = m.target_counts[c.row * n + e];
         m.StateLen(child, i) = lstar + 1;
-        if (m.StateCount(child, i) > 1) cursors_[i].view()->PrefetchEdgeRange(target);
+        if (m.StateCount(child, i) > 1 && !lookups_spent())
+          cursors_[i].view()->PrefetchEdgeRange(target);
       }
       offer_static(child, c.count, total, lstar, true, u);
     }
@@ -1430,12 +1438,6 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   struct Bounds {
     double static_children = 0.0, backoff_children = 0.0;
     uint64_t max_count = 0;  // the node's largest unit count
-  };
-  // Past max_static_lookups a branching state offers no children (expand)
-  // and no backoff children (offer_backoff): such expansions are not queued
-  // (the same ranking, without their pushes and pops).
-  auto lookups_spent = [&] {
-    return sel.max_static_lookups != 0 && lookups >= sel.max_static_lookups;
   };
   auto bounds_of = [&](int32_t node) {
     Bounds b;
