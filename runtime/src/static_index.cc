@@ -155,31 +155,50 @@ void StaticIndex::BuildRecords(const Options& options) {
   // 32-bit fields: targets (states), counts (at most the number of tokens)
   // and record offsets.
   if (clones == 0 || view.num_states() > UINT32_MAX || n > UINT32_MAX) return;
-  std::vector<uint32_t> begin;
-  std::vector<Record> records;
-  begin.reserve(clones + 1);
-  std::vector<Child> top(options.top_k);
-  bool overflow = false;
+  // Which clones get a record: those that occur often enough and are no hub
+  // (a hub's top children are in its table, which answers first).
+  auto wanted = [&](uint64_t v) {
+    return v > n && !IsHub(v) && view.Count(v) >= options.record_min_count;
+  };
+  // First pass: at most min(top_k, explicit transitions) children per record
+  // (a clone has no implicit one), so the records are written in place in
+  // one array of that size, not collected and copied (peak memory once).
+  uint64_t bound = 0, ranges = 0;
   view.ForEachEdgeRange([&](uint64_t v, uint64_t lo, uint64_t hi) {
-    if (v <= n || overflow) return;
-    begin.push_back(static_cast<uint32_t>(records.size()));
-    if (view.Count(v) < options.record_min_count) return;
+    if (v <= n) return;
+    ++ranges;
+    if (wanted(v)) bound += std::min<uint64_t>(options.top_k, hi - lo);
+  });
+  if (ranges != clones || bound > UINT32_MAX) return;  // (a corrupt degree vector: no records)
+  format::HugeArray<uint32_t> begin;
+  format::HugeArray<Record> records;
+  begin.assign(clones + 1, 0);
+  records.assign(bound, Record{0, 0, 0});
+  std::vector<Child> top(options.top_k);
+  uint64_t c = 0, size = 0;
+  bool ok = true;
+  view.ForEachEdgeRange([&](uint64_t v, uint64_t lo, uint64_t hi) {
+    if (v <= n || !ok) return;
+    if (c >= clones) {  // the degree vector changed between passes: impossible, but no overrun
+      ok = false;
+      return;
+    }
+    begin[c++] = static_cast<uint32_t>(size);
+    if (!wanted(v)) return;
     const uint32_t k = internal::TopChildrenOf(view, v, lo, hi,
                                                static_cast<uint32_t>(options.top_k), top.data());
-    if (records.size() + k > UINT32_MAX) {
-      overflow = true;
+    if (size + k > bound) {
+      ok = false;
       return;
     }
     for (uint32_t i = 0; i < k; ++i)
-      records.push_back(Record{top[i].token, static_cast<uint32_t>(top[i].target),
-                               static_cast<uint32_t>(top[i].count)});
+      records[size++] = Record{top[i].token, static_cast<uint32_t>(top[i].target),
+                               static_cast<uint32_t>(top[i].count)};
   });
-  if (overflow || begin.size() != clones) return;  // (a corrupt degree vector: no records)
-  begin.push_back(static_cast<uint32_t>(records.size()));
-  record_begin_.assign(begin.size(), 0);
-  for (size_t i = 0; i < begin.size(); ++i) record_begin_[i] = begin[i];
-  records_.assign(records.size(), Record{0, 0, 0});
-  for (size_t i = 0; i < records.size(); ++i) records_[i] = records[i];
+  if (!ok || c != clones) return;
+  begin[clones] = static_cast<uint32_t>(size);
+  record_begin_ = std::move(begin);
+  records_ = std::move(records);
 }
 
 void StaticIndex::AddHash(uint64_t h) {

@@ -75,11 +75,12 @@ class SAM_API StaticIndex {
     // Child records (0: none). For every clone state that occurs at least
     // this many times, its (at most top_k) heaviest children are stored
     // together: token, target and count, 12 bytes each, found through one
-    // offset per clone (4 bytes a clone). A lookup of a branching state that
-    // is no hub then reads two cache lines instead of a chain of four or
-    // five misses (select sample, degree word, edges, each child's first end
-    // position and the token there). Kept only when states and counts fit
-    // in 32 bits. Off by default: at 3 (kChildRecordMinCount), 55 MiB more
+    // offset per clone (4 bytes a clone); hubs get none (their table
+    // answers first). A lookup of a branching state that is no hub then
+    // reads two cache lines instead of a chain of four or five misses
+    // (select sample, degree word, edges, each child's first end position
+    // and the token there). Kept only when states and counts fit
+    // in 32 bits. Off by default: at 3 (kChildRecordMinCount), 53 MiB more
     // for the 6.8M-token index, 0.6 s more to create, and `sam-cal` steps
     // about 15% cheaper (docs/runtime.md).
     uint64_t record_min_count = 0;
@@ -112,9 +113,10 @@ class SAM_API StaticIndex {
   // heaviest children, heaviest first (count descending, then token ascending;
   // document-end transitions excluded).
   bool TopChildren(uint64_t state, std::span<const Child>* children) const;
-  // True when `state` has a child record (Options::record_min_count); then
-  // out[0..*size) receives its (at most top_k) heaviest children in the
-  // same order. `out` holds at least options().top_k children.
+  // True when `state` has a child record (Options::record_min_count; never
+  // a hub); then out[0..*size) receives its (at most top_k) heaviest
+  // children in the same order. `out` holds at least options().top_k
+  // children.
   bool RecordChildren(uint64_t state, Child* out, uint32_t* size) const {
     const format::IndexView& view = *view_;
     if (!has_records() || state <= view.num_tokens() || state >= view.num_states()) return false;
