@@ -521,6 +521,11 @@ struct Session::MergedScratch {
   // is as frequent as a push: cheaper than a heap's sift-down at every pop.
   // (The order is total, so the entries come out as from any priority queue.)
   void Push(const QueueEntry& e) {
+    // The new best (a chain's next node, usually): no search, no move.
+    if (queue.empty() || RanksBefore(e, queue.back())) {
+      queue.push_back(e);
+      return;
+    }
     queue.insert(std::upper_bound(queue.begin(), queue.end(), e, QueueLess{}), e);
   }
   QueueEntry Pop() {
