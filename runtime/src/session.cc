@@ -1622,7 +1622,6 @@ void Session::Commit(std::span<const uint32_t> tokens) {
   const bool peeked = pending_ && !tokens.empty() && tokens[0] == tree_.tokens[0];
   const size_t accepted = peeked ? RecordAcceptance(tokens) : 0;
   pending_ = false;
-  dynamic_.Extend(tokens);
   // Accepted tokens of a linear static draft are the corpus text after the
   // drafting cursor's match: that cursor jumps over them in one climb.
   const size_t along = linear_static_cursor_ < num_peeked_ ? accepted : 0;
@@ -1650,8 +1649,12 @@ void Session::Commit(std::span<const uint32_t> tokens) {
       }
     }
     for (; k < tokens.size(); ++k) c.Advance(tokens[k]);
+    // The next proposal starts with a Peek from here: its first cache misses
+    // overlap the dynamic automaton's update below.
+    c.Prefetch();
   }
   linear_static_cursor_ = SIZE_MAX;
+  dynamic_.Extend(tokens);
   if (options_.fallback) options_.fallback->Commit(tokens);
   if (cache_) cache_cursor_.Advance(tokens);
   if (cache_compiled_.index)

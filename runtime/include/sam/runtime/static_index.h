@@ -152,6 +152,10 @@ class SAM_API StaticIndex {
   bool IsHub(uint64_t v) const {
     return v < hub_bits_.size() * 64 && (hub_bits_[v >> 6] >> (v & 63) & 1);
   }
+  // Starts loading what IsHub(v) reads.
+  void PrefetchHubBit(uint64_t v) const {
+    if (v < hub_bits_.size() * 64) __builtin_prefetch(&hub_bits_[v >> 6]);
+  }
   // False when v certainly has no explicit transition on c (the filter);
   // true when it may have one, or when there is no filter.
   bool MayHaveEdge(uint64_t v, uint32_t c) const {

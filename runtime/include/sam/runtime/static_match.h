@@ -113,6 +113,17 @@ class SAM_API StaticCursor {
   StaticMatch Peek(uint32_t token) const { return Transfer(*view_, match_, token, hubs_); }
   // Moves to a match obtained from Peek() at the current position.
   void Set(StaticMatch m) { match_ = m; }
+  // Starts loading what the next Peek() or Advance() reads first, before its
+  // token is known (a hint): the state's suffix link, the text after it
+  // (its implicit transition), its hub bit and its edge range.
+  void Prefetch() const {
+    const uint64_t v = match_.state;
+    if (view_ == nullptr || v == format::kRoot) return;
+    view_->PrefetchLink(v);
+    view_->PrefetchToken(v + 1);
+    view_->PrefetchEdgeRange(v);
+    if (hubs_ != nullptr) hubs_->PrefetchHubBit(v);
+  }
 
   const StaticMatch& match() const { return match_; }
   const format::IndexView* view() const { return view_; }
