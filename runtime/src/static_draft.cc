@@ -70,12 +70,19 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
     if (total <= 0) return;
     // The heaviest children of a hub: from the shared table, else from this
     // builder's cache (a hub's thousands of transitions are scanned once, not
-    // at every step); other states are scanned.
+    // at every step); of a clone with a child record (StaticIndex::Options::
+    // record_min_count): from the record; other states are scanned.
     children_.clear();
     std::span<const StaticIndex::Child> top;
     bool ranked = false;
     if (hubs != nullptr && options.max_width <= hubs->options().top_k) {
       ranked = hubs->TopChildren(v, &top);
+      if (!ranked && hubs->has_records()) {  // the state's child record, if it has one
+        records_.resize(hubs->options().top_k);
+        uint32_t size = 0;
+        ranked = hubs->RecordChildren(v, records_.data(), &size);
+        if (ranked) top = std::span<const StaticIndex::Child>(records_.data(), size);
+      }
     } else if (options.max_width <= kCachedChildren) {
       const auto [lo, hi] = view.EdgeRange(v);
       if (hi - lo >= kCacheMinDegree) {

@@ -287,8 +287,14 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
   const auto shared = sam::runtime::StaticIndex::Create(&view, {.min_degree = 4, .top_k = 8});
   ASSERT_GT(shared->num_hubs(), 0u);
   EXPECT_GT(shared->memory_bytes(), shared->filter_bytes());
+  // Child records and no hubs: trees read the records of the clones that
+  // have one.
+  const auto records = sam::runtime::StaticIndex::Create(
+      &view, {.min_degree = 1000, .top_k = 8, .record_min_count = 2});
+  ASSERT_EQ(records->num_hubs(), 0u);
+  ASSERT_GT(records->record_bytes(), 0u);
   StaticCursor plain(&view), fast(shared.get());
-  StaticTreeBuilder a, b;
+  StaticTreeBuilder a, b, c;
   for (int i = 0; i < 3000; ++i) {
     const uint32_t t = rng() % 4 == 0 ? rng() % 3 : rng() % 40;
     plain.Advance(t);
@@ -306,6 +312,12 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
     b.Build(view, plain.match().state, opts, &tb);
     ASSERT_EQ(ta.tokens, tb.tokens);
     ASSERT_EQ(ta.parents, tb.parents);
+    DraftTree tc;
+    tc.Reset(t, DraftSource::kStatic);
+    opts.hubs = records.get();
+    c.Build(view, plain.match().state, opts, &tc);
+    ASSERT_EQ(ta.tokens, tc.tokens);
+    ASSERT_EQ(ta.parents, tc.parents);
   }
   EXPECT_THROW(sam::runtime::StaticIndex::Create(static_cast<const sam::format::IndexView*>(nullptr)),
                sam::Error);

@@ -166,10 +166,10 @@ enum {
   SAM_OPEN_VERIFY = 4,
   /* Implies SAM_OPEN_PREPARE, and also stores the heaviest children of every
    * state that occurs at least 3 times together (StaticIndex child records):
-   * SAM_POLICY_CALIBRATED's lookups of branching states then read two cache
-   * lines instead of a chain of four or five misses, about 15% off its step
-   * time, for about 8 bytes per corpus token more (55 MiB for a 6.8M-token
-   * index) and about 0.6 s more to open. */
+   * SAM_POLICY_CALIBRATED's (and SAM_POLICY_TREE's) lookups of branching
+   * states then read two cache lines instead of a chain of four or five
+   * misses, about 15% off its step time, for about 8 bytes per corpus token
+   * more (53 MiB for a 6.8M-token index) and about 0.6 s more to open. */
   SAM_OPEN_CHILD_RECORDS = 8
 };
 /* sam_index_open with flags (SAM_OPEN_*); unknown bits are

@@ -213,6 +213,7 @@ class SAM_API StaticTreeBuilder {
   static constexpr uint64_t kCacheMinDegree = 32;
 
   TopChildrenCache cache_{8192};
+  std::vector<StaticIndex::Child> records_;  // a child record's children
   std::vector<Candidate> heap_;
   std::vector<Candidate> children_;
   std::vector<uint64_t> node_state_;
