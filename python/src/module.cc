@@ -125,7 +125,7 @@ class Index {
 class ShardSet {
  public:
   static std::shared_ptr<ShardSet> Open(py::handle path_object, py::handle tokenizer_object,
-                                        bool verify) {
+                                        bool verify, bool child_records) {
     const std::string path = FsPath(path_object);
     std::optional<std::string> tokenizer;
     if (!tokenizer_object.is_none()) tokenizer = FsPath(tokenizer_object);
@@ -137,7 +137,9 @@ class ShardSet {
     const sam::format::ShardSet opened = sam::format::ShardSet::Open(path, options);
     for (const auto& f : opened.shards()) {
       set->shards_.push_back(
-          sam::runtime::StaticIndex::Create(f.shared_view(), sam::runtime::ShardIndexOptions()));
+          sam::runtime::StaticIndex::Create(
+              f.shared_view(),
+              sam::runtime::ShardIndexOptions(sam::runtime::PrepareOptions(child_records))));
       set->paths_.push_back(f.path());
     }
     set->manifest_ = opened.manifest();
@@ -812,7 +814,7 @@ PYBIND11_MODULE(_native, m) {
 
   py::class_<ShardSet, std::shared_ptr<ShardSet>>(m, "ShardSet")
       .def_static("open", &ShardSet::Open, py::arg("path"), py::arg("tokenizer") = py::none(),
-                  py::arg("verify") = false)
+                  py::arg("verify") = false, py::arg("child_records") = false)
       .def_property_readonly("num_shards", &ShardSet::num_shards)
       .def_property_readonly("num_tokens", &ShardSet::num_tokens)
       .def_property_readonly("num_documents", &ShardSet::num_documents)

@@ -373,9 +373,11 @@ int sam_shard_set_open(const char* path, const char* expected_tokenizer_sha256, 
   return Guard([&] {
     Require(path != nullptr, "sam_shard_set_open", "path is NULL");
     Require(out != nullptr, "sam_shard_set_open", "out is NULL");
-    Require((flags & ~unsigned{SAM_OPEN_VERIFY}) == 0, "sam_shard_set_open",
-            ("unknown or unsupported flag bits " + std::to_string(flags & ~unsigned{SAM_OPEN_VERIFY}))
-                .c_str());
+    const unsigned known = SAM_OPEN_VERIFY | SAM_OPEN_CHILD_RECORDS;
+    Require((flags & ~known) == 0, "sam_shard_set_open",
+            ("unknown or unsupported flag bits " + std::to_string(flags & ~known)).c_str());
+    const sam::runtime::StaticIndex::Options prepare = sam::runtime::ShardIndexOptions(
+        sam::runtime::PrepareOptions((flags & SAM_OPEN_CHILD_RECORDS) != 0));
     sam::format::OpenOptions options;
     options.verify = (flags & SAM_OPEN_VERIFY) != 0;
     if (expected_tokenizer_sha256 != nullptr)
@@ -384,7 +386,7 @@ int sam_shard_set_open(const char* path, const char* expected_tokenizer_sha256, 
     const sam::format::ShardSet opened = sam::format::ShardSet::Open(path, options);
     for (const auto& f : opened.shards())
       set->shards.push_back(
-          sam::runtime::StaticIndex::Create(f.shared_view(), sam::runtime::ShardIndexOptions()));
+          sam::runtime::StaticIndex::Create(f.shared_view(), prepare));
     set->tokens = opened.num_tokens();
     set->documents = opened.num_documents();
     *out = set.release();

@@ -379,6 +379,7 @@ struct Session::MergedScratch {
     std::array<StaticIndex::Child, kLongChildren> children;
   };
   std::vector<LongEntry> long_lists;
+  std::vector<StaticIndex::Child> record_children;  // a shard state's child record
   std::span<const StaticIndex::Child> LongList(const format::IndexView& view, uint64_t state) {
     if (long_lists.empty()) long_lists.resize(kLongEntries);
     const uint64_t h = (state ^ reinterpret_cast<uintptr_t>(&view)) * 0x9E3779B97F4A7C15ull;
@@ -1108,7 +1109,19 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
           if (hubs != nullptr && hubs->TopChildren(e.state, &top)) {
             e.complete = top.size() < hubs->options().top_k;  // a hub's list: never scanned
           } else {
-            top = m.LongList(view, e.state);
+            // Its child record when it has one that holds the long list (a
+            // shard's top_k is kShardTopK): the list's children without the
+            // scan; else the long list.
+            uint32_t size = 0;
+            if (hubs != nullptr && hubs->has_records() &&
+                hubs->options().top_k >= MergedScratch::kLongChildren) {
+              m.record_children.resize(hubs->options().top_k);
+              if (hubs->RecordChildren(e.state, m.record_children.data(), &size))
+                top = std::span<const StaticIndex::Child>(
+                    m.record_children.data(),
+                    std::min<size_t>(size, MergedScratch::kLongChildren));
+            }
+            if (size == 0) top = m.LongList(view, e.state);
             e.complete = top.size() < MergedScratch::kLongChildren;
           }
           m.lists.insert(m.lists.end(), top.begin(), top.end());  // copied: slots get reused

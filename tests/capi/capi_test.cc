@@ -1218,13 +1218,24 @@ TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
   EXPECT_EQ(sam_shard_set_num_tokens(set), sam::format::IndexFile::Open(single_path).view().num_tokens());
   EXPECT_EQ(sam_shard_set_open(manifest_path.c_str(), nullptr, SAM_OPEN_READ, &set),
             SAM_ERR_INVALID_ARGUMENT);
-  for (const int policy : {SAM_POLICY_STATIC_ONLY, SAM_POLICY_TREE, SAM_POLICY_PAPER}) {
+  // With child records too (every shard's tables; merged lookups read them).
+  sam_shard_set* records = nullptr;
+  ASSERT_EQ(sam_shard_set_open(manifest_path.c_str(), nullptr, SAM_OPEN_CHILD_RECORDS, &records),
+            SAM_OK)
+      << sam_last_error();
+  for (const auto& [opened, policy] :
+       std::vector<std::pair<sam_shard_set*, int>>{{set, SAM_POLICY_STATIC_ONLY},
+                                                  {set, SAM_POLICY_TREE},
+                                                  {set, SAM_POLICY_PAPER},
+                                                  {set, SAM_POLICY_CALIBRATED},
+                                                  {records, SAM_POLICY_TREE},
+                                                  {records, SAM_POLICY_CALIBRATED}}) {
     sam_session_config config;
     sam_session_config_init(&config);
     config.policy = policy;
     sam_session* c_session = nullptr;
     ASSERT_EQ(sam_session_new_ex(&config, &c_session), SAM_OK) << sam_last_error();
-    ASSERT_EQ(sam_session_attach_shard_set(c_session, set), SAM_OK) << sam_last_error();
+    ASSERT_EQ(sam_session_attach_shard_set(c_session, opened), SAM_OK) << sam_last_error();
     sam::runtime::SessionOptions o;
     o.selection.policy = static_cast<sam::runtime::Policy>(policy);
     sam::runtime::Session single(o);
@@ -1243,6 +1254,7 @@ TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
     sam_session_free(c_session);
   }
   sam_shard_set_close(set);
+  sam_shard_set_close(records);
 
   std::remove(shard_paths[1].c_str());
   set = nullptr;

@@ -66,11 +66,13 @@ class DraftsTest(unittest.TestCase):
         self.assertEqual(shards.num_documents, index.num_documents)
         self.assertEqual(shards.vocab_size, index.vocab_size)
         self.assertEqual(len(shards.shard_paths), 3)
+        records = sd.ShardSet.open(os.path.join(FIXTURE, "set.samset"), child_records=True)
         for policy in ("sam", "static", "dynamic", "sam-tree", "sam-rec", "sam-cal"):
-            with self.subTest(policy=policy):
-                session = new_session(policy)
-                session.attach(shards)
-                replay(self, session, policy)
+            for opened in (shards, records):
+                with self.subTest(policy=policy, child_records=opened is records):
+                    session = new_session(policy)
+                    session.attach(opened)
+                    replay(self, session, policy)
         # sam-cal's lookup limit and backoff reach the session: the set drafts as the index
         # with the same options, and the options change the drafts.
         opts = dict(policy="sam-cal", draft_size=REF["draft_size"], max_static_lookups=1,
