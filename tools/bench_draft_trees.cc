@@ -200,11 +200,15 @@ std::vector<double> ParseDoubles(const std::string& text, const char* flag) {
   size_t start = 0;
   while (start <= text.size()) {
     const size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    size_t used = 0;
     try {
-      out.push_back(std::stod(text.substr(start, comma - start)));
+      out.push_back(std::stod(item, &used));
     } catch (const std::exception&) {
-      throw sam::tools::UsageError(std::string(flag) + " '" + text + "': expected numbers separated by commas");
+      used = 0;
     }
+    if (used == 0 || used != item.size())  // nothing, or a number followed by more ("0.1x")
+      throw sam::tools::UsageError(std::string(flag) + " '" + text + "': expected numbers separated by commas");
     start = comma + 1;
   }
   return out;

@@ -114,6 +114,7 @@ if have bench-draft-trees; then
   expect 2 "budgets" -- "$bin/bench-draft-trees" --budgets abc
   expect 2 "budgets" -- "$bin/bench-draft-trees" --budgets 0
   expect 2 "tv" -- "$bin/bench-draft-trees" --tv 1.5
+  expect 2 "tv" -- "$bin/bench-draft-trees" --tv 0.1x
   expect 2 "temperatures" -- "$bin/bench-draft-trees" --temperatures 0
 fi
 if have sam-generate; then
