@@ -1037,13 +1037,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     if (hubs != nullptr && width <= hubs->options().top_k) {
       // A hub's table, else the state's child record (Options::record_min_count).
       if (hubs->TopChildren(v, &top)) return top.first(std::min(width, top.size()));
-      if (hubs->has_records()) {
-        m.children.resize(hubs->options().top_k);
-        uint32_t size = 0;
-        if (hubs->RecordChildren(v, m.children.data(), &size))
-          return std::span<const StaticIndex::Child>(m.children.data(),
-                                                     std::min<size_t>(width, size));
-      }
+      top = hubs->RecordChildren(v, &m.children);
+      if (!top.empty()) return top.first(std::min(width, top.size()));
     }
     if (width <= TopChildrenCache::kChildren) {
       const std::span<const StaticIndex::Child> cached = m.cache.Get(view, v);
@@ -1112,16 +1107,11 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
             // Its child record when it has one that holds the long list (a
             // shard's top_k is kShardTopK): the list's children without the
             // scan; else the long list.
-            uint32_t size = 0;
-            if (hubs != nullptr && hubs->has_records() &&
-                hubs->options().top_k >= MergedScratch::kLongChildren) {
-              m.record_children.resize(hubs->options().top_k);
-              if (hubs->RecordChildren(e.state, m.record_children.data(), &size))
-                top = std::span<const StaticIndex::Child>(
-                    m.record_children.data(),
-                    std::min<size_t>(size, MergedScratch::kLongChildren));
+            if (hubs != nullptr && hubs->options().top_k >= MergedScratch::kLongChildren) {
+              top = hubs->RecordChildren(e.state, &m.record_children);
+              top = top.first(std::min(top.size(), MergedScratch::kLongChildren));
             }
-            if (size == 0) top = m.LongList(view, e.state);
+            if (top.empty()) top = m.LongList(view, e.state);
             e.complete = top.size() < MergedScratch::kLongChildren;
           }
           m.lists.insert(m.lists.end(), top.begin(), top.end());  // copied: slots get reused

@@ -77,11 +77,9 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
     bool ranked = false;
     if (hubs != nullptr && options.max_width <= hubs->options().top_k) {
       ranked = hubs->TopChildren(v, &top);
-      if (!ranked && hubs->has_records()) {  // the state's child record, if it has one
-        records_.resize(hubs->options().top_k);
-        uint32_t size = 0;
-        ranked = hubs->RecordChildren(v, records_.data(), &size);
-        if (ranked) top = std::span<const StaticIndex::Child>(records_.data(), size);
+      if (!ranked) {  // the state's child record, if it has one
+        top = hubs->RecordChildren(v, &records_);
+        ranked = !top.empty();
       }
     } else if (options.max_width <= kCachedChildren) {
       const auto [lo, hi] = view.EdgeRange(v);

@@ -128,6 +128,15 @@ class SAM_API StaticIndex {
     *size = end - begin;
     return true;
   }
+  // The same into *scratch (resized as needed): the record's children, or
+  // an empty span when `state` has none (nothing resized without records).
+  std::span<const Child> RecordChildren(uint64_t state, std::vector<Child>* scratch) const {
+    if (!has_records()) return {};
+    scratch->resize(options_.top_k);
+    uint32_t size = 0;
+    if (!RecordChildren(state, scratch->data(), &size)) return {};
+    return std::span<const Child>(scratch->data(), size);
+  }
   bool has_records() const { return record_begin_.size() != 0; }
   size_t record_bytes() const { return record_begin_.bytes() + records_.bytes(); }
   // Starts loading the offset of `state`'s child record (none: nothing).
