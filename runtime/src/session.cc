@@ -310,7 +310,7 @@ inline bool RanksBefore(const QueueEntry& a, const QueueEntry& b) {
   if (__builtin_expect(a.key == b.key, 0)) return RanksBeforeAtEqualKeys(a, b);
   return a.key > b.key;  // keys are never NaN
 }
-// A function object, not a function pointer: the heap operations inline it.
+// A function object, not a function pointer: the queue's binary search inlines it.
 struct QueueLess {
   bool operator()(const QueueEntry& a, const QueueEntry& b) const { return RanksBefore(b, a); }
 };
