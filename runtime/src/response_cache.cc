@@ -11,6 +11,7 @@
 
 #include "sam/error.h"
 #include "sam/format/blob_file.h"
+#include "sam/format/packed.h"
 #include "sam/format/response_cache_file.h"
 #include "sam/format/sha256.h"
 #include "sam/indexer/builder.h"
@@ -148,11 +149,6 @@ void ResponseCache::DropCompiled(Tenant& t) {
 
 namespace {
 
-// A tenant's text (its responses, each followed by the separator) compiled:
-// the builder's index in memory and its StaticIndex (hub tables, no filter).
-// Null index when the text holds ids no vocabulary has (2^31 and above) or
-// memory ran out: the automaton alone drafts for that tenant until the next
-// compile.
 // A tenant automaton's whole text (positions 1..size()).
 std::vector<uint32_t> TextOf(const DynamicSam& sam) {
   std::vector<uint32_t> text(sam.size());
@@ -160,13 +156,33 @@ std::vector<uint32_t> TextOf(const DynamicSam& sam) {
   return text;
 }
 
-ResponseCache::Compiled BuildCompiled(const std::string& key, std::span<const uint32_t> text) {
+// A tenant's text (its responses, each followed by the separator) compiled:
+// the builder's index in memory and its StaticIndex (hub tables, no filter).
+// Null index when the text holds ids no vocabulary has (2^31 and above),
+// when the index cannot fit `budget` bytes (below), or when memory ran out:
+// the automaton alone drafts for that tenant until the next compile.
+//
+// The index's vocabulary is the largest id plus one, and its root table
+// (FORMAT.md, ROOT) holds a state id per vocabulary entry, of at least
+// BitsFor(tokens) bits: a lower bound on the index's bytes that Publish
+// compares with the same budget after the build. Checking it first spares a
+// build whose time and memory grow with the largest id, not with the text:
+// one stray id near 2^31 would cost seconds and gigabytes per compile.
+ResponseCache::Compiled BuildCompiled(const std::string& key, std::span<const uint32_t> text,
+                                      size_t budget) {
   ResponseCache::Compiled out;
+  uint32_t max_id = 0;
+  uint64_t tokens = 0;
+  for (uint32_t id : text) {
+    if (id == ResponseCache::kSeparator) continue;
+    max_id = std::max(max_id, id);
+    ++tokens;
+  }
+  if (max_id >= (1u << 31) - 1 ||
+      format::PackedBytes(uint64_t{max_id} + 1, format::BitsFor(tokens)) > budget)
+    return out;
   auto holder = std::make_shared<CompiledHolder>();
   try {
-    uint32_t max_id = 0;
-    for (uint32_t id : text)
-      if (id != ResponseCache::kSeparator) max_id = std::max(max_id, id);
     indexer::SuffixAutomatonBuilder builder(max_id + 1, text.size());
     size_t begin = 0;
     for (size_t p = 0; p < text.size(); ++p) {
@@ -221,7 +237,7 @@ void ResponseCache::MaybeCompile(const std::shared_ptr<Tenant>& t) {
   if (!CompileDue(*t)) return;
   if (!compile_.background) {
     // Only this writer changes t's automaton: read it without its lock.
-    Publish(*t, BuildCompiled(t->key, TextOf(*t->sam)));
+    Publish(*t, BuildCompiled(t->key, TextOf(*t->sam), max_bytes_ - automata_bytes_));
     return;
   }
   if (t->compile_queued) return;  // the queued compile will read the newer text
@@ -252,7 +268,7 @@ void ResponseCache::CompileLoop() {
         std::shared_lock read(t->mu);
         text = TextOf(*t->sam);
       }
-      Compiled built = BuildCompiled(t->key, text);
+      Compiled built = BuildCompiled(t->key, text, max_bytes_ - automata_bytes_);
       std::lock_guard write(write_mu_);
       t->compile_queued = false;
       // Not for a tenant that Clear() or eviction removed meanwhile.

@@ -445,6 +445,46 @@ TEST(ResponseCacheCompileTest, RefusesBadOptions) {
   EXPECT_NO_THROW(ResponseCache(1 << 20, c));
 }
 
+// A compile happens exactly when the compiled index fits the compile budget,
+// whatever the largest id (the index's vocabulary): with a budget of exactly
+// the bytes an unbounded cache's compile took, the index is compiled; one byte
+// less, it is not. An id near 2^31 (a vocabulary of 2^31 ids, whose root table
+// alone is over a gigabyte) is refused under a 1 GiB budget without building
+// (building it would take gigabytes of working memory), and the tenant still
+// drafts from its automaton.
+TEST(ResponseCacheCompileTest, CompilesExactlyWhatFitsItsBudgetWhateverTheLargestId) {
+  std::mt19937 rng(31);
+  auto compiles = [](const Tokens& response, size_t budget) {
+    ResponseCache::CompileOptions compile;
+    compile.enabled = true;
+    compile.min_tokens = 16;
+    compile.max_bytes = budget;
+    ResponseCache cache(budget + (size_t{1} << 20), compile);
+    EXPECT_TRUE(cache.Insert("A", response));
+    EXPECT_EQ(cache.num_compiles() == 1, cache.CompiledIndex("A").index != nullptr);
+    // Compiled or not, the tenant drafts its response's continuation.
+    uint32_t out[4];
+    size_t count = 0;
+    const Tokens context(response.begin(), response.begin() + 3);
+    EXPECT_EQ(cache.Draft("A", context, 4, false, out, &count), 3u);
+    EXPECT_EQ(Tokens(out, out + count), Tokens(response.begin() + 3, response.begin() + 7));
+    return cache.compiled_bytes();
+  };
+  for (const uint32_t largest : {40u, 5000u, 300000u, 3000000u}) {
+    for (const size_t length : {20u, 300u}) {
+      Tokens response = Random(rng, length, 40);
+      response[rng() % length] = largest;
+      const size_t bytes = compiles(response, size_t{1} << 30);
+      ASSERT_GT(bytes, 0u) << largest << " " << length;
+      EXPECT_EQ(compiles(response, bytes), bytes) << largest << " " << length;
+      EXPECT_EQ(compiles(response, bytes - 1), 0u) << largest << " " << length;
+    }
+  }
+  Tokens response = Random(rng, 20, 40);
+  response[7] = (1u << 31) - 2;
+  EXPECT_EQ(compiles(response, size_t{1} << 30), 0u);
+}
+
 // A session drafts from its tenant's compiled index as from the same index
 // attached to it: with fresh estimates (family 1's priors are family 0's),
 // the first proposal of a calibrated session on a compiling cache equals that

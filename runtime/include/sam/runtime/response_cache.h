@@ -58,8 +58,12 @@
 // Compiled indexes have a byte budget of their own, max_bytes (counted in
 // bytes(); the automata then get the cache's bound minus it): a compile that
 // does not fit drops the oldest compiled indexes of other tenants first, and
-// is skipped when it does not fit alone. The builder's working memory (about
-// 60 bytes a token, freed at the end) is outside the bound.
+// is skipped when it does not fit alone. The index's vocabulary is the
+// largest cached id plus one, and its root table holds an entry per id: a
+// compile whose root table alone cannot fit is skipped before building (one
+// stray id near 2^31 would otherwise cost gigabytes). The builder's working
+// memory (about 60 bytes a token, and 4 bytes per id up to the largest;
+// freed at the end) is outside the bound.
 //
 // Threads. Any number of threads may read (Draft, Match, cursors, inspection)
 // while others Insert/Clear/Save/Load: inserts are serialised by one writer
