@@ -6,7 +6,11 @@
 // policies draft over it, attached both as a bare IndexView and as a
 // prepared StaticIndex, fed a token stream derived from the input (random
 // ids, stretches of the index's own text so that matches go deep, separators
-// and out-of-vocabulary ids). Every step must finish (libFuzzer's -timeout
+// and out-of-vocabulary ids). The index is also attached as a shard set of
+// two copies, the StaticIndex with and without child records, and the
+// calibrated policy's knobs (lookup limit, backoff, width) vary with the
+// input, and half the sessions draft from a response cache (compiled or
+// not) that holds their earlier requests. Every step must finish (libFuzzer's -timeout
 // reports a hang), never read out of bounds (ASan), and return a well-formed
 // draft tree. Open may refuse the file, and a step may report an error (an
 // exception).
@@ -22,7 +26,9 @@
 #include <vector>
 
 #include "sam/format/index.h"
+#include "sam/runtime/response_cache.h"
 #include "sam/runtime/session.h"
+#include "sam/runtime/shard_set.h"
 #include "sam/runtime/static_index.h"
 #include "compact.h"
 #include "reseal.h"
@@ -90,20 +96,43 @@ void CheckTree(const sam::runtime::DraftTree& t, uint32_t start, size_t limit) {
   }
 }
 
+// How a Drive attaches the index: as a bare view, as a prepared StaticIndex,
+// or as a shard set of two prepared copies (merged lookups over tied shards).
+enum class Attach { kView, kPrepared, kShards };
+
 void Drive(const sam::format::IndexView& view,
-           const std::shared_ptr<const sam::runtime::StaticIndex>& prepared,
-           sam::runtime::Policy policy, uint64_t seed) {
+           const std::vector<std::shared_ptr<const sam::runtime::StaticIndex>>& prepared,
+           Attach attach, sam::runtime::Policy policy, uint64_t seed) {
   Rng rng{seed};
   sam::runtime::SessionOptions o;
   o.max_dynamic_bytes = size_t{1} << 20;
   o.selection.policy = policy;
   o.selection.draft_size = 1 + rng.Below(48);
   o.selection.adaptive_length = rng.Below(2);
+  // The calibrated ranking's knobs: the lookup limit (0: none), the backoff
+  // threshold (0: never), the width and the path-probability floor.
+  o.selection.max_static_lookups = rng.Below(10);
+  o.selection.backoff_count = rng.Below(4) == 0 ? 0 : 1 + rng.Below(16);
+  o.selection.max_width = 1 + rng.Below(12);
+  o.selection.min_path_probability = rng.Below(4) == 0 ? 0.0 : 0.015;
+  o.selection.dynamic_link_fallback = rng.Below(2);
+  // A response cache half the time (compiled into an index once a tenant
+  // holds 16 tokens): each request's text is cached for the next, so the
+  // second request drafts from it too.
+  std::shared_ptr<sam::runtime::ResponseCache> cache;
+  if (rng.Below(2) == 0) {
+    sam::runtime::ResponseCache::CompileOptions compile;
+    compile.enabled = rng.Below(2) == 0;
+    compile.min_tokens = 16;
+    cache = std::make_shared<sam::runtime::ResponseCache>(size_t{1} << (12 + rng.Below(8)),
+                                                          compile);
+  }
   sam::runtime::Session session(o);
-  if (prepared) {
-    session.AttachIndex(prepared);
-  } else {
-    session.AttachIndex(&view);
+  if (cache) session.AttachCache(cache, rng.Below(2) == 0 ? "a" : "b");
+  switch (attach) {
+    case Attach::kView: session.AttachIndex(&view); break;
+    case Attach::kPrepared: session.AttachIndex(prepared[0]); break;
+    case Attach::kShards: session.AttachShardSet(prepared); break;
   }
   std::vector<uint32_t> buf;
   for (int request = 0; request < 2; ++request) {
@@ -133,6 +162,7 @@ void Drive(const sam::format::IndexView& view,
       AppendTokens(rng, view, 1, &next);
       start = next.empty() || rng.Below(4) == 0 ? RandomToken(rng, view) : next[0];
     }
+    if (cache) session.CacheRequest(rng.Below(2) == 0);  // with the prompt or without
     session.Reset();
   }
 }
@@ -152,15 +182,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     sam::runtime::StaticIndex::Options so;
     so.min_degree = 2 + seed % 8;  // small indexes have hubs too
     so.top_k = 1 + (seed >> 8) % 8;
-    const auto prepared = sam::runtime::StaticIndex::Create(&view, so);
+    // Child records (of clones occurring at least 2 or 3 times) half the time.
+    so.record_min_count = (seed >> 16) % 2 == 0 ? 0 : 2 + (seed >> 17) % 2;
+    const std::vector<std::shared_ptr<const sam::runtime::StaticIndex>> prepared = {
+        sam::runtime::StaticIndex::Create(&view, so)};
+    // A shard set's shards keep the long list (ShardIndexOptions): two
+    // copies of the index, tied everywhere, so every lookup is merged.
+    const auto shard = sam::runtime::StaticIndex::Create(&view, sam::runtime::ShardIndexOptions(so));
+    const std::vector<std::shared_ptr<const sam::runtime::StaticIndex>> shards = {shard, shard};
     const sam::runtime::Policy policies[] = {sam::runtime::Policy::kPaper,
                                              sam::runtime::Policy::kTree,
                                              sam::runtime::Policy::kCalibrated};
     uint64_t k = 0;
     for (sam::runtime::Policy policy : policies) {
-      for (bool use_prepared : {false, true}) {
+      for (Attach attach : {Attach::kView, Attach::kPrepared, Attach::kShards}) {
         try {
-          Drive(view, use_prepared ? prepared : nullptr, policy, seed + ++k);
+          Drive(view, attach == Attach::kShards ? shards : prepared, attach, policy, seed + ++k);
         } catch (const std::exception&) {
         }
       }
