@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -49,9 +51,41 @@ std::string Indented(std::string_view message) {
   return out;
 }
 
+// CLI11 (2.1) reads "-3" into an unsigned option as 2^64 - 3, and "nan" or
+// "inf" into a floating-point one (and a range check lets NaN through). So
+// every unsigned option (type UINT) of every program refuses a minus sign, and
+// every floating-point one (FLOAT) a value that is not a finite number. The
+// checks have no description: --help is unchanged.
+void GuardNumbers(CLI::App& app) {
+  const CLI::Validator unsigned_value(
+      [](std::string& value) -> std::string {
+        const size_t at = value.find_first_not_of(" \t");
+        if (at != std::string::npos && value[at] == '-')
+          return "Value " + value + " is not an unsigned number";
+        return "";
+      },
+      "");
+  const CLI::Validator finite_value(
+      [](std::string& value) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(value.c_str(), &end);
+        if (end != value.c_str() && !std::isfinite(v))
+          return "Value " + value + " is not a finite number";
+        return "";
+      },
+      "");
+  for (CLI::Option* option : app.get_options()) {
+    const std::string type = option->get_type_name();
+    if (type.rfind("UINT", 0) == 0) option->check(unsigned_value);
+    if (type.rfind("FLOAT", 0) == 0) option->check(finite_value);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) GuardNumbers(*sub);
+}
+
 }  // namespace
 
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
+  GuardNumbers(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -78,6 +78,11 @@ expect 2 "no corpus" -- "$build" -o "$tmp/a.sam"
 expect 2 "absurd" -- "$build" -o "$tmp/a.sam" --threads 100000 "${ids[@]}"
 expect 2 "output" -- "$build" "${ids[@]}"
 expect 2 "traces" -- "$replay" --index x.sam
+# CLI11 would read a negative number into an unsigned option (wrapped) and NaN
+# into a floating-point one past its range check (tools/cli.cc GuardNumbers).
+expect 2 "Value -3 is not an unsigned number" -- "$replay" --index x.sam --backoff-count -3
+expect 2 "Value nan is not a finite number" -- "$replay" --index x.sam --min-path-prob nan
+expect 2 "threads: Value -1 is not an unsigned number" -- "$build" -o "$tmp/a.sam" --threads -1 "${ids[@]}"
 expect 2 "out" -- "$replay" make-traces --data "$tmp"
 expect 2 "template" -- "$replay" make-traces --data "$tmp" --out "$tmp/t.jsonl" --template bogus
 expect 2 "" -- "$inspect"
@@ -89,6 +94,7 @@ if have bench-step; then
   expect 2 "steps" -- "$bin/bench-step" --index x.sam --steps abc
   expect 2 "backoff-count" -- "$bin/bench-step" --index x.sam --backoff-count abc
   expect 2 "max-width" -- "$bin/bench-step" --index x.sam --max-width 0
+  expect 2 "Value -5 is not an unsigned number" -- "$bin/bench-step" --index x.sam --contexts 1024,-5
 fi
 if have bench-batch; then
   expect 2 "index" -- "$bin/bench-batch" --traces x.jsonl
