@@ -416,6 +416,10 @@ class ErrorsTest(unittest.TestCase):
                          sd.Session, draft_size=-4)
         self.assertError("invalid-argument", "option 'policy' must be a policy name",
                          sd.Session, policy=3)
+        self.assertError("invalid-argument", "min_path_probability must be in",
+                         sd.Session, policy="sam-cal", min_path_probability=float("nan"))
+        self.assertError("invalid-argument", "max_width must be at least 1",
+                         sd.Session, policy="sam-cal", max_width=0)
 
     def test_tokens_out_of_range(self):
         session = sd.Session()

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -522,6 +524,23 @@ TEST(SessionLimits, DraftSizeAtAndBeyondTheMaximum) {
   EXPECT_NO_THROW(Session{o});
   o.selection.max_tree_nodes = kMaxDraftSize + 1;
   EXPECT_THROW(Session{o}, sam::Error);
+  o.selection.max_tree_nodes = kMaxDraftSize;
+  o.selection.max_width = 0;
+  EXPECT_THROW(Session{o}, sam::Error);
+  o.selection.max_width = 1;
+  for (double p : {0.0, 0.5, 1.0}) {
+    o.selection.min_path_probability = p;
+    EXPECT_NO_THROW(Session{o}) << p;
+  }
+  for (double p : {-0.01, 1.5, std::nan(""), std::numeric_limits<double>::infinity()}) {
+    o.selection.min_path_probability = p;
+    try {
+      Session refused(o);
+      ADD_FAILURE() << "min_path_probability " << p << " was accepted";
+    } catch (const sam::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("min_path_probability"), std::string::npos);
+    }
+  }
 }
 
 // ---------------------------------------------------------------- lifetime

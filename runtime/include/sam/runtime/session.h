@@ -80,7 +80,8 @@ struct SAM_API SessionOptions {
 class SAM_API Session : public Drafter {
  public:
   // Throws sam::Error (kInvalidArgument) for an unusable option (draft_size outside
-  // 1..kMaxDraftSize, max_tree_nodes above kMaxDraftSize).
+  // 1..kMaxDraftSize, max_tree_nodes above kMaxDraftSize, max_width 0,
+  // min_path_probability outside [0, 1] or NaN).
   explicit Session(const SessionOptions& options = {});
   ~Session() override;
   Session(const Session&) = delete;
