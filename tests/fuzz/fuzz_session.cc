@@ -8,8 +8,8 @@
 // ids, stretches of the index's own text so that matches go deep, separators
 // and out-of-vocabulary ids). The index is also attached as a shard set of
 // two copies, the StaticIndex with and without child records, and the
-// calibrated policy's knobs (lookup limit, backoff, width) vary with the
-// input, and half the sessions draft from a response cache (compiled or
+// calibrated policy's knobs (lookup limit, backoff, width, a cost curve)
+// vary with the input, and half the sessions draft from a response cache (compiled or
 // not) that holds their earlier requests. Every step must finish (libFuzzer's -timeout
 // reports a hang), never read out of bounds (ASan), and return a well-formed
 // draft tree. Open may refuse the file, and a step may report an error (an
@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "sam/format/index.h"
+#include "sam/runtime/budget.h"
 #include "sam/runtime/response_cache.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/shard_set.h"
@@ -116,6 +117,13 @@ void Drive(const sam::format::IndexView& view,
   o.selection.max_width = 1 + rng.Below(12);
   o.selection.min_path_probability = rng.Below(4) == 0 ? 0.0 : 0.015;
   o.selection.dynamic_link_fallback = rng.Below(2);
+  // Cost-aware sizing (ChooseTreeSize) a quarter of the time: a curve from
+  // flat (GPU-like) to steep (CPU-like).
+  if (rng.Below(4) == 0) {
+    const double slope = static_cast<double>(rng.Below(100)) / 25.0;
+    const sam::runtime::CostPoint points[] = {{1, 1.0}, {64, 1.0 + slope * 63.0 / 64.0}};
+    o.selection.cost_curve = sam::runtime::CostCurve::FromPoints(points);
+  }
   // A response cache half the time (compiled into an index once a tenant
   // holds 16 tokens): each request's text is cached for the next, so the
   // second request drafts from it too.
@@ -162,7 +170,13 @@ void Drive(const sam::format::IndexView& view,
       AppendTokens(rng, view, 1, &next);
       start = next.empty() || rng.Below(4) == 0 ? RandomToken(rng, view) : next[0];
     }
-    if (cache) session.CacheRequest(rng.Below(2) == 0);  // with the prompt or without
+    if (cache) {
+      try {
+        session.CacheRequest(rng.Below(2) == 0);  // with the prompt or without
+      } catch (const std::exception&) {
+        // A text holding the cache's separator id is refused; drafting goes on.
+      }
+    }
     session.Reset();
   }
 }
