@@ -579,7 +579,8 @@ Session::Session(const SessionOptions& options)
   // A width of 0 would draft no static node, and a NaN floor would silently
   // drop every static expansion (no comparison with it holds).
   if (sel.max_width < 1)
-    throw Error(ErrorCode::kInvalidArgument, "SessionOptions: selection.max_width must be at least 1");
+    throw Error(ErrorCode::kInvalidArgument,
+                "SessionOptions: selection.max_width must be at least 1");
   if (!(sel.min_path_probability >= 0.0 && sel.min_path_probability <= 1.0))
     throw Error(ErrorCode::kInvalidArgument,
                 "SessionOptions: selection.min_path_probability must be in [0, 1], got " +

@@ -7,13 +7,13 @@
 // prepared StaticIndex, fed a token stream derived from the input (random
 // ids, stretches of the index's own text so that matches go deep, separators
 // and out-of-vocabulary ids). The index is also attached as a shard set of
-// two copies, the StaticIndex with and without child records, and the
+// two copies, the StaticIndex has child records half the time, the
 // calibrated policy's knobs (lookup limit, backoff, width, a cost curve)
-// vary with the input, and half the sessions draft from a response cache (compiled or
-// not) that holds their earlier requests. Every step must finish (libFuzzer's -timeout
-// reports a hang), never read out of bounds (ASan), and return a well-formed
-// draft tree. Open may refuse the file, and a step may report an error (an
-// exception).
+// vary with the input, and half the sessions also draft from a response
+// cache (compiled or not) that holds their earlier request. Every step must
+// finish (libFuzzer's -timeout reports a hang), never read out of bounds
+// (ASan), and return a well-formed draft tree. Open may refuse the file, and
+// a step may report an error (an exception).
 //
 //   tools/fuzz.sh fuzz_session     (builds build-fuzz/ with clang; docs/testing.md)
 #include <algorithm>
@@ -202,7 +202,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         sam::runtime::StaticIndex::Create(&view, so)};
     // A shard set's shards keep the long list (ShardIndexOptions): two
     // copies of the index, tied everywhere, so every lookup is merged.
-    const auto shard = sam::runtime::StaticIndex::Create(&view, sam::runtime::ShardIndexOptions(so));
+    const auto shard =
+        sam::runtime::StaticIndex::Create(&view, sam::runtime::ShardIndexOptions(so));
     const std::vector<std::shared_ptr<const sam::runtime::StaticIndex>> shards = {shard, shard};
     const sam::runtime::Policy policies[] = {sam::runtime::Policy::kPaper,
                                              sam::runtime::Policy::kTree,
