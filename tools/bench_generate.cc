@@ -127,7 +127,11 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < curve_tokens.size(); ++i)
       if ((i == 0 && curve_tokens[0] != 1) || (i > 0 && curve_tokens[i] <= curve_tokens[i - 1]))
         throw sam::tools::UsageError("--curve-tokens must start at 1 and increase");
-    if (!curve_out.empty()) sam::tools::CheckOutputPath("--cost-curve-out", curve_out, {tokenizer_path});
+    if (!curve_out.empty()) {
+      std::vector<std::string> inputs = sam::tools::IndexInputs(index_paths);
+      inputs.insert(inputs.end(), {tokenizer_path, replay_path});
+      sam::tools::CheckOutputPath("--cost-curve-out", curve_out, inputs);
+    }
     for (const auto& p : policies) {
       try {
         tb::GeneratorOptionsForPolicy(p);

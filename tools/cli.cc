@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "sam/format/error.h"
+#include "sam/format/shard_set.h"
 #include "sam/format/temp_files.h"
 
 namespace sam::tools {
@@ -127,6 +128,20 @@ void SetUpTool(const char* tool) {
   }
   const char* pause = std::getenv("SAM_TEST_PAUSE_WRITING");
   if (pause != nullptr && *pause != '\0') sam::format::SetTempFileObserver(PauseAtTempFile);
+}
+
+std::vector<std::string> IndexInputs(const std::vector<std::string>& index_paths) {
+  std::vector<std::string> files;
+  for (const std::string& path : index_paths) {
+    files.push_back(path);
+    if (!sam::format::LooksLikeShardSet(path)) continue;
+    try {
+      for (const sam::format::ShardEntry& shard : sam::format::ReadShardSetManifest(path).shards)
+        files.push_back(sam::format::ShardPath(path, shard));
+    } catch (const std::exception&) {
+    }
+  }
+  return files;
 }
 
 void CheckOutputPath(const std::string& flag, const std::string& path,

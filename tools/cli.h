@@ -62,6 +62,12 @@ void SetUpTool(const char* tool);
 void CheckOutputPath(const std::string& flag, const std::string& path,
                      const std::vector<std::string>& inputs = {});
 
+// The files that `index_paths` (--index flags) name: each path and, for a
+// shard set manifest (NAME.samset), its shards' files, so that an output can
+// be checked against them all (CheckOutputPath's inputs). A manifest that
+// cannot be read adds only itself (opening it reports why, later).
+std::vector<std::string> IndexInputs(const std::vector<std::string>& index_paths);
+
 // An output file written atomically: the text goes to "<path>.tmp-<pid>"
 // (registered for signal cleanup); Commit() flushes, fsyncs and renames it over
 // `path`. Destroyed without Commit() (an exception), it removes the temporary

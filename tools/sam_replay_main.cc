@@ -513,9 +513,11 @@ int main(int argc, char** argv) {
                            !save_cache_path.empty() || !load_cache_path.empty() || cache_compile))
       throw UsageError("--tenant-field, --cache-mib, --cache-prompts, --cache-compile, "
                        "--load-cache and --save-cache need --cross-request");
+    // Every file read: an output may be none of them.
+    std::vector<std::string> inputs = sam::tools::IndexInputs(index_paths);
+    inputs.insert(inputs.end(), {traces_path, tokenizer_path, load_cache_path, cost_curve_path});
     if (!save_cache_path.empty())
-      sam::tools::CheckOutputPath("--save-cache", save_cache_path,
-                                  {traces_path, tokenizer_path, load_cache_path});
+      sam::tools::CheckOutputPath("--save-cache", save_cache_path, inputs);
     if (policies.empty()) {  // all of them
       policies = {kPld};
       for (const rt::NamedPolicy& p : rt::NamedPolicies()) policies.emplace_back(p.name);
@@ -525,7 +527,7 @@ int main(int argc, char** argv) {
         std::all_of(policies.begin(), policies.end(), [](const auto& n) { return n == kPld; }))
       throw UsageError("--save-cache: pld keeps no cache; replay a session policy too");
     if (!report_dir.empty())
-      sam::tools::CheckReportDir(report_dir, {traces_path, tokenizer_path, cost_curve_path});
+      sam::tools::CheckReportDir(report_dir, inputs);
     if (project_only && cost_curve_path.empty()) throw UsageError("--project-only needs --cost-curve");
     rt::CostCurve projection;
     if (!cost_curve_path.empty()) projection = rt::CostCurve::Load(cost_curve_path);

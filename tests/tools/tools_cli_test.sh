@@ -109,6 +109,9 @@ if have bench-generate; then
   expect 2 "increase" -- "$bin/bench-generate" --tokenizer x --curve-only --curve-tokens 1,8,4
   expect 2 "data-dir" -- "$bin/bench-generate" --tokenizer x
   expect 2 "does not exist" -- "$bin/bench-generate" --tokenizer x --curve-only --cost-curve-out "$tmp/no/c.csv"
+  echo keep > "$tmp/an-index.sam"
+  expect 2 "is the input" -- "$bin/bench-generate" --tokenizer x --curve-only --index "$tmp/an-index.sam" --cost-curve-out "$tmp/an-index.sam"
+  [[ "$(cat "$tmp/an-index.sam")" == keep ]] || FAIL "--cost-curve-out overwrote an --index"
 fi
 if have bench-forward; then
   expect 2 "layers" -- "$bin/bench-forward" --layers abc
@@ -245,6 +248,24 @@ if run_paused "$tmp/t2.jsonl" -- "$replay" make-traces --data "$tmp/data" --out 
   check_killed TERM "$tmp/t2.jsonl"
 fi
 ls "$tmp" | grep -q -e '\.tmp-' && FAIL "temporary files left: $(ls "$tmp")"
+
+# ---------------------------------------------------------------- sam-replay outputs
+# --save-cache and --report are never an input: not an index, nor a shard of a shard set.
+"$build" -q -o "$tmp/sh0.sam" --shard 0/2 "${ids[@]}" >/dev/null &&
+  "$build" -q -o "$tmp/sh1.sam" --shard 1/2 "${ids[@]}" >/dev/null &&
+  "$build" -q -o "$tmp/set.samset" --write-samset "$tmp/sh0.sam" "$tmp/sh1.sam" >/dev/null ||
+  FAIL "could not build the shard set"
+echo '{"prompt_ids": [1, 2], "output_ids": [2, 3, 1, 2, 3]}' > "$tmp/ids-traces.jsonl"
+cache=(--traces "$tmp/ids-traces.jsonl" --policy sam-cal --cross-request)
+expect 0 "MAT" -- "$replay" --index "$tmp/replace.sam" "${cache[@]}" --save-cache "$tmp/c.samc"
+before=$(sum "$tmp/replace.sam")
+expect 2 "is the input" -- "$replay" --index "$tmp/replace.sam" "${cache[@]}" --save-cache "$tmp/replace.sam"
+[[ "$(sum "$tmp/replace.sam")" == "$before" ]] || FAIL "--save-cache overwrote the index"
+before=$(sum "$tmp/sh1.sam")
+expect 2 "is the input" -- "$replay" --index "$tmp/set.samset" "${cache[@]}" --save-cache "$tmp/sh1.sam"
+[[ "$(sum "$tmp/sh1.sam")" == "$before" ]] || FAIL "--save-cache overwrote a shard of the set"
+cp "$tmp/replace.sam" "$tmp/dir/index.html"
+expect 2 "is the input" -- "$replay" --index "$tmp/dir/index.html" --traces "$tmp/ids-traces.jsonl" --report "$tmp/dir"
 
 # ---------------------------------------------------------------- sam-generate, no tokenizer needed
 if have sam-generate; then
