@@ -158,9 +158,10 @@ std::vector<uint32_t> TextOf(const DynamicSam& sam) {
 
 // A tenant's text (its responses, each followed by the separator) compiled:
 // the builder's index in memory and its StaticIndex (hub tables, no filter).
-// Null index when the text holds ids no vocabulary has (2^31 and above),
-// when the index cannot fit `budget` bytes (below), or when memory ran out:
-// the automaton alone drafts for that tenant until the next compile.
+// Null index when the text holds ids no vocabulary has (2^31 and above: the
+// builder refuses such a vocabulary), when the index cannot fit `budget`
+// bytes (below), or when memory ran out: the automaton alone drafts for that
+// tenant until the next compile.
 //
 // The index's vocabulary is the largest id plus one, and its root table
 // (FORMAT.md, ROOT) holds a state id per vocabulary entry, of at least
@@ -178,9 +179,7 @@ ResponseCache::Compiled BuildCompiled(const std::string& key, std::span<const ui
     max_id = std::max(max_id, id);
     ++tokens;
   }
-  if (max_id >= (1u << 31) - 1 ||
-      format::PackedBytes(uint64_t{max_id} + 1, format::BitsFor(tokens)) > budget)
-    return out;
+  if (format::PackedBytes(uint64_t{max_id} + 1, format::BitsFor(tokens)) > budget) return out;
   auto holder = std::make_shared<CompiledHolder>();
   try {
     indexer::SuffixAutomatonBuilder builder(max_id + 1, text.size());
@@ -237,7 +236,7 @@ void ResponseCache::MaybeCompile(const std::shared_ptr<Tenant>& t) {
   if (!CompileDue(*t)) return;
   if (!compile_.background) {
     // Only this writer changes t's automaton: read it without its lock.
-    Publish(*t, BuildCompiled(t->key, TextOf(*t->sam), max_bytes_ - automata_bytes_));
+    Publish(*t, BuildCompiled(t->key, TextOf(*t->sam), compile_budget()));
     return;
   }
   if (t->compile_queued) return;  // the queued compile will read the newer text
@@ -268,7 +267,7 @@ void ResponseCache::CompileLoop() {
         std::shared_lock read(t->mu);
         text = TextOf(*t->sam);
       }
-      Compiled built = BuildCompiled(t->key, text, max_bytes_ - automata_bytes_);
+      Compiled built = BuildCompiled(t->key, text, compile_budget());
       std::lock_guard write(write_mu_);
       t->compile_queued = false;
       // Not for a tenant that Clear() or eviction removed meanwhile.
@@ -289,7 +288,7 @@ void ResponseCache::WaitForCompiles() {
 }
 
 void ResponseCache::Publish(Tenant& t, Compiled built) {
-  const size_t budget = max_bytes_ - automata_bytes_;
+  const size_t budget = compile_budget();
   if (built.index == nullptr || built.bytes > budget) return;
   // t's old index goes, then other tenants' ones, oldest first, until it fits.
   DropCompiled(t);

@@ -1370,7 +1370,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   auto offer_backoff = [&](int32_t node, size_t u) {
     // A shorter context occurs more often than s (its end positions are a
     // strict superset): a branching state, so past the limit nothing is read.
-    if (sel.max_static_lookups != 0 && lookups >= sel.max_static_lookups) return;
+    if (lookups_spent()) return;
     uint64_t slen = 0;
     unit_count(node, u, &slen);
     uint64_t lstar = 0;

@@ -243,6 +243,8 @@ class SAM_API ResponseCache {
   void MaybeCompile(const std::shared_ptr<Tenant>& t);
   void CompileLoop();
   void Publish(Tenant& t, Compiled built);
+  // The compiled indexes' byte budget (CompileOptions::max_bytes or its default).
+  size_t compile_budget() const { return max_bytes_ - automata_bytes_; }
   // Drops t's compiled index (write_mu_ held).
   void DropCompiled(Tenant& t);
 
