@@ -497,13 +497,15 @@ struct Session::MergedScratch {
   int32_t Add(int32_t parent, uint32_t token) {
     const uint16_t depth = parent < 0 ? 0 : static_cast<uint16_t>(nodes[parent].depth + 1);
     const int32_t id = static_cast<int32_t>(nodes.size());
-    nodes.push_back(MergedNode{token, parent, depth, 0, false, false, 0.0, 0.0, -1.0, -1, -1,
-                               -1, {-1, -1, -1, -1}});
+    int32_t sibling = -1;
     if (parent >= 0) {
-      nodes[id].next_sibling = nodes[parent].first_child;
+      sibling = nodes[parent].first_child;
       nodes[parent].first_child = id;
     }
-    states.resize(states.size() + num_indexes, IndexState{format::kNoState, 0, 0});
+    nodes.push_back(MergedNode{token, parent, depth, 0, false, false, 0.0, 0.0, -1.0, -1, -1,
+                               sibling, {-1, -1, -1, -1}});
+    // One push per index: cheaper than resize's fill for the one or few there are.
+    for (size_t i = 0; i < num_indexes; ++i) states.push_back(IndexState{format::kNoState, 0, 0});
     return id;
   }
   int32_t Child(int32_t parent, uint32_t token) {
@@ -953,8 +955,11 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   m.unit_begin.push_back(cursors_.size());
   // The calibration family of unit u's static children, the slot of their
   // cells and the source they count for.
-  const size_t cache_unit_index = cache_unit ? m.unit_begin.size() - 2 : SIZE_MAX;
-  auto family_of = [&](size_t u) -> size_t { return u == cache_unit_index ? 1 : 0; };
+  const size_t num_units = m.unit_begin.size() - 1;  // loops read it once, not the vector
+  const size_t cache_unit_index = cache_unit ? num_units - 1 : SIZE_MAX;
+  auto family_of = [cache_unit_index](size_t u) -> size_t {
+    return u == cache_unit_index ? 1 : 0;
+  };
   // Offers `child` of unit u, which occurs `count` times under a state (or a
   // shard set's states) of `total` occurrences and match length `len`, with
   // the cells of u's family, in its slot, for its source. A child occurs at
@@ -969,7 +974,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
             cal.StaticCell(ratio, total, len, backoff, family),
             family == 0 ? kFromStatic : kFromCache);
   };
-  for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
+  for (size_t u = 0; u < num_units; ++u) {
     if (m.unit_len[u] == 0) continue;
     for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
       if (peeked_[i].len != m.unit_len[u]) continue;
@@ -1232,21 +1237,21 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     m.merged.resize(keep);
     m.StoreMerged(width);
   };
-  size_t lookups = 0;  // of states with more than one occurrence (a unit's summed count)
+  // Lookups of states with more than one occurrence (a unit's summed count)
+  // still allowed in this step (SIZE_MAX: no limit, never spent).
+  size_t lookups_left = sel.max_static_lookups != 0 ? sel.max_static_lookups : SIZE_MAX;
   // Past max_static_lookups a branching state offers no children (expand)
   // and no backoff children (offer_backoff): such expansions are not queued
   // (the same ranking, without their pushes and pops), and nothing is
   // prefetched for lookups that will not be made.
-  auto lookups_spent = [&] {
-    return sel.max_static_lookups != 0 && lookups >= sel.max_static_lookups;
-  };
+  auto lookups_spent = [&] { return lookups_left == 0; };
   // Offers the static children of `node` from every unit with a state there
   // (a shard set's as one index's: counts summed over its shards).
   auto expand = [&](int32_t node) {
     m.nodes[node].expanded = true;
     const uint16_t depth = m.nodes[node].depth;
     if (depth >= kMaxStaticDepth) return;
-    for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
+    for (size_t u = 0; u < num_units; ++u) {
       // The shards with a state here (usually one: an index of its own, or
       // the one shard that has the node's string).
       uint64_t total = 0;
@@ -1261,8 +1266,10 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       if (with_state == 0) continue;
       // Past max_static_lookups, a branching state offers no children: the
       // bound on a step's cache misses (states that occur once are free).
-      if (total > 1 && sel.max_static_lookups != 0 && ++lookups > sel.max_static_lookups)
-        continue;
+      if (total > 1) {
+        if (lookups_left == 0) continue;
+        --lookups_left;
+      }
       // The match length of the node in this unit (its shards with a state
       // all have it; below a backoff child, a shorter one).
       const uint64_t match_len = m.StateLen(node, only);
@@ -1400,7 +1407,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     uint64_t total = 0;
     for (const MergedScratch::ShardState& e : m.shard_states) total += e.count;
     if (total == 0) return;
-    ++lookups;
+    --lookups_left;
     if (lstar >= slen) return;  // corrupt: a link must shorten the match
     // The children (in m.merged, heaviest first), with their target and count
     // in every shard state (m.targets / m.target_counts, row `row`).
@@ -1439,13 +1446,13 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     if (!m.nodes[node].expanded) expand(node);
     m.nodes[node].backed_off = true;
     if (m.nodes[node].depth >= kMaxStaticDepth) return;
-    for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u)
+    for (size_t u = 0; u < num_units; ++u)
       if (unit_backs_off(node, u)) offer_backoff(node, u);
   };
   // Whether the backoff children of `parent` may offer `child` (give it a
   // state and a cell): it lacks a state in a unit where `parent` backs off.
   auto backoff_reaches = [&](int32_t parent, int32_t child) {
-    for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
+    for (size_t u = 0; u < num_units; ++u) {
       if (unit_backs_off(parent, u) && !unit_has_state(child, u)) return true;
     }
     return false;
@@ -1460,7 +1467,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     Bounds b;
     if (m.nodes[node].depth >= kMaxStaticDepth) return b;
     const bool spent = lookups_spent();
-    for (size_t u = 0; u + 1 < m.unit_begin.size(); ++u) {
+    for (size_t u = 0; u < num_units; ++u) {
       uint64_t len = 0;
       const uint64_t total = unit_count(node, u, &len);
       if (total == 0) continue;
