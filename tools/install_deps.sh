@@ -10,6 +10,8 @@ pkgs=(cmake ninja-build g++ pkg-config python3
 # CI stages (tools/run_tests.sh, docs/testing.md): clang and libFuzzer for the
 # fuzz stage (gcc's ASan, UBSan and TSan runtimes come with g++).
 pkgs+=(clang-14 libfuzzer-14-dev libclang-rt-14-dev)
+# tools/bench_step_ir.sh: instructions per drafting step under callgrind.
+pkgs+=(valgrind)
 # The slurm stage: a local single-node Slurm with munge (tools/slurm/local_test.sh).
 pkgs+=(slurmctld slurmd slurm-client munge)
 missing=()

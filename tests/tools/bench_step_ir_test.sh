@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# tools/bench_step_ir.sh on a small index of ids it builds itself: bad flags exit 2; the count
+# is the same in two runs (what the tool is for); its steps are bench-step's (one context, one
+# policy: the cold run and each warm run, --steps each, twice: the first context's first pass
+# warms the mapping).
+# Skipped (exit 77) without valgrind.
+#
+#   bench_step_ir_test.sh BIN_DIR
+set -euo pipefail
+bin=$1
+script=$(dirname "$0")/../../tools/bench_step_ir.sh
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+for args in "--frobnicate" "--" "--bin $tmp/none -- --index x.sam"; do
+  status=0
+  # shellcheck disable=SC2086
+  "$script" $args >"$tmp/out" 2>&1 || status=$?
+  [[ $status -eq 2 ]] || { cat "$tmp/out"; echo "FAIL: '$args' exited $status, not 2"; exit 1; }
+  grep -q "^bench_step_ir.sh: " "$tmp/out" || { cat "$tmp/out"; echo "FAIL: '$args': no message"; exit 1; }
+done
+"$script" --help | grep -q "Instructions per drafting step" || { echo "FAIL: --help"; exit 1; }
+if ! command -v valgrind >/dev/null; then
+  echo "SKIP: valgrind not installed (tools/install_deps.sh installs it)"
+  exit 77
+fi
+# A corpus with repeats, so that sam-cal drafts: documents drawn from 300 short phrases.
+python3 - >"$tmp/ids.jsonl" <<'PY'
+import random
+random.seed(1)
+phrases = [[random.randrange(1, 60) for _ in range(random.randrange(3, 9))] for _ in range(300)]
+for _ in range(200):
+    doc = []
+    for _ in range(random.randrange(20, 60)):
+        doc += random.choice(phrases)
+    print(doc)
+PY
+"$bin/sam-build" -q --vocab-size 64 --corpus ids="$tmp/ids.jsonl" -o "$tmp/ids.sam" >/dev/null
+run() {
+  "$script" --bin "$bin" -- --index "$tmp/ids.sam" --contexts 256 --steps 150 --runs 2 \
+    --policies sam-cal --max-static-lookups 3 | tail -n 1
+}
+first=$(run) second=$(run)
+echo "$first"
+[[ "$first" == "$second" ]] || { echo "FAIL: two runs differ: '$first' / '$second'"; exit 1; }
+python3 - "$first" <<'PY'
+import re, sys
+m = re.fullmatch(r"bench_step_ir: ([\d,]+) instructions in ([\d,]+) steps "
+                 r"\(Session::Commit calls\): ([\d,]+) per step", sys.argv[1])
+assert m, sys.argv[1]
+total, steps, per = (int(g.replace(",", "")) for g in m.groups())
+assert steps == 2 * (2 + 1) * 150, steps  # twice (cold run + 2 warm runs) x --steps
+assert per == total // steps and per > 100, (total, steps, per)
+print("OK")
+PY
