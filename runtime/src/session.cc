@@ -199,12 +199,20 @@ class Session::Calibrator {
     if (c >= static_base_ && c < fallback_base_) {
       const size_t block = (c - static_base_) / kStaticCells;  // family * 2 + backoff
       const size_t within = (c - static_base_) % kStaticCells;
+      // A maximum over a group of cells moves only if this cell exceeds it,
+      // or was it and fell: the same value as a full recomputation, without
+      // one at most observations.
       if (block % 2 == 0) {
-        UpdateStaticMax(block / 2, within % (kCountBuckets * kLengthBuckets));
+        // The (count, length) bucket's maximum over its 10 ratio cells.
+        const size_t k = within % (kCountBuckets * kLengthBuckets);
+        double& max = static_max_[block / 2 * kCountBuckets * kLengthBuckets + k];
+        if (prob_[c] > max) {
+          max = prob_[c];
+        } else if (old == max && prob_[c] < max) {
+          UpdateStaticMax(block / 2, k);
+        }
       } else {
-        // The length bucket's maximum over its 80 cells moves only if this
-        // cell reaches it, or was it and fell: the same value as a full
-        // recomputation, without one at most observations.
+        // The length bucket's maximum over its 80 cells.
         const size_t f = block / 2, l = within % kLengthBuckets;
         const double max = backoff_len_max_[f * kLengthBuckets + l];
         if (prob_[c] > max || (old == max && prob_[c] < max)) UpdateBackoffMax(f, l);
