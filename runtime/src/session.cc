@@ -289,12 +289,10 @@ constexpr uint16_t kMaxStaticDepth = 64;
 // probability), or a ranked node whose static children are still to be
 // looked up (key = its path probability times an upper bound on any static
 // child's probability).
+// 16 bytes: what breaks a tie of keys is read from the node (rare).
 struct QueueEntry {
   double key;
   int32_t node;
-  int32_t parent_rank;
-  uint32_t token;
-  uint16_t depth;
   bool expand;
   bool backoff;  // an expansion: of the backoff children
 };
@@ -305,22 +303,32 @@ struct QueueEntry {
 // two expansions, the static one first). Everything but the key is a
 // property of the node itself, so the order (and the drafts) do not depend
 // on the order in which candidates were offered. The key alone decides most
-// comparisons: the rest is looked at only at equal keys.
-inline bool RanksBeforeAtEqualKeys(const QueueEntry& a, const QueueEntry& b) {
+// comparisons: the rest is looked at only at equal keys. "Its parent" of an
+// expansion is the expanded node itself (a node is queued only once its
+// parent ranks, an expansion only once its node does; ranks never change).
+inline bool RanksBeforeAtEqualKeys(const QueueEntry& a, const QueueEntry& b,
+                                   const MergedNode* nodes) {
   if (a.expand != b.expand) return a.expand;
-  if (a.depth != b.depth) return a.depth < b.depth;
-  if (a.parent_rank != b.parent_rank) return a.parent_rank < b.parent_rank;
-  if (a.token != b.token) return a.token < b.token;
+  const MergedNode& na = nodes[a.node];
+  const MergedNode& nb = nodes[b.node];
+  if (na.depth != nb.depth) return na.depth < nb.depth;
+  const int32_t ra = a.expand ? na.rank : nodes[na.parent].rank;
+  const int32_t rb = b.expand ? nb.rank : nodes[nb.parent].rank;
+  if (ra != rb) return ra < rb;
+  if (na.token != nb.token) return na.token < nb.token;
   if (a.node != b.node) return a.node < b.node;
   return a.backoff < b.backoff;  // a node's static expansion before its backoff one
 }
-inline bool RanksBefore(const QueueEntry& a, const QueueEntry& b) {
-  if (__builtin_expect(a.key == b.key, 0)) return RanksBeforeAtEqualKeys(a, b);
+inline bool RanksBefore(const QueueEntry& a, const QueueEntry& b, const MergedNode* nodes) {
+  if (__builtin_expect(a.key == b.key, 0)) return RanksBeforeAtEqualKeys(a, b, nodes);
   return a.key > b.key;  // keys are never NaN
 }
 // A function object, not a function pointer: the queue's binary search inlines it.
 struct QueueLess {
-  bool operator()(const QueueEntry& a, const QueueEntry& b) const { return RanksBefore(b, a); }
+  const MergedNode* nodes;
+  bool operator()(const QueueEntry& a, const QueueEntry& b) const {
+    return RanksBefore(b, a, nodes);
+  }
 };
 
 }  // namespace
@@ -533,11 +541,11 @@ struct Session::MergedScratch {
   // (The order is total, so the entries come out as from any priority queue.)
   void Push(const QueueEntry& e) {
     // The new best (a chain's next node, usually): no search, no move.
-    if (queue.empty() || RanksBefore(e, queue.back())) {
+    if (queue.empty() || RanksBefore(e, queue.back(), nodes.data())) {
       queue.push_back(e);
       return;
     }
-    queue.insert(std::upper_bound(queue.begin(), queue.end(), e, QueueLess{}), e);
+    queue.insert(std::upper_bound(queue.begin(), queue.end(), e, QueueLess{nodes.data()}), e);
   }
   QueueEntry Pop() {
     const QueueEntry e = queue.back();
@@ -552,7 +560,7 @@ struct Session::MergedScratch {
     const double key = p.path * n.prob;
     if (!(key > n.queued) || key < min_key) return;
     n.queued = key;
-    Push(QueueEntry{key, node, p.rank, n.token, n.depth, false, false});
+    Push(QueueEntry{key, node, false, false});
   }
   // A source's estimate for a node: the node keeps the best one, and for
   // each source slot the cell of the best estimate (the cells learn).
@@ -1511,7 +1519,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       if (!(bound > 0.0)) return false;
       const MergedNode& r = m.nodes[node];
       if (r.path * bound >= sel.min_path_probability)
-        m.Push(QueueEntry{r.path * bound, node, r.rank, r.token, r.depth, true, backoff});
+        m.Push(QueueEntry{r.path * bound, node, true, backoff});
       return true;
     };
     const Bounds b = bounds_of(node);
