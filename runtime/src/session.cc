@@ -155,13 +155,22 @@ class Session::Calibrator {
   // shorter context (see above).
   int StaticCell(double ratio, uint64_t parent_count, uint64_t match_len, bool backoff = false,
                  size_t family = 0) const {
+    return StaticCellBase(parent_count, match_len, backoff, family) + RatioOffset(ratio);
+  }
+  // StaticCell in two parts: what one state's children share (computed once
+  // per lookup), and what depends on the child's count ratio.
+  int StaticCellBase(uint64_t parent_count, uint64_t match_len, bool backoff,
+                     size_t family) const {
+    return StaticCellOf(family, backoff ? 1 : 0, 0, CountBucket(parent_count),
+                        LengthBucket(match_len));
+  }
+  static int RatioOffset(double ratio) {
     // ratio is in [0, 1] (a child's weight never exceeds its parent's); the
     // comparisons keep anything else, NaN included, away from the conversion.
     const size_t r = !(ratio > 0.0) ? 0
                      : ratio < 1.0  ? static_cast<size_t>(ratio * kRatioBuckets)
                                     : kRatioBuckets - 1;
-    return StaticCellOf(family, backoff ? 1 : 0, r, CountBucket(parent_count),
-                        LengthBucket(match_len));
+    return static_cast<int>(r * kCountBuckets * kLengthBuckets);
   }
   int FallbackCell(size_t depth, size_t rank) const {
     return static_cast<int>(fallback_base_ + LengthBucket(depth) * kRankBuckets +
@@ -337,9 +346,13 @@ struct QueueLess {
 // allocate once warm: the merged trie, its best-first queue and ranking,
 // each node's automaton state in every static index (kNoState: none).
 struct Session::MergedScratch {
+  // The trie's nodes are nodes[0, num_nodes): the vector only grows (Grow),
+  // so that adding a node is a few stores, not a push_back.
   std::vector<MergedNode> nodes;
+  size_t num_nodes = 0;
   size_t num_indexes = 0;
-  // Per node and index (nodes.size() x num_indexes, node-major): the
+  // Per node and index (num_nodes x num_indexes, node-major; allocated for
+  // nodes.size() nodes): the
   // node's automaton state there, its Count() and its match length (the
   // root's peeked length plus the depth, except below a backoff child, a
   // shorter context). One array: a new node grows it once.
@@ -493,35 +506,54 @@ struct Session::MergedScratch {
   std::vector<StaticMatch> matches;
   std::vector<uint8_t> match_known;
   void GrowMatches() {
-    if (matches.size() >= states.size()) return;
+    if (matches.size() >= num_nodes * num_indexes) return;
     matches.resize(states.size());
     match_known.resize(states.size(), 0);
   }
 
   void Reset(uint32_t start_token, size_t indexes) {
-    nodes.clear();
+    num_nodes = 0;
     queue.clear();
     ranked.clear();
     num_indexes = indexes;
-    states.clear();
+    if (states.size() < nodes.size() * num_indexes) states.resize(nodes.size() * num_indexes);
     matches.clear();
     match_known.clear();
     valid = false;
     Add(-1, start_token);
     nodes[0].prob = 1.0;
   }
+  // Room for twice as many nodes (never in a warm session's usual step).
+  __attribute__((noinline)) void Grow() {
+    nodes.resize(std::max<size_t>(64, 2 * nodes.size()));
+    states.resize(nodes.size() * num_indexes);
+  }
   int32_t Add(int32_t parent, uint32_t token) {
-    const uint16_t depth = parent < 0 ? 0 : static_cast<uint16_t>(nodes[parent].depth + 1);
-    const int32_t id = static_cast<int32_t>(nodes.size());
-    int32_t sibling = -1;
+    if (num_nodes == nodes.size()) Grow();
+    const int32_t id = static_cast<int32_t>(num_nodes++);
+    MergedNode& n = nodes[id];
+    n.token = token;
+    n.parent = parent;
+    n.sources = 0;
+    n.expanded = false;
+    n.backed_off = false;
+    n.prob = 0.0;
+    n.path = 0.0;
+    n.queued = -1.0;
+    n.rank = -1;
+    n.first_child = -1;
+    n.next_sibling = -1;
+    n.cells = {-1, -1, -1, -1};
     if (parent >= 0) {
-      sibling = nodes[parent].first_child;
-      nodes[parent].first_child = id;
+      MergedNode& p = nodes[parent];
+      n.depth = static_cast<uint16_t>(p.depth + 1);
+      n.next_sibling = p.first_child;
+      p.first_child = id;
+    } else {
+      n.depth = 0;
     }
-    nodes.push_back(MergedNode{token, parent, depth, 0, false, false, 0.0, 0.0, -1.0, -1, -1,
-                               sibling, {-1, -1, -1, -1}});
-    // One push per index: cheaper than resize's fill for the one or few there are.
-    for (size_t i = 0; i < num_indexes; ++i) states.push_back(IndexState{format::kNoState, 0, 0});
+    IndexState* st = states.data() + static_cast<size_t>(id) * num_indexes;
+    for (size_t i = 0; i < num_indexes; ++i) st[i] = IndexState{format::kNoState, 0, 0};
     return id;
   }
   int32_t Child(int32_t parent, uint32_t token) {
@@ -981,14 +1013,23 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // the cells of u's family, in its slot, for its source. A child occurs at
   // most as often as its parent; clamping keeps the ratios of a corrupt index
   // in [0, 1].
-  auto offer_static = [&](int32_t child, uint64_t count, uint64_t total, uint64_t len,
-                          bool backoff, size_t u) {
-    const double ratio =
-        count < total ? static_cast<double>(count) / static_cast<double>(total) : 1.0;
+  // What the children of one lookup share (static_offers), then each child
+  // (offer_static).
+  struct StaticOffers {
+    uint64_t total;
+    int base;  // Calibrator::StaticCellBase
+    int slot;
+    uint8_t source;
+  };
+  auto static_offers = [&](uint64_t total, uint64_t len, bool backoff, size_t u) {
     const size_t family = family_of(u);
-    m.Offer(cal, child, family == 0 ? 1 : 3,
-            cal.StaticCell(ratio, total, len, backoff, family),
-            family == 0 ? kFromStatic : kFromCache);
+    return StaticOffers{total, cal.StaticCellBase(total, len, backoff, family),
+                        family == 0 ? 1 : 3, family == 0 ? kFromStatic : kFromCache};
+  };
+  auto offer_static = [&](int32_t child, uint64_t count, const StaticOffers& o) {
+    const double ratio =
+        count < o.total ? static_cast<double>(count) / static_cast<double>(o.total) : 1.0;
+    m.Offer(cal, child, o.slot, o.base + Calibrator::RatioOffset(ratio), o.source);
   };
   for (size_t u = 0; u < num_units; ++u) {
     if (m.unit_len[u] == 0) continue;
@@ -1261,9 +1302,42 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // (the same ranking, without their pushes and pops), and nothing is
   // prefetched for lookups that will not be made.
   auto lookups_spent = [&] { return lookups_left == 0; };
+  // The usual deployment, one static index and nothing else: expand below
+  // without its unit and shard loops (the same offers, in the same order).
+  const bool one_index = cursors_.size() == 1;
+  auto expand_one = [&](int32_t node) {
+    m.nodes[node].expanded = true;
+    if (m.nodes[node].depth >= kMaxStaticDepth) return;
+    const MergedScratch::IndexState s = m.states[node];  // num_indexes == 1
+    if (s.state == format::kNoState || s.count == 0) return;
+    if (s.count > 1) {
+      if (lookups_left == 0) return;
+      --lookups_left;
+    }
+    const format::IndexView& view = *cursors_[0].view();
+    const StaticIndex* shared = shared_[0].get();
+    const StaticOffers offers = static_offers(s.count, s.len, false, 0);
+    for (const StaticIndex::Child& c : top_children(0, s.state, s.count)) {
+      const int32_t child = m.Child(node, c.token);
+      offer_static(child, c.count, offers);
+      MergedScratch::IndexState& t = m.states[child];
+      t.state = c.target;
+      t.count = c.count;
+      t.len = s.len + 1;
+      // As set_state in expand: what the child's own expansion reads starts loading.
+      if (c.count <= 1) view.PrefetchToken(c.target + 1);
+      if (lookups_spent()) continue;
+      if (c.count > 1) {
+        view.PrefetchEdgeRange(c.target);
+        if (shared != nullptr && shared->has_records()) shared->PrefetchRecord(c.target);
+      }
+      if (c.count < sel.backoff_count) view.PrefetchLink(c.target);
+    }
+  };
   // Offers the static children of `node` from every unit with a state there
   // (a shard set's as one index's: counts summed over its shards).
   auto expand = [&](int32_t node) {
+    if (one_index) return expand_one(node);
     m.nodes[node].expanded = true;
     const uint16_t depth = m.nodes[node].depth;
     if (depth >= kMaxStaticDepth) return;
@@ -1289,9 +1363,10 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       // The match length of the node in this unit (its shards with a state
       // all have it; below a backoff child, a shorter one).
       const uint64_t match_len = m.StateLen(node, only);
+      const StaticOffers offers = static_offers(total, match_len, false, u);
       auto offer = [&](uint32_t token, uint64_t count) {
         const int32_t child = m.Child(node, token);
-        offer_static(child, count, total, match_len, false, u);
+        offer_static(child, count, offers);
         return child;
       };
       // Its own children may be looked up soon: the first of that lookup's
@@ -1441,6 +1516,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     } else {
       merged_children();
     }
+    const StaticOffers offers = static_offers(total, lstar, true, u);
     for (const MergedScratch::MergedChild& c : m.merged) {
       const int32_t child = m.Child(node, c.token);
       if (unit_has_state(child, u)) continue;  // s's child too
@@ -1454,7 +1530,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         if (m.StateCount(child, i) > 1 && !lookups_spent())
           cursors_[i].view()->PrefetchEdgeRange(target);
       }
-      offer_static(child, c.count, total, lstar, true, u);
+      offer_static(child, c.count, offers);
     }
   };
   // Offers the backoff children of `node` (after its own static children).
@@ -1468,6 +1544,11 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // Whether the backoff children of `parent` may offer `child` (give it a
   // state and a cell): it lacks a state in a unit where `parent` backs off.
   auto backoff_reaches = [&](int32_t parent, int32_t child) {
+    if (one_index) {
+      const MergedScratch::IndexState& s = m.states[parent];
+      return s.state != format::kNoState && s.count > 0 && s.count < sel.backoff_count &&
+             m.states[child].state == format::kNoState;
+    }
     for (size_t u = 0; u < num_units; ++u) {
       if (unit_backs_off(parent, u) && !unit_has_state(child, u)) return true;
     }
@@ -1483,6 +1564,15 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     Bounds b;
     if (m.nodes[node].depth >= kMaxStaticDepth) return b;
     const bool spent = lookups_spent();
+    if (one_index) {  // the loop below over one unit of one index
+      const MergedScratch::IndexState& s = m.states[node];
+      if (s.state == format::kNoState || s.count == 0) return b;
+      b.max_count = s.count;
+      if (spent && s.count > 1) return b;
+      b.static_children = cal.StaticBound(s.count, s.len, 0);
+      if (!spent && s.count < sel.backoff_count) b.backoff_children = cal.BackoffBound(s.len, 0);
+      return b;
+    }
     for (size_t u = 0; u < num_units; ++u) {
       uint64_t len = 0;
       const uint64_t total = unit_count(node, u, &len);
