@@ -332,14 +332,6 @@ inline bool RanksBefore(const QueueEntry& a, const QueueEntry& b, const MergedNo
   if (__builtin_expect(a.key == b.key, 0)) return RanksBeforeAtEqualKeys(a, b, nodes);
   return a.key > b.key;  // keys are never NaN
 }
-// A function object, not a function pointer: the queue's binary search inlines it.
-struct QueueLess {
-  const MergedNode* nodes;
-  bool operator()(const QueueEntry& a, const QueueEntry& b) const {
-    return RanksBefore(b, a, nodes);
-  }
-};
-
 }  // namespace
 
 // Scratch for kCalibrated, kept across steps so that proposing does not
@@ -362,7 +354,11 @@ struct Session::MergedScratch {
     uint64_t len;
   };
   std::vector<IndexState> states;
-  std::vector<QueueEntry> queue;
+  // The best-first queue: entries q[head, tail), best first, in a buffer
+  // with room on both sides (Push).
+  std::vector<QueueEntry> q, q_spare;
+  size_t head = 0, tail = 0;
+  bool QueueEmpty() const { return head == tail; }
   std::vector<int32_t> ranked;   // ranked[r]: the node of rank r (tree node r)
   std::vector<int32_t> tree_index;
   std::vector<double> ranked_paths;  // cost-aware sizing (SelectionOptions::cost_curve)
@@ -513,7 +509,8 @@ struct Session::MergedScratch {
 
   void Reset(uint32_t start_token, size_t indexes) {
     num_nodes = 0;
-    queue.clear();
+    if (q.empty()) q.resize(64);
+    head = tail = q.size() / 2;
     ranked.clear();
     num_indexes = indexes;
     if (states.size() < nodes.size() * num_indexes) states.resize(nodes.size() * num_indexes);
@@ -553,7 +550,8 @@ struct Session::MergedScratch {
       n.depth = 0;
     }
     IndexState* st = states.data() + static_cast<size_t>(id) * num_indexes;
-    for (size_t i = 0; i < num_indexes; ++i) st[i] = IndexState{format::kNoState, 0, 0};
+    st[0] = IndexState{format::kNoState, 0, 0};  // num_indexes >= 1
+    for (size_t i = 1; i < num_indexes; ++i) st[i] = IndexState{format::kNoState, 0, 0};
     return id;
   }
   int32_t Child(int32_t parent, uint32_t token) {
@@ -567,22 +565,38 @@ struct Session::MergedScratch {
   }
   uint64_t& StateLen(int32_t node, size_t index) { return states[node * num_indexes + index].len; }
 
-  // The queue is a vector sorted best last: a pop takes the last entry, a
-  // push binary searches its place. It holds a few dozen entries, and a pop
-  // is as frequent as a push: cheaper than a heap's sift-down at every pop.
-  // (The order is total, so the entries come out as from any priority queue.)
+  // The queue is sorted best first: a pop takes the first entry. A push
+  // that ranks first (a chain's next node, usually) goes before it; any
+  // other is placed by moving the entries that it ranks before one slot
+  // back, from the end (a lookup's children usually rank last). It holds a
+  // few dozen entries, and a pop is as frequent as a push: cheaper than a
+  // heap's sift-down at every pop, or a binary search and a move of the
+  // queue's tail at every push. (The order is total, so the entries come
+  // out as from any priority queue.)
   void Push(const QueueEntry& e) {
-    // The new best (a chain's next node, usually): no search, no move.
-    if (queue.empty() || RanksBefore(e, queue.back(), nodes.data())) {
-      queue.push_back(e);
+    const MergedNode* n = nodes.data();
+    if (head == tail || RanksBefore(e, q[head], n)) {
+      if (head == 0) Recentre();
+      q[--head] = e;
       return;
     }
-    queue.insert(std::upper_bound(queue.begin(), queue.end(), e, QueueLess{nodes.data()}), e);
+    if (tail == q.size()) Recentre();
+    size_t i = tail++;
+    for (; RanksBefore(e, q[i - 1], n); --i) q[i] = q[i - 1];  // stops at q[head] at the latest
+    q[i] = e;
   }
-  QueueEntry Pop() {
-    const QueueEntry e = queue.back();
-    queue.pop_back();
-    return e;
+  QueueEntry Pop() { return q[head++]; }
+  // Room on both sides again: the entries moved to the middle of a buffer
+  // at least four times their number (never in a warm session's usual step).
+  __attribute__((noinline)) void Recentre() {
+    const size_t n = tail - head;
+    q_spare.resize(std::max({q.size(), 4 * n + 8, size_t{64}}));
+    const size_t h = (q_spare.size() - n) / 2;
+    std::copy(q.begin() + static_cast<ptrdiff_t>(head), q.begin() + static_cast<ptrdiff_t>(tail),
+              q_spare.begin() + static_cast<ptrdiff_t>(h));
+    q.swap(q_spare);
+    head = h;
+    tail = h + n;
   }
   // Queues a node of a ranked parent (again, when its probability rose);
   // not below min_key (the ranking stops there: it would never be popped).
@@ -1315,8 +1329,20 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       --lookups_left;
     }
     const format::IndexView& view = *cursors_[0].view();
-    const StaticIndex* shared = shared_[0].get();
     const StaticOffers offers = static_offers(s.count, s.len, false, 0);
+    if (s.count == 1 && !view.IsClone(s.state)) {
+      // top_children's first case, inline: the text after the one occurrence.
+      if (s.state >= view.num_tokens()) return;
+      const uint32_t token = view.Token(s.state + 1);
+      if (token >= view.separator()) return;
+      const int32_t child = m.Child(node, token);
+      offer_static(child, 1, offers);
+      m.states[child] = MergedScratch::IndexState{s.state + 1, 1, s.len + 1};
+      view.PrefetchToken(s.state + 2);
+      if (!lookups_spent() && 1 < sel.backoff_count) view.PrefetchLink(s.state + 1);
+      return;
+    }
+    const StaticIndex* shared = shared_[0].get();
     for (const StaticIndex::Child& c : top_children(0, s.state, s.count)) {
       const int32_t child = m.Child(node, c.token);
       offer_static(child, c.count, offers);
@@ -1630,7 +1656,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
 
   // ---- Best-first ranking, at most `budget` nodes (root included).
   rank(0);
-  while (!m.queue.empty() && m.ranked.size() < budget) {
+  while (!m.QueueEmpty() && m.ranked.size() < budget) {
     const QueueEntry e = m.Pop();
     if (e.key < sel.min_path_probability) break;  // nothing left reaches it
     if (e.expand) {
