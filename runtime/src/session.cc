@@ -550,8 +550,11 @@ struct Session::MergedScratch {
       n.depth = 0;
     }
     IndexState* st = states.data() + static_cast<size_t>(id) * num_indexes;
-    st[0] = IndexState{format::kNoState, 0, 0};  // num_indexes >= 1
-    for (size_t i = 1; i < num_indexes; ++i) st[i] = IndexState{format::kNoState, 0, 0};
+    if (num_indexes == 1) {  // the usual case, without the loop
+      st[0] = IndexState{format::kNoState, 0, 0};
+    } else {
+      for (size_t i = 0; i < num_indexes; ++i) st[i] = IndexState{format::kNoState, 0, 0};
+    }
     return id;
   }
   int32_t Child(int32_t parent, uint32_t token) {
