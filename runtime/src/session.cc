@@ -800,7 +800,6 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
   linear_static_cursor_ = SIZE_MAX;
   merged_->valid = false;
 
-  const DynamicSam::Match dyn = dynamic_.Lookup(start_token);
   size_t best = 0;
   uint64_t best_len = 0;
   for (size_t i = 0; i < cursors_.size(); ++i) {
@@ -809,7 +808,22 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
       best_len = peeked_[i].len;
       best = i;
     }
+    // The calibrated policy reads the matched state's count, then its
+    // children (the text after it, a hub table or a child record): those
+    // first cache misses start now, together, and overlap the dynamic
+    // automaton's lookup below rather than following each other.
+    if (sel.policy == Policy::kCalibrated && peeked_[i].len > 0) {
+      const uint64_t v = peeked_[i].state;
+      const format::IndexView& view = *cursors_[i].view();
+      view.PrefetchCount(v);
+      view.PrefetchToken(v + 1);
+      if (const StaticIndex* shared = shared_[i].get()) {
+        shared->PrefetchHubBit(v);
+        shared->PrefetchRecord(v);
+      }
+    }
   }
+  const DynamicSam::Match dyn = dynamic_.Lookup(start_token);
   num_peeked_ = cursors_.size();
   last_dyn_len_ = dyn.len;
   last_static_len_ = static_cast<uint32_t>(std::min<uint64_t>(best_len, UINT32_MAX));

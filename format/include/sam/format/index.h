@@ -212,6 +212,15 @@ class SAM_API IndexView {
       }
     }
   }
+  // Starts loading what Count(v) reads.
+  void PrefetchCount(uint64_t v) const {
+    if (v == kRoot) return;
+    if (v <= n_) {
+      if (v <= prefix_count_.size()) prefix_count_.Prefetch(v - 1);
+    } else if (v - n_ - 1 < clone_count_.size()) {
+      clone_count_.Prefetch(v - n_ - 1);
+    }
+  }
   // Starts loading Token(p) (p in [1, N]; others ignored).
   void PrefetchToken(uint64_t p) const {
     if (p >= 1 && p <= n_) text_.Prefetch(p - 1);
