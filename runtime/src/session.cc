@@ -1137,10 +1137,12 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     const StaticIndex* hubs = shared_[i].get();
     std::span<const StaticIndex::Child> top;
     if (hubs != nullptr && width <= hubs->options().top_k) {
-      // A hub's table, else the state's child record (Options::record_min_count).
-      if (hubs->TopChildren(v, &top)) return top.first(std::min(width, top.size()));
+      // The state's child record (Options::record_min_count), else a hub's
+      // table (a state never has both). The record first: its offset was
+      // prefetched when the state was offered, the hub bit was not.
       top = hubs->RecordChildren(v, &m.children);
       if (!top.empty()) return top.first(std::min(width, top.size()));
+      if (hubs->TopChildren(v, &top)) return top.first(std::min(width, top.size()));
     }
     if (width <= TopChildrenCache::kChildren) {
       const std::span<const StaticIndex::Child> cached = m.cache.Get(view, v);
