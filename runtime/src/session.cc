@@ -525,7 +525,7 @@ struct Session::MergedScratch {
     nodes.resize(std::max<size_t>(64, 2 * nodes.size()));
     states.resize(nodes.size() * num_indexes);
   }
-  int32_t Add(int32_t parent, uint32_t token) {
+  __attribute__((always_inline)) int32_t Add(int32_t parent, uint32_t token) {
     if (num_nodes == nodes.size()) Grow();
     const int32_t id = static_cast<int32_t>(num_nodes++);
     MergedNode& n = nodes[id];
@@ -557,10 +557,14 @@ struct Session::MergedScratch {
     }
     return id;
   }
-  int32_t Child(int32_t parent, uint32_t token) {
+  int32_t FindChild(int32_t parent, uint32_t token) const {
     for (int32_t c = nodes[parent].first_child; c >= 0; c = nodes[c].next_sibling)
       if (nodes[c].token == token) return c;
-    return Add(parent, token);
+    return -1;
+  }
+  int32_t Child(int32_t parent, uint32_t token) {
+    const int32_t c = FindChild(parent, token);
+    return c >= 0 ? c : Add(parent, token);
   }
   uint64_t& State(int32_t node, size_t index) { return states[node * num_indexes + index].state; }
   uint64_t& StateCount(int32_t node, size_t index) {
@@ -608,6 +612,21 @@ struct Session::MergedScratch {
     const MergedNode& p = nodes[n.parent];
     const double key = p.path * n.prob;
     if (!(key > n.queued) || key < min_key) return;
+    n.queued = key;
+    Push(QueueEntry{key, node, false, false});
+  }
+  // Offer to a node just added (Add): what Offer does then, without the
+  // comparisons with a cell, an estimate and a queue entry it has not got.
+  void OfferNew(const Calibrator& cal, int32_t node, int slot, int cell, uint8_t source) {
+    MergedNode& n = nodes[node];
+    const double p = cal.Probability(cell);
+    n.cells[slot] = cell;
+    n.sources = source;
+    if (!(p > 0.0)) return;
+    n.prob = p;
+    if (nodes[n.parent].rank < 0) return;
+    const double key = nodes[n.parent].path * p;  // Enqueue; never NaN, so above queued (-1)
+    if (key < min_key) return;
     n.queued = key;
     Push(QueueEntry{key, node, false, false});
   }
@@ -1062,6 +1081,21 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         count < o.total ? static_cast<double>(count) / static_cast<double>(o.total) : 1.0;
     m.Offer(cal, child, o.slot, o.base + Calibrator::RatioOffset(ratio), o.source);
   };
+  // The child of `node` with `token` (found, or added), offered as above.
+  auto offer_static_child = [&](int32_t node, uint32_t token, uint64_t count,
+                                const StaticOffers& o) {
+    const double ratio =
+        count < o.total ? static_cast<double>(count) / static_cast<double>(o.total) : 1.0;
+    const int cell = o.base + Calibrator::RatioOffset(ratio);
+    int32_t child = m.FindChild(node, token);
+    if (child >= 0) {
+      m.Offer(cal, child, o.slot, cell, o.source);
+    } else {
+      child = m.Add(node, token);
+      m.OfferNew(cal, child, o.slot, cell, o.source);
+    }
+    return child;
+  };
   for (size_t u = 0; u < num_units; ++u) {
     if (m.unit_len[u] == 0) continue;
     for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
@@ -1354,8 +1388,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       if (s.state >= view.num_tokens()) return;
       const uint32_t token = view.Token(s.state + 1);
       if (token >= view.separator()) return;
-      const int32_t child = m.Child(node, token);
-      offer_static(child, 1, offers);
+      const int32_t child = offer_static_child(node, token, 1, offers);
       m.states[child] = MergedScratch::IndexState{s.state + 1, 1, s.len + 1};
       view.PrefetchToken(s.state + 2);
       if (!lookups_spent() && 1 < sel.backoff_count) view.PrefetchLink(s.state + 1);
@@ -1363,8 +1396,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     }
     const StaticIndex* shared = shared_[0].get();
     for (const StaticIndex::Child& c : top_children(0, s.state, s.count)) {
-      const int32_t child = m.Child(node, c.token);
-      offer_static(child, c.count, offers);
+      const int32_t child = offer_static_child(node, c.token, c.count, offers);
       MergedScratch::IndexState& t = m.states[child];
       t.state = c.target;
       t.count = c.count;
@@ -1410,9 +1442,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       const uint64_t match_len = m.StateLen(node, only);
       const StaticOffers offers = static_offers(total, match_len, false, u);
       auto offer = [&](uint32_t token, uint64_t count) {
-        const int32_t child = m.Child(node, token);
-        offer_static(child, count, offers);
-        return child;
+        return offer_static_child(node, token, count, offers);
       };
       // Its own children may be looked up soon: the first of that lookup's
       // dependent cache misses (or, for a state that occurs once, the text
