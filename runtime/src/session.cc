@@ -1670,8 +1670,14 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     m.ranked.push_back(node);
     if (node == dyn_tip && m.nodes[node].depth < dyn_chain) {
       const uint16_t depth = m.nodes[node].depth;
-      dyn_tip = m.Child(node, chain_[depth]);
-      m.Offer(cal, dyn_tip, 0, cal.DynamicCell(dyn.len, depth + 1u), kFromDynamic);
+      const int cell = cal.DynamicCell(dyn.len, depth + 1u);
+      dyn_tip = m.FindChild(node, chain_[depth]);
+      if (dyn_tip >= 0) {
+        m.Offer(cal, dyn_tip, 0, cell, kFromDynamic);
+      } else {
+        dyn_tip = m.Add(node, chain_[depth]);
+        m.OfferNew(cal, dyn_tip, 0, cell, kFromDynamic);
+      }
     }
     const MergedNode& n = m.nodes[node];
     for (int32_t c = n.first_child; c >= 0; c = m.nodes[c].next_sibling) m.Enqueue(c);
