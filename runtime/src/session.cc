@@ -1750,12 +1750,20 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   if (!sel.cost_curve.empty()) keep = CostAwareKeep(m.ranked.data() + 1, keep);
   if (keep == 0) return;
 
-  node_cells_.assign(1, {-1, -1, -1, -1});
+  // Tree node r is the node of rank r (a parent ranks first, so the tree is
+  // what DraftTree::Add would build; depths stay far below kMaxDepth).
+  node_cells_.resize(keep + 1);
+  node_cells_[0] = {-1, -1, -1, -1};
+  tree->tokens.resize(keep + 1);
+  tree->parents.resize(keep + 1);
+  tree->depths.resize(keep + 1);
   uint8_t sources = 0;
   for (size_t r = 1; r <= keep; ++r) {
     const MergedNode& n = m.nodes[m.ranked[r]];
-    tree->Add(m.nodes[n.parent].rank, n.token);  // tree node r is the node of rank r
-    node_cells_.push_back(n.cells);
+    tree->tokens[r] = n.token;
+    tree->parents[r] = m.nodes[n.parent].rank;
+    tree->depths[r] = n.depth;
+    node_cells_[r] = n.cells;
     sources |= n.sources;
   }
   m.ranked.resize(keep + 1);
