@@ -509,7 +509,7 @@ struct Session::MergedScratch {
 
   void Reset(uint32_t start_token, size_t indexes) {
     num_nodes = 0;
-    if (q.empty()) q.resize(64);
+    if (q.empty()) q.resize(256);  // 4 KiB: a step rarely fills a side of it
     head = tail = q.size() / 2;
     ranked.clear();
     num_indexes = indexes;
@@ -594,7 +594,8 @@ struct Session::MergedScratch {
   }
   QueueEntry Pop() { return q[head++]; }
   // Room on both sides again: the entries moved to the middle of a buffer
-  // at least four times their number (never in a warm session's usual step).
+  // at least four times their number (rare: a step that pushes more than
+  // half the buffer's entries on one side).
   __attribute__((noinline)) void Recentre() {
     const size_t n = tail - head;
     q_spare.resize(std::max({q.size(), 4 * n + 8, size_t{64}}));

@@ -576,6 +576,14 @@ TEST(CalibratedPolicy, LookupLimitMatchesPlainLimitedRanking) {
   }
 }
 
+// Large budgets and wide trees: the best-first queue holds hundreds of
+// entries and moves them to the middle of a larger buffer as it fills at
+// either end (MergedScratch::Recentre), in the same order.
+TEST(CalibratedPolicy, LargeBudgetsAndWideTrees) {
+  for (uint32_t seed = 81; seed <= 82; ++seed) CompareWithOracle(seed, 1, Shared::kNone, 256, 16);
+  CompareWithOracle(83, 2, Shared::kRecords, 128, 16);
+}
+
 TEST(CalibratedPolicy, SmallBudgetsAndNarrowTrees) {
   for (uint32_t seed = 31; seed <= 34; ++seed) CompareWithOracle(seed, 1, Shared::kNone, 6, 2);
   for (uint32_t seed = 41; seed <= 43; ++seed) CompareWithOracle(seed, 2, Shared::kNone, 12, 1);
