@@ -617,7 +617,7 @@ struct Session::MergedScratch {
     Push(QueueEntry{key, node, false, false});
   }
   // Offer to a node just added (Add): what Offer does then, without the
-  // comparisons with a cell, an estimate and a queue entry it has not got.
+  // comparisons with a cell and an estimate it has not got.
   void OfferNew(const Calibrator& cal, int32_t node, int slot, int cell, uint8_t source) {
     MergedNode& n = nodes[node];
     const double p = cal.Probability(cell);
@@ -625,11 +625,19 @@ struct Session::MergedScratch {
     n.sources = source;
     if (!(p > 0.0)) return;
     n.prob = p;
-    if (nodes[n.parent].rank < 0) return;
-    const double key = nodes[n.parent].path * p;  // Enqueue; never NaN, so above queued (-1)
-    if (key < min_key) return;
-    n.queued = key;
-    Push(QueueEntry{key, node, false, false});
+    if (nodes[n.parent].rank >= 0) Enqueue(node);
+  }
+  // Child(parent, token) offered by a source: Offer, or OfferNew when added.
+  int32_t OfferChild(const Calibrator& cal, int32_t parent, uint32_t token, int slot, int cell,
+                     uint8_t source) {
+    int32_t child = FindChild(parent, token);
+    if (child >= 0) {
+      Offer(cal, child, slot, cell, source);
+    } else {
+      child = Add(parent, token);
+      OfferNew(cal, child, slot, cell, source);
+    }
+    return child;
   }
   // A source's estimate for a node: the node keeps the best one, and for
   // each source slot the cell of the best estimate (the cells learn).
@@ -1077,25 +1085,18 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     return StaticOffers{total, cal.StaticCellBase(total, len, backoff, family),
                         family == 0 ? 1 : 3, family == 0 ? kFromStatic : kFromCache};
   };
-  auto offer_static = [&](int32_t child, uint64_t count, const StaticOffers& o) {
+  auto static_cell = [](uint64_t count, const StaticOffers& o) {
     const double ratio =
         count < o.total ? static_cast<double>(count) / static_cast<double>(o.total) : 1.0;
-    m.Offer(cal, child, o.slot, o.base + Calibrator::RatioOffset(ratio), o.source);
+    return o.base + Calibrator::RatioOffset(ratio);
+  };
+  auto offer_static = [&](int32_t child, uint64_t count, const StaticOffers& o) {
+    m.Offer(cal, child, o.slot, static_cell(count, o), o.source);
   };
   // The child of `node` with `token` (found, or added), offered as above.
   auto offer_static_child = [&](int32_t node, uint32_t token, uint64_t count,
                                 const StaticOffers& o) {
-    const double ratio =
-        count < o.total ? static_cast<double>(count) / static_cast<double>(o.total) : 1.0;
-    const int cell = o.base + Calibrator::RatioOffset(ratio);
-    int32_t child = m.FindChild(node, token);
-    if (child >= 0) {
-      m.Offer(cal, child, o.slot, cell, o.source);
-    } else {
-      child = m.Add(node, token);
-      m.OfferNew(cal, child, o.slot, cell, o.source);
-    }
-    return child;
+    return m.OfferChild(cal, node, token, o.slot, static_cell(count, o), o.source);
   };
   for (size_t u = 0; u < num_units; ++u) {
     if (m.unit_len[u] == 0) continue;
@@ -1112,9 +1113,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   auto offer_tree = [&](const DraftTree& t, int slot, uint8_t source, auto&& cell_of) {
     m.tree_index.assign(t.size(), 0);
     for (size_t k = 1; k < t.size(); ++k) {
-      const int32_t node = m.Child(m.tree_index[t.parents[k]], t.tokens[k]);
-      m.tree_index[k] = node;
-      m.Offer(cal, node, slot, cell_of(k), source);
+      m.tree_index[k] = m.OfferChild(cal, m.tree_index[t.parents[k]], t.tokens[k], slot,
+                                     cell_of(k), source);
     }
   };
   // The dynamic continuation (with the suffix-link fallback): a chain, offered
@@ -1145,8 +1145,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   if (last_cache_len_ > 0) {
     int32_t node = 0;
     for (size_t j = 0; j < std::min(cache_draft_count_, budget - 1); ++j) {
-      node = m.Child(node, cache_draft_[j]);
-      m.Offer(cal, node, 3, cal.CacheCell(last_cache_len_, j + 1), kFromCache);
+      node = m.OfferChild(cal, node, cache_draft_[j], 3, cal.CacheCell(last_cache_len_, j + 1),
+                          kFromCache);
     }
   }
 
@@ -1370,6 +1370,23 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // (the same ranking, without their pushes and pops), and nothing is
   // prefetched for lookups that will not be made.
   auto lookups_spent = [&] { return lookups_left == 0; };
+  // A static child (state `target` of index i, `count` occurrences) was just
+  // offered: the first of its own lookup's dependent cache misses (or, for a
+  // state that occurs once, the text it continues with) starts now,
+  // overlapping the rest of the step.
+  auto prefetch_child = [&](size_t i, uint64_t target, uint64_t count) {
+    const format::IndexView& view = *cursors_[i].view();
+    if (count <= 1) view.PrefetchToken(target + 1);
+    if (lookups_spent()) return;  // neither its lookup nor its backoff will be made
+    if (count > 1) {
+      view.PrefetchEdgeRange(target);
+      const StaticIndex* shared = shared_[i].get();
+      if (shared != nullptr && shared->has_records()) shared->PrefetchRecord(target);
+    }
+    // A rare string backs off to its suffix link's state if it ranks:
+    // its link (and a clone's length) start loading too.
+    if (count < sel.backoff_count) view.PrefetchLink(target);
+  };
   // The usual deployment, one static index and nothing else: expand below
   // without its unit and shard loops (the same offers, in the same order).
   const bool one_index = cursors_.size() == 1;
@@ -1391,25 +1408,13 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       if (token >= view.separator()) return;
       const int32_t child = offer_static_child(node, token, 1, offers);
       m.states[child] = MergedScratch::IndexState{s.state + 1, 1, s.len + 1};
-      view.PrefetchToken(s.state + 2);
-      if (!lookups_spent() && 1 < sel.backoff_count) view.PrefetchLink(s.state + 1);
+      prefetch_child(0, s.state + 1, 1);
       return;
     }
-    const StaticIndex* shared = shared_[0].get();
     for (const StaticIndex::Child& c : top_children(0, s.state, s.count)) {
       const int32_t child = offer_static_child(node, c.token, c.count, offers);
-      MergedScratch::IndexState& t = m.states[child];
-      t.state = c.target;
-      t.count = c.count;
-      t.len = s.len + 1;
-      // As set_state in expand: what the child's own expansion reads starts loading.
-      if (c.count <= 1) view.PrefetchToken(c.target + 1);
-      if (lookups_spent()) continue;
-      if (c.count > 1) {
-        view.PrefetchEdgeRange(c.target);
-        if (shared != nullptr && shared->has_records()) shared->PrefetchRecord(c.target);
-      }
-      if (c.count < sel.backoff_count) view.PrefetchLink(c.target);
+      m.states[child] = MergedScratch::IndexState{c.target, c.count, s.len + 1};
+      prefetch_child(0, c.target, c.count);
     }
   };
   // Offers the static children of `node` from every unit with a state there
@@ -1445,24 +1450,11 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       auto offer = [&](uint32_t token, uint64_t count) {
         return offer_static_child(node, token, count, offers);
       };
-      // Its own children may be looked up soon: the first of that lookup's
-      // dependent cache misses (or, for a state that occurs once, the text
-      // it continues with) starts now, overlapping the rest of the step.
       auto set_state = [&](int32_t child, size_t i, uint64_t target, uint64_t count) {
         m.State(child, i) = target;
         m.StateCount(child, i) = count;
         m.StateLen(child, i) = match_len + 1;
-        const format::IndexView& view = *cursors_[i].view();
-        if (count <= 1) view.PrefetchToken(target + 1);
-        if (lookups_spent()) return;  // neither its lookup nor its backoff will be made
-        if (count > 1) {
-          view.PrefetchEdgeRange(target);
-          const StaticIndex* shared = shared_[i].get();
-          if (shared != nullptr && shared->has_records()) shared->PrefetchRecord(target);
-        }
-        // A rare string backs off to its suffix link's state if it ranks:
-        // its link (and a clone's length) start loading too.
-        if (count < sel.backoff_count) view.PrefetchLink(target);
+        prefetch_child(i, target, count);
       };
       if (with_state == 1) {
         for (const StaticIndex::Child& c : top_children(only, m.State(node, only), total))
@@ -1671,14 +1663,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     m.ranked.push_back(node);
     if (node == dyn_tip && m.nodes[node].depth < dyn_chain) {
       const uint16_t depth = m.nodes[node].depth;
-      const int cell = cal.DynamicCell(dyn.len, depth + 1u);
-      dyn_tip = m.FindChild(node, chain_[depth]);
-      if (dyn_tip >= 0) {
-        m.Offer(cal, dyn_tip, 0, cell, kFromDynamic);
-      } else {
-        dyn_tip = m.Add(node, chain_[depth]);
-        m.OfferNew(cal, dyn_tip, 0, cell, kFromDynamic);
-      }
+      dyn_tip = m.OfferChild(cal, node, chain_[depth], 0, cal.DynamicCell(dyn.len, depth + 1u),
+                             kFromDynamic);
     }
     const MergedNode& n = m.nodes[node];
     for (int32_t c = n.first_child; c >= 0; c = m.nodes[c].next_sibling) m.Enqueue(c);
