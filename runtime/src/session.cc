@@ -298,9 +298,9 @@ constexpr uint16_t kMaxStaticDepth = 64;
 // probability), or a ranked node whose static children are still to be
 // looked up (key = its path probability times an upper bound on any static
 // child's probability).
-// 16 bytes: what breaks a tie of keys is read from the node (rare).
 struct QueueEntry {
   double key;
+  uint64_t order;  // at equal keys the smaller first (OrderAtEqualKeys)
   int32_t node;
   bool expand;
   bool backoff;  // an expansion: of the backoff children
@@ -311,26 +311,23 @@ struct QueueEntry {
 // one whose parent ranks first, then the smaller token (and, for one node's
 // two expansions, the static one first). Everything but the key is a
 // property of the node itself, so the order (and the drafts) do not depend
-// on the order in which candidates were offered. The key alone decides most
-// comparisons: the rest is looked at only at equal keys. "Its parent" of an
+// on the order in which candidates were offered. "Its parent" of an
 // expansion is the expanded node itself (a node is queued only once its
 // parent ranks, an expansion only once its node does; ranks never change).
-inline bool RanksBeforeAtEqualKeys(const QueueEntry& a, const QueueEntry& b,
-                                   const MergedNode* nodes) {
-  if (a.expand != b.expand) return a.expand;
-  const MergedNode& na = nodes[a.node];
-  const MergedNode& nb = nodes[b.node];
-  if (na.depth != nb.depth) return na.depth < nb.depth;
-  const int32_t ra = a.expand ? na.rank : nodes[na.parent].rank;
-  const int32_t rb = b.expand ? nb.rank : nodes[nb.parent].rank;
-  if (ra != rb) return ra < rb;
-  if (na.token != nb.token) return na.token < nb.token;
-  if (a.node != b.node) return a.node < b.node;
-  return a.backoff < b.backoff;  // a node's static expansion before its backoff one
+// Two entries equal in all of these are one node's (a parent's children
+// have distinct tokens; ranks are distinct): the order is total. Packed at
+// the push into one word, so that a tie of keys (frequent: siblings of one
+// cell) costs one more comparison, not reads of the nodes. Depths and ranks
+// are below the budget (a node is queued only once its parent ranks).
+static_assert(kMaxDraftSize < (size_t{1} << 13), "depth and rank take 13 bits in the order");
+inline uint64_t OrderAtEqualKeys(bool expand, uint16_t depth, int32_t rank, uint32_t token,
+                                 bool backoff) {
+  return uint64_t{!expand} << 63 | (uint64_t{depth} & 0x1fff) << 50 |
+         (static_cast<uint64_t>(rank) & 0x1fff) << 37 | uint64_t{token} << 5 |
+         uint64_t{backoff} << 4;
 }
-inline bool RanksBefore(const QueueEntry& a, const QueueEntry& b, const MergedNode* nodes) {
-  if (__builtin_expect(a.key == b.key, 0)) return RanksBeforeAtEqualKeys(a, b, nodes);
-  return a.key > b.key;  // keys are never NaN
+inline bool RanksBefore(const QueueEntry& a, const QueueEntry& b) {
+  return a.key > b.key || (a.key == b.key && a.order < b.order);  // keys are never NaN
 }
 }  // namespace
 
@@ -581,15 +578,14 @@ struct Session::MergedScratch {
   // queue's tail at every push. (The order is total, so the entries come
   // out as from any priority queue.)
   void Push(const QueueEntry& e) {
-    const MergedNode* n = nodes.data();
-    if (head == tail || RanksBefore(e, q[head], n)) {
+    if (head == tail || RanksBefore(e, q[head])) {
       if (head == 0) Recentre();
       q[--head] = e;
       return;
     }
     if (tail == q.size()) Recentre();
     size_t i = tail++;
-    for (; RanksBefore(e, q[i - 1], n); --i) q[i] = q[i - 1];  // stops at q[head] at the latest
+    for (; RanksBefore(e, q[i - 1]); --i) q[i] = q[i - 1];  // stops at q[head] at the latest
     q[i] = e;
   }
   QueueEntry Pop() { return q[head++]; }
@@ -614,7 +610,8 @@ struct Session::MergedScratch {
     const double key = p.path * n.prob;
     if (!(key > n.queued) || key < min_key) return;
     n.queued = key;
-    Push(QueueEntry{key, node, false, false});
+    Push(QueueEntry{key, OrderAtEqualKeys(false, n.depth, p.rank, n.token, false), node, false,
+                    false});
   }
   // Offer to a node just added (Add): what Offer does then, without the
   // comparisons with a cell and an estimate it has not got.
@@ -1601,11 +1598,42 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       offer_static(child, c.count, offers);
     }
   };
+  // offer_backoff for one index and nothing else (one_index), where the node
+  // has a state (it backs off): u* is its suffix link's state, and the
+  // children are that state's top children, without the shard rows (the
+  // same offers, in the same order).
+  auto backoff_one = [&](int32_t node) {
+    if (lookups_spent()) return;
+    const MergedScratch::IndexState s = m.states[node];
+    const format::IndexView& view = *cursors_[0].view();
+    const uint64_t w = view.Link(s.state);
+    const uint64_t lstar = view.Len(w);
+    if (lstar == 0 || w == format::kNoState || w == format::kRoot) return;
+    const uint64_t total = view.Count(w);
+    if (total == 0) return;
+    --lookups_left;
+    if (lstar >= s.len) return;  // corrupt: a link must shorten the match
+    const StaticOffers offers = static_offers(total, lstar, true, 0);
+    for (const StaticIndex::Child& c : top_children(0, w, total)) {
+      const int32_t child = m.Child(node, c.token);
+      MergedScratch::IndexState& cs = m.states[child];
+      if (cs.state != format::kNoState) continue;  // s's child too
+      cs = MergedScratch::IndexState{c.target, c.count, lstar + 1};
+      if (c.count > 1 && !lookups_spent()) view.PrefetchEdgeRange(c.target);
+      offer_static(child, c.count, offers);
+    }
+  };
   // Offers the backoff children of `node` (after its own static children).
   auto back_off = [&](int32_t node) {
     if (!m.nodes[node].expanded) expand(node);
     m.nodes[node].backed_off = true;
     if (m.nodes[node].depth >= kMaxStaticDepth) return;
+    if (one_index) {
+      const MergedScratch::IndexState& s = m.states[node];
+      if (s.state != format::kNoState && s.count > 0 && s.count < sel.backoff_count)
+        backoff_one(node);
+      return;
+    }
     for (size_t u = 0; u < num_units; ++u)
       if (unit_backs_off(node, u)) offer_backoff(node, u);
   };
@@ -1677,7 +1705,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       if (!(bound > 0.0)) return false;
       const MergedNode& r = m.nodes[node];
       if (r.path * bound >= sel.min_path_probability)
-        m.Push(QueueEntry{r.path * bound, node, true, backoff});
+        m.Push(QueueEntry{r.path * bound, OrderAtEqualKeys(true, r.depth, r.rank, r.token, backoff),
+                          node, true, backoff});
       return true;
     };
     const Bounds b = bounds_of(node);
