@@ -849,6 +849,7 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
     }
   }
   const DynamicSam::Match dyn = dynamic_.Lookup(start_token);
+  if (dyn.len > 0) dynamic_.PrefetchMatch(dyn);
   num_peeked_ = cursors_.size();
   last_dyn_len_ = dyn.len;
   last_static_len_ = static_cast<uint32_t>(std::min<uint64_t>(best_len, UINT32_MAX));
@@ -1885,6 +1886,7 @@ void Session::Commit(std::span<const uint32_t> tokens) {
   }
   linear_static_cursor_ = SIZE_MAX;
   dynamic_.Extend(tokens);
+  dynamic_.Prefetch();  // the next Lookup's (and Extend's) first read
   if (options_.fallback) options_.fallback->Commit(tokens);
   if (cache_) cache_cursor_.Advance(tokens);
   if (cache_compiled_.index)

@@ -70,6 +70,16 @@ class SAM_API DynamicSam {
   // Same amortised cost as the Extend(token) that usually follows.
   Match Lookup(uint32_t token) const;
 
+  // Starts loading what the next Lookup and Extend read first: the state of
+  // the whole text's suffix link (a cache miss in a long context). Changes
+  // nothing.
+  void Prefetch() const {
+    const uint32_t v = states_[last_].link;
+    if (v != kNone) __builtin_prefetch(&states_[v]);
+  }
+  // Starts loading what Continuation(match, ...) reads first.
+  void PrefetchMatch(Match match) const { __builtin_prefetch(&states_[match.state]); }
+
   // Copies up to `want` tokens that follow the first occurrence of the
   // match's strings (positions MinEndpos+1 ..) into out, stopping at the end
   // of the text. With climb_links, while fewer than `want` tokens follow and
