@@ -16,9 +16,14 @@
 //
 // Per context and policy: run 0 is a fresh session's first request ("cold":
 // nothing cached by the session); runs 1..R reuse the session (Reset, Prefill)
-// and their median p50 / p99 are reported. The step time is the time spent in
-// Propose plus the time spent in Commit (verification excluded), measured
-// outside the session (its own timing is off). MAT = committed tokens / steps
+// and their median p50 / p99 are reported. The runs repeat the same steps:
+// at a short context a run reads the index lines the previous run left in
+// the CPU caches (warm), while a long context's prefill evicts them first.
+// --flush-mib N writes and reads N MiB before each run's steps, so that
+// every context starts cold, as a request does in a busy server. The step
+// time is the time spent in Propose plus the time spent in Commit
+// (verification excluded), measured outside the session (its own timing is
+// off). MAT = committed tokens / steps
 // (SourceStatistics::Mat(): the mean over steps of accepted tokens + 1);
 // ns/token = time per committed token over the steps at or below the p99
 // (median over the warm runs).
@@ -96,11 +101,23 @@ uint64_t Ns(Clock::time_point a, Clock::time_point b) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
 }
 
-// One request: Reset, Prefill(context), then `steps` steps over `generation`.
-// propose(start) returns the draft tree.
+// Writes then reads every cache line of *buffer (--flush-mib): what the
+// steps read before is then out of the CPU's caches, whatever their size up
+// to the buffer's.
+void FlushCaches(std::vector<uint64_t>* buffer, uint64_t pass) {
+  for (size_t k = 0; k < buffer->size(); k += 8) (*buffer)[k] = pass + k;
+  uint64_t sum = 0;
+  for (size_t k = 0; k < buffer->size(); k += 8) sum += (*buffer)[k];
+  volatile uint64_t sink = sum;  // the reads are not optimised away
+  (void)sink;
+}
+
+// One request: Reset, Prefill(context), the caches flushed (a non-empty
+// `flush` buffer), then `steps` steps over `generation`. propose(start)
+// returns the draft tree.
 template <typename Propose>
 Result Run(rt::Drafter& d, Propose&& propose, const std::vector<uint32_t>& context,
-           const std::vector<uint32_t>& generation, size_t steps) {
+           const std::vector<uint32_t>& generation, size_t steps, std::vector<uint64_t>* flush) {
   Result r;
   r.step_ns.reserve(steps);
   r.step_tokens.reserve(steps);
@@ -108,6 +125,8 @@ Result Run(rt::Drafter& d, Propose&& propose, const std::vector<uint32_t>& conte
   auto t0 = Clock::now();
   d.Prefill(context);
   r.prefill_ms = static_cast<double>(Ns(t0, Clock::now())) / 1e6;
+  static uint64_t pass = 0;
+  if (!flush->empty()) FlushCaches(flush, ++pass);
   const std::span<const uint32_t> gen(generation);
   size_t i = 0;
   for (size_t s = 0; s < steps && i + 1 < gen.size(); ++s) {
@@ -150,7 +169,7 @@ int main(int argc, char** argv) {
   std::string index_path, traces_path, tokenizer_path;
   std::vector<size_t> contexts = {1024, 4096, 16384, 65536, 131072};
   std::vector<std::string> policies = {"sam", "sam-cal", "pld"};
-  size_t steps = 2000, draft = 40, runs = 5;
+  size_t steps = 2000, draft = 40, runs = 5, flush_mib = 0;
   uint64_t seed = 1;
   bool share_index = true;
   std::string load = "mmap";
@@ -177,6 +196,14 @@ int main(int argc, char** argv) {
   app.add_option("--draft", draft, "draft nodes, start token included")->capture_default_str();
   app.add_option("--runs", runs, "warm runs per context and policy (medians reported)")
       ->capture_default_str();
+  app.add_option("--flush-mib", flush_mib,
+                 "before each run's steps (after its prefill), write and read this many MiB so "
+                 "that the steps start with cold CPU caches, as a request does in a busy server "
+                 "(use more than the last-level cache). 0: each run starts with what the "
+                 "previous run of the same steps left in the caches; a short context's runs "
+                 "then read a warm index, a long context's prefill evicts it")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{4096}));
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--share-index", share_index,
                  "attach a shared StaticIndex (precomputed top children) instead of a bare view")
@@ -244,6 +271,9 @@ int main(int argc, char** argv) {
     std::printf("index %s (%s): %llu tokens; streams: %s; %zu steps, %zu-node drafts, %zu warm runs\n",
                 index_path.c_str(), load.c_str(), static_cast<unsigned long long>(view.num_tokens()),
                 traces.empty() ? "corpus text" : traces_path.c_str(), steps, draft, runs);
+    std::vector<uint64_t> flush(flush_mib << 17);  // 8-byte words
+    if (flush_mib > 0)
+      std::printf("caches flushed before each run's steps (%zu MiB written and read)\n", flush_mib);
     if (!shards.empty())
       std::printf("shard set: %zu shards, each with its shared StaticIndex (the first shard "
                   "gives the corpus streams)\n", shards.size());
@@ -310,7 +340,7 @@ int main(int argc, char** argv) {
         Result last;
         double cold_p99 = 0;
         for (size_t run = 0; run <= runs; ++run) {
-          last = Run(*drafter, propose, context, generation, steps);
+          last = Run(*drafter, propose, context, generation, steps, &flush);
           if (run == 0) {
             cold_p99 = rt::Percentile(last.step_ns, 99) / 1000.0;
             continue;
