@@ -271,15 +271,23 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
   TestIndex index(docs, 40, "shared");
   const format::IndexView& view = index.view();
   // Every transition, with and without hubs and edge filters (1 bit per edge:
-  // many false positives; 10: few), including out-of-vocabulary tokens.
+  // many false positives; 10: few), and with child records (which answer
+  // first: a full record, shorter than top_k, also answers "none"; a
+  // record of top_k children falls through to the filter when it lacks the
+  // token), including out-of-vocabulary tokens.
   for (const sam::runtime::StaticIndex::Options o :
        {sam::runtime::StaticIndex::Options{.min_degree = 4, .top_k = 8, .filter_bits_per_edge = 0},
         sam::runtime::StaticIndex::Options{.min_degree = 2, .top_k = 3, .filter_bits_per_edge = 1},
         sam::runtime::StaticIndex::Options{.min_degree = 1000, .top_k = 8},
-        sam::runtime::StaticIndex::Options{.min_degree = 4, .top_k = 8}}) {
+        sam::runtime::StaticIndex::Options{.min_degree = 4, .top_k = 8},
+        sam::runtime::StaticIndex::Options{.min_degree = 1000, .top_k = 8, .record_min_count = 2},
+        sam::runtime::StaticIndex::Options{
+            .min_degree = 4, .top_k = 2, .filter_bits_per_edge = 1, .record_min_count = 1},
+        sam::runtime::StaticIndex::Options{.min_degree = 1000, .top_k = 1, .record_min_count = 3}}) {
     const auto s = sam::runtime::StaticIndex::Create(&view, o);
     EXPECT_EQ(s->num_hubs() > 0, o.min_degree < 1000);
     EXPECT_EQ(s->filter_bytes() > 0, o.filter_bits_per_edge > 0);
+    EXPECT_EQ(s->record_bytes() > 0, o.record_min_count > 0);
     for (uint64_t v = 0; v < view.num_states(); ++v)
       for (uint32_t c = 0; c <= 41; ++c)
         ASSERT_EQ(s->Next(v, c), view.Next(v, c)) << v << " " << c << " " << o.min_degree;

@@ -80,9 +80,12 @@ class SAM_API StaticIndex {
     // reads two cache lines instead of a chain of four or five misses
     // (select sample, degree word, edges, each child's first end position
     // and the token there). Kept only when states and counts fit
-    // in 32 bits. Off by default: at 3 (kChildRecordMinCount), 53 MiB more
-    // for the 6.8M-token index, 0.6 s more to create, and `sam-cal` steps
-    // about 15% cheaper (docs/runtime.md).
+    // in 32 bits. Transitions (Next, hence every match) look in the record
+    // first: the heaviest children are the likely next tokens, and a record
+    // shorter than top_k holds them all. Off by default: at 3
+    // (kChildRecordMinCount), 53 MiB more for the 6.8M-token index, 0.6 s
+    // more to create, and `sam-cal` steps about 15% cheaper
+    // (docs/runtime.md).
     uint64_t record_min_count = 0;
   };
   // One child of a hub: the transition token, its target and the target's count.
@@ -153,6 +156,24 @@ class SAM_API StaticIndex {
     const format::IndexView& view = *view_;
     if (v == format::kRoot || c >= view.vocab_size()) return view.Next(v, c);
     if (v < view.num_tokens() && view.Token(v + 1) == c) return v + 1;  // implicit v -> v+1
+    // A state that occurs once continues only as its one occurrence does:
+    // a non-clone state's other transitions exist only where its prefix
+    // recurs (Count above 1). No filter, hub bit or edge read.
+    if (v <= view.num_tokens() && view.Count(v) == 1) return format::kNoState;
+    // A clone's child record holds its heaviest transitions, the likely
+    // ones: one or two cache lines instead of the filter's and the edge
+    // search's. A record shorter than top_k holds all of them (a clone has
+    // no implicit transition; the record leaves out only document ends,
+    // which c, a vocabulary token, is not), so a token it lacks has none.
+    if (v > view.num_tokens() && v - view.num_tokens() < record_begin_.size()) {
+      const uint64_t k = v - view.num_tokens() - 1;
+      const uint32_t begin = record_begin_[k], end = record_begin_[k + 1];
+      if (begin != end && end <= records_.size()) {
+        for (uint32_t i = begin; i < end; ++i)
+          if (records_[i].token == c) return records_[i].target;
+        if (end - begin < options_.top_k) return format::kNoState;
+      }
+    }
     if (IsHub(v)) return HubNext(v, c);  // its label table answers as fast as the filter
     view.PrefetchEdgeRange(v);  // overlaps the filter's cache miss; used if it says maybe
     if (!MayHaveEdge(v, c)) return format::kNoState;

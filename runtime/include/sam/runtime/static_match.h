@@ -122,7 +122,10 @@ class SAM_API StaticCursor {
     view_->PrefetchLink(v);
     view_->PrefetchToken(v + 1);
     view_->PrefetchEdgeRange(v);
-    if (hubs_ != nullptr) hubs_->PrefetchHubBit(v);
+    if (hubs_ != nullptr) {
+      hubs_->PrefetchHubBit(v);
+      hubs_->PrefetchRecord(v);  // a clone's child record answers most transitions
+    }
   }
 
   const StaticMatch& match() const { return match_; }
