@@ -1607,9 +1607,9 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     if (lookups_spent()) return;
     const MergedScratch::IndexState s = m.states[node];
     const format::IndexView& view = *cursors_[0].view();
-    const uint64_t w = view.Link(s.state);
+    const uint64_t w = view.Link(s.state);  // kRoot when none: never kNoState
     const uint64_t lstar = view.Len(w);
-    if (lstar == 0 || w == format::kNoState || w == format::kRoot) return;
+    if (lstar == 0) return;  // the empty context (the root)
     const uint64_t total = view.Count(w);
     if (total == 0) return;
     --lookups_left;

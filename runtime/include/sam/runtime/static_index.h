@@ -121,11 +121,8 @@ class SAM_API StaticIndex {
   // children in the same order. `out` holds at least options().top_k
   // children.
   bool RecordChildren(uint64_t state, Child* out, uint32_t* size) const {
-    const format::IndexView& view = *view_;
-    if (!has_records() || state <= view.num_tokens() || state >= view.num_states()) return false;
-    const uint64_t c = state - view.num_tokens() - 1;
-    const uint32_t begin = record_begin_[c], end = record_begin_[c + 1];
-    if (begin == end) return false;
+    uint32_t begin = 0, end = 0;
+    if (!RecordRange(state, &begin, &end)) return false;
     for (uint32_t i = begin; i < end; ++i)
       out[i - begin] = Child{records_[i].token, records_[i].target, records_[i].count};
     *size = end - begin;
@@ -165,14 +162,10 @@ class SAM_API StaticIndex {
     // search's. A record shorter than top_k holds all of them (a clone has
     // no implicit transition; the record leaves out only document ends,
     // which c, a vocabulary token, is not), so a token it lacks has none.
-    if (v > view.num_tokens() && v - view.num_tokens() < record_begin_.size()) {
-      const uint64_t k = v - view.num_tokens() - 1;
-      const uint32_t begin = record_begin_[k], end = record_begin_[k + 1];
-      if (begin != end && end <= records_.size()) {
-        for (uint32_t i = begin; i < end; ++i)
-          if (records_[i].token == c) return records_[i].target;
-        if (end - begin < options_.top_k) return format::kNoState;
-      }
+    if (uint32_t begin = 0, end = 0; RecordRange(v, &begin, &end) && end <= records_.size()) {
+      for (uint32_t i = begin; i < end; ++i)
+        if (records_[i].token == c) return records_[i].target;
+      if (end - begin < options_.top_k) return format::kNoState;
     }
     if (IsHub(v)) return HubNext(v, c);  // its label table answers as fast as the filter
     view.PrefetchEdgeRange(v);  // overlaps the filter's cache miss; used if it says maybe
@@ -215,6 +208,15 @@ class SAM_API StaticIndex {
   uint64_t FilterBlock(uint64_t h) const {
     const uint64_t blocks = filter_.size() / kFilterWords;
     return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * blocks) >> 64);
+  }
+  // The child record of `state`: records_[*begin, *end); false when it has
+  // none (not a clone, no records, or an empty one).
+  bool RecordRange(uint64_t state, uint32_t* begin, uint32_t* end) const {
+    const uint64_t n = view_->num_tokens();
+    if (state <= n || state - n >= record_begin_.size()) return false;
+    *begin = record_begin_[state - n - 1];
+    *end = record_begin_[state - n];
+    return *begin != *end;
   }
   void AddHash(uint64_t edge_hash);  // adds EdgeHash(v, c) to the filter
   void BuildRecords(const Options& options);
