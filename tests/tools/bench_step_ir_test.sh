@@ -2,7 +2,8 @@
 # tools/bench_step_ir.sh on a small index of ids it builds itself: bad flags exit 2; the count
 # is the same in two runs (what the tool is for); its steps are bench-step's (one context, one
 # policy: the cold run and each warm run, --steps each, twice: the first context's first pass
-# warms the mapping).
+# warms the mapping); --cache-sim repeats its simulated misses (a last-level miss is a
+# first-level one too) and does not change the count.
 # Skipped (exit 77) without valgrind.
 #
 #   bench_step_ir_test.sh BIN_DIR
@@ -11,7 +12,7 @@ bin=$1
 script=$(dirname "$0")/../../tools/bench_step_ir.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for args in "--frobnicate" "--" "--bin $tmp/none -- --index x.sam"; do
+for args in "--frobnicate" "--" "--bin $tmp/none -- --index x.sam" "--ll 32M -- --index x.sam"; do
   status=0
   # shellcheck disable=SC2086
   "$script" $args >"$tmp/out" 2>&1 || status=$?
@@ -42,6 +43,23 @@ run() {
 first=$(run) second=$(run)
 echo "$first"
 [[ "$first" == "$second" ]] || { echo "FAIL: two runs differ: '$first' / '$second'"; exit 1; }
+# --cache-sim: the same instructions, and simulated misses that repeat too.
+sim() {
+  "$script" --bin "$bin" --cache-sim --ll 65536,4,64 -- --index "$tmp/ids.sam" --contexts 256 \
+    --steps 150 --runs 2 --policies sam-cal --max-static-lookups 3 | tail -n 2
+}
+sim1=$(sim) sim2=$(sim)
+echo "$sim1"
+[[ "$sim1" == "$sim2" ]] || { echo "FAIL: two cache simulations differ: '$sim1' / '$sim2'"; exit 1; }
+[[ "$(head -n 1 <<<"$sim1")" == "$first" ]] || { echo "FAIL: --cache-sim changed the count"; exit 1; }
+python3 - "$(tail -n 1 <<<"$sim1")" <<'PY'
+import re, sys
+m = re.fullmatch(r"bench_step_ir: simulated data read misses per step: "
+                 r"([\d.]+) first level, ([\d.]+) last level", sys.argv[1])
+assert m, sys.argv[1]
+d1, ll = float(m.group(1)), float(m.group(2))
+assert 0 < ll <= d1, (d1, ll)  # a last-level miss missed the first level too
+PY
 python3 - "$first" <<'PY'
 import re, sys
 m = re.fullmatch(r"bench_step_ir: ([\d,]+) instructions in ([\d,]+) steps "
