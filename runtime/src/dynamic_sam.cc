@@ -28,8 +28,8 @@ size_t TextBytes(size_t capacity) { return capacity * sizeof(uint32_t); }
 
 // A suffix automaton over n >= 3 tokens has at most 3n - 4 transitions and
 // at least n + 1 states, every one of which but the last holds its first
-// transition inline, so the table holds at most 2n; it keeps the load factor
-// at or below 3/4 even then.
+// transition inline (two when it has them), so the table holds at most 2n;
+// it keeps the load factor at or below 3/4 even then.
 size_t SlotsFor(size_t capacity) {
   size_t slots = 16;
   while (slots < (8 * capacity + 2) / 3) slots *= 2;
@@ -105,7 +105,7 @@ void DynamicSam::Reset() {
 
 uint32_t DynamicSam::NewState(uint32_t len, uint32_t link, uint32_t min_endpos) {
   uint32_t v = static_cast<uint32_t>(num_states_++);
-  states_[v] = State{len, link, min_endpos, kNone, 0, kNone, 0, 0};
+  states_[v] = State{len, link, min_endpos, kNone, 0, kNone, 0, kNone};
   return v;
 }
 
@@ -113,7 +113,9 @@ uint32_t* DynamicSam::Find(uint32_t v, uint32_t token) const {
   State& st = states_[v];
   if (st.target0 == kNone) return nullptr;  // no transitions at all
   if (st.token0 == token) return &st.target0;
-  if (st.first_edge == kNone) return nullptr;  // only the inline one
+  if (st.target1 == kNone) return nullptr;  // only the first inline one
+  if (st.token1 == token) return &st.target1;
+  if (st.first_edge == kNone) return nullptr;  // only the inline ones
   for (size_t i = HashSlot(v, token, slot_mask_);; i = (i + 1) & slot_mask_) {
     Slot& s = slots_[i];
     if (s.state == kNone) return nullptr;
@@ -127,6 +129,11 @@ void DynamicSam::Insert(uint32_t v, uint32_t token, uint32_t target) {
   if (st.target0 == kNone) {
     st.token0 = token;
     st.target0 = target;
+    return;
+  }
+  if (st.target1 == kNone) {
+    st.token1 = token;
+    st.target1 = target;
     return;
   }
   size_t i = HashSlot(v, token, slot_mask_);
@@ -174,6 +181,7 @@ void DynamicSam::Append(uint32_t c) {
     } else {
       const uint32_t clone = NewState(states_[p].len + 1, states_[q].link, states_[q].min_endpos);
       if (states_[q].target0 != kNone) Insert(clone, states_[q].token0, states_[q].target0);
+      if (states_[q].target1 != kNone) Insert(clone, states_[q].token1, states_[q].target1);
       for (uint32_t s = states_[q].first_edge; s != kNone; s = slots_[s].next)
         Insert(clone, slots_[s].token, slots_[s].target);
       while (p != kNone) {

@@ -10,7 +10,7 @@
 //
 // Construction is Blumer et al.'s online algorithm with the first end position
 // (min_endpos, 1-based) of every state: a new state's is its position, a clone
-// copies the original's. A state's first transition is stored with the state;
+// copies the original's. A state's first two transitions are stored with it;
 // the others live in one open-addressing hash table keyed by (state, token),
 // sized at construction for the worst case (2n states, 3n transitions), and
 // chained per state so that clones can copy them: Extend never allocates.
@@ -104,18 +104,21 @@ class SAM_API DynamicSam {
   uint32_t Next(uint32_t v, uint32_t token) const;                        // kNone if absent
 
  private:
-  // A state's fields together, with its first transition inline (most
+  // A state's fields together, with its first two transitions inline (most
   // states have one or two): one cache line holds all a step reads of it,
-  // and only further transitions go to the hash table.
+  // and only further transitions go to the hash table (a probe there is a
+  // cache miss of its own in a long context).
   struct State {
     uint32_t len;
     uint32_t link;
     uint32_t min_endpos;
     uint32_t first_edge;  // slot of its first hashed transition, kNone if none
-    uint32_t token0;      // the inline transition (target0 == kNone: none)
-    uint32_t target0;
-    uint32_t unused[2];   // 32 bytes: two states a cache line, none straddling
+    uint32_t token0;      // the inline transitions, in the order they were
+    uint32_t target0;     // added (target0 == kNone: none; target1 == kNone:
+    uint32_t token1;      // at most one); hashed ones come only after both
+    uint32_t target1;     // 32 bytes: two states a cache line, none straddling
   };
+  static_assert(sizeof(State) == 32);
   struct Slot;
   void Append(uint32_t token);  // Blumer step; requires n_ < capacity_
   void Rebuild();               // keep the last half of the window
