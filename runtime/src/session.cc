@@ -836,12 +836,15 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
     // The calibrated policy reads the matched state's count, then its
     // children (the text after it, a hub table or a child record): those
     // first cache misses start now, together, and overlap the dynamic
-    // automaton's lookup below rather than following each other.
+    // automaton's lookup below rather than following each other. A rare
+    // state also backs off to its suffix link (ProposeCalibrated
+    // prefetches the link's state once the link is in).
     if (sel.policy == Policy::kCalibrated && peeked_[i].len > 0) {
       const uint64_t v = peeked_[i].state;
       const format::IndexView& view = *cursors_[i].view();
       view.PrefetchCount(v);
       view.PrefetchToken(v + 1);
+      if (sel.backoff_count > 0) view.PrefetchLink(v);
       if (const StaticIndex* shared = shared_[i].get()) {
         shared->PrefetchHubBit(v);
         shared->PrefetchRecord(v);
@@ -1145,6 +1148,25 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     for (size_t j = 0; j < std::min(cache_draft_count_, budget - 1); ++j) {
       node = m.OfferChild(cal, node, cache_draft_[j], 3, cal.CacheCell(last_cache_len_, j + 1),
                           kFromCache);
+    }
+  }
+
+  // The root's backoff (a state that occurs fewer than backoff_count times)
+  // reads its suffix link's length, count and children: their loads start
+  // now that the link, prefetched at the peek, has had the dynamic lookup's
+  // time to arrive, so that they overlap the root's own expansion.
+  for (size_t i = 0; i < cursors_.size(); ++i) {
+    const MergedScratch::IndexState& r = m.states[i];  // node 0's, index i
+    if (r.state == format::kNoState || r.count == 0 || r.count >= sel.backoff_count) continue;
+    const format::IndexView& view = *cursors_[i].view();
+    const uint64_t w = view.Link(r.state);
+    if (w == format::kRoot) continue;
+    view.PrefetchLink(w);  // its link, and a clone's length
+    view.PrefetchCount(w);
+    if (w < view.num_tokens()) view.PrefetchToken(w + 1);
+    if (const StaticIndex* shared = shared_[i].get()) {
+      shared->PrefetchHubBit(w);
+      shared->PrefetchRecord(w);
     }
   }
 
