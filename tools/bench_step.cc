@@ -23,7 +23,13 @@
 // every context starts cold, as a request does in a busy server. The step
 // time is the time spent in Propose plus the time spent in Commit
 // (verification excluded), measured outside the session (its own timing is
-// off). MAT = committed tokens / steps
+// off). --prewarm proposes every step once more, untimed, right before its
+// timed proposal (the same draft: nothing changes between the two), so that
+// the timed step finds what it reads in the CPU caches: the step without its
+// cache misses, whose difference to a plain run is what the misses cost.
+// --memory-latency first prints what one dependent load costs on this
+// machine at a few working-set sizes (figures of two machines compare only
+// with it). MAT = committed tokens / steps
 // (SourceStatistics::Mat(): the mean over steps of accepted tokens + 1);
 // ns/token = time per committed token over the steps at or below the p99
 // (median over the warm runs).
@@ -42,6 +48,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "sam/format/huge_buffer.h"
 #include "sam/format/index.h"
 #include "sam/format/shard_set.h"
 #include "sam/runtime/shard_set.h"
@@ -112,12 +119,40 @@ void FlushCaches(std::vector<uint64_t>* buffer, uint64_t pass) {
   (void)sink;
 }
 
+// Nanoseconds per load of a chain of dependent loads that visits every cache
+// line of a `bytes` block once, in a random cycle (on 2 MiB pages where
+// available, as the index and the automata are): what a cache miss costs at
+// that working-set size, TLB included.
+double DependentLoadNs(size_t bytes, std::mt19937_64& rng) {
+  struct alignas(64) Line {
+    uint64_t next;
+  };
+  const size_t n = bytes / sizeof(Line);
+  sam::format::HugeBuffer buffer(n * sizeof(Line));
+  Line* lines = static_cast<Line*>(buffer.data());
+  std::vector<uint64_t> cycle(n);
+  std::iota(cycle.begin(), cycle.end(), 0);
+  std::shuffle(cycle.begin(), cycle.end(), rng);
+  for (size_t i = 0; i < n; ++i) lines[cycle[i]].next = cycle[(i + 1) % n];
+  uint64_t p = cycle[0];
+  for (size_t i = 0; i < n; ++i) p = lines[p].next;  // every line once: in the caches it fits
+  const size_t loads = std::max<size_t>(n, 1 << 20);
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < loads; ++i) p = lines[p].next;
+  const double ns = static_cast<double>(Ns(t0, Clock::now()));
+  volatile uint64_t sink = p;  // the chain is not optimised away
+  (void)sink;
+  return ns / static_cast<double>(loads);
+}
+
 // One request: Reset, Prefill(context), the caches flushed (a non-empty
 // `flush` buffer), then `steps` steps over `generation`. propose(start)
-// returns the draft tree.
+// returns the draft tree; with `prewarm` each step is proposed once more,
+// untimed, before its timed proposal.
 template <typename Propose>
 Result Run(rt::Drafter& d, Propose&& propose, const std::vector<uint32_t>& context,
-           const std::vector<uint32_t>& generation, size_t steps, std::vector<uint64_t>* flush) {
+           const std::vector<uint32_t>& generation, size_t steps, std::vector<uint64_t>* flush,
+           bool prewarm) {
   Result r;
   r.step_ns.reserve(steps);
   r.step_tokens.reserve(steps);
@@ -130,6 +165,7 @@ Result Run(rt::Drafter& d, Propose&& propose, const std::vector<uint32_t>& conte
   const std::span<const uint32_t> gen(generation);
   size_t i = 0;
   for (size_t s = 0; s < steps && i + 1 < gen.size(); ++s) {
+    if (prewarm) propose(gen[i]);
     t0 = Clock::now();
     const rt::DraftTree& tree = propose(gen[i]);
     const auto t1 = Clock::now();
@@ -171,7 +207,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> policies = {"sam", "sam-cal", "pld"};
   size_t steps = 2000, draft = 40, runs = 5, flush_mib = 0;
   uint64_t seed = 1;
-  bool share_index = true;
+  bool share_index = true, prewarm = false, memory_latency = false;
   std::string load = "mmap";
   rt::StaticIndex::Options hub_options;
   size_t max_static_lookups = rt::SelectionOptions{}.max_static_lookups;
@@ -204,6 +240,15 @@ int main(int argc, char** argv) {
                  "then read a warm index, a long context's prefill evicts it")
       ->capture_default_str()
       ->check(CLI::Range(size_t{0}, size_t{4096}));
+  app.add_flag("--prewarm", prewarm,
+               "diagnostic: propose every step once more, untimed, right before its timed "
+               "proposal (the same draft), so that the timed step finds what it reads in the CPU "
+               "caches: the step without its cache misses (their cost is the difference to a "
+               "plain run)");
+  app.add_flag("--memory-latency", memory_latency,
+               "first print the time of one dependent load over 1, 4, 16 and 256 MiB (a random "
+               "cycle of cache lines on 2 MiB pages where available): what a cache miss costs on "
+               "this machine, to compare figures across machines");
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--share-index", share_index,
                  "attach a shared StaticIndex (precomputed top children) instead of a bare view")
@@ -271,6 +316,15 @@ int main(int argc, char** argv) {
     std::printf("index %s (%s): %llu tokens; streams: %s; %zu steps, %zu-node drafts, %zu warm runs\n",
                 index_path.c_str(), load.c_str(), static_cast<unsigned long long>(view.num_tokens()),
                 traces.empty() ? "corpus text" : traces_path.c_str(), steps, draft, runs);
+    if (memory_latency) {
+      std::mt19937_64 cycle_rng(seed);  // not rng: the streams stay those of --seed
+      std::printf("memory latency (ns per dependent load):");
+      for (size_t mib : {1, 4, 16, 256})
+        std::printf(" %zu MiB %.1f%s", mib, DependentLoadNs(mib << 20, cycle_rng),
+                    mib == 256 ? "\n" : ",");
+    }
+    if (prewarm)
+      std::printf("prewarmed: each step is proposed once, untimed, before its timed proposal\n");
     std::vector<uint64_t> flush(flush_mib << 17);  // 8-byte words
     if (flush_mib > 0)
       std::printf("caches flushed before each run's steps (%zu MiB written and read)\n", flush_mib);
@@ -340,7 +394,7 @@ int main(int argc, char** argv) {
         Result last;
         double cold_p99 = 0;
         for (size_t run = 0; run <= runs; ++run) {
-          last = Run(*drafter, propose, context, generation, steps, &flush);
+          last = Run(*drafter, propose, context, generation, steps, &flush, prewarm);
           if (run == 0) {
             cold_p99 = rt::Percentile(last.step_ns, 99) / 1000.0;
             continue;

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# bench-step on a small index of ids it builds itself (its timings are figures, never
+# asserted): --prewarm proposes every step once more before its timed proposal, which must
+# leave the drafts alone (every row's MAT as without it, for every policy, and the figures of
+# two plain runs of one seed agree on MAT too); --memory-latency prints four positive
+# latencies and does not change the streams either.
+#
+#   bench_step_test.sh BIN_DIR
+set -euo pipefail
+bin=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+python3 - >"$tmp/ids.jsonl" <<'PY'
+import random
+random.seed(2)
+phrases = [[random.randrange(1, 60) for _ in range(random.randrange(3, 9))] for _ in range(300)]
+for _ in range(200):
+    doc = []
+    for _ in range(random.randrange(20, 60)):
+        doc += random.choice(phrases)
+    print(doc)
+PY
+"$bin/sam-build" -q --vocab-size 64 --corpus ids="$tmp/ids.jsonl" -o "$tmp/ids.sam" >/dev/null
+run() {
+  "$bin/bench-step" --index "$tmp/ids.sam" --contexts 256,2048 --steps 200 --runs 2 \
+    --policies sam,sam-cal,sam-tree,pld --max-static-lookups 3 --record-min-count 2 "$@"
+}
+# context, policy and MAT of every row (the columns: context policy p50 p99 cold MAT ...).
+mats() { awk '$1 ~ /^[0-9]+$/ && NF >= 8 { print $1, $2, $6 }'; }
+run >"$tmp/plain"
+run --prewarm --memory-latency >"$tmp/warm"
+cat "$tmp/warm"
+mats <"$tmp/plain" >"$tmp/plain.mat"
+mats <"$tmp/warm" >"$tmp/warm.mat"
+[[ $(wc -l <"$tmp/plain.mat") -eq 8 ]] || { echo "FAIL: want 8 rows:"; cat "$tmp/plain"; exit 1; }
+diff "$tmp/plain.mat" "$tmp/warm.mat" ||
+  { echo "FAIL: --prewarm or --memory-latency changed the drafts (MAT above)"; exit 1; }
+grep -q "^prewarmed: " "$tmp/warm" || { echo "FAIL: no 'prewarmed:' line"; exit 1; }
+python3 - "$(grep '^memory latency' "$tmp/warm")" <<'PY'
+import re, sys
+m = re.fullmatch(r"memory latency \(ns per dependent load\): 1 MiB ([\d.]+), 4 MiB ([\d.]+), "
+                 r"16 MiB ([\d.]+), 256 MiB ([\d.]+)", sys.argv[1])
+assert m, sys.argv[1]
+assert all(float(x) > 0 for x in m.groups()), sys.argv[1]
+PY
+grep -q "memory latency" "$tmp/plain" && { echo "FAIL: the latency line without --memory-latency"; exit 1; }
+echo ok
