@@ -349,6 +349,9 @@ struct Session::MergedScratch {
     uint64_t state;
     uint64_t count;
     uint64_t len;
+    // Its child record when known from its parent's (StaticIndex::
+    // RecordEntry::record; one index only), else kNoRecord: look it up.
+    uint32_t record = StaticIndex::kNoRecord;
   };
   std::vector<IndexState> states;
   // The best-first queue: entries q[head, tail), best first, in a buffer
@@ -691,6 +694,54 @@ void Session::AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticInde
   cursors_.push_back(cursor);
   shared_.push_back(std::move(index));
   peeked_.resize(cursors_.size());
+  cursor_record_.resize(cursors_.size(), StaticIndex::kNoRecord);
+  peeked_record_.resize(cursors_.size(), StaticIndex::kNoRecord);
+}
+
+void Session::AdvanceCursor(size_t i, uint32_t token) {
+  StaticCursor& c = cursors_[i];
+  const StaticIndex* index = shared_[i].get();
+  if (index == nullptr || !index->has_records()) {
+    c.Advance(token);
+    return;
+  }
+  c.Set(TransferByRecords(*index, c.match(), cursor_record_[i], token, &cursor_record_[i]));
+}
+
+void Session::PrefetchPeek(size_t i) const {
+  const StaticCursor& c = cursors_[i];
+  const StaticIndex* index = shared_[i].get();
+  if (index == nullptr || !index->has_records()) {
+    c.Prefetch();
+    return;
+  }
+  // What TransferByRecords reads first: the text after a position (its
+  // implicit transition) and its suffix link's record; a clone's record.
+  const uint64_t v = c.match().state;
+  const format::IndexView& view = *c.view();
+  if (v == format::kRoot) return;
+  if (!view.IsClone(v)) {
+    view.PrefetchToken(v + 1);
+    index->PrefetchPositionLinkRecord(v);
+  } else if (cursor_record_[i] != StaticIndex::kNoRecord) {
+    index->PrefetchRecordAt(cursor_record_[i]);
+  } else {
+    c.Prefetch();
+  }
+}
+
+void Session::PrefetchPeekLink(size_t i) const {
+  const StaticIndex* index = shared_[i].get();
+  if (index == nullptr || !index->has_records()) return;
+  const uint64_t v = cursors_[i].match().state;
+  if (v == format::kRoot) return;
+  // The peek usually climbs once (the verified token seldom continues the
+  // longest match): the suffix link's record, found through what
+  // PrefetchPeek started loading.
+  if (!cursors_[i].view()->IsClone(v))
+    index->PrefetchRecordAt(index->PositionLinkRecord(v));
+  else if (cursor_record_[i] != StaticIndex::kNoRecord)
+    index->PrefetchRecordAt(index->Head(cursor_record_[i]).link_record);
 }
 
 void Session::AttachShardSet(std::span<const std::shared_ptr<const StaticIndex>> shards) {
@@ -780,6 +831,7 @@ void Session::Reset() {
   cache_static_.Reset();
   output_begin_ = 0;
   for (StaticCursor& c : cursors_) c.Reset();
+  std::fill(cursor_record_.begin(), cursor_record_.end(), StaticIndex::kNoRecord);
   if (options_.fallback) options_.fallback->Reset();
   pending_ = false;
   tree_.Reset(0, DraftSource::kNone);
@@ -794,8 +846,8 @@ void Session::ResetStatistics() {
 void Session::Prefill(std::span<const uint32_t> prompt) {
   const uint64_t t0 = options_.collect_timing ? NowNs() : 0;
   dynamic_.Extend(prompt);
-  for (StaticCursor& c : cursors_)
-    for (uint32_t t : prompt) c.Advance(t);
+  for (size_t i = 0; i < cursors_.size(); ++i)
+    for (uint32_t t : prompt) AdvanceCursor(i, t);
   if (options_.fallback) options_.fallback->Prefill(prompt);
   if (cache_) cache_cursor_.Advance(prompt);
   if (cache_compiled_.index)
@@ -828,7 +880,13 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
   size_t best = 0;
   uint64_t best_len = 0;
   for (size_t i = 0; i < cursors_.size(); ++i) {
-    peeked_[i] = cursors_[i].Peek(start_token);
+    if (const StaticIndex* index = shared_[i].get(); index != nullptr && index->has_records()) {
+      peeked_[i] = TransferByRecords(*index, cursors_[i].match(), cursor_record_[i], start_token,
+                                     &peeked_record_[i]);
+    } else {
+      peeked_[i] = cursors_[i].Peek(start_token);
+      peeked_record_[i] = StaticIndex::kNoRecord;
+    }
     if (peeked_[i].len > best_len) {
       best_len = peeked_[i].len;
       best = i;
@@ -842,12 +900,19 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
     if (sel.policy == Policy::kCalibrated && peeked_[i].len > 0) {
       const uint64_t v = peeked_[i].state;
       const format::IndexView& view = *cursors_[i].view();
+      if (peeked_record_[i] != StaticIndex::kNoRecord) {
+        // Its record, known from the peek: its count, children and suffix
+        // link's record.
+        shared_[i]->PrefetchRecordAt(peeked_record_[i]);
+        continue;
+      }
       view.PrefetchCount(v);
       view.PrefetchToken(v + 1);
       if (sel.backoff_count > 0) view.PrefetchLink(v);
       if (const StaticIndex* shared = shared_[i].get()) {
         shared->PrefetchHubBit(v);
         shared->PrefetchRecord(v);
+        if (shared->has_records() && !view.IsClone(v)) shared->PrefetchPositionLinkRecord(v);
       }
     }
   }
@@ -1104,8 +1169,15 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
       if (peeked_[i].len != m.unit_len[u]) continue;
       m.State(0, i) = peeked_[i].state;
-      m.StateCount(0, i) = cursors_[i].view()->Count(peeked_[i].state);
       m.StateLen(0, i) = peeked_[i].len;
+      const uint32_t record =
+          i < peeked_record_.size() ? peeked_record_[i] : StaticIndex::kNoRecord;
+      if (record != StaticIndex::kNoRecord) {  // its count is in its record (prefetched)
+        m.StateCount(0, i) = shared_[i]->Head(record).count;
+        m.states[i].record = record;  // node 0's
+      } else {
+        m.StateCount(0, i) = cursors_[i].view()->Count(peeked_[i].state);
+      }
     }
   }
 
@@ -1159,6 +1231,18 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     const MergedScratch::IndexState& r = m.states[i];  // node 0's, index i
     if (r.state == format::kNoState || r.count == 0 || r.count >= sel.backoff_count) continue;
     const format::IndexView& view = *cursors_[i].view();
+    if (const StaticIndex* shared = shared_[i].get(); shared != nullptr && shared->has_records()) {
+      // With child records the link's record holds all of it: found through
+      // the root's record (known from the peek) or a position's link record.
+      if (r.record != StaticIndex::kNoRecord) {
+        shared->PrefetchRecordAt(shared->Head(r.record).link_record);
+        continue;
+      }
+      if (!view.IsClone(r.state)) {
+        shared->PrefetchRecordAt(shared->PositionLinkRecord(r.state));
+        continue;
+      }
+    }
     const uint64_t w = view.Link(r.state);
     if (w == format::kRoot) continue;
     view.PrefetchLink(w);  // its link, and a clone's length
@@ -1193,8 +1277,9 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     std::span<const StaticIndex::Child> top;
     if (hubs != nullptr && width <= hubs->options().top_k) {
       // The state's child record (Options::record_min_count), else a hub's
-      // table (a state never has both). The record first: its offset was
-      // prefetched when the state was offered, the hub bit was not.
+      // table (a hub's record holds its table's children). The record
+      // first: its offset was prefetched when the state was offered, the
+      // hub bit was not.
       top = hubs->RecordChildren(v, &m.children);
       if (!top.empty()) return top.first(std::min(width, top.size()));
       if (hubs->TopChildren(v, &top)) return top.first(std::min(width, top.size()));
@@ -1394,18 +1479,49 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // offered: the first of its own lookup's dependent cache misses (or, for a
   // state that occurs once, the text it continues with) starts now,
   // overlapping the rest of the step.
-  auto prefetch_child = [&](size_t i, uint64_t target, uint64_t count) {
+  auto prefetch_child = [&](size_t i, uint64_t target, uint64_t count,
+                            uint32_t record = StaticIndex::kNoRecord) {
     const format::IndexView& view = *cursors_[i].view();
     if (count <= 1) view.PrefetchToken(target + 1);
     if (lookups_spent()) return;  // neither its lookup nor its backoff will be made
+    const StaticIndex* shared = shared_[i].get();
+    if (record != StaticIndex::kNoRecord) {
+      // Its record, known from its parent's: its children, and the head
+      // that leads to its suffix link's record if it backs off.
+      shared->PrefetchRecordAt(record);
+      return;
+    }
     if (count > 1) {
       view.PrefetchEdgeRange(target);
-      const StaticIndex* shared = shared_[i].get();
       if (shared != nullptr && shared->has_records()) shared->PrefetchRecord(target);
     }
     // A rare string backs off to its suffix link's state if it ranks:
-    // its link (and a clone's length) start loading too.
-    if (count < sel.backoff_count) view.PrefetchLink(target);
+    // its link (and a clone's length) start loading too, or with records a
+    // position's suffix link's record.
+    if (count < sel.backoff_count) {
+      if (shared != nullptr && shared->has_records() && !view.IsClone(target))
+        shared->PrefetchPositionLinkRecord(target);
+      else
+        view.PrefetchLink(target);
+    }
+  };
+  // Child records followed from record to record (one index): a node's
+  // record, its own (known from its parent's) or looked up by its state
+  // (kNoRecord: none, or records unusable at this width).
+  const StaticIndex* records =
+      cursors_.size() == 1 && shared_[0] != nullptr && shared_[0]->has_records() &&
+              sel.max_width <= shared_[0]->options().top_k
+          ? shared_[0].get()
+          : nullptr;
+  auto record_of = [&](const MergedScratch::IndexState& s) {
+    return s.record != StaticIndex::kNoRecord ? s.record : records->RecordOf(s.state);
+  };
+  // The record of the suffix link of a node's state, kNoRecord when it has
+  // none or is not known without reading the link (a rare clone's).
+  auto link_record_of = [&](const MergedScratch::IndexState& s) {
+    if (!cursors_[0].view()->IsClone(s.state)) return records->PositionLinkRecord(s.state);
+    const uint32_t r = record_of(s);
+    return r != StaticIndex::kNoRecord ? records->Head(r).link_record : StaticIndex::kNoRecord;
   };
   // The usual deployment, one static index and nothing else: expand below
   // without its unit and shard loops (the same offers, in the same order).
@@ -1429,6 +1545,25 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       const int32_t child = offer_static_child(node, token, 1, offers);
       m.states[child] = MergedScratch::IndexState{s.state + 1, 1, s.len + 1};
       prefetch_child(0, s.state + 1, 1);
+      // Its backoff, if it ranks, starts from its suffix link's record.
+      if (records != nullptr && s.count < sel.backoff_count && !lookups_spent())
+        records->PrefetchRecordAt(records->PositionLinkRecord(s.state));
+      return;
+    }
+    if (const uint32_t r = records != nullptr ? record_of(s) : StaticIndex::kNoRecord;
+        r != StaticIndex::kNoRecord) {
+      // Its record's children (top_children's record case), each with its
+      // own record; a rare state's suffix link's record starts loading for
+      // its backoff.
+      const StaticIndex::RecordHead head = records->Head(r);
+      if (s.count < sel.backoff_count && !lookups_spent()) records->PrefetchRecordAt(head.link_record);
+      const StaticIndex::RecordEntry* e = records->Entries(r);
+      const uint32_t k = std::min<uint32_t>(head.size, static_cast<uint32_t>(sel.max_width));
+      for (uint32_t j = 0; j < k; ++j) {
+        const int32_t child = offer_static_child(node, e[j].token, e[j].count, offers);
+        m.states[child] = MergedScratch::IndexState{e[j].target, e[j].count, s.len + 1, e[j].record};
+        prefetch_child(0, e[j].target, e[j].count, e[j].record);
+      }
       return;
     }
     for (const StaticIndex::Child& c : top_children(0, s.state, s.count)) {
@@ -1629,6 +1764,28 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     if (lookups_spent()) return;
     const MergedScratch::IndexState s = m.states[node];
     const format::IndexView& view = *cursors_[0].view();
+    if (const uint32_t lr = records != nullptr ? link_record_of(s) : StaticIndex::kNoRecord;
+        lr != StaticIndex::kNoRecord) {
+      // The suffix link's record: its length, count and children in one
+      // place (a clone's: the root has no record), the same as below.
+      const StaticIndex::RecordHead head = records->Head(lr);
+      const uint64_t lstar = head.len, total = head.count;
+      if (lstar == 0 || total == 0) return;
+      --lookups_left;
+      if (lstar >= s.len) return;  // corrupt: a link must shorten the match
+      const StaticOffers offers = static_offers(total, lstar, true, 0);
+      const StaticIndex::RecordEntry* e = records->Entries(lr);
+      const uint32_t k = std::min<uint32_t>(head.size, static_cast<uint32_t>(sel.max_width));
+      for (uint32_t j = 0; j < k; ++j) {
+        const int32_t child = m.Child(node, e[j].token);
+        MergedScratch::IndexState& cs = m.states[child];
+        if (cs.state != format::kNoState) continue;  // s's child too
+        cs = MergedScratch::IndexState{e[j].target, e[j].count, lstar + 1, e[j].record};
+        if (e[j].count > 1 && !lookups_spent()) records->PrefetchRecordAt(e[j].record);
+        offer_static(child, e[j].count, offers);
+      }
+      return;
+    }
     const uint64_t w = view.Link(s.state);  // kRoot when none: never kNoState
     const uint64_t lstar = view.Len(w);
     if (lstar == 0) return;  // the empty context (the root)
@@ -1881,9 +2038,14 @@ void Session::Commit(std::span<const uint32_t> tokens) {
   for (size_t i = 0; i < cursors_.size(); ++i) {
     StaticCursor& c = cursors_[i];
     size_t k = 0;
-    if (peeked && i < num_peeked_) c.Set(peeked_[i]), k = 1;  // not if attached since
+    if (peeked && i < num_peeked_) {  // not if attached since
+      c.Set(peeked_[i]);
+      cursor_record_[i] = peeked_record_[i];
+      k = 1;
+    }
     if (i == linear_static_cursor_ && along > 0) {
       c.Set(AdvanceAlongFirstOccurrence(*c.view(), peeked_[i], along));
+      cursor_record_[i] = StaticIndex::kNoRecord;
       k = 1 + along;
     } else if (k == 1 && merged_->valid && i < merged_->num_indexes) {
       // Accepted nodes of a merged tree (kCalibrated) whose state in this
@@ -1898,17 +2060,21 @@ void Session::Commit(std::span<const uint32_t> tokens) {
         // A backoff child's state is a shorter match than the longest one.
         if (state == format::kNoState || merged_->StateLen(merged, i) != peeked_[i].len + k) break;
         c.Set(StaticMatch{state, peeked_[i].len + k});
+        cursor_record_[i] = merged_->states[static_cast<size_t>(merged) * merged_->num_indexes + i].record;
         node = child;
       }
     }
-    for (; k < tokens.size(); ++k) c.Advance(tokens[k]);
+    for (; k < tokens.size(); ++k) AdvanceCursor(i, tokens[k]);
     // The next proposal starts with a Peek from here: its first cache misses
     // overlap the dynamic automaton's update below.
-    c.Prefetch();
+    PrefetchPeek(i);
   }
   linear_static_cursor_ = SIZE_MAX;
   dynamic_.Extend(tokens);
   dynamic_.Prefetch();  // the next Lookup's (and Extend's) first read
+  // What PrefetchPeek started has had the update's time to arrive: the
+  // peek's first climb, to a suffix link's record, starts loading too.
+  for (size_t i = 0; i < cursors_.size(); ++i) PrefetchPeekLink(i);
   if (options_.fallback) options_.fallback->Commit(tokens);
   if (cache_) cache_cursor_.Advance(tokens);
   if (cache_compiled_.index)

@@ -1,6 +1,7 @@
 #include "sam/runtime/static_index.h"
 
 #include <algorithm>
+#include <bit>
 #include <utility>
 
 #include "index_children.h"
@@ -152,28 +153,28 @@ void StaticIndex::BuildRecords(const Options& options) {
   const format::IndexView& view = *view_;
   const uint64_t n = view.num_tokens();
   const uint64_t clones = view.num_clones();
-  // 32-bit fields: targets (states), counts (at most the number of tokens)
-  // and record offsets.
+  // 32-bit fields: targets (states), counts and lengths (at most the number
+  // of tokens) and record offsets.
   if (clones == 0 || view.num_states() > UINT32_MAX || n > UINT32_MAX) return;
-  // Which clones get a record: those that occur often enough and are no hub
-  // (a hub's top children are in its table, which answers first).
-  auto wanted = [&](uint64_t v) {
-    return v > n && !IsHub(v) && view.Count(v) >= options.record_min_count;
-  };
-  // First pass: at most min(top_k, explicit transitions) children per record
-  // (a clone has no implicit one), so the records are written in place in
-  // one array of that size, not collected and copied (peak memory once).
+  // Which clones get a record: those that occur often enough (a hub's
+  // children are those of its table, so that a step to its record from a
+  // suffix link or a parent finds them there too).
+  auto wanted = [&](uint64_t v) { return v > n && view.Count(v) >= options.record_min_count; };
+  // First pass: a head and at most min(top_k, explicit transitions)
+  // children per record (a clone has no implicit one), so the records are
+  // written in place in one array of that size, not collected and copied
+  // (peak memory once).
   uint64_t bound = 0, ranges = 0;
   view.ForEachEdgeRange([&](uint64_t v, uint64_t lo, uint64_t hi) {
     if (v <= n) return;
     ++ranges;
-    if (wanted(v)) bound += std::min<uint64_t>(options.top_k, hi - lo);
+    if (wanted(v)) bound += 1 + std::min<uint64_t>(options.top_k, hi - lo);
   });
-  if (ranges != clones || bound > UINT32_MAX) return;  // (a corrupt degree vector: no records)
+  if (ranges != clones || bound >= kNoRecord) return;  // (a corrupt degree vector: no records)
   format::HugeArray<uint32_t> begin;
   format::HugeArray<Record> records;
   begin.assign(clones + 1, 0);
-  records.assign(bound, Record{0, 0, 0});
+  records.assign(bound, Record{0, 0, 0, kNoRecord});
   std::vector<Child> top(options.top_k);
   uint64_t c = 0, size = 0;
   bool ok = true;
@@ -187,18 +188,35 @@ void StaticIndex::BuildRecords(const Options& options) {
     if (!wanted(v)) return;
     const uint32_t k = internal::TopChildrenOf(view, v, lo, hi,
                                                static_cast<uint32_t>(options.top_k), top.data());
-    if (size + k > bound) {
+    if (size + 1 + k > bound) {
       ok = false;
       return;
     }
+    // The head's link_record and the children's records are known once
+    // every record has its place (below).
+    records[size++] = std::bit_cast<Record>(RecordHead{static_cast<uint32_t>(view.Len(v)),
+                                                       static_cast<uint32_t>(view.Count(v)),
+                                                       kNoRecord, k});
     for (uint32_t i = 0; i < k; ++i)
       records[size++] = Record{top[i].token, static_cast<uint32_t>(top[i].target),
-                               static_cast<uint32_t>(top[i].count)};
+                               static_cast<uint32_t>(top[i].count), kNoRecord};
   });
   if (!ok || c != clones) return;
   begin[clones] = static_cast<uint32_t>(size);
   record_begin_ = std::move(begin);
   records_ = std::move(records);
+  // The links: each record's head gets its suffix link's record, each child
+  // entry its target's, each position its suffix link's.
+  for (uint64_t k = 0; k < clones; ++k) {
+    const uint32_t head = record_begin_[k];
+    if (head == record_begin_[k + 1]) continue;
+    RecordHead h = Head(head);
+    h.link_record = RecordOf(view.Link(n + 1 + k));
+    records_[head] = std::bit_cast<Record>(h);
+    for (uint32_t i = head + 1; i < head + 1 + h.size; ++i) records_[i].record = RecordOf(records_[i].target);
+  }
+  position_link_record_.assign(n + 1, kNoRecord);
+  for (uint64_t p = 1; p <= n; ++p) position_link_record_[p] = RecordOf(view.Link(p));
 }
 
 void StaticIndex::AddHash(uint64_t h) {

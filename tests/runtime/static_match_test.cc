@@ -335,8 +335,12 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
 
 // Child records: for every clone that occurs at least record_min_count
 // times, its top_k heaviest children (count descending, then token), as a
-// brute-force enumeration and sort finds them; nothing for other states.
+// brute-force enumeration and sort finds them (a hub's are its table's);
+// nothing for other states. Each record's head holds the state's length and
+// count and its suffix link's record, each child its target's record, and
+// each position its suffix link's record, as the view says.
 TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
+  using sam::runtime::StaticIndex;
   std::mt19937 rng(23);
   Docs docs = RandomDocs(rng, 200, 60, 40);
   for (auto& d : docs)
@@ -347,47 +351,120 @@ TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
   ASSERT_GT(view.num_clones(), 100u);
   for (const auto& [min_count, top_k] :
        std::vector<std::pair<uint64_t, size_t>>{{1, 8}, {2, 3}, {3, 1}, {5, 8}}) {
-    const auto s = sam::runtime::StaticIndex::Create(
-        &view, {.min_degree = 12, .top_k = top_k, .record_min_count = min_count});
+    const auto s =
+        StaticIndex::Create(&view, {.min_degree = 12, .top_k = top_k, .record_min_count = min_count});
     EXPECT_GT(s->record_bytes(), 0u);
-    std::vector<sam::runtime::StaticIndex::Child> got(top_k);
-    size_t with_records = 0, hubs_seen = 0;
+    // The record every state should have (kNoRecord: none), found by its id.
+    auto record_of = [&](uint64_t v) { return s->RecordOf(v); };
+    std::vector<StaticIndex::Child> got(top_k);
+    size_t with_records = 0, hubs_seen = 0, links_followed = 0;
     for (uint64_t v = 0; v < view.num_states(); ++v) {
       uint32_t size = 0;
       const bool has = s->RecordChildren(v, got.data(), &size);
       // The oracle: every child, sorted.
-      std::vector<sam::runtime::StaticIndex::Child> all;
+      std::vector<StaticIndex::Child> all;
       view.ForEachChild(v, [&](uint32_t token, uint64_t target) {
         all.push_back({token, target, view.Count(target)});
       });
       std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
         return a.count != b.count ? a.count > b.count : a.token < b.token;
       });
-      // Hubs have none: their table answers first.
-      std::span<const sam::runtime::StaticIndex::Child> hub_children;
+      std::span<const StaticIndex::Child> hub_children;
       const bool hub = s->TopChildren(v, &hub_children);
-      const bool expected =
-          view.IsClone(v) && !hub && view.Count(v) >= min_count && !all.empty();
+      const bool expected = view.IsClone(v) && view.Count(v) >= min_count;
       ASSERT_EQ(has, expected) << "state " << v << " min_count " << min_count;
-      hubs_seen += hub && view.IsClone(v) && view.Count(v) >= min_count;
+      ASSERT_EQ(record_of(v) != StaticIndex::kNoRecord, expected) << v;
+      if (!view.IsClone(v) && v != format::kRoot) {
+        // A position: its suffix link's record is kept.
+        ASSERT_EQ(s->PositionLinkRecord(v), record_of(view.Link(v))) << v;
+        links_followed += s->PositionLinkRecord(v) != StaticIndex::kNoRecord;
+      }
       if (!has) continue;
       ++with_records;
+      hubs_seen += hub;
       ASSERT_EQ(size, std::min(all.size(), top_k)) << v;
+      if (hub) {
+        ASSERT_EQ(hub_children.size(), size) << v;
+        for (uint32_t i = 0; i < size; ++i) ASSERT_EQ(hub_children[i].token, got[i].token) << v;
+      }
+      const uint32_t r = record_of(v);
+      const StaticIndex::RecordHead head = s->Head(r);
+      ASSERT_EQ(head.len, view.Len(v)) << v;
+      ASSERT_EQ(head.count, view.Count(v)) << v;
+      ASSERT_EQ(head.size, size) << v;
+      ASSERT_EQ(head.link_record, record_of(view.Link(v))) << v;
+      links_followed += head.link_record != StaticIndex::kNoRecord;
+      const StaticIndex::RecordEntry* entries = s->Entries(r);
       for (uint32_t i = 0; i < size; ++i) {
         ASSERT_EQ(got[i].token, all[i].token) << v << " " << i;
         ASSERT_EQ(got[i].target, all[i].target) << v << " " << i;
         ASSERT_EQ(got[i].count, all[i].count) << v << " " << i;
+        ASSERT_EQ(entries[i].token, all[i].token) << v << " " << i;
+        ASSERT_EQ(entries[i].target, all[i].target) << v << " " << i;
+        ASSERT_EQ(entries[i].count, all[i].count) << v << " " << i;
+        ASSERT_EQ(entries[i].record, record_of(all[i].target)) << v << " " << i;
       }
     }
     EXPECT_GT(with_records, 50u) << min_count;
-    EXPECT_GT(hubs_seen, 0u) << "no hub clone: the test would not see hubs left out";
+    EXPECT_GT(links_followed, 50u) << min_count;
+    EXPECT_GT(hubs_seen, 0u) << "no hub with a record: the test would not see hubs";
   }
   // Off by default.
-  const auto plain = sam::runtime::StaticIndex::Create(&view);
+  const auto plain = StaticIndex::Create(&view);
   EXPECT_EQ(plain->record_bytes(), 0u);
-  std::vector<sam::runtime::StaticIndex::Child> out(8);
+  std::vector<StaticIndex::Child> out(8);
   uint32_t size = 0;
   EXPECT_FALSE(plain->RecordChildren(view.num_tokens() + 1, out.data(), &size));
+  EXPECT_EQ(plain->RecordOf(view.num_tokens() + 1), StaticIndex::kNoRecord);
+  EXPECT_EQ(plain->PositionLinkRecord(1), StaticIndex::kNoRecord);
+}
+
+// TransferByRecords gives Transfer's match from every state at every match
+// length it can have (Len(Link(v)) < len <= Len(v)) for every token, out of
+// the vocabulary included, with the state's record given or looked up, over
+// records of 1, 2 and 8 children (full ones fall back to the other paths),
+// with and without hubs; the record it reports is the returned state's.
+TEST(SharedStaticIndex, TransferByRecordsEqualsTransfer) {
+  using sam::runtime::StaticIndex;
+  std::mt19937 rng(29);
+  Docs docs = RandomDocs(rng, 200, 60, 40);
+  for (auto& d : docs)
+    for (auto& t : d)
+      if (rng() % 3 == 0) t = rng() % 3;
+  TestIndex index(docs, 40, "transfer");
+  const format::IndexView& view = index.view();
+  for (const StaticIndex::Options o :
+       {StaticIndex::Options{.min_degree = 1000, .top_k = 8, .record_min_count = 2},
+        StaticIndex::Options{.min_degree = 4, .top_k = 2, .filter_bits_per_edge = 1, .record_min_count = 1},
+        StaticIndex::Options{.min_degree = 6, .top_k = 1, .record_min_count = 3},
+        StaticIndex::Options{.min_degree = 4, .top_k = 8}}) {
+    const auto s = StaticIndex::Create(&view, o);
+    size_t by_record = 0, climbed = 0;
+    for (uint64_t v = 0; v < view.num_states(); ++v) {
+      const uint64_t lo = v == format::kRoot ? 0 : view.Len(view.Link(v)) + 1;
+      // About four lengths from lo to Len(v), both included.
+      const uint64_t hi = view.Len(v), step = std::max<uint64_t>(1, (hi - lo) / 3);
+      for (uint64_t len = lo; len <= hi; len = len == hi ? hi + 1 : std::min(hi, len + step)) {
+        for (uint32_t c = 0; c <= 41; ++c) {
+          const StaticMatch m{v, len};
+          const StaticMatch want = sam::runtime::Transfer(view, m, c, s.get());
+          for (const uint32_t hint : {StaticIndex::kNoRecord, s->RecordOf(v)}) {
+            uint32_t record = 0;
+            const StaticMatch got = sam::runtime::TransferByRecords(*s, m, hint, c, &record);
+            ASSERT_EQ(got.state, want.state) << v << " " << len << " " << c;
+            ASSERT_EQ(got.len, want.len) << v << " " << len << " " << c;
+            if (record != StaticIndex::kNoRecord) {
+              ASSERT_EQ(record, s->RecordOf(got.state)) << v << " " << len << " " << c;
+              ++by_record;
+            }
+          }
+          climbed += want.len != 0 && want.len <= len;
+        }
+      }
+    }
+    EXPECT_GT(climbed, 1000u);
+    EXPECT_EQ(by_record > 0, o.record_min_count > 0) << o.top_k;
+  }
 }
 
 // An index written with wide widths (the builder's min_width: state ids of

@@ -195,6 +195,17 @@ class SAM_API Session : public Drafter {
   std::vector<ShardMatch> shard_matches_;
   MergedStaticTreeBuilder merged_tree_builder_;
   std::vector<StaticMatch> peeked_;
+  // Per cursor whose StaticIndex has child records: the record of its
+  // state, and of peeked_'s, when known (StaticIndex::kNoRecord: unknown),
+  // so that matching steps from record to record (TransferByRecords).
+  std::vector<uint32_t> cursor_record_, peeked_record_;
+  // Moves cursor i by `token` (TransferByRecords when its index has
+  // records, keeping cursor_record_[i]); starts loading what the next peek
+  // reads first (Prefetch), and once that has arrived, the suffix link's
+  // record (PrefetchPeekLink).
+  void AdvanceCursor(size_t i, uint32_t token);
+  void PrefetchPeek(size_t i) const;
+  void PrefetchPeekLink(size_t i) const;
   StaticTreeBuilder tree_builder_;
   std::unique_ptr<Calibrator> calibrator_;
   DraftTree tree_;

@@ -46,6 +46,7 @@
 #ifndef SAM_RUNTIME_STATIC_INDEX_H_
 #define SAM_RUNTIME_STATIC_INDEX_H_
 
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -73,19 +74,22 @@ class SAM_API StaticIndex {
     // 64). 10 gives about 1% false positives.
     unsigned filter_bits_per_edge = 10;
     // Child records (0: none). For every clone state that occurs at least
-    // this many times, its (at most top_k) heaviest children are stored
-    // together: token, target and count, 12 bytes each, found through one
-    // offset per clone (4 bytes a clone); hubs get none (their table
-    // answers first). A lookup of a branching state that is no hub then
-    // reads two cache lines instead of a chain of four or five misses
-    // (select sample, degree word, edges, each child's first end position
-    // and the token there). Kept only when states and counts fit
-    // in 32 bits. Transitions (Next, hence every match) look in the record
-    // first: the heaviest children are the likely next tokens, and a record
-    // shorter than top_k holds them all. Off by default: at 3
-    // (kChildRecordMinCount), 53 MiB more for the 6.8M-token index, 0.6 s
-    // more to create, and `sam-cal` steps about 15% cheaper
-    // (docs/runtime.md).
+    // this many times (hubs included), its (at most top_k) heaviest
+    // children are stored together: token, target, count and the target's
+    // own record, 16 bytes each, after a 16-byte head with the state's
+    // length and count and the record of its suffix link; found through
+    // one offset per clone (4 bytes a clone), and each position's suffix
+    // link's record is kept too (4 bytes a token). A lookup of a branching
+    // state then reads one or two adjacent cache lines instead of a chain
+    // of four or five misses (select sample, degree word, edges, each
+    // child's first end position and the token there), and a step to a
+    // suffix link (a backoff, a climb of the matching) one record instead
+    // of the link, its length and count, the record's offset and the
+    // record. Kept only when states fit in 32 bits. Transitions (Next,
+    // hence every match) look in the record first: the heaviest children
+    // are the likely next tokens, and a record shorter than top_k holds
+    // them all. Off by default: at 3 (kChildRecordMinCount), about 13
+    // bytes per corpus token more (docs/runtime.md).
     uint64_t record_min_count = 0;
   };
   // One child of a hub: the transition token, its target and the target's count.
@@ -116,10 +120,10 @@ class SAM_API StaticIndex {
   // heaviest children, heaviest first (count descending, then token ascending;
   // document-end transitions excluded).
   bool TopChildren(uint64_t state, std::span<const Child>* children) const;
-  // True when `state` has a child record (Options::record_min_count; never
-  // a hub); then out[0..*size) receives its (at most top_k) heaviest
-  // children in the same order. `out` holds at least options().top_k
-  // children.
+  // True when `state` has a child record (Options::record_min_count); then
+  // out[0..*size) receives its (at most top_k) heaviest children in the
+  // same order (a hub's are those of its table). `out` holds at least
+  // options().top_k children.
   bool RecordChildren(uint64_t state, Child* out, uint32_t* size) const {
     uint32_t begin = 0, end = 0;
     if (!RecordRange(state, &begin, &end)) return false;
@@ -138,12 +142,52 @@ class SAM_API StaticIndex {
     return std::span<const Child>(scratch->data(), size);
   }
   bool has_records() const { return record_begin_.size() != 0; }
-  size_t record_bytes() const { return record_begin_.bytes() + records_.bytes(); }
+  size_t record_bytes() const {
+    return record_begin_.bytes() + records_.bytes() + position_link_record_.bytes();
+  }
   // Starts loading the offset of `state`'s child record (none: nothing).
   void PrefetchRecord(uint64_t state) const {
     const uint64_t n = view_->num_tokens();
     if (state > n && state - n - 1 < record_begin_.size())
       __builtin_prefetch(&record_begin_[state - n - 1]);
+  }
+
+  // Records by where they are (their head's slot): what a drafter that
+  // follows records from record to record reads, one record a cache miss,
+  // without the state's offset. kNoRecord: none.
+  static constexpr uint32_t kNoRecord = ~uint32_t{0};
+  // A record's head: the state's length and count, the record of its suffix
+  // link (kNoRecord when the link has none: the root, a clone that occurs
+  // too rarely), and the number of children that follow.
+  struct RecordHead {
+    uint32_t len, count, link_record, size;
+  };
+  // A child in a record: its token, target, the target's count and record.
+  struct RecordEntry {
+    uint32_t token, target, count, record;
+  };
+  // The record of `state` (reads its offset), kNoRecord when it has none.
+  uint32_t RecordOf(uint64_t state) const {
+    uint32_t begin = 0, end = 0;
+    return RecordRange(state, &begin, &end) ? begin - 1 : kNoRecord;
+  }
+  // The record of the suffix link of position `p` (a non-clone state),
+  // kNoRecord when it has none (or there are no records).
+  uint32_t PositionLinkRecord(uint64_t p) const {
+    return p < position_link_record_.size() ? position_link_record_[p] : kNoRecord;
+  }
+  // Requires a record (RecordOf, a head's link_record or an entry's record).
+  RecordHead Head(uint32_t record) const { return std::bit_cast<RecordHead>(records_[record]); }
+  const RecordEntry* Entries(uint32_t record) const { return &records_[record + 1]; }
+  // Starts loading a record: its head and first children (two lines).
+  void PrefetchRecordAt(uint32_t record) const {
+    if (record >= records_.size()) return;
+    const char* p = reinterpret_cast<const char*>(&records_[record]);
+    __builtin_prefetch(p);
+    __builtin_prefetch(p + 64);
+  }
+  void PrefetchPositionLinkRecord(uint64_t p) const {
+    if (p < position_link_record_.size()) __builtin_prefetch(&position_link_record_[p]);
   }
   // Same result as view().Next(v, c): transitions that the edge filter rules
   // out cost one cache line, hubs a probe of their label table. (On a corrupt
@@ -209,14 +253,17 @@ class SAM_API StaticIndex {
     const uint64_t blocks = filter_.size() / kFilterWords;
     return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * blocks) >> 64);
   }
-  // The child record of `state`: records_[*begin, *end); false when it has
-  // none (not a clone, no records, or an empty one).
+  // The children of the child record of `state`: records_[*begin, *end)
+  // (after its head); false when it has none (not a clone, no records, or
+  // not one of its clones).
   bool RecordRange(uint64_t state, uint32_t* begin, uint32_t* end) const {
     const uint64_t n = view_->num_tokens();
     if (state <= n || state - n >= record_begin_.size()) return false;
     *begin = record_begin_[state - n - 1];
     *end = record_begin_[state - n];
-    return *begin != *end;
+    if (*begin == *end) return false;
+    ++*begin;  // the head
+    return true;
   }
   void AddHash(uint64_t edge_hash);  // adds EdgeHash(v, c) to the filter
   void BuildRecords(const Options& options);
@@ -260,12 +307,14 @@ class SAM_API StaticIndex {
   bool slots_hold_targets_ = false;
   format::HugeArray<uint64_t> filter_;  // kFilterWords words a block; empty: no filter
   // Child records: clone c (state N + 1 + c) has records_[record_begin_[c],
-  // record_begin_[c + 1]) (empty: none); record_begin_ is empty without them.
-  struct Record {
-    uint32_t token, target, count;
-  };
+  // record_begin_[c + 1]) (empty: none), a RecordHead then its children;
+  // record_begin_ is empty without them. Position p's suffix link's record
+  // is position_link_record_[p] (p in 1..N; slot 0 unused).
+  using Record = RecordEntry;
+  static_assert(sizeof(RecordHead) == sizeof(RecordEntry), "a head takes one record slot");
   format::HugeArray<uint32_t> record_begin_;
   format::HugeArray<Record> records_;
+  format::HugeArray<uint32_t> position_link_record_;
 };
 
 // The default options, with child records at kChildRecordMinCount when

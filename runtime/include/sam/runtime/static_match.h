@@ -81,6 +81,72 @@ inline StaticMatch Transfer(const format::IndexView& view, StaticMatch m, uint32
 // end among those k tokens (what StaticContinuation copies); otherwise
 // (root, 0). On a corrupt index the climb stops where lengths stop
 // decreasing.
+// Transfer(index.view(), m, token, &index), the same match, through the
+// index's child records (StaticIndex::Options::record_min_count): a climb
+// to a suffix link reads the link's record (its length and heaviest
+// transitions, one or two cache lines) instead of the link, its length and
+// the record's offset, one after the other. `record` is m.state's record
+// when the caller knows it (StaticIndex::kNoRecord: looked up when needed);
+// *record_out receives the record of the returned state when it is known on
+// the way (a record's child), else kNoRecord. Without records it is
+// Transfer. A corrupt index stops the match as Transfer does (a link that
+// does not shorten it).
+inline StaticMatch TransferByRecords(const StaticIndex& index, StaticMatch m, uint32_t record,
+                                     uint32_t token, uint32_t* record_out) {
+  *record_out = StaticIndex::kNoRecord;
+  const format::IndexView& view = index.view();
+  if (!index.has_records()) return Transfer(view, m, token, &index);
+  const size_t top_k = index.options().top_k;
+  // The current state: `state` itself, or (climbs > 0) the state that many
+  // suffix links above it, known only by its record `rec`.
+  uint64_t state = m.state, len = m.len;
+  size_t climbs = 0;
+  uint32_t rec = record;
+  auto resolve = [&] {  // the current state's id (the links climbed by record)
+    for (; climbs > 0; --climbs) state = view.Link(state);
+  };
+  for (;;) {
+    if (climbs == 0 && rec == StaticIndex::kNoRecord && view.IsClone(state)) rec = index.RecordOf(state);
+    uint64_t next = format::kNoState;
+    if (rec != StaticIndex::kNoRecord) {
+      const StaticIndex::RecordHead head = index.Head(rec);
+      const StaticIndex::RecordEntry* e = index.Entries(rec);
+      for (uint32_t i = 0; i < head.size; ++i) {
+        if (e[i].token == token) {
+          *record_out = e[i].record;
+          return StaticMatch{e[i].target, len + 1};
+        }
+      }
+      if (head.size >= top_k) {  // not all of its transitions: the other paths
+        resolve();
+        next = index.Next(state, token);
+      }
+    } else {
+      next = index.Next(state, token);  // climbs == 0: no record, the state is known
+    }
+    if (next != format::kNoState) return StaticMatch{next, len + 1};
+    if (climbs == 0 && state == format::kRoot) return StaticMatch{};
+    // The suffix link's record: a position keeps it, a record's head holds it.
+    const uint32_t link_record = rec != StaticIndex::kNoRecord ? index.Head(rec).link_record
+                                 : !view.IsClone(state)       ? index.PositionLinkRecord(state)
+                                                              : StaticIndex::kNoRecord;
+    if (link_record != StaticIndex::kNoRecord) {
+      const uint64_t shorter = index.Head(link_record).len;
+      if (shorter >= len) return StaticMatch{};  // corrupt: a link must shorten the match
+      len = shorter;
+      rec = link_record;
+      ++climbs;
+      continue;
+    }
+    resolve();
+    state = view.Link(state);
+    const uint64_t shorter = view.Len(state);
+    if (shorter >= len) return StaticMatch{};  // corrupt: a link must shorten the match
+    len = shorter;
+    rec = StaticIndex::kNoRecord;
+  }
+}
+
 inline StaticMatch AdvanceAlongFirstOccurrence(const format::IndexView& view, StaticMatch m,
                                                uint64_t k) {
   const uint64_t first_end = view.MinEndpos(m.state);
