@@ -1558,7 +1558,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       const StaticIndex::RecordHead head = records->Head(r);
       if (s.count < sel.backoff_count && !lookups_spent()) records->PrefetchRecordAt(head.link_record);
       const StaticIndex::RecordEntry* e = records->Entries(r);
-      const uint32_t k = std::min<uint32_t>(head.size, static_cast<uint32_t>(sel.max_width));
+      const uint32_t k = std::min<uint32_t>(head.size(), static_cast<uint32_t>(sel.max_width));
       for (uint32_t j = 0; j < k; ++j) {
         const int32_t child = offer_static_child(node, e[j].token, e[j].count, offers);
         m.states[child] = MergedScratch::IndexState{e[j].target, e[j].count, s.len + 1, e[j].record};
@@ -1775,7 +1775,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       if (lstar >= s.len) return;  // corrupt: a link must shorten the match
       const StaticOffers offers = static_offers(total, lstar, true, 0);
       const StaticIndex::RecordEntry* e = records->Entries(lr);
-      const uint32_t k = std::min<uint32_t>(head.size, static_cast<uint32_t>(sel.max_width));
+      const uint32_t k = std::min<uint32_t>(head.size(), static_cast<uint32_t>(sel.max_width));
       for (uint32_t j = 0; j < k; ++j) {
         const int32_t child = m.Child(node, e[j].token);
         MergedScratch::IndexState& cs = m.states[child];

@@ -160,6 +160,8 @@ void StaticIndex::BuildRecords(const Options& options) {
   // children are those of its table, so that a step to its record from a
   // suffix link or a parent finds them there too).
   auto wanted = [&](uint64_t v) { return v > n && view.Count(v) >= options.record_min_count; };
+  // A hub's record places its label table in one more slot (32-bit fields).
+  auto hub_slot = [&](uint64_t v) { return IsHub(v) && label_slots_.size() <= UINT32_MAX; };
   // First pass: a head and at most min(top_k, explicit transitions)
   // children per record (a clone has no implicit one), so the records are
   // written in place in one array of that size, not collected and copied
@@ -168,7 +170,7 @@ void StaticIndex::BuildRecords(const Options& options) {
   view.ForEachEdgeRange([&](uint64_t v, uint64_t lo, uint64_t hi) {
     if (v <= n) return;
     ++ranges;
-    if (wanted(v)) bound += 1 + std::min<uint64_t>(options.top_k, hi - lo);
+    if (wanted(v)) bound += 1 + std::min<uint64_t>(options.top_k, hi - lo) + (hub_slot(v) ? 1 : 0);
   });
   if (ranges != clones || bound >= kNoRecord) return;  // (a corrupt degree vector: no records)
   format::HugeArray<uint32_t> begin;
@@ -188,7 +190,8 @@ void StaticIndex::BuildRecords(const Options& options) {
     if (!wanted(v)) return;
     const uint32_t k = internal::TopChildrenOf(view, v, lo, hi,
                                                static_cast<uint32_t>(options.top_k), top.data());
-    if (size + 1 + k > bound) {
+    const bool hub = hub_slot(v);
+    if (size + 1 + k + hub > bound) {
       ok = false;
       return;
     }
@@ -196,10 +199,16 @@ void StaticIndex::BuildRecords(const Options& options) {
     // every record has its place (below).
     records[size++] = std::bit_cast<Record>(RecordHead{static_cast<uint32_t>(view.Len(v)),
                                                        static_cast<uint32_t>(view.Count(v)),
-                                                       kNoRecord, k});
+                                                       kNoRecord, k | uint32_t{hub} << 8});
     for (uint32_t i = 0; i < k; ++i)
       records[size++] = Record{top[i].token, static_cast<uint32_t>(top[i].target),
                                static_cast<uint32_t>(top[i].count), kNoRecord};
+    if (hub) {  // where its label table is (the hub table's entry, copied)
+      const HubEntry& e = HubOf(v);
+      records[size++] = Record{static_cast<uint32_t>(e.slot_begin), e.num_slots,
+                               static_cast<uint32_t>(e.edge_begin),
+                               static_cast<uint32_t>(e.edge_begin >> 32)};
+    }
   });
   if (!ok || c != clones) return;
   begin[clones] = static_cast<uint32_t>(size);
@@ -213,7 +222,8 @@ void StaticIndex::BuildRecords(const Options& options) {
     RecordHead h = Head(head);
     h.link_record = RecordOf(view.Link(n + 1 + k));
     records_[head] = std::bit_cast<Record>(h);
-    for (uint32_t i = head + 1; i < head + 1 + h.size; ++i) records_[i].record = RecordOf(records_[i].target);
+    for (uint32_t i = head + 1; i < head + 1 + h.size(); ++i)
+      records_[i].record = RecordOf(records_[i].target);
   }
   position_link_record_.assign(n + 1, kNoRecord);
   for (uint64_t p = 1; p <= n; ++p) position_link_record_[p] = RecordOf(view.Link(p));
@@ -223,6 +233,17 @@ void StaticIndex::AddHash(uint64_t h) {
   uint64_t* block = &filter_[FilterBlock(h) * kFilterWords];
   uint64_t bits = h * 0x9E3779B97F4A7C15ull;
   for (size_t w = 0; w < kFilterWords; ++w, bits >>= 6) block[w] |= uint64_t{1} << (bits & 63);
+}
+
+uint64_t StaticIndex::HubNextAt(uint32_t hub_slot, uint32_t c) const {
+  const Record& h = records_[hub_slot];
+  const uint64_t edge_begin = h.count | uint64_t{h.record} << 32;
+  const LabelSlot* table = &label_slots_[h.token];
+  for (uint64_t i = LabelSlotOf(c, h.target);; i = i + 1 == h.target ? 0 : i + 1) {
+    if (table[i].label == c)
+      return slots_hold_targets_ ? table[i].value : view_->edges().Get(edge_begin + table[i].value);
+    if (table[i].label == format::kNoToken) return format::kNoState;
+  }
 }
 
 const StaticIndex::HubEntry& StaticIndex::HubOf(uint64_t state) const {

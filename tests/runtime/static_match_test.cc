@@ -391,7 +391,8 @@ TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
       const StaticIndex::RecordHead head = s->Head(r);
       ASSERT_EQ(head.len, view.Len(v)) << v;
       ASSERT_EQ(head.count, view.Count(v)) << v;
-      ASSERT_EQ(head.size, size) << v;
+      ASSERT_EQ(head.size(), size) << v;
+      ASSERT_EQ(head.hub(), hub) << v;
       ASSERT_EQ(head.link_record, record_of(view.Link(v))) << v;
       links_followed += head.link_record != StaticIndex::kNoRecord;
       const StaticIndex::RecordEntry* entries = s->Entries(r);

@@ -127,9 +127,9 @@ class SAM_API StaticIndex {
   bool RecordChildren(uint64_t state, Child* out, uint32_t* size) const {
     uint32_t begin = 0, end = 0;
     if (!RecordRange(state, &begin, &end)) return false;
-    for (uint32_t i = begin; i < end; ++i)
-      out[i - begin] = Child{records_[i].token, records_[i].target, records_[i].count};
-    *size = end - begin;
+    *size = Head(begin - 1).size();
+    for (uint32_t i = 0; i < *size; ++i)
+      out[i] = Child{records_[begin + i].token, records_[begin + i].target, records_[begin + i].count};
     return true;
   }
   // The same into *scratch (resized as needed): the record's children, or
@@ -158,9 +158,13 @@ class SAM_API StaticIndex {
   static constexpr uint32_t kNoRecord = ~uint32_t{0};
   // A record's head: the state's length and count, the record of its suffix
   // link (kNoRecord when the link has none: the root, a clone that occurs
-  // too rarely), and the number of children that follow.
+  // too rarely), the number of children that follow, and whether the state
+  // is a hub (then one more slot after them places its label table, so that
+  // a transition its record lacks costs one probe of that table: NextAt).
   struct RecordHead {
-    uint32_t len, count, link_record, size;
+    uint32_t len, count, link_record, bits;  // bits: size | hub << 8
+    uint32_t size() const { return bits & 0xff; }
+    bool hub() const { return (bits >> 8 & 1) != 0; }
   };
   // A child in a record: its token, target, the target's count and record.
   struct RecordEntry {
@@ -179,6 +183,18 @@ class SAM_API StaticIndex {
   // Requires a record (RecordOf, a head's link_record or an entry's record).
   RecordHead Head(uint32_t record) const { return std::bit_cast<RecordHead>(records_[record]); }
   const RecordEntry* Entries(uint32_t record) const { return &records_[record + 1]; }
+  // The transition of the state of `record` (whose head is `head`) on a
+  // token c its children lack, when the record does not hold all of them
+  // (head.size() == top_k): a hub's label table (found through the record,
+  // without the hub table's probe), else the edge filter and the edges;
+  // `state` is the record's state. The same as Next(state, c).
+  uint64_t NextAt(uint32_t record, const RecordHead& head, uint64_t state, uint32_t c) const {
+    if (head.hub()) return HubNextAt(record + 1 + head.size(), c);
+    if (c >= view_->vocab_size()) return format::kNoState;
+    view_->PrefetchEdgeRange(state);  // overlaps the filter's cache miss
+    if (!MayHaveEdge(state, c)) return format::kNoState;
+    return view_->Next(state, c);
+  }
   // Starts loading a record: its head and first children (two lines).
   void PrefetchRecordAt(uint32_t record) const {
     if (record >= records_.size()) return;
@@ -207,9 +223,11 @@ class SAM_API StaticIndex {
     // no implicit transition; the record leaves out only document ends,
     // which c, a vocabulary token, is not), so a token it lacks has none.
     if (uint32_t begin = 0, end = 0; RecordRange(v, &begin, &end) && end <= records_.size()) {
-      for (uint32_t i = begin; i < end; ++i)
+      const RecordHead head = Head(begin - 1);
+      for (uint32_t i = begin; i < begin + head.size(); ++i)
         if (records_[i].token == c) return records_[i].target;
-      if (end - begin < options_.top_k) return format::kNoState;
+      if (head.size() < options_.top_k) return format::kNoState;
+      return NextAt(begin - 1, head, v, c);
     }
     if (IsHub(v)) return HubNext(v, c);  // its label table answers as fast as the filter
     view.PrefetchEdgeRange(v);  // overlaps the filter's cache miss; used if it says maybe
@@ -266,6 +284,9 @@ class SAM_API StaticIndex {
     return true;
   }
   void AddHash(uint64_t edge_hash);  // adds EdgeHash(v, c) to the filter
+  // HubNext through a hub record's slot that places its label table
+  // (BuildRecords): slot_begin, num_slots, and edge_begin's two halves.
+  uint64_t HubNextAt(uint32_t hub_slot, uint32_t c) const;
   void BuildRecords(const Options& options);
 
   // A hub: where its transitions and label table are.
@@ -307,8 +328,8 @@ class SAM_API StaticIndex {
   bool slots_hold_targets_ = false;
   format::HugeArray<uint64_t> filter_;  // kFilterWords words a block; empty: no filter
   // Child records: clone c (state N + 1 + c) has records_[record_begin_[c],
-  // record_begin_[c + 1]) (empty: none), a RecordHead then its children;
-  // record_begin_ is empty without them. Position p's suffix link's record
+  // record_begin_[c + 1]) (empty: none), a RecordHead then its children
+  // (and a hub's label table slot); record_begin_ is empty without them. Position p's suffix link's record
   // is position_link_record_[p] (p in 1..N; slot 0 unused).
   using Record = RecordEntry;
   static_assert(sizeof(RecordHead) == sizeof(RecordEntry), "a head takes one record slot");

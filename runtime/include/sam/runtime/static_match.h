@@ -111,15 +111,15 @@ inline StaticMatch TransferByRecords(const StaticIndex& index, StaticMatch m, ui
     if (rec != StaticIndex::kNoRecord) {
       const StaticIndex::RecordHead head = index.Head(rec);
       const StaticIndex::RecordEntry* e = index.Entries(rec);
-      for (uint32_t i = 0; i < head.size; ++i) {
+      for (uint32_t i = 0; i < head.size(); ++i) {
         if (e[i].token == token) {
           *record_out = e[i].record;
           return StaticMatch{e[i].target, len + 1};
         }
       }
-      if (head.size >= top_k) {  // not all of its transitions: the other paths
-        resolve();
-        next = index.Next(state, token);
+      if (head.size() >= top_k) {  // not all of its transitions: the other paths
+        if (!head.hub()) resolve();  // a hub's needs no state, the filter's does
+        next = index.NextAt(rec, head, state, token);
       }
     } else {
       next = index.Next(state, token);  // climbs == 0: no record, the state is known
