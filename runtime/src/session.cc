@@ -730,20 +730,6 @@ void Session::PrefetchPeek(size_t i) const {
   }
 }
 
-void Session::PrefetchPeekLink(size_t i) const {
-  const StaticIndex* index = shared_[i].get();
-  if (index == nullptr || !index->has_records()) return;
-  const uint64_t v = cursors_[i].match().state;
-  if (v == format::kRoot) return;
-  // The peek usually climbs once (the verified token seldom continues the
-  // longest match): the suffix link's record, found through what
-  // PrefetchPeek started loading.
-  if (!cursors_[i].view()->IsClone(v))
-    index->PrefetchRecordAt(index->PositionLinkRecord(v));
-  else if (cursor_record_[i] != StaticIndex::kNoRecord)
-    index->PrefetchRecordAt(index->Head(cursor_record_[i]).link_record);
-}
-
 void Session::AttachShardSet(std::span<const std::shared_ptr<const StaticIndex>> shards) {
   if (shards.empty())
     throw Error(ErrorCode::kInvalidArgument, "Session::AttachShardSet: no shard");
@@ -2072,9 +2058,6 @@ void Session::Commit(std::span<const uint32_t> tokens) {
   linear_static_cursor_ = SIZE_MAX;
   dynamic_.Extend(tokens);
   dynamic_.Prefetch();  // the next Lookup's (and Extend's) first read
-  // What PrefetchPeek started has had the update's time to arrive: the
-  // peek's first climb, to a suffix link's record, starts loading too.
-  for (size_t i = 0; i < cursors_.size(); ++i) PrefetchPeekLink(i);
   if (options_.fallback) options_.fallback->Commit(tokens);
   if (cache_) cache_cursor_.Advance(tokens);
   if (cache_compiled_.index)

@@ -105,6 +105,9 @@ inline StaticMatch TransferByRecords(const StaticIndex& index, StaticMatch m, ui
   auto resolve = [&] {  // the current state's id (the links climbed by record)
     for (; climbs > 0; --climbs) state = view.Link(state);
   };
+  // A position climbs unless the token continues its one occurrence: its
+  // suffix link's record starts loading with the text after it.
+  if (state != format::kRoot && !view.IsClone(state)) index.PrefetchPositionLinkRecord(state);
   for (;;) {
     if (climbs == 0 && rec == StaticIndex::kNoRecord && view.IsClone(state)) rec = index.RecordOf(state);
     uint64_t next = format::kNoState;
