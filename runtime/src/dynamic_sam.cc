@@ -210,6 +210,11 @@ void DynamicSam::Rebuild() {
   total_ = total;
 }
 
+void DynamicSam::PrefetchLookup(uint32_t token) const {
+  const uint32_t v = states_[last_].link;
+  if (v != kNone) __builtin_prefetch(&slots_[HashSlot(v, token, slot_mask_)]);
+}
+
 DynamicSam::Match DynamicSam::Lookup(uint32_t token) const {
   // The state of the whole text has no transitions; climbing from its
   // suffix link finds the longest suffix that continues with `token`.

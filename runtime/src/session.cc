@@ -865,6 +865,9 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
 
   size_t best = 0;
   uint64_t best_len = 0;
+  // The dynamic automaton's lookup below probes its hash table first: that
+  // line starts loading now, overlapping the static peek.
+  dynamic_.PrefetchLookup(start_token);
   for (size_t i = 0; i < cursors_.size(); ++i) {
     if (const StaticIndex* index = shared_[i].get(); index != nullptr && index->has_records()) {
       peeked_[i] = TransferByRecords(*index, cursors_[i].match(), cursor_record_[i], start_token,

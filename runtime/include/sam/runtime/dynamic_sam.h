@@ -77,6 +77,10 @@ class SAM_API DynamicSam {
     const uint32_t v = states_[last_].link;
     if (v != kNone) __builtin_prefetch(&states_[v]);
   }
+  // Starts loading what Lookup(token) reads after the state that Prefetch()
+  // loads: that state's hashed transition slot for `token` (its inline ones
+  // are in its own line).
+  void PrefetchLookup(uint32_t token) const;
   // Starts loading what Continuation(match, ...) reads first.
   void PrefetchMatch(Match match) const { __builtin_prefetch(&states_[match.state]); }
 
