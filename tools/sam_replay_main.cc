@@ -455,7 +455,7 @@ int main(int argc, char** argv) {
   bool child_records = false;
   app.add_flag("--child-records", child_records,
                "prepare each index with child records (StaticIndex::Options::record_min_count "
-               "3, as SAM_OPEN_CHILD_RECORDS): the same drafts, cheaper sam-cal steps, about 8 "
+               "2, as SAM_OPEN_CHILD_RECORDS): the same drafts, cheaper sam-cal steps, about 23 "
                "bytes per corpus token more");
   app.add_flag("--json", as_json, "print one JSON object (default: a table)");
   bool cross_request = false, cache_prompts = false;

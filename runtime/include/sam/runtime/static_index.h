@@ -60,10 +60,13 @@
 
 namespace sam::runtime {
 
-// The record_min_count that PrepareOptions(true) sets (below): on the
-// 6.8M-token index, 2 cost 18 MiB more than 3 for no measurable gain
-// (docs/runtime.md).
-inline constexpr uint64_t kChildRecordMinCount = 3;
+// The record_min_count that PrepareOptions(true) sets (below): every clone
+// occurs at least twice, so at 2 every step to a suffix link finds a record
+// (at 3 a clone that occurs twice has none, and such a step reads the link,
+// its length and the offset again). On the 6.8M-token index 2 costs 41 MiB
+// more than 3 (157 against 115 MiB of records) for sam-cal steps 8-10%
+// cheaper (docs/runtime.md).
+inline constexpr uint64_t kChildRecordMinCount = 2;
 
 class SAM_API StaticIndex {
  public:
@@ -88,8 +91,9 @@ class SAM_API StaticIndex {
     // record. Kept only when states fit in 32 bits. Transitions (Next,
     // hence every match) look in the record first: the heaviest children
     // are the likely next tokens, and a record shorter than top_k holds
-    // them all. Off by default: at 3 (kChildRecordMinCount), about 13
-    // bytes per corpus token more (docs/runtime.md).
+    // them all. Off by default: at 2 (kChildRecordMinCount), 157 MiB more
+    // for the 6.8M-token index (23 bytes per corpus token), about 1 s more
+    // to create, and `sam-cal` steps about a third cheaper (docs/runtime.md).
     uint64_t record_min_count = 0;
   };
   // One child of a hub: the transition token, its target and the target's count.
@@ -224,9 +228,12 @@ class SAM_API StaticIndex {
     // which c, a vocabulary token, is not), so a token it lacks has none.
     if (uint32_t begin = 0, end = 0; RecordRange(v, &begin, &end) && end <= records_.size()) {
       const RecordHead head = Head(begin - 1);
-      for (uint32_t i = begin; i < begin + head.size(); ++i)
+      // A hub's long record (a shard's top_k is 32) is not searched: its
+      // label table answers in one probe (TransferByRecords does the same).
+      const uint32_t search = head.hub() && head.size() > 8 ? 0 : head.size();
+      for (uint32_t i = begin; i < begin + search; ++i)
         if (records_[i].token == c) return records_[i].target;
-      if (head.size() < options_.top_k) return format::kNoState;
+      if (search == head.size() && head.size() < options_.top_k) return format::kNoState;
       return NextAt(begin - 1, head, v, c);
     }
     if (IsHub(v)) return HubNext(v, c);  // its label table answers as fast as the filter

@@ -114,13 +114,18 @@ inline StaticMatch TransferByRecords(const StaticIndex& index, StaticMatch m, ui
     if (rec != StaticIndex::kNoRecord) {
       const StaticIndex::RecordHead head = index.Head(rec);
       const StaticIndex::RecordEntry* e = index.Entries(rec);
-      for (uint32_t i = 0; i < head.size(); ++i) {
+      // A hub's label table answers in one probe: cheaper than reading a
+      // long record's children first (a shard's top_k is 32), dearer than
+      // searching the few that share the head's lines (top_k 8: the
+      // likely tokens).
+      const uint32_t search = head.hub() && head.size() > 8 ? 0 : head.size();
+      for (uint32_t i = 0; i < search; ++i) {
         if (e[i].token == token) {
           *record_out = e[i].record;
           return StaticMatch{e[i].target, len + 1};
         }
       }
-      if (head.size() >= top_k) {  // not all of its transitions: the other paths
+      if (search < head.size() || head.size() >= top_k) {  // not all of them: the other paths
         if (!head.hub()) resolve();  // a hub's needs no state, the filter's does
         next = index.NextAt(rec, head, state, token);
       }
