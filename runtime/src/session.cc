@@ -350,7 +350,8 @@ struct Session::MergedScratch {
     uint64_t count;
     uint64_t len;
     // Its child record when known from its parent's (StaticIndex::
-    // RecordEntry::record; one index only), else kNoRecord: look it up.
+    // RecordEntry::record; one index only), else kNoRecord: look it up; for
+    // a state that occurs once (a position), the token after it when known.
     uint32_t record = StaticIndex::kNoRecord;
   };
   std::vector<IndexState> states;
@@ -1527,9 +1528,10 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     const format::IndexView& view = *cursors_[0].view();
     const StaticOffers offers = static_offers(s.count, s.len, false, 0);
     if (s.count == 1 && !view.IsClone(s.state)) {
-      // top_children's first case, inline: the text after the one occurrence.
+      // top_children's first case, inline: the text after the one occurrence
+      // (known from the parent's record when it came from one).
       if (s.state >= view.num_tokens()) return;
-      const uint32_t token = view.Token(s.state + 1);
+      const uint32_t token = s.record != StaticIndex::kNoRecord ? s.record : view.Token(s.state + 1);
       if (token >= view.separator()) return;
       const int32_t child = offer_static_child(node, token, 1, offers);
       m.states[child] = MergedScratch::IndexState{s.state + 1, 1, s.len + 1};
@@ -1551,7 +1553,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       for (uint32_t j = 0; j < k; ++j) {
         const int32_t child = offer_static_child(node, e[j].token, e[j].count, offers);
         m.states[child] = MergedScratch::IndexState{e[j].target, e[j].count, s.len + 1, e[j].record};
-        prefetch_child(0, e[j].target, e[j].count, e[j].record);
+        prefetch_child(0, e[j].target, e[j].count, e[j].record_of_target());
       }
       return;
     }

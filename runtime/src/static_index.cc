@@ -222,8 +222,14 @@ void StaticIndex::BuildRecords(const Options& options) {
     RecordHead h = Head(head);
     h.link_record = RecordOf(view.Link(n + 1 + k));
     records_[head] = std::bit_cast<Record>(h);
-    for (uint32_t i = head + 1; i < head + 1 + h.size(); ++i)
-      records_[i].record = RecordOf(records_[i].target);
+    for (uint32_t i = head + 1; i < head + 1 + h.size(); ++i) {
+      Record& e = records_[i];
+      // A position that occurs once: the token after it (the implicit
+      // transition, IndexView::Next's; the separator at a document end).
+      e.record = e.count > 1 ? RecordOf(e.target)
+                 : e.target < n ? view.Token(e.target + 1)
+                                : view.separator();
+    }
   }
   position_link_record_.assign(n + 1, kNoRecord);
   for (uint64_t p = 1; p <= n; ++p) position_link_record_[p] = RecordOf(view.Link(p));

@@ -337,8 +337,9 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
 // times, its top_k heaviest children (count descending, then token), as a
 // brute-force enumeration and sort finds them (a hub's are its table's);
 // nothing for other states. Each record's head holds the state's length and
-// count and its suffix link's record, each child its target's record, and
-// each position its suffix link's record, as the view says.
+// count and its suffix link's record, each child its target's record (a
+// target that occurs once: the token after it), and each position its
+// suffix link's record, as the view says.
 TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
   using sam::runtime::StaticIndex;
   std::mt19937 rng(23);
@@ -403,7 +404,14 @@ TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
         ASSERT_EQ(entries[i].token, all[i].token) << v << " " << i;
         ASSERT_EQ(entries[i].target, all[i].target) << v << " " << i;
         ASSERT_EQ(entries[i].count, all[i].count) << v << " " << i;
-        ASSERT_EQ(entries[i].record, record_of(all[i].target)) << v << " " << i;
+        ASSERT_EQ(entries[i].record_of_target(), record_of(all[i].target)) << v << " " << i;
+        if (all[i].count == 1) {  // a position: the token after it instead
+          const uint64_t t = all[i].target;
+          ASSERT_EQ(entries[i].record,
+                    t < view.num_tokens() ? view.Token(t + 1) : view.separator()) << v << " " << i;
+        } else {
+          ASSERT_EQ(entries[i].record, record_of(all[i].target)) << v << " " << i;
+        }
       }
     }
     EXPECT_GT(with_records, 50u) << min_count;

@@ -170,9 +170,14 @@ class SAM_API StaticIndex {
     uint32_t size() const { return bits & 0xff; }
     bool hub() const { return (bits >> 8 & 1) != 0; }
   };
-  // A child in a record: its token, target, the target's count and record.
+  // A child in a record: its token, target, the target's count and record;
+  // for a target that occurs once (a position, which has no record), the
+  // token after it instead (its one continuation, a document end included:
+  // separator()), so that a chain of such states starts without reading
+  // the text. RecordOf() is never such a token.
   struct RecordEntry {
     uint32_t token, target, count, record;
+    uint32_t record_of_target() const { return count > 1 ? record : kNoRecord; }
   };
   // The record of `state` (reads its offset), kNoRecord when it has none.
   uint32_t RecordOf(uint64_t state) const {

@@ -101,7 +101,7 @@ inline StaticMatch TransferByRecords(const StaticIndex& index, StaticMatch m, ui
   // suffix links above it, known only by its record `rec`.
   uint64_t state = m.state, len = m.len;
   size_t climbs = 0;
-  uint32_t rec = record;
+  uint32_t rec = view.IsClone(state) ? record : StaticIndex::kNoRecord;
   auto resolve = [&] {  // the current state's id (the links climbed by record)
     for (; climbs > 0; --climbs) state = view.Link(state);
   };
@@ -121,7 +121,7 @@ inline StaticMatch TransferByRecords(const StaticIndex& index, StaticMatch m, ui
       const uint32_t search = head.hub() && head.size() > 8 ? 0 : head.size();
       for (uint32_t i = 0; i < search; ++i) {
         if (e[i].token == token) {
-          *record_out = e[i].record;
+          *record_out = e[i].record_of_target();
           return StaticMatch{e[i].target, len + 1};
         }
       }
