@@ -66,6 +66,16 @@ Docs RandomDocs(std::mt19937& rng, size_t num_docs, size_t max_len, uint32_t alp
   return test_util::RandomTexts(rng, num_docs, 1, max_len, alphabet);
 }
 
+// The same with a third of the tokens among three very common ones: their
+// states have many transitions (hubs) and many clones.
+Docs HubDocs(std::mt19937& rng, size_t num_docs, size_t max_len, uint32_t alphabet) {
+  Docs docs = RandomDocs(rng, num_docs, max_len, alphabet);
+  for (auto& d : docs)
+    for (auto& t : d)
+      if (rng() % 3 == 0) t = rng() % 3;
+  return docs;
+}
+
 // A built index with its brute-force oracle.
 class TestIndex {
  public:
@@ -264,10 +274,7 @@ TEST(StaticTree, RespectsBudgetsAndIsCountOrdered) {
 // transitions, cursors and trees as the bare view.
 TEST(SharedStaticIndex, SameAnswersAsTheView) {
   std::mt19937 rng(17);
-  Docs docs = RandomDocs(rng, 200, 60, 40);
-  for (auto& d : docs)
-    for (auto& t : d)
-      if (rng() % 3 == 0) t = rng() % 3;  // a few very common tokens: hub states
+  Docs docs = HubDocs(rng, 200, 60, 40);
   TestIndex index(docs, 40, "shared");
   const format::IndexView& view = index.view();
   // Every transition, with and without hubs and edge filters (1 bit per edge:
@@ -343,10 +350,7 @@ TEST(SharedStaticIndex, SameAnswersAsTheView) {
 TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
   using sam::runtime::StaticIndex;
   std::mt19937 rng(23);
-  Docs docs = RandomDocs(rng, 200, 60, 40);
-  for (auto& d : docs)
-    for (auto& t : d)
-      if (rng() % 3 == 0) t = rng() % 3;
+  Docs docs = HubDocs(rng, 200, 60, 40);
   TestIndex index(docs, 40, "records");
   const format::IndexView& view = index.view();
   ASSERT_GT(view.num_clones(), 100u);
@@ -436,10 +440,7 @@ TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
 TEST(SharedStaticIndex, TransferByRecordsEqualsTransfer) {
   using sam::runtime::StaticIndex;
   std::mt19937 rng(29);
-  Docs docs = RandomDocs(rng, 200, 60, 40);
-  for (auto& d : docs)
-    for (auto& t : d)
-      if (rng() % 3 == 0) t = rng() % 3;
+  Docs docs = HubDocs(rng, 200, 60, 40);
   TestIndex index(docs, 40, "transfer");
   const format::IndexView& view = index.view();
   for (const StaticIndex::Options o :
@@ -482,10 +483,7 @@ TEST(SharedStaticIndex, TransferByRecordsEqualsTransfer) {
 // hub label tables holding edge offsets instead of 32-bit targets.
 TEST(SharedStaticIndex, WideWidthsGiveTheSameAnswers) {
   std::mt19937 rng(31);
-  Docs docs = RandomDocs(rng, 150, 60, 30);
-  for (auto& d : docs)
-    for (auto& t : d)
-      if (rng() % 3 == 0) t = rng() % 3;  // hub states
+  Docs docs = HubDocs(rng, 150, 60, 30);
   const std::string narrow_path = TempPath("narrow_widths");
   indexer::BuildIndexFile(docs, 30, narrow_path);
   const format::IndexFile narrow = format::IndexFile::Open(narrow_path);

@@ -24,18 +24,9 @@ if ! command -v valgrind >/dev/null; then
   echo "SKIP: valgrind not installed (tools/install_deps.sh installs it)"
   exit 77
 fi
-# A corpus with repeats, so that sam-cal drafts: documents drawn from 300 short phrases.
-python3 - >"$tmp/ids.jsonl" <<'PY'
-import random
-random.seed(1)
-phrases = [[random.randrange(1, 60) for _ in range(random.randrange(3, 9))] for _ in range(300)]
-for _ in range(200):
-    doc = []
-    for _ in range(random.randrange(20, 60)):
-        doc += random.choice(phrases)
-    print(doc)
-PY
-"$bin/sam-build" -q --vocab-size 64 --corpus ids="$tmp/ids.jsonl" -o "$tmp/ids.sam" >/dev/null
+# A corpus with repeats, so that sam-cal drafts.
+source "$(dirname "$0")/phrase_index.sh"
+phrase_index "$bin" "$tmp/ids.sam" 1
 run() {
   "$script" --bin "$bin" -- --index "$tmp/ids.sam" --contexts 256 --steps 150 --runs 2 \
     --policies sam-cal --max-static-lookups 3 | tail -n 1

@@ -10,17 +10,8 @@ set -euo pipefail
 bin=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-python3 - >"$tmp/ids.jsonl" <<'PY'
-import random
-random.seed(2)
-phrases = [[random.randrange(1, 60) for _ in range(random.randrange(3, 9))] for _ in range(300)]
-for _ in range(200):
-    doc = []
-    for _ in range(random.randrange(20, 60)):
-        doc += random.choice(phrases)
-    print(doc)
-PY
-"$bin/sam-build" -q --vocab-size 64 --corpus ids="$tmp/ids.jsonl" -o "$tmp/ids.sam" >/dev/null
+source "$(dirname "$0")/phrase_index.sh"
+phrase_index "$bin" "$tmp/ids.sam" 2
 run() {
   "$bin/bench-step" --index "$tmp/ids.sam" --contexts 256,2048 --steps 200 --runs 2 \
     --policies sam,sam-cal,sam-tree,pld --max-static-lookups 3 --record-min-count 2 "$@"
