@@ -226,9 +226,12 @@ void StaticIndex::BuildRecords(const Options& options) {
       Record& e = records_[i];
       // A position that occurs once: the token after it (the implicit
       // transition, IndexView::Next's; the separator at a document end).
-      e.record = e.count > 1 ? RecordOf(e.target)
-                 : e.target < n ? view.Token(e.target + 1)
-                                : view.separator();
+      // Anything else its record, a clone that a corrupt file says occurs
+      // once included (record_of_target() then hides it, nothing reads it
+      // as a token).
+      e.record = e.count > 1 || e.target > n ? RecordOf(e.target)
+                 : e.target < n              ? view.Token(e.target + 1)
+                                             : view.separator();
     }
   }
   position_link_record_.assign(n + 1, kNoRecord);

@@ -303,16 +303,18 @@ Drafts DriveC(sam_index* index, sam_policy policy, const Workload& w, std::strin
 }
 
 // Every run over the index at `path`, opened without verify: per policy and
-// workload, the bare view, a prepared StaticIndex, the C API. Appends what
-// each drafted to *all (empty runs where the file was refused at open).
-// Returns whether the file opened.
+// workload, the bare view, a prepared StaticIndex, one with child records
+// (records followed from record to record), the C API. Appends what each
+// drafted to *all (empty runs where the file was refused at open). Returns
+// whether the file opened.
 bool DriveEverything(const std::string& path, const std::vector<Workload>& workloads,
                      std::vector<Drafts>* all, std::string* error) {
   std::unique_ptr<format::IndexFile> file;
-  std::shared_ptr<const StaticIndex> prepared;
+  std::shared_ptr<const StaticIndex> prepared, with_records;
   try {
     file = std::make_unique<format::IndexFile>(format::IndexFile::Open(path));
     prepared = StaticIndex::Create(&file->view(), {.min_degree = 4});
+    with_records = StaticIndex::Create(&file->view(), {.min_degree = 4, .record_min_count = 2});
   } catch (const format::FormatError&) {
     file.reset();  // refused at open: an error, as allowed
   }
@@ -320,10 +322,12 @@ bool DriveEverything(const std::string& path, const std::vector<Workload>& workl
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
     o.selection.policy = p;
-    for (bool shared : {false, true}) {
+    for (int variant = 0; variant < 3; ++variant) {
       Session s(o);
-      if (file && shared)
+      if (file && variant == 1)
         s.AttachIndex(prepared);
+      else if (file && variant == 2)
+        s.AttachIndex(with_records);
       else if (file)
         s.AttachIndex(&file->view());
       for (const Workload& w : workloads) {

@@ -171,10 +171,10 @@ class SAM_API StaticIndex {
     bool hub() const { return (bits >> 8 & 1) != 0; }
   };
   // A child in a record: its token, target, the target's count and record;
-  // for a target that occurs once (a position, which has no record), the
-  // token after it instead (its one continuation, a document end included:
+  // for a position that occurs once (which has no record), the token after
+  // it instead (its one continuation, a document end included:
   // separator()), so that a chain of such states starts without reading
-  // the text. RecordOf() is never such a token.
+  // the text. record_of_target() is the record, never such a token.
   struct RecordEntry {
     uint32_t token, target, count, record;
     uint32_t record_of_target() const { return count > 1 ? record : kNoRecord; }
