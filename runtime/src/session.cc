@@ -558,13 +558,25 @@ struct Session::MergedScratch {
     }
     return id;
   }
-  int32_t FindChild(int32_t parent, uint32_t token) const {
-    for (int32_t c = nodes[parent].first_child; c >= 0; c = nodes[c].next_sibling)
+  // The child with `token` among the siblings from `first` on (-1: none).
+  // A node's children are listed newest first, so a lookup whose children
+  // have distinct tokens (one state's transitions) need only compare with
+  // the children that were there before it (`first` = the node's
+  // first_child then): those it adds cannot match.
+  int32_t FindAmong(int32_t first, uint32_t token) const {
+    for (int32_t c = first; c >= 0; c = nodes[c].next_sibling)
       if (nodes[c].token == token) return c;
     return -1;
   }
+  int32_t FindChild(int32_t parent, uint32_t token) const {
+    return FindAmong(nodes[parent].first_child, token);
+  }
   int32_t Child(int32_t parent, uint32_t token) {
-    const int32_t c = FindChild(parent, token);
+    return ChildAmong(parent, nodes[parent].first_child, token);
+  }
+  // Child(parent, token), searched among the siblings from `first` on.
+  int32_t ChildAmong(int32_t parent, int32_t first, uint32_t token) {
+    const int32_t c = FindAmong(first, token);
     return c >= 0 ? c : Add(parent, token);
   }
   uint64_t& State(int32_t node, size_t index) { return states[node * num_indexes + index].state; }
@@ -631,7 +643,12 @@ struct Session::MergedScratch {
   // Child(parent, token) offered by a source: Offer, or OfferNew when added.
   int32_t OfferChild(const Calibrator& cal, int32_t parent, uint32_t token, int slot, int cell,
                      uint8_t source) {
-    int32_t child = FindChild(parent, token);
+    return OfferChildAmong(cal, parent, nodes[parent].first_child, token, slot, cell, source);
+  }
+  // The same, searched among the siblings from `first` on (FindAmong).
+  int32_t OfferChildAmong(const Calibrator& cal, int32_t parent, int32_t first, uint32_t token,
+                          int slot, int cell, uint8_t source) {
+    int32_t child = FindAmong(first, token);
     if (child >= 0) {
       Offer(cal, child, slot, cell, source);
     } else {
@@ -1149,10 +1166,15 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   auto offer_static = [&](int32_t child, uint64_t count, const StaticOffers& o) {
     m.Offer(cal, child, o.slot, static_cell(count, o), o.source);
   };
-  // The child of `node` with `token` (found, or added), offered as above.
+  // The child of `node` with `token` (found, or added), offered as above;
+  // found among its children from `first` on (MergedScratch::FindAmong).
   auto offer_static_child = [&](int32_t node, uint32_t token, uint64_t count,
                                 const StaticOffers& o) {
     return m.OfferChild(cal, node, token, o.slot, static_cell(count, o), o.source);
+  };
+  auto offer_static_among = [&](int32_t node, int32_t first, uint32_t token, uint64_t count,
+                                const StaticOffers& o) {
+    return m.OfferChildAmong(cal, node, first, token, o.slot, static_cell(count, o), o.source);
   };
   for (size_t u = 0; u < num_units; ++u) {
     if (m.unit_len[u] == 0) continue;
@@ -1550,15 +1572,19 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       if (s.count < sel.backoff_count && !lookups_spent()) records->PrefetchRecordAt(head.link_record);
       const StaticIndex::RecordEntry* e = records->Entries(r);
       const uint32_t k = std::min<uint32_t>(head.size(), static_cast<uint32_t>(sel.max_width));
+      // One state's children have distinct tokens: each is compared with
+      // the node's earlier children only.
+      const int32_t first = m.nodes[node].first_child;
       for (uint32_t j = 0; j < k; ++j) {
-        const int32_t child = offer_static_child(node, e[j].token, e[j].count, offers);
+        const int32_t child = offer_static_among(node, first, e[j].token, e[j].count, offers);
         m.states[child] = MergedScratch::IndexState{e[j].target, e[j].count, s.len + 1, e[j].record};
         prefetch_child(0, e[j].target, e[j].count, e[j].record_of_target());
       }
       return;
     }
+    const int32_t first = m.nodes[node].first_child;
     for (const StaticIndex::Child& c : top_children(0, s.state, s.count)) {
-      const int32_t child = offer_static_child(node, c.token, c.count, offers);
+      const int32_t child = offer_static_among(node, first, c.token, c.count, offers);
       m.states[child] = MergedScratch::IndexState{c.target, c.count, s.len + 1};
       prefetch_child(0, c.target, c.count);
     }
@@ -1767,8 +1793,9 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       const StaticOffers offers = static_offers(total, lstar, true, 0);
       const StaticIndex::RecordEntry* e = records->Entries(lr);
       const uint32_t k = std::min<uint32_t>(head.size(), static_cast<uint32_t>(sel.max_width));
+      const int32_t first = m.nodes[node].first_child;  // the children it may share
       for (uint32_t j = 0; j < k; ++j) {
-        const int32_t child = m.Child(node, e[j].token);
+        const int32_t child = m.ChildAmong(node, first, e[j].token);
         MergedScratch::IndexState& cs = m.states[child];
         if (cs.state != format::kNoState) continue;  // s's child too
         cs = MergedScratch::IndexState{e[j].target, e[j].count, lstar + 1, e[j].record};
@@ -1785,8 +1812,9 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     --lookups_left;
     if (lstar >= s.len) return;  // corrupt: a link must shorten the match
     const StaticOffers offers = static_offers(total, lstar, true, 0);
+    const int32_t first = m.nodes[node].first_child;
     for (const StaticIndex::Child& c : top_children(0, w, total)) {
-      const int32_t child = m.Child(node, c.token);
+      const int32_t child = m.ChildAmong(node, first, c.token);
       MergedScratch::IndexState& cs = m.states[child];
       if (cs.state != format::kNoState) continue;  // s's child too
       cs = MergedScratch::IndexState{c.target, c.count, lstar + 1};
@@ -1835,9 +1863,13 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       const MergedScratch::IndexState& s = m.states[node];
       if (s.state == format::kNoState || s.count == 0) return b;
       b.max_count = s.count;
-      if (spent && s.count > 1) return b;
-      b.static_children = cal.StaticBound(s.count, s.len, 0);
-      if (!spent && s.count < sel.backoff_count) b.backoff_children = cal.BackoffBound(s.len, 0);
+      // Both bounds read, then selected: whether lookups are spent, and the
+      // count, are data (early returns on them mispredicted about five
+      // times a step in callgrind's branch simulation).
+      const double static_bound = cal.StaticBound(s.count, s.len, 0);
+      const double backoff_bound = cal.BackoffBound(s.len, 0);
+      b.static_children = spent && s.count > 1 ? 0.0 : static_bound;
+      b.backoff_children = !spent && s.count < sel.backoff_count ? backoff_bound : 0.0;
       return b;
     }
     for (size_t u = 0; u < num_units; ++u) {
@@ -1939,18 +1971,16 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
 
   // Tree node r is the node of rank r (a parent ranks first, so the tree is
   // what DraftTree::Add would build; depths stay far below kMaxDepth).
-  node_cells_.resize(keep + 1);
-  node_cells_[0] = {-1, -1, -1, -1};
-  tree->tokens.resize(keep + 1);
-  tree->parents.resize(keep + 1);
-  tree->depths.resize(keep + 1);
+  // (Appended, not resized and then written: the vectors keep their
+  // capacity, and a resize would first fill the new elements with zeros.)
+  node_cells_.assign(1, std::array<int, 4>{-1, -1, -1, -1});
   uint8_t sources = 0;
   for (size_t r = 1; r <= keep; ++r) {
     const MergedNode& n = m.nodes[m.ranked[r]];
-    tree->tokens[r] = n.token;
-    tree->parents[r] = m.nodes[n.parent].rank;
-    tree->depths[r] = n.depth;
-    node_cells_[r] = n.cells;
+    tree->tokens.push_back(n.token);
+    tree->parents.push_back(m.nodes[n.parent].rank);
+    tree->depths.push_back(n.depth);
+    node_cells_.push_back(n.cells);
     sources |= n.sources;
   }
   m.ranked.resize(keep + 1);
