@@ -126,6 +126,9 @@ inline StaticMatch TransferByRecords(const StaticIndex& index, StaticMatch m, ui
         }
       }
       if (search < head.size() || head.size() >= top_k) {  // not all of them: the other paths
+        // Where the climb goes if they have no transition either: its record
+        // loads while they are read (a hub's table, the filter, the edges).
+        index.PrefetchRecordAt(head.link_record);
         if (!head.hub()) resolve();  // a hub's needs no state, the filter's does
         next = index.NextAt(rec, head, state, token);
       }
