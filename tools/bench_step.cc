@@ -29,7 +29,10 @@
 // cache misses, whose difference to a plain run is what the misses cost.
 // --memory-latency first prints what one dependent load costs on this
 // machine at a few working-set sizes (figures of two machines compare only
-// with it). MAT = committed tokens / steps
+// with it). --phases (a build configured with -DSAM_PHASE_TIMING=ON) prints,
+// after each row, where the warm runs' steps spent their time: the median,
+// 90th percentile and mean per step of every phase of Propose and Commit
+// (sam/runtime/phase_timing.h), in time-stamp counter ticks. MAT = committed tokens / steps
 // (SourceStatistics::Mat(): the mean over steps of accepted tokens + 1);
 // ns/token = time per committed token over the steps at or below the p99
 // (median over the warm runs).
@@ -53,6 +56,7 @@
 #include "sam/format/shard_set.h"
 #include "sam/runtime/shard_set.h"
 #include "sam/runtime/percentile.h"
+#include "sam/runtime/phase_timing.h"
 #include "sam/runtime/pld.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"
@@ -181,6 +185,27 @@ Result Run(rt::Drafter& d, Propose&& propose, const std::vector<uint32_t>& conte
   return r;
 }
 
+// --phases: the samples of each phase (phase_timing.h), gathered over runs.
+void KeepPhaseTimes(std::vector<std::vector<uint32_t>>* kept) {
+  for (size_t p = 0; p < rt::kNumPhases; ++p) {
+    const std::vector<uint32_t>& t = rt::PhaseTimes(p);
+    (*kept)[p].insert((*kept)[p].end(), t.begin(), t.end());
+  }
+}
+
+// One line a phase that some step passed: median, p90 and mean per step
+// (the mean over all `steps`, so that the means add up to a step).
+void PrintPhaseTimes(const std::vector<std::vector<uint32_t>>& times, size_t steps) {
+  for (size_t p = 0; p < times.size(); ++p) {
+    if (times[p].empty()) continue;
+    std::vector<double> t(times[p].begin(), times[p].end());
+    const double sum = std::accumulate(t.begin(), t.end(), 0.0);
+    std::printf("           phase %-14s median %7.0f  p90 %7.0f  mean/step %7.1f ticks (%zu steps)\n",
+                std::string(rt::PhaseName(p)).c_str(), rt::Percentile(t, 50), rt::Percentile(t, 90),
+                sum / static_cast<double>(steps ? steps : 1), t.size());
+  }
+}
+
 sam::format::IndexFile OpenIndex(const std::string& path, const std::string& load) {
   sam::format::OpenOptions options;
   if (load == "mmap") return sam::format::IndexFile::Open(path, options);
@@ -207,7 +232,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> policies = {"sam", "sam-cal", "pld"};
   size_t steps = 2000, draft = 40, runs = 5, flush_mib = 0;
   uint64_t seed = 1;
-  bool share_index = true, prewarm = false, memory_latency = false;
+  bool share_index = true, prewarm = false, memory_latency = false, phases = false;
   std::string load = "mmap";
   rt::StaticIndex::Options hub_options;
   size_t max_static_lookups = rt::SelectionOptions{}.max_static_lookups;
@@ -249,6 +274,11 @@ int main(int argc, char** argv) {
                "first print the time of one dependent load over 1, 4, 16 and 256 MiB (a random "
                "cycle of cache lines on 2 MiB pages where available): what a cache miss costs on "
                "this machine, to compare figures across machines");
+  app.add_flag("--phases", phases,
+               "diagnostic (a build configured with -DSAM_PHASE_TIMING=ON): after each row, "
+               "the median, 90th percentile and mean time-stamp counter ticks per step of each "
+               "phase of Propose and Commit (peek, dynamic lookup, the calibrated ranking's "
+               "stages, acceptance, cursors, update) over the warm runs");
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   app.add_option("--share-index", share_index,
                  "attach a shared StaticIndex (precomputed top children) instead of a bare view")
@@ -279,6 +309,12 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   return sam::tools::RunTool("bench-step", [&] {
+    if (phases && !rt::PhaseTimingEnabled())
+      throw sam::tools::UsageError(
+          "--phases needs a build configured with -DSAM_PHASE_TIMING=ON (docs/runtime.md)");
+    if (phases && prewarm)
+      throw sam::tools::UsageError(
+          "--phases and --prewarm do not go together (the untimed proposals would be timed too)");
     for (const std::string& name : policies) {
       if (name == "pld") continue;
       try {
@@ -391,14 +427,17 @@ int main(int argc, char** argv) {
           return pld_tree;
         };
         std::vector<double> p50, p99, per_token;
+        std::vector<std::vector<uint32_t>> phase_times(rt::kNumPhases);
         Result last;
         double cold_p99 = 0;
         for (size_t run = 0; run <= runs; ++run) {
+          rt::ClearPhaseTimes();  // only the warm runs' are printed
           last = Run(*drafter, propose, context, generation, steps, &flush, prewarm);
           if (run == 0) {
             cold_p99 = rt::Percentile(last.step_ns, 99) / 1000.0;
             continue;
           }
+          if (phases) KeepPhaseTimes(&phase_times);
           p50.push_back(rt::Percentile(last.step_ns, 50) / 1000.0);
           p99.push_back(rt::Percentile(last.step_ns, 99) / 1000.0);
           per_token.push_back(last.NsPerToken());
@@ -407,6 +446,7 @@ int main(int argc, char** argv) {
         const double mat = last.stats.Mat();
         std::printf("%8zu %-11s %9.2f %9.2f %10.2f %6.2f %9.0f %7.1fms\n", ctx, name.c_str(),
                     Median(p50), Median(p99), cold_p99, mat, Median(per_token), last.prefill_ms);
+        if (phases) PrintPhaseTimes(phase_times, p50.size() * last.step_ns.size());
         std::fflush(stdout);
       }
     }

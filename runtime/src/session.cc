@@ -9,6 +9,7 @@
 #include <string>
 
 #include "index_children.h"
+#include "phase_marks.h"
 #include "sam/error.h"
 
 namespace sam::runtime {
@@ -883,6 +884,7 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
 
   size_t best = 0;
   uint64_t best_len = 0;
+  SAM_PHASE_START();
   // The dynamic automaton's lookup below probes its hash table first: that
   // line starts loading now, overlapping the static peek.
   dynamic_.PrefetchLookup(start_token);
@@ -923,8 +925,10 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
       }
     }
   }
+  SAM_PHASE_END(kPeek);
   const DynamicSam::Match dyn = dynamic_.Lookup(start_token);
   if (dyn.len > 0) dynamic_.PrefetchMatch(dyn);
+  SAM_PHASE_END(kDynamicLookup);
   num_peeked_ = cursors_.size();
   last_dyn_len_ = dyn.len;
   last_static_len_ = static_cast<uint32_t>(std::min<uint64_t>(best_len, UINT32_MAX));
@@ -1929,8 +1933,22 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   };
 
   // ---- Best-first ranking, at most `budget` nodes (root included).
+  SAM_PHASE_END(kCalSetup);
+#ifdef SAM_PHASE_TIMING
+  size_t phase_nodes = 2;  // the ranking's phase ends when this many nodes rank
+  auto phase_mark = [&] {
+    if (m.ranked.size() < phase_nodes || phase_nodes > 8) return;
+    if (phase_nodes == 2) SAM_PHASE_END(kCalRankTo2);
+    else if (phase_nodes == 4) SAM_PHASE_END(kCalRankTo4);
+    else SAM_PHASE_END(kCalRankTo8);
+    phase_nodes *= 2;
+  };
+#else
+  auto phase_mark = [] {};
+#endif
   rank(0);
   while (!m.QueueEmpty() && m.ranked.size() < budget) {
+    phase_mark();
     const QueueEntry e = m.Pop();
     if (e.key < sel.min_path_probability) break;  // nothing left reaches it
     if (e.expand) {
@@ -1965,6 +1983,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // ranking is a tree (a parent ranks before its children): every ranked node
   // (at most budget - 1, each at or above min_path_probability), or with a
   // cost curve the prefix that pays for its verification (ChooseTreeSize).
+  phase_mark();
+  SAM_PHASE_END(kCalRankRest);
   size_t keep = m.ranked.size() - 1;
   if (!sel.cost_curve.empty()) keep = CostAwareKeep(m.ranked.data() + 1, keep);
   if (keep == 0) return;
@@ -1994,6 +2014,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     default: tree->source = DraftSource::kMerged; break;
   }
   tree->match_len = std::max(dyn.len, last_static_len_);
+  SAM_PHASE_END(kCalOutput);
 }
 
 size_t Session::CostAwareKeep(const int32_t* ranked, size_t keep) {
@@ -2051,7 +2072,9 @@ void Session::Commit(std::span<const uint32_t> tokens) {
   const uint64_t t0 = options_.collect_timing ? NowNs() : 0;
   // The proposal peeked every cursor with its start token: reuse that match.
   const bool peeked = pending_ && !tokens.empty() && tokens[0] == tree_.tokens[0];
+  SAM_PHASE_START();
   const size_t accepted = peeked ? RecordAcceptance(tokens) : 0;
+  SAM_PHASE_END(kCommitAccept);
   pending_ = false;
   // Accepted tokens of a linear static draft are the corpus text after the
   // drafting cursor's match: that cursor jumps over them in one climb.
@@ -2091,6 +2114,7 @@ void Session::Commit(std::span<const uint32_t> tokens) {
     PrefetchPeek(i);
   }
   linear_static_cursor_ = SIZE_MAX;
+  SAM_PHASE_END(kCommitCursors);
   dynamic_.Extend(tokens);
   dynamic_.Prefetch();  // the next Lookup's (and Extend's) first read
   if (options_.fallback) options_.fallback->Commit(tokens);
@@ -2099,6 +2123,7 @@ void Session::Commit(std::span<const uint32_t> tokens) {
     for (uint32_t t : tokens) cache_static_.Advance(t);
   stats_.committed_tokens += tokens.size();
   if (options_.collect_timing) stats_.commit_ns += NowNs() - t0;
+  SAM_PHASE_END(kCommitUpdate);
 }
 
 void Session::ObserveTopK(std::span<const uint32_t> tokens, std::span<const uint32_t> topk,

@@ -95,6 +95,8 @@ if have bench-step; then
   expect 2 "backoff-count" -- "$bin/bench-step" --index x.sam --backoff-count abc
   expect 2 "max-width" -- "$bin/bench-step" --index x.sam --max-width 0
   expect 2 "flush-mib" -- "$bin/bench-step" --index x.sam --flush-mib 5000
+  # A default build has no phase marks: --phases says which build has them.
+  expect 2 "SAM_PHASE_TIMING=ON" -- "$bin/bench-step" --index x.sam --phases
   expect 2 "Value -5 is not an unsigned number" -- "$bin/bench-step" --index x.sam --contexts 1024,-5
 fi
 if have bench-batch; then
