@@ -40,7 +40,8 @@ enum Phase : size_t {
   kCalRankTo8,      // ... the 5th to the 8th
   kCalRankRest,     // ... the rest of the ranking
   kCalOutput,       // kCalibrated: the ranked nodes written as the draft tree
-  kCommitAccept,    // Commit: acceptance, statistics and calibration
+  kCommitAccept,    // Commit: acceptance, statistics and calibration (Propose's phases come
+                    // before it, Commit's from it on)
   kCommitCursors,   // Commit: the static cursors moved over the tokens
   kCommitUpdate,    // Commit: the dynamic automaton's update and the rest
   kNumPhases
