@@ -574,7 +574,9 @@ struct Session::MergedScratch {
   // A node's children are listed newest first, so a lookup whose children
   // have distinct tokens (one state's transitions) need only compare with
   // the children that were there before it (`first` = the node's
-  // first_child then): those it adds cannot match.
+  // first_child then): those it adds cannot match. (A corrupt index whose
+  // state repeats a label gives two siblings with one token: still a
+  // well-formed tree.)
   int32_t FindAmong(int32_t first, uint32_t token) const {
     for (int32_t c = first; c >= 0; c = nodes[c].next_sibling)
       if (nodes[c].token == token) return c;
@@ -1182,7 +1184,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     m.Offer(cal, child, o.slot, static_cell(count, o), o.source);
   };
   // The child of `node` with `token` (found, or added), offered as above;
-  // found among its children from `first` on (MergedScratch::FindAmong).
+  // offer_static_among looks for it among the node's children from `first`
+  // on only (MergedScratch::FindAmong).
   auto offer_static_child = [&](int32_t node, uint32_t token, uint64_t count,
                                 const StaticOffers& o) {
     return m.OfferChild(cal, node, token, o.slot, static_cell(count, o), o.source);
