@@ -500,7 +500,8 @@ int main(int argc, char** argv) {
   make->add_option("--data", data_dir, "data directory (gsm8k/, humaneval/)")->required();
   make->add_option("--out", out_path, "output JSONL")->required();
   make->add_option("--template", template_name,
-                   "prompt template: vicuna or raw (the prompt and a newline)")
+                   "prompt template: vicuna or raw (the prompt and a newline; the replay and "
+                   "bench-step figures in the README and docs/runtime.md use raw)")
       ->capture_default_str();
   make->add_option("--limit", limit, "at most this many traces per category (default: all)");
 
