@@ -32,8 +32,9 @@
 // with it). --phases (a build configured with -DSAM_PHASE_TIMING=ON) prints,
 // after each row, where the warm runs' steps spent their time: the median,
 // 90th percentile and mean per step of every phase of Propose and Commit
-// (sam/runtime/phase_timing.h), in time-stamp counter ticks. MAT = committed tokens / steps
-// (SourceStatistics::Mat(): the mean over steps of accepted tokens + 1);
+// (sam/runtime/phase_timing.h), in time-stamp counter ticks. MAT = committed
+// tokens / steps (SourceStatistics::Mat(): the mean over steps of accepted
+// tokens + 1);
 // ns/token = time per committed token over the steps at or below the p99
 // (median over the warm runs).
 
@@ -204,9 +205,9 @@ void PrintPhaseTimes(const std::vector<std::vector<uint32_t>>& times, size_t ste
     if (times[p].empty()) continue;
     std::vector<double> t(times[p].begin(), times[p].end());
     const double sum = std::accumulate(t.begin(), t.end(), 0.0);
-    std::printf("           phase %-14s median %7.0f  p90 %7.0f  mean/step %7.1f ticks (%zu steps)\n",
-                std::string(rt::PhaseName(p)).c_str(), rt::Percentile(t, 50), rt::Percentile(t, 90),
-                sum / static_cast<double>(steps ? steps : 1), t.size());
+    std::printf("           phase %-14s median %7.0f  p90 %7.0f  mean/step %7.1f ticks (%zu steps)"
+                "\n", std::string(rt::PhaseName(p)).c_str(), rt::Percentile(t, 50),
+                rt::Percentile(t, 90), sum / static_cast<double>(steps ? steps : 1), t.size());
   }
 }
 

@@ -582,9 +582,6 @@ struct Session::MergedScratch {
       if (nodes[c].token == token) return c;
     return -1;
   }
-  int32_t FindChild(int32_t parent, uint32_t token) const {
-    return FindAmong(nodes[parent].first_child, token);
-  }
   int32_t Child(int32_t parent, uint32_t token) {
     return ChildAmong(parent, nodes[parent].first_child, token);
   }
@@ -1183,16 +1180,16 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   auto offer_static = [&](int32_t child, uint64_t count, const StaticOffers& o) {
     m.Offer(cal, child, o.slot, static_cell(count, o), o.source);
   };
-  // The child of `node` with `token` (found, or added), offered as above;
-  // offer_static_among looks for it among the node's children from `first`
-  // on only (MergedScratch::FindAmong).
-  auto offer_static_child = [&](int32_t node, uint32_t token, uint64_t count,
-                                const StaticOffers& o) {
-    return m.OfferChild(cal, node, token, o.slot, static_cell(count, o), o.source);
-  };
+  // The child of `node` with `token` (found among its children from
+  // `first` on, MergedScratch::FindAmong, or added), offered as above;
+  // offer_static_child looks among all of them.
   auto offer_static_among = [&](int32_t node, int32_t first, uint32_t token, uint64_t count,
                                 const StaticOffers& o) {
     return m.OfferChildAmong(cal, node, first, token, o.slot, static_cell(count, o), o.source);
+  };
+  auto offer_static_child = [&](int32_t node, uint32_t token, uint64_t count,
+                                const StaticOffers& o) {
+    return offer_static_among(node, m.nodes[node].first_child, token, count, o);
   };
   for (size_t u = 0; u < num_units; ++u) {
     if (m.unit_len[u] == 0) continue;
