@@ -15,11 +15,15 @@
 #                  with --cache-sim: callgrind_annotate --show=Ir,DLmr --sort=DLmr FILE)
 #     --cache-sim  also simulate the caches: data reads that miss the first
 #                  level (D1) and the last level (LL) per step, and which
-#                  source lines they come from (--keep). Deterministic too,
-#                  but a model: software prefetches are not simulated (a
-#                  prefetched read counts as a miss), nor is the hardware
-#                  prefetcher, so it says where a step's misses are, not what
-#                  they cost. Add bench-step's --flush-mib to start each run cold.
+#                  source lines they come from (--keep). Repeatable within a
+#                  percent or two, not exactly: the simulated caches see
+#                  addresses (the stack's move with the environment's size)
+#                  and what bench-step does between steps (sorting its
+#                  timings, which differ run to run). And a model: software
+#                  prefetches are not simulated (a prefetched read counts as
+#                  a miss), nor is the hardware prefetcher, so it says where
+#                  a step's misses are, not what they cost. Add bench-step's
+#                  --flush-mib to start each run cold.
 #     --ll SPEC    the simulated last level, SIZE,ASSOCIATIVITY,LINE (default
 #                  33554432,16,64: the 32 MiB L3 of this project's machines;
 #                  valgrind's own guess on a virtual machine can be far off)

@@ -2,8 +2,8 @@
 # tools/bench_step_ir.sh on a small index of ids it builds itself: bad flags exit 2; the count
 # is the same in two runs (what the tool is for); its steps are bench-step's (one context, one
 # policy: the cold run and each warm run, --steps each, twice: the first context's first pass
-# warms the mapping); --cache-sim repeats its simulated misses (a last-level miss is a
-# first-level one too) and does not change the count.
+# warms the mapping); --cache-sim repeats its simulated misses within 1% (a last-level miss
+# is a first-level one too) and does not change the count.
 # Skipped (exit 77) without valgrind.
 #
 #   bench_step_ir_test.sh BIN_DIR
@@ -41,7 +41,21 @@ sim() {
 }
 sim1=$(sim) sim2=$(sim)
 echo "$sim1"
-[[ "$sim1" == "$sim2" ]] || { echo "FAIL: two cache simulations differ: '$sim1' / '$sim2'"; exit 1; }
+# The count repeats exactly; the misses within 1%: the simulated caches also
+# see what bench-step does between its timed steps (sorting its timings,
+# formatting them), which follows the times and so differs a little from run
+# to run (once in CI: 61.19 against 61.18 last-level misses a step).
+[[ "$(head -n 1 <<<"$sim1")" == "$(head -n 1 <<<"$sim2")" ]] ||
+  { echo "FAIL: two cache simulations count differently: '$sim1' / '$sim2'"; exit 1; }
+python3 - "$(tail -n 1 <<<"$sim1")" "$(tail -n 1 <<<"$sim2")" <<'PY'
+import re, sys
+def misses(line):
+    m = re.search(r"([\d.]+) first level, ([\d.]+) last level", line)
+    assert m, line
+    return float(m.group(1)), float(m.group(2))
+for a, b in zip(misses(sys.argv[1]), misses(sys.argv[2])):
+    assert abs(a - b) <= 0.01 * max(a, b), ("two cache simulations differ", sys.argv[1:])
+PY
 [[ "$(head -n 1 <<<"$sim1")" == "$first" ]] || { echo "FAIL: --cache-sim changed the count"; exit 1; }
 python3 - "$(tail -n 1 <<<"$sim1")" <<'PY'
 import re, sys
