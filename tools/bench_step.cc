@@ -306,6 +306,11 @@ int main(int argc, char** argv) {
                  "StaticIndex: child records for clone states that occur at least this many "
                  "times (0: none)")
       ->capture_default_str();
+  app.add_option("--subtree-nodes", hub_options.subtree_nodes,
+                 "StaticIndex: with --record-min-count, each record also holds its state's "
+                 "descendants among the first N nodes of a count-weighted walk (0: none)")
+      ->check(CLI::Range(size_t{0}, size_t{127}))
+      ->capture_default_str();
   app.add_option("--load", load,
                  "how the index is loaded: mmap (IndexFile::Open), populate (Open with "
                  "OpenOptions::populate: every page mapped up front) or read (IndexFile::Read: "
@@ -314,6 +319,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   return sam::tools::RunTool("bench-step", [&] {
+    if (hub_options.subtree_nodes > 0 && hub_options.record_min_count == 0)
+      throw sam::tools::UsageError("--subtree-nodes needs --record-min-count (subtrees are part "
+                                   "of the child records)");
     if (phases && !rt::PhaseTimingEnabled())
       throw sam::tools::UsageError(
           "--phases needs a build configured with -DSAM_PHASE_TIMING=ON (docs/runtime.md)");

@@ -457,6 +457,13 @@ int main(int argc, char** argv) {
                "prepare each index with child records (StaticIndex::Options::record_min_count "
                "2, as SAM_OPEN_CHILD_RECORDS): the same drafts, cheaper sam-cal steps, about 23 "
                "bytes per corpus token more");
+  size_t subtree_nodes = 0;
+  app.add_option("--subtree-nodes", subtree_nodes,
+                 "with --child-records: each record also holds its state's descendants among "
+                 "the first N nodes of a count-weighted walk (StaticIndex::Options::"
+                 "subtree_nodes; SAM_OPEN_SUBTREE_RECORDS: 8), which sam-cal expands without "
+                 "lookups of their own (0: none; at most 127)")
+      ->check(CLI::Range(size_t{0}, size_t{127}));
   app.add_flag("--json", as_json, "print one JSON object (default: a table)");
   bool cross_request = false, cache_prompts = false;
   std::string tenant_field;
@@ -544,7 +551,9 @@ int main(int argc, char** argv) {
     std::vector<sam::format::IndexFile> indexes;
     // One shared StaticIndex per file for all policies (same drafts, faster trees).
     SharedIndexes views;
-    const rt::StaticIndex::Options prepare = rt::PrepareOptions(child_records);
+    if (subtree_nodes > 0 && !child_records)
+      throw UsageError("--subtree-nodes needs --child-records (subtrees are part of the records)");
+    const rt::StaticIndex::Options prepare = rt::PrepareOptions(child_records, subtree_nodes);
     for (const auto& p : index_paths) {
       if (sam::format::LooksLikeShardSet(p)) {  // NAME.samset: its shards as one index
         sam::format::ShardSet set = sam::format::ShardSet::Open(p, open);

@@ -79,7 +79,11 @@ class Index {
  public:
   // path and tokenizer: str, bytes or os.PathLike (tokenizer may be None).
   static std::shared_ptr<Index> Open(py::handle path_object, py::handle tokenizer_object, bool read,
-                                     bool prepare, bool verify, bool child_records) {
+                                     bool prepare, bool verify, bool child_records,
+                                     size_t subtree_nodes) {
+    if (subtree_nodes > 127)
+      ThrowInvalid("Index.open: subtree_nodes must be at most 127, not " +
+                   std::to_string(subtree_nodes));
     const std::string path = FsPath(path_object);
     std::optional<std::string> tokenizer;
     if (!tokenizer_object.is_none()) tokenizer = FsPath(tokenizer_object);
@@ -91,9 +95,9 @@ class Index {
     index->file_ = std::make_shared<const sam::format::IndexFile>(
         read ? sam::format::IndexFile::Read(path, options)
              : sam::format::IndexFile::Open(path, options));
-    if (prepare || child_records)
+    if (prepare || child_records || subtree_nodes > 0)
       index->prepared_ = sam::runtime::StaticIndex::Create(
-          index->file_->shared_view(), sam::runtime::PrepareOptions(child_records));
+          index->file_->shared_view(), sam::runtime::PrepareOptions(child_records, subtree_nodes));
     return index;
   }
 
@@ -770,7 +774,7 @@ PYBIND11_MODULE(_native, m) {
   py::class_<Index, std::shared_ptr<Index>>(m, "Index")
       .def_static("open", &Index::Open, py::arg("path"), py::arg("tokenizer") = py::none(),
                   py::arg("read") = false, py::arg("prepare") = true, py::arg("verify") = false,
-                  py::arg("child_records") = false)
+                  py::arg("child_records") = false, py::arg("subtree_nodes") = 0)
       .def("verify", &Index::Verify)
       .def("metadata_json", [](const Index& i) { return i.file().ReadMetadata().json; })
       .def_property_readonly(

@@ -325,8 +325,8 @@ int sam_index_open_ex(const char* path, const char* expected_tokenizer_sha256, u
   return Guard([&] {
     Require(path != nullptr, "sam_index_open", "path is NULL");
     Require(out != nullptr, "sam_index_open", "out is NULL");
-    constexpr unsigned kKnown =
-        SAM_OPEN_READ | SAM_OPEN_PREPARE | SAM_OPEN_VERIFY | SAM_OPEN_CHILD_RECORDS;
+    constexpr unsigned kKnown = SAM_OPEN_READ | SAM_OPEN_PREPARE | SAM_OPEN_VERIFY |
+                                SAM_OPEN_CHILD_RECORDS | SAM_OPEN_SUBTREE_RECORDS;
     Require((flags & ~kKnown) == 0, "sam_index_open_ex",
             ("unknown flag bits " + std::to_string(flags & ~kKnown)).c_str());
     sam::format::OpenOptions options;
@@ -337,10 +337,12 @@ int sam_index_open_ex(const char* path, const char* expected_tokenizer_sha256, u
     index->file = std::make_shared<const sam::format::IndexFile>(
         (flags & SAM_OPEN_READ) ? sam::format::IndexFile::Read(path, options)
                                 : sam::format::IndexFile::Open(path, options));
-    if (flags & (SAM_OPEN_PREPARE | SAM_OPEN_CHILD_RECORDS))
+    if (flags & (SAM_OPEN_PREPARE | SAM_OPEN_CHILD_RECORDS | SAM_OPEN_SUBTREE_RECORDS))
       index->prepared = sam::runtime::StaticIndex::Create(
           index->file->shared_view(),
-          sam::runtime::PrepareOptions((flags & SAM_OPEN_CHILD_RECORDS) != 0));
+          sam::runtime::PrepareOptions(
+              (flags & SAM_OPEN_CHILD_RECORDS) != 0,
+              (flags & SAM_OPEN_SUBTREE_RECORDS) != 0 ? sam::runtime::kSubtreeNodes : 0));
     *out = index.release();
   });
 }

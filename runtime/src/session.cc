@@ -360,12 +360,20 @@ struct Session::MergedScratch {
   struct IndexState {
     uint64_t state;
     uint64_t count;
-    uint64_t len;
+    // The match length (below the session's text length: 32 bits, so that
+    // the state takes 32 bytes with the fields below).
+    uint32_t len;
     // Its child record when known from its parent's (StaticIndex::
     // RecordEntry::record; one index only), else kNoRecord: look it up; for
     // a state that occurs once (a position), the token after it when known.
     uint32_t record = StaticIndex::kNoRecord;
+    // The record whose entries offered it (StaticIndex::Options::
+    // subtree_nodes), and its place there: its children among that
+    // record's subtree entries need no lookup.
+    uint32_t sub = StaticIndex::kNoRecord;
+    uint32_t place = 0;
   };
+  static_assert(sizeof(IndexState) == 32, "a node's state in an index: half a cache line");
   std::vector<IndexState> states;
   // The best-first queue: entries q[head, tail), best first, in a buffer
   // with room on both sides (Push).
@@ -594,7 +602,7 @@ struct Session::MergedScratch {
   uint64_t& StateCount(int32_t node, size_t index) {
     return states[node * num_indexes + index].count;
   }
-  uint64_t& StateLen(int32_t node, size_t index) { return states[node * num_indexes + index].len; }
+  uint32_t& StateLen(int32_t node, size_t index) { return states[node * num_indexes + index].len; }
 
   // The queue is sorted best first: a pop takes the first entry. A push
   // that ranks first (a chain's next node, usually) goes before it; any
@@ -1196,7 +1204,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     for (size_t i = m.unit_begin[u]; i < m.unit_begin[u + 1]; ++i) {
       if (peeked_[i].len != m.unit_len[u]) continue;
       m.State(0, i) = peeked_[i].state;
-      m.StateLen(0, i) = peeked_[i].len;
+      m.StateLen(0, i) = static_cast<uint32_t>(peeked_[i].len);
       const uint32_t record =
           i < peeked_record_.size() ? peeked_record_[i] : StaticIndex::kNoRecord;
       if (record != StaticIndex::kNoRecord) {  // its count is in its record (prefetched)
@@ -1553,11 +1561,46 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // The usual deployment, one static index and nothing else: expand below
   // without its unit and shard loops (the same offers, in the same order).
   const bool one_index = cursors_.size() == 1;
+  // Subtree records (StaticIndex::Options::subtree_nodes): a node offered
+  // by a record's children or subtree entries may find its own children
+  // among that record's subtree entries.
+  const bool subtrees = records != nullptr && records->options().subtree_nodes > 0;
+  // Its children among the subtree entries of the record that offered it
+  // (free: no lookup of its own record); false when there are none.
+  auto subtree_children = [&](const MergedScratch::IndexState& s) __attribute__((noinline)) {
+    const StaticIndex::RecordHead h = records->Head(s.sub);
+    const StaticIndex::RecordEntry* de = records->Descendants(s.sub, h);
+    for (uint32_t j = 0; j < h.descendants(); ++j)
+      if (StaticIndex::DescendantParent(de[j]) == s.place) return true;
+    return false;
+  };
+  auto offer_subtree = [&](int32_t node, const MergedScratch::IndexState& s)
+                           __attribute__((noinline)) {
+    const StaticIndex::RecordHead h = records->Head(s.sub);
+    const uint32_t d = h.descendants();
+    if (d == 0) return false;
+    const StaticIndex::RecordEntry* de = records->Descendants(s.sub, h);
+    const StaticOffers offers = static_offers(s.count, s.len, false, 0);
+    const int32_t first = m.nodes[node].first_child;
+    bool any = false;
+    for (uint32_t j = 0; j < d; ++j) {
+      if (StaticIndex::DescendantParent(de[j]) != s.place) continue;
+      any = true;
+      const int32_t child = offer_static_among(node, first, StaticIndex::DescendantToken(de[j]),
+                                               de[j].count, offers);
+      m.states[child] = MergedScratch::IndexState{de[j].target, de[j].count, s.len + 1u,
+                                                  de[j].record, s.sub, h.size() + j};
+      prefetch_child(0, de[j].target, de[j].count, de[j].record_of_target());
+    }
+    return any;
+  };
   auto expand_one = [&](int32_t node) {
     m.nodes[node].expanded = true;
     if (m.nodes[node].depth >= kMaxStaticDepth) return;
     const MergedScratch::IndexState s = m.states[node];  // num_indexes == 1
     if (s.state == format::kNoState || s.count == 0) return;
+    if (subtrees && s.sub != StaticIndex::kNoRecord && s.count > 1 && offer_subtree(node, s))
+      return;
     if (s.count > 1) {
       if (lookups_left == 0) return;
       --lookups_left;
@@ -1571,7 +1614,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       const uint32_t token = s.record != StaticIndex::kNoRecord ? s.record : view.Token(s.state + 1);
       if (token >= view.separator()) return;
       const int32_t child = offer_static_child(node, token, 1, offers);
-      m.states[child] = MergedScratch::IndexState{s.state + 1, 1, s.len + 1};
+      m.states[child] = MergedScratch::IndexState{s.state + 1, 1, s.len + 1u};
       prefetch_child(0, s.state + 1, 1);
       // Its backoff, if it ranks, starts from its suffix link's record.
       if (records != nullptr && s.count < sel.backoff_count && !lookups_spent())
@@ -1592,7 +1635,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       const int32_t first = m.nodes[node].first_child;
       for (uint32_t j = 0; j < k; ++j) {
         const int32_t child = offer_static_among(node, first, e[j].token, e[j].count, offers);
-        m.states[child] = MergedScratch::IndexState{e[j].target, e[j].count, s.len + 1, e[j].record};
+        m.states[child] =
+            MergedScratch::IndexState{e[j].target, e[j].count, s.len + 1u, e[j].record, r, j};
         prefetch_child(0, e[j].target, e[j].count, e[j].record_of_target());
       }
       return;
@@ -1600,7 +1644,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     const int32_t first = m.nodes[node].first_child;
     for (const StaticIndex::Child& c : top_children(0, s.state, s.count)) {
       const int32_t child = offer_static_among(node, first, c.token, c.count, offers);
-      m.states[child] = MergedScratch::IndexState{c.target, c.count, s.len + 1};
+      m.states[child] = MergedScratch::IndexState{c.target, c.count, s.len + 1u};
       prefetch_child(0, c.target, c.count);
     }
   };
@@ -1640,7 +1684,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       auto set_state = [&](int32_t child, size_t i, uint64_t target, uint64_t count) {
         m.State(child, i) = target;
         m.StateCount(child, i) = count;
-        m.StateLen(child, i) = match_len + 1;
+        m.StateLen(child, i) = static_cast<uint32_t>(match_len + 1);
         prefetch_child(i, target, count);
       };
       if (with_state == 1) {
@@ -1813,7 +1857,8 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
         const int32_t child = m.ChildAmong(node, first, e[j].token);
         MergedScratch::IndexState& cs = m.states[child];
         if (cs.state != format::kNoState) continue;  // s's child too
-        cs = MergedScratch::IndexState{e[j].target, e[j].count, lstar + 1, e[j].record};
+        cs = MergedScratch::IndexState{e[j].target, e[j].count, static_cast<uint32_t>(lstar + 1),
+                                       e[j].record, lr, j};
         if (e[j].count > 1 && !lookups_spent()) records->PrefetchRecordAt(e[j].record);
         offer_static(child, e[j].count, offers);
       }
@@ -1832,7 +1877,7 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       const int32_t child = m.ChildAmong(node, first, c.token);
       MergedScratch::IndexState& cs = m.states[child];
       if (cs.state != format::kNoState) continue;  // s's child too
-      cs = MergedScratch::IndexState{c.target, c.count, lstar + 1};
+      cs = MergedScratch::IndexState{c.target, c.count, static_cast<uint32_t>(lstar + 1)};
       if (c.count > 1 && !lookups_spent()) view.PrefetchEdgeRange(c.target);
       offer_static(child, c.count, offers);
     }
@@ -1883,7 +1928,9 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
       // times a step in callgrind's branch simulation).
       const double static_bound = cal.StaticBound(s.count, s.len, 0);
       const double backoff_bound = cal.BackoffBound(s.len, 0);
-      b.static_children = spent && s.count > 1 ? 0.0 : static_bound;
+      const bool free_children = subtrees && spent && s.count > 1 &&
+                                 s.sub != StaticIndex::kNoRecord && subtree_children(s);
+      b.static_children = spent && s.count > 1 && !free_children ? 0.0 : static_bound;
       b.backoff_children = !spent && s.count < sel.backoff_count ? backoff_bound : 0.0;
       return b;
     }

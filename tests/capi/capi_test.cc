@@ -22,6 +22,7 @@
 #include "sam/indexer/builder.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/selection.h"
+#include "sam/runtime/static_index.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/verify.h"  // Rng
 #include "sam/sam.h"
@@ -485,7 +486,11 @@ void ExpectSameDraftsAsSession(const std::string& path, const std::vector<uint32
   }
   options.fallback = recycling ? &drafter : nullptr;
   sam::runtime::Session session(options);
-  session.AttachIndex(&file.view());
+  if (flags & SAM_OPEN_SUBTREE_RECORDS)  // the one flag that changes calibrated drafts
+    session.AttachIndex(sam::runtime::StaticIndex::Create(
+        &file.view(), sam::runtime::PrepareOptions(true, sam::runtime::kSubtreeNodes)));
+  else
+    session.AttachIndex(&file.view());
 
   const size_t prompt = text.size() / 3;
   ASSERT_EQ(sam_session_prefill(c_session, text.data(), prompt), SAM_OK);
@@ -908,10 +913,24 @@ TEST_F(CapiTest, DraftsEqualTheSessionsWhateverTheOpenFlags) {
     }
   }
   sam_index* index = nullptr;
-  EXPECT_EQ(sam_index_open_ex(path_->c_str(), nullptr, 16, &index), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_index_open_ex(path_->c_str(), nullptr, 32, &index), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(index, nullptr);
-  EXPECT_NE(std::string(sam_last_error()).find("unknown flag bits 16"), std::string::npos)
+  EXPECT_NE(std::string(sam_last_error()).find("unknown flag bits 32"), std::string::npos)
       << sam_last_error();
+}
+
+// SAM_OPEN_SUBTREE_RECORDS: the calibrated drafts of a C++ session over a
+// StaticIndex with subtree records (PrepareOptions(true, kSubtreeNodes)), at
+// lookup limits 1 and 3; the other policies' drafts as the bare view's.
+TEST_F(CapiTest, SubtreeRecordsDraftAsTheSessionWithThem) {
+  sam::runtime::Rng rng(77);
+  for (const uint64_t limit : {uint64_t{1}, uint64_t{3}}) {
+    SCOPED_TRACE("limit " + std::to_string(limit));
+    ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[2], rng), SAM_POLICY_CALIBRATED, false,
+                              SAM_OPEN_SUBTREE_RECORDS, std::make_pair(limit, uint64_t{8}));
+  }
+  ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[1], rng), SAM_POLICY_TREE, false,
+                            SAM_OPEN_SUBTREE_RECORDS);
 }
 
 // sam_session_config's max_static_lookups and backoff_count reach the calibrated policy: the

@@ -121,6 +121,10 @@ struct ONode {
   std::vector<uint64_t> lens{};    // match length of each state
   bool backoff = false;          // offered as a backoff child
   int rank = -1;
+  // Subtree records: the state whose lookup offered it (a record's
+  // children), and the tokens from that state to it (kNoState: none).
+  uint64_t origin = format::kNoState;
+  std::vector<uint32_t> origin_path{};
 };
 
 class Oracle {
@@ -134,6 +138,15 @@ class Oracle {
       for (uint32_t x : t) c.Advance(x);
   }
   const StaticCursor& cursor(size_t i) const { return cursors_[i]; }
+  // StaticIndex::Options::subtree_nodes of the one index (with child
+  // records at record_min_count 2 and the index's top_k): ProposeLimited
+  // then expands a node below a looked-up state for free where that state's
+  // walk stored its children.
+  void SetSubtrees(size_t nodes, size_t top_k) {
+    subtree_nodes_ = nodes;
+    top_k_ = top_k;
+  }
+  size_t free_expansions = 0;  // by subtree entries
 
   // The root (the peeked matches) and the dynamic chain, offered whole.
   void Start(uint32_t start, const DynamicSam& dyn_sam) {
@@ -255,13 +268,37 @@ class Oracle {
       for (size_t i = 0; i < views_.size(); ++i) {
         const uint64_t v = nodes_[x].states[i], total = nodes_[x].counts[i];
         if (v == format::kNoState || total == 0) continue;
-        if (total > 1 && ++lookups > limit) continue;
         const uint64_t len = nodes_[x].lens[i];
+        if (total > 1 && nodes_[x].origin != format::kNoState) {
+          // Its children among its origin's subtree entries, without a lookup.
+          const uint64_t origin = nodes_[x].origin;
+          const std::vector<uint32_t> path = nodes_[x].origin_path;
+          bool any = false;
+          for (const WalkEntry& w : Walk(*views_[i], origin)) {
+            if (w.path.size() != path.size() + 1 ||
+                !std::equal(path.begin(), path.end(), w.path.begin()))
+              continue;
+            any = true;
+            const int child = Child(x, w.path.back());
+            nodes_[child].states[i] = w.target;
+            nodes_[child].counts[i] = w.count;
+            nodes_[child].lens[i] = len + 1;
+            nodes_[child].origin = origin;
+            nodes_[child].origin_path = w.path;
+            Offer(child, 1, cal.Static(w.count, total, len));
+          }
+          if (any) {
+            ++free_expansions;
+            continue;
+          }
+        }
+        if (total > 1 && ++lookups > limit) continue;
         for (const auto& c : Heaviest(*views_[i], v)) {
           const int child = Child(x, c.token);
           nodes_[child].states[i] = c.target;
           nodes_[child].counts[i] = c.count;
           nodes_[child].lens[i] = len + 1;
+          SetOrigin(*views_[i], child, v, c.token);
           Offer(child, 1, cal.Static(c.count, total, len));
         }
       }
@@ -287,6 +324,7 @@ class Oracle {
           nodes_[child].counts[i] = c.count;
           nodes_[child].lens[i] = u_len + 1;
           nodes_[child].backoff = true;
+          SetOrigin(view, child, u, c.token);
           Offer(child, 1, cal.Static(c.count, u_total, u_len, true));
         }
       }
@@ -405,6 +443,10 @@ class Oracle {
  private:
   // The max_width heaviest transitions of v (count descending, then token).
   std::vector<StaticIndex::Child> Heaviest(const format::IndexView& view, uint64_t v) const {
+    return Heaviest(view, v, sel_.max_width);
+  }
+  std::vector<StaticIndex::Child> Heaviest(const format::IndexView& view, uint64_t v,
+                                           size_t width) const {
     std::vector<StaticIndex::Child> all;
     view.ForEachChild(v, [&](uint32_t token, uint64_t target) {
       all.push_back({token, target, view.Count(target)});
@@ -412,8 +454,71 @@ class Oracle {
     std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
       return a.count != b.count ? a.count > b.count : a.token < b.token;
     });
-    all.resize(std::min(all.size(), sel_.max_width));
+    all.resize(std::min(all.size(), width));
     return all;
+  }
+  // Whether state v has a child record (a clone that occurs at least twice).
+  static bool HasRecord(const format::IndexView& view, uint64_t v) {
+    return v > view.num_tokens() && view.Count(v) >= 2;
+  }
+  // A child offered by a lookup of v: v's subtree entries may hold its children.
+  void SetOrigin(const format::IndexView& view, int child, uint64_t v, uint32_t token) {
+    if (subtree_nodes_ == 0 || !HasRecord(view, v)) return;
+    nodes_[child].origin = v;
+    nodes_[child].origin_path = {token};
+  }
+  // The subtree entries of v's record, as StaticIndex::Options::subtree_nodes
+  // defines them, written plainly: a best-first walk from v (path weight
+  // count / Count(v); ties: shallower first, then first pushed), the first
+  // subtree_nodes_ nodes below v, each with a record pushing its top_k_
+  // heaviest transitions, a position that occurs once its next token; kept:
+  // the walked nodes at depth 2 or more whose parent is kept or a child of v.
+  struct WalkEntry {
+    std::vector<uint32_t> path;  // from v
+    uint64_t target, count;
+  };
+  std::vector<WalkEntry> Walk(const format::IndexView& view, uint64_t v) const {
+    struct W {
+      double p;
+      size_t depth;
+      size_t seq;
+      std::vector<uint32_t> path;
+      uint64_t target, count;
+      bool parent_kept;
+    };
+    std::vector<W> open;
+    size_t seq = 0;
+    const double total = static_cast<double>(view.Count(v));
+    auto push_children = [&](const W* parent, uint64_t state, bool kept) {
+      for (const auto& c : Heaviest(view, state, top_k_)) {
+        std::vector<uint32_t> path = parent ? parent->path : std::vector<uint32_t>{};
+        path.push_back(c.token);
+        open.push_back(W{static_cast<double>(c.count) / total, path.size(), seq++, path, c.target,
+                         c.count, kept});
+      }
+    };
+    push_children(nullptr, v, true);
+    std::vector<WalkEntry> kept_entries;
+    for (size_t taken = 0; taken < subtree_nodes_ && !open.empty(); ++taken) {
+      auto best = std::min_element(open.begin(), open.end(), [](const W& a, const W& b) {
+        if (a.p != b.p) return a.p > b.p;
+        if (a.depth != b.depth) return a.depth < b.depth;
+        return a.seq < b.seq;
+      });
+      const W w = *best;
+      open.erase(best);
+      const bool kept = w.depth == 1 || w.parent_kept;
+      if (w.depth >= 2 && w.parent_kept) kept_entries.push_back({w.path, w.target, w.count});
+      if (HasRecord(view, w.target)) {
+        push_children(&w, w.target, kept);
+      } else if (w.count == 1 && w.target < view.num_tokens() &&
+                 view.Token(w.target + 1) < view.separator()) {
+        std::vector<uint32_t> path = w.path;
+        path.push_back(view.Token(w.target + 1));
+        open.push_back(W{w.p, path.size(), seq++, path, w.target + 1, 1, false});
+      }
+    }
+    return kept_entries;
   }
   bool Before(const ONode& a, const ONode& b) const {
     if (a.path != b.path) return a.path > b.path;
@@ -447,6 +552,7 @@ class Oracle {
   std::vector<StaticMatch> peeked_;
   std::vector<ONode> nodes_;
   std::vector<std::array<int, 2>> tree_cells_;
+  size_t subtree_nodes_ = 0, top_k_ = 8;
 };
 
 // Random streams: stretches copied from the indexed documents (so that
@@ -472,7 +578,7 @@ Text Stream(std::mt19937& rng, const std::vector<Text>& docs, size_t n, uint32_t
 enum class Shared { kNone, kHubs, kRecords };
 
 void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t draft_size,
-                       size_t max_width, size_t limit = 0) {
+                       size_t max_width, size_t limit = 0, size_t subtree_nodes = 0) {
   std::mt19937 rng(seed);
   const uint32_t vocab = 6 + seed % 5;
   std::vector<std::vector<Text>> docs;
@@ -503,6 +609,7 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t 
       StaticIndex::Options h;
       h.min_degree = 1000;     // no hubs: every branching state's lookup is a record's
       h.record_min_count = 2;  // every clone
+      h.subtree_nodes = subtree_nodes;
       const auto index = StaticIndex::Create(&built[i]->view(), h);
       EXPECT_GT(index->record_bytes(), 0u);
       s.AttachIndex(index);
@@ -511,14 +618,17 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t 
     }
   }
   Oracle oracle(views, o.selection);
+  if (subtree_nodes > 0) oracle.SetSubtrees(subtree_nodes, StaticIndex::Options{}.top_k);
   const Text prompt = Stream(rng, docs[0], 30, vocab);
   s.Prefill(prompt);
   oracle.Prefill(prompt);
   const Text gen = Stream(rng, docs[rng() % num_indexes], 1500, vocab);
   size_t steps = 0, accepted_total = 0, branching = 0;
   for (size_t i = 0; i + 1 < gen.size();) {
-    const DraftTree expected = limit == 0 ? oracle.Propose(gen[i], s.dynamic_sam())
-                                          : oracle.ProposeLimited(gen[i], s.dynamic_sam(), limit);
+    const DraftTree expected =
+        subtree_nodes > 0 ? oracle.ProposeLimited(gen[i], s.dynamic_sam(), limit == 0 ? SIZE_MAX : limit)
+        : limit == 0      ? oracle.Propose(gen[i], s.dynamic_sam())
+                          : oracle.ProposeLimited(gen[i], s.dynamic_sam(), limit);
     const DraftTree& got = s.Propose(gen[i]);
     ASSERT_EQ(got.tokens, expected.tokens) << "seed " << seed << " step " << steps << " limit "
                                            << limit;
@@ -541,6 +651,9 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t 
   EXPECT_GT(accepted_total, steps / 4) << seed;
   EXPECT_GT(branching, steps / 10) << seed;
   EXPECT_GT(oracle.backoff_drafted, limit == 0 ? steps / 10 : steps / 50) << seed;
+  if (subtree_nodes > 0) {
+    EXPECT_GT(oracle.free_expansions, steps / 4) << seed;
+  }
 }
 
 TEST(CalibratedPolicy, LazyRankingMatchesEagerOracle) {
@@ -573,6 +686,21 @@ TEST(CalibratedPolicy, LookupLimitMatchesPlainLimitedRanking) {
       CompareWithOracle(seed, 1, Shared::kNone, 40, 8, limit);
     CompareWithOracle(74, 2, Shared::kHubs, 40, 8, limit);
     CompareWithOracle(75, 1, Shared::kRecords, 16, 3, limit);
+  }
+}
+
+// Subtree records (StaticIndex::Options::subtree_nodes): a node offered by a
+// record's lookup expands through that record's subtree entries without a
+// lookup of its own, against the plain limited ranking with the walk that
+// defines those entries written plainly (Oracle::Walk).
+TEST(CalibratedPolicy, SubtreeRecordsMatchPlainLimitedRanking) {
+  for (const size_t nodes : {size_t{4}, size_t{8}, size_t{16}}) {
+    for (const size_t limit : {size_t{1}, size_t{2}, size_t{3}}) {
+      for (uint32_t seed = 91; seed <= 92; ++seed)
+        CompareWithOracle(seed, 1, Shared::kRecords, 24, 8, limit, nodes);
+      CompareWithOracle(93, 1, Shared::kRecords, 16, 3, limit, nodes);
+    }
+    CompareWithOracle(94, 1, Shared::kRecords, 40, 8, 0, nodes);  // no limit
   }
 }
 

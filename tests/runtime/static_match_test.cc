@@ -10,6 +10,7 @@
 #include <random>
 #include <string>
 #include <utility>
+#include <tuple>
 #include <vector>
 
 #include "sam/format/error.h"
@@ -354,15 +355,16 @@ TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
   TestIndex index(docs, 40, "records");
   const format::IndexView& view = index.view();
   ASSERT_GT(view.num_clones(), 100u);
-  for (const auto& [min_count, top_k] :
-       std::vector<std::pair<uint64_t, size_t>>{{1, 8}, {2, 3}, {3, 1}, {5, 8}}) {
-    const auto s =
-        StaticIndex::Create(&view, {.min_degree = 12, .top_k = top_k, .record_min_count = min_count});
+  for (const auto& [min_count, top_k, subtree] : std::vector<std::tuple<uint64_t, size_t, size_t>>{
+           {1, 8, 0}, {2, 3, 0}, {3, 1, 0}, {5, 8, 0}, {2, 8, 8}, {2, 3, 16}, {3, 2, 5}}) {
+    const auto s = StaticIndex::Create(&view, {.min_degree = 12, .top_k = top_k,
+                                               .record_min_count = min_count,
+                                               .subtree_nodes = subtree});
     EXPECT_GT(s->record_bytes(), 0u);
     // The record every state should have (kNoRecord: none), found by its id.
     auto record_of = [&](uint64_t v) { return s->RecordOf(v); };
     std::vector<StaticIndex::Child> got(top_k);
-    size_t with_records = 0, hubs_seen = 0, links_followed = 0;
+    size_t with_records = 0, hubs_seen = 0, links_followed = 0, descendants = 0;
     for (uint64_t v = 0; v < view.num_states(); ++v) {
       uint32_t size = 0;
       const bool has = s->RecordChildren(v, got.data(), &size);
@@ -417,8 +419,79 @@ TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
           ASSERT_EQ(entries[i].record, record_of(all[i].target)) << v << " " << i;
         }
       }
+      // The subtree entries: the walk of Options::subtree_nodes written
+      // plainly (heaviest first by count / Count(v), then shallower, then
+      // first pushed; a record's state pushes its top_k heaviest children, a
+      // position that occurs once the token after it; kept: the walked nodes
+      // below a child of v or a kept node), each with its parent's place.
+      struct W {
+        double p;
+        size_t depth, seq;
+        uint32_t token;
+        uint64_t target, count;
+        int parent_place;  // -1: its parent is not kept
+      };
+      std::vector<W> open;
+      size_t seq = 0;
+      auto heaviest = [&](uint64_t u) {
+        std::vector<StaticIndex::Child> c;
+        view.ForEachChild(u, [&](uint32_t token, uint64_t target) {
+          c.push_back({token, target, view.Count(target)});
+        });
+        std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) {
+          return a.count != b.count ? a.count > b.count : a.token < b.token;
+        });
+        c.resize(std::min(c.size(), top_k));
+        return c;
+      };
+      const double total = static_cast<double>(view.Count(v));
+      {
+        int place = 0;
+        for (const auto& c : heaviest(v))
+          open.push_back({c.count / total, 1, seq++, c.token, c.target, c.count, -2 - place++});
+      }
+      std::vector<W> kept;
+      for (size_t taken = 0; taken < subtree && !open.empty(); ++taken) {
+        auto it = std::min_element(open.begin(), open.end(), [](const W& a, const W& b) {
+          if (a.p != b.p) return a.p > b.p;
+          if (a.depth != b.depth) return a.depth < b.depth;
+          return a.seq < b.seq;
+        });
+        const W w = *it;
+        open.erase(it);
+        int place = -1;
+        if (w.depth == 1) {
+          place = -2 - w.parent_place;  // its child index
+        } else if (w.parent_place >= 0) {
+          place = static_cast<int>(size + kept.size());
+          kept.push_back(w);
+        }
+        if (view.IsClone(w.target) && view.Count(w.target) >= min_count) {
+          for (const auto& c : heaviest(w.target))
+            open.push_back({c.count / total, w.depth + 1, seq++, c.token, c.target, c.count, place});
+        } else if (w.count == 1 && !view.IsClone(w.target) && w.target < view.num_tokens() &&
+                   view.Token(w.target + 1) < view.separator()) {
+          open.push_back({w.p, w.depth + 1, seq++, view.Token(w.target + 1), w.target + 1, 1, -1});
+        }
+      }
+      ASSERT_EQ(head.descendants(), kept.size()) << v << " subtree " << subtree;
+      const StaticIndex::RecordEntry* d = s->Descendants(r, head);
+      for (size_t i = 0; i < kept.size(); ++i) {
+        ASSERT_EQ(StaticIndex::DescendantToken(d[i]), kept[i].token) << v << " " << i;
+        ASSERT_EQ(StaticIndex::DescendantParent(d[i]), static_cast<uint32_t>(kept[i].parent_place))
+            << v << " " << i;
+        ASSERT_EQ(d[i].target, kept[i].target) << v << " " << i;
+        ASSERT_EQ(d[i].count, kept[i].count) << v << " " << i;
+        ASSERT_EQ(d[i].record_of_target(), kept[i].count > 1 ? record_of(kept[i].target)
+                                                             : StaticIndex::kNoRecord)
+            << v << " " << i;
+      }
+      descendants += kept.size();
     }
     EXPECT_GT(with_records, 50u) << min_count;
+    if (subtree > 0) {
+      EXPECT_GT(descendants, 100u) << subtree;
+    }
     EXPECT_GT(links_followed, 50u) << min_count;
     EXPECT_GT(hubs_seen, 0u) << "no hub with a record: the test would not see hubs";
   }
@@ -447,7 +520,10 @@ TEST(SharedStaticIndex, TransferByRecordsEqualsTransfer) {
        {StaticIndex::Options{.min_degree = 1000, .top_k = 8, .record_min_count = 2},
         StaticIndex::Options{.min_degree = 4, .top_k = 2, .filter_bits_per_edge = 1, .record_min_count = 1},
         StaticIndex::Options{.min_degree = 6, .top_k = 1, .record_min_count = 3},
-        StaticIndex::Options{.min_degree = 4, .top_k = 8}}) {
+        StaticIndex::Options{.min_degree = 4, .top_k = 8},
+        // Subtree entries after the children and a hub's table slot.
+        StaticIndex::Options{.min_degree = 4, .top_k = 2, .record_min_count = 2, .subtree_nodes = 16},
+        StaticIndex::Options{.min_degree = 1000, .top_k = 8, .record_min_count = 2, .subtree_nodes = 8}}) {
     const auto s = StaticIndex::Create(&view, o);
     size_t by_record = 0, climbed = 0;
     for (uint64_t v = 0; v < view.num_states(); ++v) {

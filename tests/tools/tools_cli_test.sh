@@ -82,6 +82,10 @@ expect 2 "traces" -- "$replay" --index x.sam
 # into a floating-point one past its range check (tools/cli.cc GuardNumbers).
 expect 2 "Value -3 is not an unsigned number" -- "$replay" --index x.sam --backoff-count -3
 expect 2 "Value nan is not a finite number" -- "$replay" --index x.sam --min-path-prob nan
+# Subtree records are part of the child records, and keep a record's place in 8 bits.
+expect 2 "needs --child-records" -- "$replay" --index x.sam --traces x.jsonl --subtree-nodes 8
+expect 2 "not in range 0 to 127" -- "$replay" --index x.sam --traces x.jsonl --child-records \
+  --subtree-nodes 200
 expect 2 "threads: Value -1 is not an unsigned number" -- "$build" -o "$tmp/a.sam" --threads -1 "${ids[@]}"
 expect 2 "out" -- "$replay" make-traces --data "$tmp"
 expect 2 "template" -- "$replay" make-traces --data "$tmp" --out "$tmp/t.jsonl" --template bogus
@@ -97,6 +101,7 @@ if have bench-step; then
   expect 2 "flush-mib" -- "$bin/bench-step" --index x.sam --flush-mib 5000
   # A default build has no phase marks: --phases says which build has them.
   expect 2 "SAM_PHASE_TIMING=ON" -- "$bin/bench-step" --index x.sam --phases
+  expect 2 "needs --record-min-count" -- "$bin/bench-step" --index x.sam --subtree-nodes 8
   expect 2 "Value -5 is not an unsigned number" -- "$bin/bench-step" --index x.sam --contexts 1024,-5
 fi
 if have bench-batch; then

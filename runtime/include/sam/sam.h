@@ -172,10 +172,21 @@ enum {
    * misses, about a third off the calibrated policy's step time, for about
    * 23 bytes per corpus token more (157 MiB for a 6.8M-token index) and
    * about 1 s more to open. Drafts are the same. */
-  SAM_OPEN_CHILD_RECORDS = 8
+  SAM_OPEN_CHILD_RECORDS = 8,
+  /* Implies SAM_OPEN_CHILD_RECORDS, and also stores with each record its
+   * state's descendants among the first 8 nodes of a count-weighted walk
+   * (StaticIndex::Options::subtree_nodes, docs/runtime.md): SAM_POLICY_
+   * CALIBRATED expands those without lookups of their own, so that one lookup
+   * a step (sam_session_config.max_static_lookups = 1) drafts as well as
+   * three without: on the dev traces MAT 2.484 at 16.1 tokens a step against
+   * 2.471 at 17.6, about 10% fewer instructions a step, for about 14 bytes per
+   * corpus token more (97 MiB for the 6.8M-token index) and 2 s more to open.
+   * This one flag changes SAM_POLICY_CALIBRATED's drafts. */
+  SAM_OPEN_SUBTREE_RECORDS = 16
 };
 /* sam_index_open with flags (SAM_OPEN_*); unknown bits are
- * SAM_ERR_INVALID_ARGUMENT. Drafts are identical whatever the flags. */
+ * SAM_ERR_INVALID_ARGUMENT. Drafts are identical whatever the flags, but for
+ * SAM_OPEN_SUBTREE_RECORDS's calibrated ones. */
 SAM_API int sam_index_open_ex(const char* path, const char* expected_tokenizer_sha256,
                               unsigned flags, sam_index** out);
 /* Releases the handle (NULL is a no-op). Sessions that attached the index
