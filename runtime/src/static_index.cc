@@ -249,6 +249,11 @@ void StaticIndex::BuildRecords(const Options& options) {
   for (uint64_t p = 1; p <= n; ++p) position_link_record_[p] = RecordOf(view.Link(p));
 }
 
+// Options::subtree_nodes: each record's walk (the linked records give every
+// node's children), its kept nodes collected in record order, then the
+// records laid out again with each one's subtree entries after it (the
+// caller links them: offsets move). Peak memory: the records twice and the
+// entries once.
 void StaticIndex::BuildSubtrees(const Options& options) {
   const format::IndexView& view = *view_;
   const uint64_t n = view.num_tokens();

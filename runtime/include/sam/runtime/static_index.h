@@ -322,7 +322,7 @@ class SAM_API StaticIndex {
   // (BuildRecords): slot_begin, num_slots, and edge_begin's two halves.
   uint64_t HubNextAt(uint32_t hub_slot, uint32_t c) const;
   void BuildRecords(const Options& options);
-  void BuildSubtrees(const Options& options);
+  void BuildSubtrees(const Options& options);  // after BuildRecords's first linking
 
   // A hub: where its transitions and label table are.
   struct HubEntry {
