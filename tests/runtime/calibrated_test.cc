@@ -29,6 +29,7 @@
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
 #include "sam/runtime/static_match.h"
+#include "subtree_walk.h"
 #include "test_index.h"
 
 namespace sam::runtime {
@@ -274,7 +275,8 @@ class Oracle {
           const uint64_t origin = nodes_[x].origin;
           const std::vector<uint32_t> path = nodes_[x].origin_path;
           bool any = false;
-          for (const WalkEntry& w : Walk(*views_[i], origin)) {
+          for (const test_util::SubtreeEntry& w :
+               test_util::SubtreeWalk(*views_[i], origin, subtree_nodes_, top_k_, 2)) {
             if (w.path.size() != path.size() + 1 ||
                 !std::equal(path.begin(), path.end(), w.path.begin()))
               continue;
@@ -443,82 +445,14 @@ class Oracle {
  private:
   // The max_width heaviest transitions of v (count descending, then token).
   std::vector<StaticIndex::Child> Heaviest(const format::IndexView& view, uint64_t v) const {
-    return Heaviest(view, v, sel_.max_width);
+    return test_util::HeaviestChildren(view, v, sel_.max_width);
   }
-  std::vector<StaticIndex::Child> Heaviest(const format::IndexView& view, uint64_t v,
-                                           size_t width) const {
-    std::vector<StaticIndex::Child> all;
-    view.ForEachChild(v, [&](uint32_t token, uint64_t target) {
-      all.push_back({token, target, view.Count(target)});
-    });
-    std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
-      return a.count != b.count ? a.count > b.count : a.token < b.token;
-    });
-    all.resize(std::min(all.size(), width));
-    return all;
-  }
-  // Whether state v has a child record (a clone that occurs at least twice).
-  static bool HasRecord(const format::IndexView& view, uint64_t v) {
-    return v > view.num_tokens() && view.Count(v) >= 2;
-  }
-  // A child offered by a lookup of v: v's subtree entries may hold its children.
+  // A child offered by a lookup of v: when v has a record (a clone that
+  // occurs at least twice), v's subtree entries may hold its children.
   void SetOrigin(const format::IndexView& view, int child, uint64_t v, uint32_t token) {
-    if (subtree_nodes_ == 0 || !HasRecord(view, v)) return;
+    if (subtree_nodes_ == 0 || !view.IsClone(v) || view.Count(v) < 2) return;
     nodes_[child].origin = v;
     nodes_[child].origin_path = {token};
-  }
-  // The subtree entries of v's record, as StaticIndex::Options::subtree_nodes
-  // defines them, written plainly: a best-first walk from v (path weight
-  // count / Count(v); ties: shallower first, then first pushed), the first
-  // subtree_nodes_ nodes below v, each with a record pushing its top_k_
-  // heaviest transitions, a position that occurs once its next token; kept:
-  // the walked nodes at depth 2 or more whose parent is kept or a child of v.
-  struct WalkEntry {
-    std::vector<uint32_t> path;  // from v
-    uint64_t target, count;
-  };
-  std::vector<WalkEntry> Walk(const format::IndexView& view, uint64_t v) const {
-    struct W {
-      double p;
-      size_t depth;
-      size_t seq;
-      std::vector<uint32_t> path;
-      uint64_t target, count;
-      bool parent_kept;
-    };
-    std::vector<W> open;
-    size_t seq = 0;
-    const double total = static_cast<double>(view.Count(v));
-    auto push_children = [&](const W* parent, uint64_t state, bool kept) {
-      for (const auto& c : Heaviest(view, state, top_k_)) {
-        std::vector<uint32_t> path = parent ? parent->path : std::vector<uint32_t>{};
-        path.push_back(c.token);
-        open.push_back(W{static_cast<double>(c.count) / total, path.size(), seq++, path, c.target,
-                         c.count, kept});
-      }
-    };
-    push_children(nullptr, v, true);
-    std::vector<WalkEntry> kept_entries;
-    for (size_t taken = 0; taken < subtree_nodes_ && !open.empty(); ++taken) {
-      auto best = std::min_element(open.begin(), open.end(), [](const W& a, const W& b) {
-        if (a.p != b.p) return a.p > b.p;
-        if (a.depth != b.depth) return a.depth < b.depth;
-        return a.seq < b.seq;
-      });
-      const W w = *best;
-      open.erase(best);
-      const bool kept = w.depth == 1 || w.parent_kept;
-      if (w.depth >= 2 && w.parent_kept) kept_entries.push_back({w.path, w.target, w.count});
-      if (HasRecord(view, w.target)) {
-        push_children(&w, w.target, kept);
-      } else if (w.count == 1 && w.target < view.num_tokens() &&
-                 view.Token(w.target + 1) < view.separator()) {
-        std::vector<uint32_t> path = w.path;
-        path.push_back(view.Token(w.target + 1));
-        open.push_back(W{w.p, path.size(), seq++, path, w.target + 1, 1, false});
-      }
-    }
-    return kept_entries;
   }
   bool Before(const ONode& a, const ONode& b) const {
     if (a.path != b.path) return a.path > b.path;

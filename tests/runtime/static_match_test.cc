@@ -17,6 +17,7 @@
 #include "sam/format/index.h"
 #include "sam/indexer/builder.h"
 #include "sam/runtime/session.h"
+#include "subtree_walk.h"
 #include "test_index.h"
 
 namespace sam::runtime {
@@ -369,13 +370,7 @@ TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
       uint32_t size = 0;
       const bool has = s->RecordChildren(v, got.data(), &size);
       // The oracle: every child, sorted.
-      std::vector<StaticIndex::Child> all;
-      view.ForEachChild(v, [&](uint32_t token, uint64_t target) {
-        all.push_back({token, target, view.Count(target)});
-      });
-      std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) {
-        return a.count != b.count ? a.count > b.count : a.token < b.token;
-      });
+      const std::vector<StaticIndex::Child> all = test_util::HeaviestChildren(view, v);
       std::span<const StaticIndex::Child> hub_children;
       const bool hub = s->TopChildren(v, &hub_children);
       const bool expected = view.IsClone(v) && view.Count(v) >= min_count;
@@ -420,66 +415,15 @@ TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
         }
       }
       // The subtree entries: the walk of Options::subtree_nodes written
-      // plainly (heaviest first by count / Count(v), then shallower, then
-      // first pushed; a record's state pushes its top_k heaviest children, a
-      // position that occurs once the token after it; kept: the walked nodes
-      // below a child of v or a kept node), each with its parent's place.
-      struct W {
-        double p;
-        size_t depth, seq;
-        uint32_t token;
-        uint64_t target, count;
-        int parent_place;  // -1: its parent is not kept
-      };
-      std::vector<W> open;
-      size_t seq = 0;
-      auto heaviest = [&](uint64_t u) {
-        std::vector<StaticIndex::Child> c;
-        view.ForEachChild(u, [&](uint32_t token, uint64_t target) {
-          c.push_back({token, target, view.Count(target)});
-        });
-        std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) {
-          return a.count != b.count ? a.count > b.count : a.token < b.token;
-        });
-        c.resize(std::min(c.size(), top_k));
-        return c;
-      };
-      const double total = static_cast<double>(view.Count(v));
-      {
-        int place = 0;
-        for (const auto& c : heaviest(v))
-          open.push_back({c.count / total, 1, seq++, c.token, c.target, c.count, -2 - place++});
-      }
-      std::vector<W> kept;
-      for (size_t taken = 0; taken < subtree && !open.empty(); ++taken) {
-        auto it = std::min_element(open.begin(), open.end(), [](const W& a, const W& b) {
-          if (a.p != b.p) return a.p > b.p;
-          if (a.depth != b.depth) return a.depth < b.depth;
-          return a.seq < b.seq;
-        });
-        const W w = *it;
-        open.erase(it);
-        int place = -1;
-        if (w.depth == 1) {
-          place = -2 - w.parent_place;  // its child index
-        } else if (w.parent_place >= 0) {
-          place = static_cast<int>(size + kept.size());
-          kept.push_back(w);
-        }
-        if (view.IsClone(w.target) && view.Count(w.target) >= min_count) {
-          for (const auto& c : heaviest(w.target))
-            open.push_back({c.count / total, w.depth + 1, seq++, c.token, c.target, c.count, place});
-        } else if (w.count == 1 && !view.IsClone(w.target) && w.target < view.num_tokens() &&
-                   view.Token(w.target + 1) < view.separator()) {
-          open.push_back({w.p, w.depth + 1, seq++, view.Token(w.target + 1), w.target + 1, 1, -1});
-        }
-      }
+      // plainly (SubtreeWalk), each with its parent's place and its
+      // target's record.
+      const std::vector<test_util::SubtreeEntry> kept =
+          test_util::SubtreeWalk(view, v, subtree, top_k, min_count);
       ASSERT_EQ(head.descendants(), kept.size()) << v << " subtree " << subtree;
       const StaticIndex::RecordEntry* d = s->Descendants(r, head);
       for (size_t i = 0; i < kept.size(); ++i) {
-        ASSERT_EQ(StaticIndex::DescendantToken(d[i]), kept[i].token) << v << " " << i;
-        ASSERT_EQ(StaticIndex::DescendantParent(d[i]), static_cast<uint32_t>(kept[i].parent_place))
-            << v << " " << i;
+        ASSERT_EQ(StaticIndex::DescendantToken(d[i]), kept[i].path.back()) << v << " " << i;
+        ASSERT_EQ(StaticIndex::DescendantParent(d[i]), kept[i].parent_place) << v << " " << i;
         ASSERT_EQ(d[i].target, kept[i].target) << v << " " << i;
         ASSERT_EQ(d[i].count, kept[i].count) << v << " " << i;
         ASSERT_EQ(d[i].record_of_target(), kept[i].count > 1 ? record_of(kept[i].target)
