@@ -27,6 +27,10 @@
 // timed proposal (the same draft: nothing changes between the two), so that
 // the timed step finds what it reads in the CPU caches: the step without its
 // cache misses, whose difference to a plain run is what the misses cost.
+// --draft, --max-width and --max-static-lookups take comma lists: one row per
+// policy and setting (sam-cal/d24/w8/L1); --interleave alternates the rows'
+// runs (run 1 of each, then run 2, ...), so that on a machine whose speed
+// drifts their medians come from the same minutes and compare.
 // --memory-latency first prints what one dependent load costs on this
 // machine at a few working-set sizes (figures of two machines compare only
 // with it). --phases (a build configured with -DSAM_PHASE_TIMING=ON) prints,
@@ -108,6 +112,32 @@ struct Result {
     return tok > 0 ? ns / tok : 0;
   }
 };
+
+// A row of the table: a policy with the settings it runs at (--draft,
+// --max-width and --max-static-lookups take lists).
+struct Variant {
+  std::string policy;
+  size_t draft, max_width, max_static_lookups;
+  std::string label;
+};
+
+// A row's drafter and what its runs measured.
+struct Row {
+  std::unique_ptr<rt::Drafter> drafter;
+  std::unique_ptr<rt::RecyclingDrafter> recycling;
+  rt::Session* session = nullptr;  // drafter's, unless pld
+  rt::DraftTree pld_tree;
+  std::vector<double> p50, p99, per_token;  // per warm run
+  std::vector<std::vector<uint32_t>> phase_times = std::vector<std::vector<uint32_t>>(rt::kNumPhases);
+  Result last;  // the last run's (its statistics give the MAT)
+  double cold_p99 = 0;
+};
+
+std::string Join(const std::vector<size_t>& values) {
+  std::string out;
+  for (size_t v : values) out += (out.empty() ? "" : ",") + std::to_string(v);
+  return out;
+}
 
 uint64_t Ns(Clock::time_point a, Clock::time_point b) {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(b - a).count());
@@ -235,14 +265,16 @@ int main(int argc, char** argv) {
   std::string index_path, traces_path, tokenizer_path;
   std::vector<size_t> contexts = {1024, 4096, 16384, 65536, 131072};
   std::vector<std::string> policies = {"sam", "sam-cal", "pld"};
-  size_t steps = 2000, draft = 40, runs = 5, flush_mib = 0;
+  size_t steps = 2000, runs = 5, flush_mib = 0;
+  std::vector<size_t> drafts = {40};
   uint64_t seed = 1;
   bool share_index = true, prewarm = false, memory_latency = false, phases = false;
+  bool interleave = false;
   std::string load = "mmap";
   rt::StaticIndex::Options hub_options;
-  size_t max_static_lookups = rt::SelectionOptions{}.max_static_lookups;
+  std::vector<size_t> max_static_lookups = {rt::SelectionOptions{}.max_static_lookups};
   uint64_t backoff_count = rt::SelectionOptions{}.backoff_count;
-  size_t max_width = rt::SelectionOptions{}.max_width;
+  std::vector<size_t> max_width = {rt::SelectionOptions{}.max_width};
   app.add_option("--index", index_path,
                  "static index file, or shard set manifest NAME.samset (its shards as one index: "
                  "per-step cost against the number of shards)")
@@ -259,7 +291,12 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->capture_default_str();
   app.add_option("--steps", steps, "steps per request")->capture_default_str();
-  app.add_option("--draft", draft, "draft nodes, start token included")->capture_default_str();
+  app.add_option("--draft", drafts,
+                 "draft nodes, start token included; a list (24,16) makes one row per size "
+                 "(see --interleave), all on one stream, as long as the largest size needs")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
   app.add_option("--runs", runs, "warm runs per context and policy (medians reported)")
       ->capture_default_str();
   app.add_option("--flush-mib", flush_mib,
@@ -289,16 +326,27 @@ int main(int argc, char** argv) {
                  "attach a shared StaticIndex (precomputed top children) instead of a bare view")
       ->capture_default_str();
   app.add_option("--max-static-lookups", max_static_lookups,
-                 "sam-cal: lookups of branching states' children per step (0: no limit)")
+                 "sam-cal: lookups of branching states' children per step (0: no limit); a "
+                 "list makes one row per value")
+      ->delimiter(',')
       ->capture_default_str();
   app.add_option("--backoff-count", backoff_count,
                  "sam-cal: a static state that occurs fewer times also offers the heaviest "
                  "children of its next shorter context (0: never)")
       ->capture_default_str();
   app.add_option("--max-width", max_width,
-                 "sam-cal: static children offered per node; sam-tree: nodes per depth")
+                 "sam-cal: static children offered per node; sam-tree: nodes per depth; a list "
+                 "makes one row per value")
+      ->delimiter(',')
       ->capture_default_str()
       ->check(CLI::Range(size_t{1}, size_t{64}));
+  app.add_flag("--interleave", interleave,
+               "alternate the rows' runs (run 1 of every policy and setting, then run 2, ...) "
+               "instead of running each row's runs together: on a shared machine whose speed "
+               "drifts over minutes, the rows' medians then come from the same stretch of time "
+               "and compare (their absolute values do not). A warm run then follows the "
+               "previous row's run of the same steps, and reads what that one left in the "
+               "caches");
   app.add_option("--hub-degree", hub_options.min_degree,
                  "StaticIndex: explicit transitions that make a state a hub")
       ->capture_default_str();
@@ -333,6 +381,32 @@ int main(int argc, char** argv) {
         throw sam::tools::UsageError("--policies: " + std::string(e.what()) + " (or pld)");
       }
     }
+    if (drafts.empty() || max_width.empty() || max_static_lookups.empty())
+      throw sam::tools::UsageError("--draft, --max-width and --max-static-lookups each need at "
+                                   "least one value");
+    // The rows: every policy at every listed draft size, and at every listed
+    // width and lookup limit where the policy uses them (sam-cal both,
+    // sam-tree the width), labelled with the settings that vary (one word:
+    // sam-cal/d24/w8/L1).
+    std::vector<Variant> variants;
+    for (const std::string& name : policies) {
+      const rt::Policy policy = name == "pld" ? rt::Policy::kPaper : rt::FindPolicy(name).policy;
+      const bool calibrated = name != "pld" && policy == rt::Policy::kCalibrated;
+      const bool widths = calibrated || (name != "pld" && policy == rt::Policy::kTree);
+      for (size_t d : drafts)
+        for (size_t w : widths ? max_width : std::vector<size_t>{max_width[0]})
+          for (size_t l : calibrated ? max_static_lookups
+                                     : std::vector<size_t>{max_static_lookups[0]}) {
+            std::string label = name;
+            if (drafts.size() > 1) label += "/d" + std::to_string(d);
+            if (widths && max_width.size() > 1) label += "/w" + std::to_string(w);
+            if (calibrated && max_static_lookups.size() > 1) label += "/L" + std::to_string(l);
+            variants.push_back(Variant{name, d, w, l, label});
+          }
+    }
+    int label_width = 11;
+    for (const Variant& v : variants) label_width = std::max(label_width, static_cast<int>(v.label.size()));
+    const size_t max_draft = *std::max_element(drafts.begin(), drafts.end());
     // A shard set (NAME.samset): sessions attach its shards as one index; the
     // first shard gives the vocabulary and the corpus streams.
     std::vector<std::shared_ptr<const rt::StaticIndex>> shards;
@@ -359,9 +433,10 @@ int main(int argc, char** argv) {
     if (share_index && shards.empty()) shared = rt::StaticIndex::Create(&view, hub_options);
     const double shared_ms = static_cast<double>(Ns(t_shared, Clock::now())) / 1e6;
 
-    std::printf("index %s (%s): %llu tokens; streams: %s; %zu steps, %zu-node drafts, %zu warm runs\n",
+    std::printf("index %s (%s): %llu tokens; streams: %s; %zu steps, %s-node drafts, %zu warm runs%s\n",
                 index_path.c_str(), load.c_str(), static_cast<unsigned long long>(view.num_tokens()),
-                traces.empty() ? "corpus text" : traces_path.c_str(), steps, draft, runs);
+                traces.empty() ? "corpus text" : traces_path.c_str(), steps, Join(drafts).c_str(),
+                runs, interleave ? " (interleaved across the rows)" : "");
     if (memory_latency) {
       std::mt19937_64 cycle_rng(seed);  // not rng: the streams stay those of --seed
       std::printf("memory latency (ns per dependent load):");
@@ -380,8 +455,8 @@ int main(int argc, char** argv) {
     if (shared)
       std::printf("shared StaticIndex: %.1f ms to build, %.2f MiB\n", shared_ms,
                   static_cast<double>(shared->memory_bytes()) / (1 << 20));
-    std::printf("%8s %-11s %9s %9s %10s %6s %9s %9s\n", "context", "policy", "p50 us", "p99 us",
-                "cold p99", "MAT", "ns/token", "prefill");
+    std::printf("%8s %-*s %9s %9s %10s %6s %9s %9s\n", "context", label_width, "policy", "p50 us",
+                "p99 us", "cold p99", "MAT", "ns/token", "prefill");
     std::vector<size_t> order(traces.size());
     std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
@@ -391,7 +466,7 @@ int main(int argc, char** argv) {
       const bool report = pass > 0;
       if (report) ++ci;
       std::vector<uint32_t> context, generation;
-      const size_t gen_tokens = steps * draft + 1;
+      const size_t gen_tokens = steps * max_draft + 1;
       if (traces.empty()) {
         context = CorpusTokens(view, 1 + rng() % view.num_tokens(), ctx);
         generation = CorpusTokens(view, 1 + rng() % view.num_tokens(), gen_tokens);
@@ -403,61 +478,72 @@ int main(int argc, char** argv) {
           return traces[k].output;
         });
       }
-      for (const std::string& name : policies) {
-        std::unique_ptr<rt::Drafter> drafter;
-        std::unique_ptr<rt::RecyclingDrafter> recycling;
-        rt::Session* session = nullptr;
-        rt::DraftTree pld_tree;
-        if (name == "pld") {
-          drafter = std::make_unique<rt::PldDrafter>(3, 10);
-        } else {
-          const rt::NamedPolicy* named = &rt::FindPolicy(name);  // checked above
-          rt::SessionOptions o;
-          o.max_dynamic_bytes = rt::DynamicSam::BytesForCapacity(ctx + gen_tokens);
-          o.selection.policy = named->policy;
-          if (named->recycling_fallback) {
-            recycling = std::make_unique<rt::RecyclingDrafter>(view.vocab_size());
-            o.fallback = recycling.get();
-          }
-          o.selection.draft_size = draft;
-          o.selection.max_static_lookups = max_static_lookups;
-          o.selection.backoff_count = backoff_count;
-          o.selection.max_width = max_width;
-          o.collect_timing = false;
-          auto s = std::make_unique<rt::Session>(o);
-          if (!shards.empty()) s->AttachShardSet(shards);
-          else if (shared) s->AttachIndex(shared);
-          else s->AttachIndex(&view);
-          session = s.get();
-          drafter = std::move(s);
+      // Every row's drafter, then its runs: row by row, or with --interleave
+      // run by run across the rows.
+      std::vector<Row> rows(variants.size());
+      for (size_t v = 0; v < variants.size(); ++v) {
+        const Variant& spec = variants[v];
+        Row& row = rows[v];
+        if (spec.policy == "pld") {
+          row.drafter = std::make_unique<rt::PldDrafter>(3, 10);
+          continue;
         }
+        const rt::NamedPolicy* named = &rt::FindPolicy(spec.policy);  // checked above
+        rt::SessionOptions o;
+        o.max_dynamic_bytes = rt::DynamicSam::BytesForCapacity(ctx + gen_tokens);
+        o.selection.policy = named->policy;
+        if (named->recycling_fallback) {
+          row.recycling = std::make_unique<rt::RecyclingDrafter>(view.vocab_size());
+          o.fallback = row.recycling.get();
+        }
+        o.selection.draft_size = spec.draft;
+        o.selection.max_static_lookups = spec.max_static_lookups;
+        o.selection.backoff_count = backoff_count;
+        o.selection.max_width = spec.max_width;
+        o.collect_timing = false;
+        auto session = std::make_unique<rt::Session>(o);
+        if (!shards.empty()) session->AttachShardSet(shards);
+        else if (shared) session->AttachIndex(shared);
+        else session->AttachIndex(&view);
+        row.session = session.get();
+        row.drafter = std::move(session);
+      }
+      auto run_once = [&](size_t v, size_t run) {
+        Row& row = rows[v];
         auto propose = [&](uint32_t start) -> const rt::DraftTree& {
-          if (session) return session->Propose(start);
-          drafter->Propose(start, draft, &pld_tree);
-          return pld_tree;
+          if (row.session) return row.session->Propose(start);
+          row.drafter->Propose(start, variants[v].draft, &row.pld_tree);
+          return row.pld_tree;
         };
-        std::vector<double> p50, p99, per_token;
-        std::vector<std::vector<uint32_t>> phase_times(rt::kNumPhases);
-        Result last;
-        double cold_p99 = 0;
-        for (size_t run = 0; run <= runs; ++run) {
-          rt::ClearPhaseTimes();  // only the warm runs' are printed
-          last = Run(*drafter, propose, context, generation, steps, &flush, prewarm);
-          if (run == 0) {
-            cold_p99 = rt::Percentile(last.step_ns, 99) / 1000.0;
-            continue;
-          }
-          if (phases) KeepPhaseTimes(prewarm, &phase_times);
-          p50.push_back(rt::Percentile(last.step_ns, 50) / 1000.0);
-          p99.push_back(rt::Percentile(last.step_ns, 99) / 1000.0);
-          per_token.push_back(last.NsPerToken());
+        rt::ClearPhaseTimes();  // only the warm runs' are printed
+        row.last = Run(*row.drafter, propose, context, generation, steps, &flush, prewarm);
+        if (run == 0) {
+          row.cold_p99 = rt::Percentile(row.last.step_ns, 99) / 1000.0;
+          return;
         }
-        if (!report) continue;
-        const double mat = last.stats.Mat();
-        std::printf("%8zu %-11s %9.2f %9.2f %10.2f %6.2f %9.0f %7.1fms\n", ctx, name.c_str(),
-                    Median(p50), Median(p99), cold_p99, mat, Median(per_token), last.prefill_ms);
-        if (phases) PrintPhaseTimes(phase_times, p50.size() * last.step_ns.size());
+        if (phases) KeepPhaseTimes(prewarm, &row.phase_times);
+        row.p50.push_back(rt::Percentile(row.last.step_ns, 50) / 1000.0);
+        row.p99.push_back(rt::Percentile(row.last.step_ns, 99) / 1000.0);
+        row.per_token.push_back(row.last.NsPerToken());
+      };
+      auto print_row = [&](size_t v) {
+        if (!report) return;
+        const Row& row = rows[v];
+        std::printf("%8zu %-*s %9.2f %9.2f %10.2f %6.2f %9.0f %7.1fms\n", ctx, label_width,
+                    variants[v].label.c_str(), Median(row.p50), Median(row.p99), row.cold_p99,
+                    row.last.stats.Mat(), Median(row.per_token), row.last.prefill_ms);
+        if (phases) PrintPhaseTimes(row.phase_times, row.p50.size() * row.last.step_ns.size());
         std::fflush(stdout);
+      };
+      if (interleave) {
+        for (size_t run = 0; run <= runs; ++run)
+          for (size_t v = 0; v < rows.size(); ++v) run_once(v, run);
+        for (size_t v = 0; v < rows.size(); ++v) print_row(v);
+      } else {
+        for (size_t v = 0; v < rows.size(); ++v) {
+          for (size_t run = 0; run <= runs; ++run) run_once(v, run);
+          print_row(v);
+        }
       }
     }
     return 0;

@@ -3,7 +3,10 @@
 # asserted): --prewarm proposes every step once more before its timed proposal, which must
 # leave the drafts alone (every row's MAT as without it, for every policy, and the figures of
 # two plain runs of one seed agree on MAT too); --memory-latency prints four positive
-# latencies and does not change the streams either.
+# latencies and does not change the streams either. Lists of settings (--draft,
+# --max-width, --max-static-lookups) with --interleave give one row per policy and
+# setting, labelled with what varies, each drafting as a run of that setting alone
+# (its MAT equal to that run's; of the same stream, whose length follows the largest size).
 #
 #   bench_step_test.sh BIN_DIR
 set -euo pipefail
@@ -35,4 +38,31 @@ assert m, sys.argv[1]
 assert all(float(x) > 0 for x in m.groups()), sys.argv[1]
 PY
 grep -q "memory latency" "$tmp/plain" && { echo "FAIL: the latency line without --memory-latency"; exit 1; }
+
+# Rows of lists, interleaved, against each setting run alone.
+lists() {
+  "$bin/bench-step" --index "$tmp/ids.sam" --contexts 2048 --steps 200 --runs 2 \
+    --record-min-count 2 "$@"
+}
+lists --policies sam,sam-cal,sam-tree,pld --draft 24,12 --max-width 8,3 --max-static-lookups 1,0 --interleave >"$tmp/lists"
+cat "$tmp/lists"
+grep -q "^index .*24,12-node drafts, 2 warm runs (interleaved across the rows)" "$tmp/lists" ||
+  { echo "FAIL: the header does not name the sizes and the interleaving"; exit 1; }
+mats <"$tmp/lists" >"$tmp/lists.mat"
+# sam and pld: one row per size; sam-tree: per size and width; sam-cal: per size, width, limit.
+[[ $(wc -l <"$tmp/lists.mat") -eq 16 ]] || { echo "FAIL: want 16 rows"; exit 1; }
+while read -r ctx label mat; do
+  IFS=/ read -r policy d w l <<<"$label"
+  # Alone: this policy, width and limit; both sizes still (the rows share one
+  # stream, long enough for the largest size), this row's size picked.
+  flags=(--policies "$policy" --draft 24,12)
+  [[ -n "$w" ]] && flags+=(--max-width "${w#w}")
+  [[ -n "$l" ]] && flags+=(--max-static-lookups "${l#L}")
+  alone=$(lists "${flags[@]}" | mats | awk -v row="$policy/$d" '$2 == row { print $3 }')
+  [[ "$alone" == "$mat" ]] ||
+    { echo "FAIL: row $label: MAT $mat interleaved, $alone alone (${flags[*]})"; exit 1; }
+done <"$tmp/lists.mat"
+for label in sam/d24 sam-tree/d12/w3 sam-cal/d24/w8/L0 sam-cal/d12/w3/L1 pld/d12; do
+  grep -q "^ *2048 $label " "$tmp/lists" || { echo "FAIL: no row $label"; exit 1; }
+done
 echo ok

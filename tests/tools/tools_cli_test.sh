@@ -98,6 +98,9 @@ if have bench-step; then
   expect 2 "steps" -- "$bin/bench-step" --index x.sam --steps abc
   expect 2 "backoff-count" -- "$bin/bench-step" --index x.sam --backoff-count abc
   expect 2 "max-width" -- "$bin/bench-step" --index x.sam --max-width 0
+  expect 2 "Value 0 not in range 1 to 64" -- "$bin/bench-step" --index x.sam --max-width 8,0
+  expect 2 "Value 0 not in range 1 to 4096" -- "$bin/bench-step" --index x.sam --draft 24,0
+  expect 2 "max-static-lookups" -- "$bin/bench-step" --index x.sam --max-static-lookups 1,x
   expect 2 "flush-mib" -- "$bin/bench-step" --index x.sam --flush-mib 5000
   # A default build has no phase marks: --phases says which build has them.
   expect 2 "SAM_PHASE_TIMING=ON" -- "$bin/bench-step" --index x.sam --phases
