@@ -390,9 +390,10 @@ int main(int argc, char** argv) {
     // sam-cal/d24/w8/L1).
     std::vector<Variant> variants;
     for (const std::string& name : policies) {
+      // (pld: neither, like the paper rule.)
       const rt::Policy policy = name == "pld" ? rt::Policy::kPaper : rt::FindPolicy(name).policy;
-      const bool calibrated = name != "pld" && policy == rt::Policy::kCalibrated;
-      const bool widths = calibrated || (name != "pld" && policy == rt::Policy::kTree);
+      const bool calibrated = policy == rt::Policy::kCalibrated;
+      const bool widths = calibrated || policy == rt::Policy::kTree;
       for (size_t d : drafts)
         for (size_t w : widths ? max_width : std::vector<size_t>{max_width[0]})
           for (size_t l : calibrated ? max_static_lookups

@@ -81,9 +81,6 @@ class Index {
   static std::shared_ptr<Index> Open(py::handle path_object, py::handle tokenizer_object, bool read,
                                      bool prepare, bool verify, bool child_records,
                                      size_t subtree_nodes) {
-    if (subtree_nodes > 127)
-      ThrowInvalid("Index.open: subtree_nodes must be at most 127, not " +
-                   std::to_string(subtree_nodes));
     const std::string path = FsPath(path_object);
     std::optional<std::string> tokenizer;
     if (!tokenizer_object.is_none()) tokenizer = FsPath(tokenizer_object);

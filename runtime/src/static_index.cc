@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <string>
 #include <utility>
 
 #include "index_children.h"
@@ -41,6 +42,16 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
   if (options.filter_bits_per_edge > 64)
     throw Error(ErrorCode::kInvalidArgument,
                 "StaticIndex::Create: filter_bits_per_edge must be at most 64");
+  // A record counts its subtree entries in 7 bits (RecordHead::descendants()),
+  // and they are part of the child records.
+  if (options.subtree_nodes > 127)
+    throw Error(ErrorCode::kInvalidArgument,
+                "StaticIndex::Create: subtree_nodes must be at most 127, not " +
+                    std::to_string(options.subtree_nodes));
+  if (options.subtree_nodes > 0 && options.record_min_count == 0)
+    throw Error(ErrorCode::kInvalidArgument,
+                "StaticIndex::Create: subtree_nodes needs record_min_count (subtrees are part "
+                "of the child records)");
   std::shared_ptr<StaticIndex> index(new StaticIndex());
   index->view_ = view;
   index->options_ = options;
@@ -258,7 +269,7 @@ void StaticIndex::BuildSubtrees(const Options& options) {
   const format::IndexView& view = *view_;
   const uint64_t n = view.num_tokens();
   const uint64_t clones = view.num_clones();
-  const size_t m = std::min<size_t>(options.subtree_nodes, 127);
+  const size_t m = options.subtree_nodes;  // at most 127 (Create)
   struct Node {
     double p;
     uint16_t depth;

@@ -356,6 +356,21 @@ TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
   TestIndex index(docs, 40, "records");
   const format::IndexView& view = index.view();
   ASSERT_GT(view.num_clones(), 100u);
+  // Subtrees beyond what a record's head counts (7 bits), or without the
+  // records they belong to, are refused rather than cut or dropped.
+  for (const StaticIndex::Options& bad :
+       {StaticIndex::Options{.record_min_count = 2, .subtree_nodes = 128},
+        StaticIndex::Options{.subtree_nodes = 8}}) {
+    try {
+      StaticIndex::Create(&view, bad);
+      ADD_FAILURE() << "subtree_nodes " << bad.subtree_nodes << " with record_min_count "
+                    << bad.record_min_count << " accepted";
+    } catch (const sam::Error& e) {
+      EXPECT_EQ(e.code(), sam::ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("subtree_nodes"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_NO_THROW(StaticIndex::Create(&view, {.record_min_count = 2, .subtree_nodes = 127}));
   for (const auto& [min_count, top_k, subtree] : std::vector<std::tuple<uint64_t, size_t, size_t>>{
            {1, 8, 0}, {2, 3, 0}, {3, 1, 0}, {5, 8, 0}, {2, 8, 8}, {2, 3, 16}, {3, 2, 5}}) {
     const auto s = StaticIndex::Create(&view, {.min_degree = 12, .top_k = top_k,

@@ -97,7 +97,8 @@ class SAM_API StaticIndex {
     // for the 6.8M-token index (23 bytes per corpus token), about 1 s more
     // to create, and `sam-cal` steps about a third cheaper (docs/runtime.md).
     uint64_t record_min_count = 0;
-    // Subtree records (0: none; needs child records). Each record also holds
+    // Subtree records (0: none; at most 127, and only with child records:
+    // Create throws kInvalidArgument otherwise). Each record also holds
     // the descendants of its state that a count-weighted best-first walk
     // reaches among its first `subtree_nodes` nodes (path weight: a node's
     // count over the state's; each node's top_k children; a state that
