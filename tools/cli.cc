@@ -52,12 +52,22 @@ std::string Indented(std::string_view message) {
   return out;
 }
 
-// CLI11 (2.1) reads "-3" into an unsigned option as 2^64 - 3, and "nan" or
-// "inf" into a floating-point one (and a range check lets NaN through). So
-// every unsigned option (type UINT) of every program refuses a minus sign, and
-// every floating-point one (FLOAT) a value that is not a finite number. The
-// checks have no description: --help is unchanged.
+// CLI11 (2.1) reads "-3" into an unsigned option as 2^64 - 3, "nan" or "inf"
+// into a floating-point one (and a range check lets NaN through), and an
+// empty value ("", as a script's unset variable gives) into any number as 0,
+// which for many flags means "no limit" or "never". So every numeric option
+// (type UINT, INT or FLOAT, lists included) of every program refuses an empty
+// value, every unsigned one a minus sign, and every floating-point one a value
+// that is not a finite number. The checks have no description: --help is
+// unchanged.
 void GuardNumbers(CLI::App& app) {
+  const CLI::Validator nonempty_value(
+      [](std::string& value) -> std::string {
+        if (value.find_first_not_of(" \t") == std::string::npos)
+          return "Value '" + value + "' is empty, not a number";
+        return "";
+      },
+      "");
   const CLI::Validator unsigned_value(
       [](std::string& value) -> std::string {
         const size_t at = value.find_first_not_of(" \t");
@@ -77,8 +87,11 @@ void GuardNumbers(CLI::App& app) {
       "");
   for (CLI::Option* option : app.get_options()) {
     const std::string type = option->get_type_name();
-    if (type.rfind("UINT", 0) == 0) option->check(unsigned_value);
-    if (type.rfind("FLOAT", 0) == 0) option->check(finite_value);
+    const bool is_unsigned = type.rfind("UINT", 0) == 0;
+    const bool is_float = type.rfind("FLOAT", 0) == 0;
+    if (is_unsigned || is_float || type.rfind("INT", 0) == 0) option->check(nonempty_value);
+    if (is_unsigned) option->check(unsigned_value);
+    if (is_float) option->check(finite_value);
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) GuardNumbers(*sub);
 }

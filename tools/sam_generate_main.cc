@@ -384,7 +384,7 @@ int main(int argc, char** argv) {
                      "config.json 'sdsat_tokens'. Used by the policies sdsat and sam-sdsat, and "
                      "merged by sam-cal")
           ->delimiter(',')
-          ->type_name("ID[,ID...]");
+          ->type_name("UINT[,UINT...]");
   auto* sdsat_k_opt = app.add_option("--sdsat-k", sdsat_k,
                                      "SDSAT: adaptive tokens (draft depth) per step (default: the "
                                      "number of ids when several are given, else 4)")

@@ -427,7 +427,7 @@ int main(int argc, char** argv) {
                  "incl. the start token; comma-separated, e.g. 8,16,24,40,64) and report MAT "
                  "against tokens verified per step")
       ->delimiter(',')
-      ->type_name("N,N,...")
+      ->type_name("UINT[,UINT...]")
       ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
   app.add_option("--cost-curve", cost_curve_path,
                  "verification cost curve (CSV 'tokens,cost' rows, as bench-generate "

@@ -82,6 +82,10 @@ expect 2 "traces" -- "$replay" --index x.sam
 # into a floating-point one past its range check (tools/cli.cc GuardNumbers).
 expect 2 "Value -3 is not an unsigned number" -- "$replay" --index x.sam --backoff-count -3
 expect 2 "Value nan is not a finite number" -- "$replay" --index x.sam --min-path-prob nan
+# And an empty value (a script's unset variable) into any number as 0, which
+# for --backoff-count means "never": every numeric flag refuses it.
+expect 2 "backoff-count: Value '' is empty, not a number" -- "$replay" --index x.sam --backoff-count ""
+expect 2 "threads: Value ' ' is empty, not a number" -- "$build" -o "$tmp/a.sam" --threads " " "${ids[@]}"
 # Subtree records are part of the child records, and keep a record's place in 8 bits.
 expect 2 "needs --child-records" -- "$replay" --index x.sam --traces x.jsonl --subtree-nodes 8
 expect 2 "not in range 0 to 127" -- "$replay" --index x.sam --traces x.jsonl --child-records \
@@ -106,6 +110,8 @@ if have bench-step; then
   expect 2 "SAM_PHASE_TIMING=ON" -- "$bin/bench-step" --index x.sam --phases
   expect 2 "needs --record-min-count" -- "$bin/bench-step" --index x.sam --subtree-nodes 8
   expect 2 "Value -5 is not an unsigned number" -- "$bin/bench-step" --index x.sam --contexts 1024,-5
+  expect 2 "contexts: Value '' is empty" -- "$bin/bench-step" --index x.sam --contexts ""
+  expect 2 "max-static-lookups: Value '' is empty" -- "$bin/bench-step" --index x.sam --max-static-lookups ""
 fi
 if have bench-batch; then
   expect 2 "index" -- "$bin/bench-batch" --traces x.jsonl
