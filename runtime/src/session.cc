@@ -866,15 +866,36 @@ void Session::ResetStatistics() {
   calibrator_->Clear();
 }
 
+void Session::PrefillCursor(StaticCursor& c, const StaticIndex* index, uint32_t* record,
+                            std::span<const uint32_t> tokens) {
+  auto advance = [&](uint32_t t) {
+    if (index == nullptr || !index->has_records()) c.Advance(t);
+    else c.Set(TransferByRecords(*index, c.match(), *record, t, record));
+  };
+  if (tokens.size() > kPrefillMatchWindow) {
+    const StaticMatch before = c.match();
+    const uint32_t before_record = *record;
+    c.Reset();
+    *record = StaticIndex::kNoRecord;
+    for (uint32_t t : tokens.last(kPrefillMatchWindow)) advance(t);
+    if (c.match().len < kPrefillMatchWindow) return;  // the whole text's match
+    c.Set(before);  // it may be longer than the window: match every token
+    *record = before_record;
+  }
+  for (uint32_t t : tokens) advance(t);
+}
+
 void Session::Prefill(std::span<const uint32_t> prompt) {
   const uint64_t t0 = options_.collect_timing ? NowNs() : 0;
   dynamic_.Extend(prompt);
   for (size_t i = 0; i < cursors_.size(); ++i)
-    for (uint32_t t : prompt) AdvanceCursor(i, t);
+    PrefillCursor(cursors_[i], shared_[i].get(), &cursor_record_[i], prompt);
   if (options_.fallback) options_.fallback->Prefill(prompt);
   if (cache_) cache_cursor_.Advance(prompt);
-  if (cache_compiled_.index)
-    for (uint32_t t : prompt) cache_static_.Advance(t);
+  if (cache_compiled_.index) {
+    uint32_t no_record = StaticIndex::kNoRecord;
+    PrefillCursor(cache_static_, nullptr, &no_record, prompt);
+  }
   output_begin_ = dynamic_.total_extended();
   pending_ = false;
   stats_.prefill_tokens += prompt.size();

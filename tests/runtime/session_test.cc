@@ -216,6 +216,73 @@ TEST(Session, CursorsEqualTokenByTokenAfterAcceptedStaticDrafts) {
   }
 }
 
+// Prefill matches a long prompt's last Session::kPrefillMatchWindow tokens
+// only, unless that match fills the window. Checked against the brute-force
+// longest suffix in the documents and a cursor advanced token by token, with
+// a bare view and with child records (TransferByRecords), for prompts whose
+// match is short, exactly the window, longer than it, and one that crosses
+// from one Prefill into the next.
+TEST(Session, LongPromptMatchesAsTokenByToken) {
+  std::mt19937 rng(41);
+  std::vector<Text> docs = RandomTexts(rng, 20, 300, 100, 9);
+  const Text long_doc = RandomTexts(rng, 1, 3000, 1, 9)[0];
+  docs.push_back(long_doc);
+  BuiltIndex index(docs, 9, "prefill.sam");
+  constexpr size_t kWindow = 1024;  // Session::kPrefillMatchWindow (private)
+  auto random_text = [&](size_t n) { return RandomTexts(rng, 1, n, 1, 9)[0]; };
+  auto concat = [](Text a, const Text& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  auto doc_part = [&](size_t from, size_t n) {
+    return Text(long_doc.begin() + from, long_doc.begin() + from + n);
+  };
+  // Each case: prompts given to Prefill one after another.
+  const std::vector<std::vector<Text>> cases = {
+      {random_text(5000)},                                        // short match
+      {concat(random_text(2000), doc_part(100, kWindow - 1))},    // one short of the window
+      {concat(random_text(2000), doc_part(100, kWindow))},        // exactly the window
+      {concat(random_text(2000), doc_part(100, 1500))},           // longer: every token
+      {concat(random_text(1500), doc_part(0, 600)), doc_part(600, 1200)},  // across prompts
+      {random_text(300), random_text(kWindow + 1)},               // after an earlier prompt
+  };
+  const auto records = StaticIndex::Create(&index.file.view(),
+                                           StaticIndex::Options{.min_degree = 4,
+                                                                .record_min_count = 2});
+  ASSERT_TRUE(records->has_records());
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (bool with_records : {false, true}) {
+      SessionOptions o;
+      o.max_dynamic_bytes = 8 << 20;
+      Session s(o);
+      if (with_records) s.AttachIndex(records);
+      else s.AttachIndex(&index.file.view());
+      StaticCursor ref(&index.file.view());
+      Text text;
+      for (const Text& prompt : cases[c]) {
+        s.Prefill(prompt);
+        for (uint32_t t : prompt) ref.Advance(t);
+        text.insert(text.end(), prompt.begin(), prompt.end());
+      }
+      const uint64_t expected = LongestSuffixInDocs(docs, text);
+      SCOPED_TRACE("case " + std::to_string(c) + (with_records ? " with records" : ""));
+      EXPECT_EQ(s.cursor(0).match().len, expected);
+      EXPECT_EQ(ref.match().len, expected);
+      EXPECT_EQ(s.cursor(0).match().state, ref.match().state);
+      // The session goes on from there as the cursor does.
+      const Text more = concat(doc_part(2000, 40), random_text(20));
+      for (size_t i = 0; i + 1 < more.size(); ++i) {
+        s.Propose(more[i]);
+        const uint32_t step[] = {more[i]};
+        s.Commit(step);
+        ref.Advance(more[i]);
+        ASSERT_EQ(s.cursor(0).match().state, ref.match().state) << "at " << i;
+        ASSERT_EQ(s.cursor(0).match().len, ref.match().len);
+      }
+    }
+  }
+}
+
 TEST(Session, MultipleIndexesUseTheLongestStaticMatch) {
   BuiltIndex general({{1, 2, 3, 4, 5}}, 20, "general.sam");
   BuiltIndex domain({{7, 8, 2, 3, 9, 10, 11}}, 20, "domain.sam");

@@ -208,6 +208,19 @@ class SAM_API Session : public Drafter {
   // nothing.
   void AdvanceCursor(size_t i, uint32_t token);
   void PrefetchPeek(size_t i) const;
+  // Moves cursor c (index: its StaticIndex or null; *record: its record,
+  // kept as AdvanceCursor keeps cursor_record_) over a prompt. The match
+  // after the prompt is the longest suffix of the text that occurs in the
+  // index. When it is shorter than kPrefillMatchWindow tokens, it is a
+  // suffix of the prompt's last kPrefillMatchWindow tokens, and matching
+  // those alone, from the root, finds the same state and length: a long
+  // prompt reads that many tokens' transitions instead of all of them (a
+  // 128K-token prompt's prefill was mostly these cache misses, and evicted
+  // the caches the first steps then read). A match as long as the window may
+  // be longer in the whole text: then every token is matched, as before.
+  static constexpr size_t kPrefillMatchWindow = 1024;
+  static void PrefillCursor(StaticCursor& c, const StaticIndex* index, uint32_t* record,
+                            std::span<const uint32_t> tokens);
   StaticTreeBuilder tree_builder_;
   std::unique_ptr<Calibrator> calibrator_;
   DraftTree tree_;
