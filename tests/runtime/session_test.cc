@@ -228,7 +228,8 @@ TEST(Session, LongPromptMatchesAsTokenByToken) {
   const Text long_doc = RandomTexts(rng, 1, 3000, 1, 9)[0];
   docs.push_back(long_doc);
   BuiltIndex index(docs, 9, "prefill.sam");
-  constexpr size_t kWindow = 1024;  // Session::kPrefillMatchWindow (private)
+  constexpr size_t kWindow = Session::kPrefillMatchWindow;
+  static_assert(kWindow < 1500, "the cases below need a document longer than the window");
   auto random_text = [&](size_t n) { return RandomTexts(rng, 1, n, 1, 9)[0]; };
   auto concat = [](Text a, const Text& b) {
     a.insert(a.end(), b.begin(), b.end());

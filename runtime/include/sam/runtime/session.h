@@ -132,8 +132,12 @@ class SAM_API Session : public Drafter {
   // The same, with or without the prompt whatever options.cache_prompts says.
   bool CacheRequest(bool include_prompt);
 
-  // Starts a request with its prompt ids.
+  // Starts a request with its prompt ids: extends the dynamic automaton by
+  // all of them; a static cursor matches only the last
+  // kPrefillMatchWindow of a longer prompt unless that match fills the window
+  // (the same state and length as matching every token; PrefillCursor).
   void Prefill(std::span<const uint32_t> prompt) override;
+  static constexpr size_t kPrefillMatchWindow = 1024;
   // Proposes a draft rooted at start_token. The reference stays valid until
   // the next call on the session.
   const DraftTree& Propose(uint32_t start_token);
@@ -218,7 +222,6 @@ class SAM_API Session : public Drafter {
   // 128K-token prompt's prefill was mostly these cache misses, and evicted
   // the caches the first steps then read). A match as long as the window may
   // be longer in the whole text: then every token is matched, as before.
-  static constexpr size_t kPrefillMatchWindow = 1024;
   static void PrefillCursor(StaticCursor& c, const StaticIndex* index, uint32_t* record,
                             std::span<const uint32_t> tokens);
   StaticTreeBuilder tree_builder_;
