@@ -22,6 +22,9 @@ namespace {
 
 constexpr size_t kMinCapacity = 4;
 constexpr size_t kMaxCapacity = size_t{1} << 30;
+// The table's size after construction and Reset (1 KiB of slots): it doubles
+// as the text's transitions need it.
+constexpr size_t kMinTableSlots = 64;
 
 size_t StatesFor(size_t capacity) { return 2 * capacity + 1; }
 size_t TextBytes(size_t capacity) { return capacity * sizeof(uint32_t); }
@@ -29,7 +32,9 @@ size_t TextBytes(size_t capacity) { return capacity * sizeof(uint32_t); }
 // A suffix automaton over n >= 3 tokens has at most 3n - 4 transitions and
 // at least n + 1 states, every one of which but the last holds its first
 // transition inline (two when it has them), so the table holds at most 2n;
-// it keeps the load factor at or below 3/4 even then.
+// it keeps the load factor at or below 3/4 even then. (The tighter bound of
+// states + n - 2 transitions leaves at most n - 1 in the table, which half
+// of it holds at that load: Grow uses the other half as room.)
 size_t SlotsFor(size_t capacity) {
   size_t slots = 16;
   while (slots < (8 * capacity + 2) / 3) slots *= 2;
@@ -75,8 +80,13 @@ DynamicSam::DynamicSam(size_t capacity_tokens) {
   slots_ = reinterpret_cast<Slot*>(base);
   states_ = reinterpret_cast<State*>(base + slots * sizeof(Slot));
   text_ = reinterpret_cast<uint32_t*>(base + slots * sizeof(Slot) + states * sizeof(State));
-  slot_mask_ = slots - 1;
-  for (size_t i = 0; i < slots; ++i) slots_[i].state = kNone;
+  max_slots_ = slots;
+  // Only the table's first slots are in use (and so touched) at first: it
+  // grows with the text (Grow), so that a short request keeps a few
+  // kilobytes of table resident and in the caches rather than the
+  // capacity's worst case.
+  slot_mask_ = std::min(slots, kMinTableSlots) - 1;
+  for (size_t i = 0; i <= slot_mask_; ++i) slots_[i].state = kNone;
   num_states_ = 0;
   NewState(0, kNone, 0);  // root
   last_ = kRoot;
@@ -95,6 +105,9 @@ void DynamicSam::Reset() {
       s = next;
     }
   }
+  // Every slot of the table is free again; it starts small again.
+  slot_mask_ = std::min(max_slots_, kMinTableSlots) - 1;
+  num_hashed_ = 0;
   num_states_ = 0;
   num_edges_ = 0;
   n_ = 0;
@@ -136,10 +149,52 @@ void DynamicSam::Insert(uint32_t v, uint32_t token, uint32_t target) {
     st.target1 = target;
     return;
   }
-  size_t i = HashSlot(v, token, slot_mask_);
+  if ((num_hashed_ + 1) * 2 > slot_mask_ + 1) ReserveHashed(1);
+  Place(Slot{v, token, target, kNone});
+}
+
+// Puts a transition into the table at the first free slot of its probe
+// sequence, first in its state's chain. Requires a free slot.
+void DynamicSam::Place(Slot slot) {
+  size_t i = HashSlot(slot.state, slot.token, slot_mask_);
   while (slots_[i].state != kNone) i = (i + 1) & slot_mask_;
-  slots_[i] = Slot{v, token, target, st.first_edge};
-  st.first_edge = static_cast<uint32_t>(i);
+  uint32_t& first = states_[slot.state].first_edge;
+  slot.next = first;
+  slots_[i] = slot;
+  first = static_cast<uint32_t>(i);
+  ++num_hashed_;
+}
+
+void DynamicSam::ReserveHashed(size_t more) {
+  // Load factor at most 1/2: a probe for an absent transition (the climbs
+  // of Lookup and Extend make many) then reads two slots on average, not the
+  // eight of a load of 3/4.
+  while ((num_hashed_ + more) * 2 > slot_mask_ + 1 && Grow()) {
+  }
+}
+
+// Doubles the table and places every transition again (their slots, and so
+// the chains, change; what Find returns does not). The table takes at most
+// half the reserved slots, and the transitions wait in the other half
+// while they are placed again. Even at half, the load stays at or below 3/4:
+// a suffix automaton over n tokens has at most states + n - 2 transitions,
+// and every state but the last holds one or two inline, so at most n - 1 <
+// capacity are in the table, and SlotsFor reserves 8/3 slots a token.
+bool DynamicSam::Grow() {
+  const size_t old_slots = slot_mask_ + 1, new_slots = 2 * old_slots;
+  if (new_slots > max_slots_ / 2) return false;
+  Slot* saved = slots_ + new_slots;
+  size_t k = 0;
+  for (size_t i = 0; i < old_slots; ++i) {
+    if (slots_[i].state == kNone) continue;
+    states_[slots_[i].state].first_edge = kNone;
+    saved[k++] = slots_[i];
+  }
+  for (size_t i = 0; i < new_slots; ++i) slots_[i].state = kNone;
+  slot_mask_ = new_slots - 1;
+  num_hashed_ = 0;
+  for (size_t j = 0; j < k; ++j) Place(saved[j]);
+  return true;
 }
 
 uint32_t DynamicSam::Next(uint32_t v, uint32_t token) const {
@@ -182,6 +237,11 @@ void DynamicSam::Append(uint32_t c) {
       const uint32_t clone = NewState(states_[p].len + 1, states_[q].link, states_[q].min_endpos);
       if (states_[q].target0 != kNone) Insert(clone, states_[q].token0, states_[q].target0);
       if (states_[q].target1 != kNone) Insert(clone, states_[q].token1, states_[q].target1);
+      // The copies below walk q's chain by slot: the table must not grow
+      // (and move them) on the way.
+      size_t hashed = 0;
+      for (uint32_t s = states_[q].first_edge; s != kNone; s = slots_[s].next) ++hashed;
+      ReserveHashed(hashed);
       for (uint32_t s = states_[q].first_edge; s != kNone; s = slots_[s].next)
         Insert(clone, slots_[s].token, slots_[s].target);
       while (p != kNone) {

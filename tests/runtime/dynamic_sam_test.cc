@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
 #include <random>
 #include <vector>
 
@@ -165,6 +167,146 @@ TEST(DynamicSam, CapacityAndBytes) {
   EXPECT_LT(DynamicSam::BytesForCapacity(1 << 16), size_t{200} << 16);  // < 200 B/token
   EXPECT_GE(DynamicSam::CapacityForBytes(0), 4u);
   EXPECT_THROW(DynamicSam(size_t{1} << 31), sam::Error);
+}
+
+// A plain suffix automaton (Blumer et al., one std::map of transitions a
+// state): the same states in the same order as DynamicSam, without its
+// inline transitions and table.
+struct PlainSam {
+  std::vector<uint32_t> len{0}, link{DynamicSam::kNone}, first_end{0};
+  std::vector<std::map<uint32_t, uint32_t>> next{1};
+  uint32_t last = 0;
+  size_t n = 0;
+  void Extend(uint32_t c) {
+    const uint32_t cur = New(len[last] + 1, static_cast<uint32_t>(++n));
+    int64_t p = last;
+    while (p != DynamicSam::kNone && !next[p].count(c)) {
+      next[p][c] = cur;
+      p = link[p];
+    }
+    if (p == DynamicSam::kNone) {
+      link[cur] = 0;
+    } else if (const uint32_t q = next[p][c]; len[p] + 1 == len[q]) {
+      link[cur] = q;
+    } else {
+      const uint32_t clone = New(len[p] + 1, first_end[q]);
+      next[clone] = next[q];
+      link[clone] = link[q];
+      for (; p != DynamicSam::kNone && next[p].count(c) && next[p][c] == q; p = link[p])
+        next[p][c] = clone;
+      link[q] = link[cur] = clone;
+    }
+    last = cur;
+  }
+  uint32_t New(uint32_t l, uint32_t end) {
+    len.push_back(l);
+    link.push_back(DynamicSam::kNone);
+    first_end.push_back(end);
+    next.emplace_back();
+    return static_cast<uint32_t>(len.size() - 1);
+  }
+  // Transitions beyond the first two of a state: those DynamicSam hashes.
+  size_t Hashed() const {
+    size_t h = 0;
+    for (const auto& m : next) h += m.size() > 2 ? m.size() - 2 : 0;
+    return h;
+  }
+};
+
+// Every state's length, link, first end and transitions (present and, for
+// a few other tokens, absent), as the plain automaton has them.
+void ExpectSameAutomaton(const DynamicSam& sam, const PlainSam& plain, uint32_t alphabet) {
+  ASSERT_EQ(sam.num_states(), plain.len.size());
+  size_t edges = 0;
+  for (uint32_t v = 0; v < sam.num_states(); ++v) {
+    ASSERT_EQ(sam.Len(v), plain.len[v]) << "state " << v;
+    ASSERT_EQ(sam.Link(v), plain.link[v]) << "state " << v;
+    ASSERT_EQ(sam.MinEndpos(v), plain.first_end[v]) << "state " << v;
+    for (const auto& [token, target] : plain.next[v])
+      ASSERT_EQ(sam.Next(v, token), target) << "state " << v << " token " << token;
+    for (uint32_t token : {alphabet, alphabet + 1, 7u * v % (alphabet + 3)})
+      if (!plain.next[v].count(token)) ASSERT_EQ(sam.Next(v, token), DynamicSam::kNone);
+    edges += plain.next[v].size();
+  }
+  EXPECT_EQ(sam.num_transitions(), edges);
+}
+
+// The smallest table (a power of two, at least 64 slots) that holds
+// `hashed` transitions at a load of at most 1/2, but at most half the
+// reservation.
+size_t TableFor(size_t hashed, size_t reserved) {
+  size_t slots = std::min<size_t>(64, reserved);
+  while (hashed * 2 > slots && 2 * slots <= reserved / 2) slots *= 2;
+  return slots;
+}
+
+// The transition table grows with the text, through many doublings, and
+// starts small again after Reset: the automaton stays the plain one
+// throughout, and the table is the smallest that holds its transitions.
+TEST(DynamicSam, TableGrowsWithTheTextAndShrinksAtReset) {
+  std::mt19937 rng(21);
+  DynamicSam sam(1 << 16);
+  for (uint32_t alphabet : {3u, 40u, 3000u}) {
+    sam.Reset();
+    EXPECT_EQ(sam.table_slots(), 64u);
+    PlainSam plain;
+    // Random text, then a stretch that repeats an earlier part (long
+    // matches, clones copying hashed transitions).
+    Text text = RandomText(rng, 12000, alphabet);
+    text.insert(text.end(), text.begin() + 100, text.begin() + 3000);
+    for (size_t i = 0; i < text.size(); ++i) {
+      sam.Extend(text[i]);
+      plain.Extend(text[i]);
+      if (i % 997 == 0)
+        ASSERT_EQ(sam.table_slots(), TableFor(plain.Hashed(), sam.reserved_table_slots()));
+    }
+    ExpectSameAutomaton(sam, plain, alphabet);
+    EXPECT_EQ(sam.table_slots(), TableFor(plain.Hashed(), sam.reserved_table_slots()));
+    if (alphabet == 3000) EXPECT_GE(sam.table_slots(), 16384u) << "grew through 8 doublings";
+    EXPECT_LT(sam.table_slots(), sam.reserved_table_slots());
+  }
+}
+
+// The texts that hash the most transitions for their length (every token
+// new, every second one repeated; all pairs of a few symbols, a de Bruijn
+// sequence) up to the capacity: at most n - 1 transitions in the table
+// (states + n - 2 in all, one or two of each state inline), so the table
+// stays within half the reservation (which Grow uses as room) at a load of
+// at most 3/4. The window's rebuild (Reset inside) starts it small again.
+TEST(DynamicSam, TableStaysWithinHalfTheReservation) {
+  auto de_bruijn = [](uint32_t m, size_t n) {  // pairs of 0..m-1, then again
+    Text t;
+    while (t.size() < n)
+      for (uint32_t a = 0; a < m && t.size() < n; ++a)
+        for (uint32_t b = 0; b < m && t.size() < n; ++b) {
+          t.push_back(a);
+          if (t.size() < n) t.push_back(b);
+        }
+    return t;
+  };
+  for (size_t capacity : {size_t{48}, size_t{600}, size_t{5000}}) {
+    Text fresh, pairs = de_bruijn(static_cast<uint32_t>(std::sqrt(capacity)) + 1, capacity);
+    for (uint32_t t = 0; t < capacity; ++t) fresh.push_back(t % 2 == 0 ? t : 1);
+    for (const Text& text : {fresh, pairs}) {
+      DynamicSam sam(capacity);
+      PlainSam plain;
+      for (uint32_t t : text) {
+        sam.Extend(t);
+        plain.Extend(t);
+      }
+      ASSERT_EQ(sam.size(), capacity);
+      ExpectSameAutomaton(sam, plain, static_cast<uint32_t>(capacity));
+      EXPECT_LE(plain.Hashed(), capacity - 1);
+      EXPECT_EQ(sam.table_slots(), TableFor(plain.Hashed(), sam.reserved_table_slots()));
+      EXPECT_LE(sam.table_slots(), sam.reserved_table_slots() / 2) << "capacity " << capacity;
+      EXPECT_LE(plain.Hashed() * 4, sam.table_slots() * 3) << "capacity " << capacity;
+      sam.Extend(3);
+      PlainSam window;
+      for (size_t p = 1; p <= sam.size(); ++p) window.Extend(sam.Token(p));
+      ExpectSameAutomaton(sam, window, static_cast<uint32_t>(capacity));
+      EXPECT_EQ(sam.table_slots(), TableFor(window.Hashed(), sam.reserved_table_slots()));
+    }
+  }
 }
 
 TEST(DynamicSam, LookupDoesNotCommit) {

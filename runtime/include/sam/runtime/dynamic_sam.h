@@ -12,9 +12,13 @@
 // (min_endpos, 1-based) of every state: a new state's is its position, a clone
 // copies the original's. A state's first two transitions are stored with it;
 // the others live in one open-addressing hash table keyed by (state, token),
-// sized at construction for the worst case (2n states, 3n transitions), and
-// chained per state so that clones can copy them: Extend never allocates.
-// Amortised O(1) expected time per token.
+// chained per state so that clones can copy them. Memory for the worst case
+// (2n states, 3n transitions) is reserved at construction, but the table in
+// use grows with the text (doubling past a load of 1/2, up to half the
+// reserved slots) and starts small again
+// at Reset, so that memory is touched, and cache lines spread, in proportion
+// to the text, not the capacity. Extend never allocates. Amortised O(1)
+// expected time per token (a doubling places the table's transitions again).
 //
 // Capacity: when the text reaches capacity_tokens, the automaton is rebuilt
 // over the most recent half of the text (positions then restart at 1), so the
@@ -101,6 +105,10 @@ class SAM_API DynamicSam {
   uint32_t Token(size_t position) const { return text_[position - 1]; }  // 1-based
   size_t num_states() const { return num_states_; }
   size_t num_transitions() const { return num_edges_; }
+  // Slots of the transition table in use now (a power of two, at most half
+  // of those reserved), and those that the capacity reserves.
+  size_t table_slots() const { return slot_mask_ + 1; }
+  size_t reserved_table_slots() const { return max_slots_; }
   uint32_t last() const { return last_; }
   uint32_t Len(uint32_t v) const { return states_[v].len; }
   uint32_t Link(uint32_t v) const { return states_[v].link; }  // kNone for the root
@@ -130,6 +138,9 @@ class SAM_API DynamicSam {
   // The target field of v's transition on token (inline or hashed), or null.
   uint32_t* Find(uint32_t v, uint32_t token) const;
   void Insert(uint32_t v, uint32_t token, uint32_t target);
+  void Place(Slot slot);             // into the table, first in its state's chain
+  void ReserveHashed(size_t more);   // grows the table until `more` more fit at load <= 1/2
+  bool Grow();                       // doubles the table; false when it cannot
 
   size_t capacity_ = 0;
   size_t n_ = 0;
@@ -137,7 +148,9 @@ class SAM_API DynamicSam {
   uint32_t last_ = kRoot;
   size_t num_states_ = 0;
   size_t num_edges_ = 0;
-  size_t slot_mask_ = 0;
+  size_t slot_mask_ = 0;   // table_slots() - 1
+  size_t max_slots_ = 0;   // the reserved table's slots
+  size_t num_hashed_ = 0;  // transitions in the table (the others are inline)
   // One block (format::HugeBuffer: 2 MiB pages where available) holding the
   // text, the states and the transition table.
   std::unique_ptr<format::HugeBuffer> memory_;
