@@ -18,6 +18,11 @@
 // time ("x one"). The target: x one <= 1.2 at N = 256. "seq" is
 // the same steps proposed in a plain loop on one thread (per session), which
 // separates the cache cost of many sessions from the pool's overhead.
+// "RSS MiB/sess" is the growth of the process's resident memory over N's
+// runs (sessions, their streams, and index pages first touched then) per
+// session: with --dynamic-mib 64 (a server's default capacity) it shows what
+// a session keeps resident for a request of --context tokens, not what its
+// capacity reserves.
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
@@ -28,6 +33,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <unistd.h>
 #include <vector>
 
 #include "cli.h"
@@ -62,6 +68,16 @@ std::vector<uint32_t> Concatenate(const std::vector<size_t>& order, size_t first
   return out;
 }
 
+// The process's resident memory (/proc/self/statm), 0 where unknown.
+uint64_t ResidentBytes() {
+  unsigned long long pages = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  const int got = std::fscanf(f, "%llu %llu", &pages, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
 struct Request {
   std::unique_ptr<rt::Session> session;
   std::vector<uint32_t> context, generation;
@@ -81,7 +97,7 @@ int main(int argc, char** argv) {
                "bench-batch"};
   std::string index_path, traces_path, tokenizer_path, policy_name = "sam";
   std::vector<size_t> counts = {1, 8, 64, 256};
-  size_t threads = 0, steps = 200, runs = 5, context_tokens = 1024, draft = 40;
+  size_t threads = 0, steps = 200, runs = 5, context_tokens = 1024, draft = 40, dynamic_mib = 0;
   uint64_t seed = 1;
   app.add_option("--index", index_path, "static index file")->required();
   app.add_option("--traces", traces_path, "JSONL traces (sam-replay make-traces)")->required();
@@ -95,6 +111,10 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs, "runs per N (medians reported)")->capture_default_str();
   app.add_option("--context", context_tokens, "prompt tokens per session")->capture_default_str();
   app.add_option("--draft", draft, "draft nodes, start token included")->capture_default_str();
+  app.add_option("--dynamic-mib", dynamic_mib,
+                 "each session's dynamic automaton bytes in MiB (0: sized to its stream)")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{0}, size_t{1} << 20));
   app.add_option("--seed", seed, "random seed")->capture_default_str();
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   return sam::tools::RunTool("bench-batch", [&] {
@@ -128,12 +148,13 @@ int main(int argc, char** argv) {
                 index_path.c_str(), static_cast<unsigned long long>(file.view().num_tokens()),
                 policy_name.c_str(), pool.num_threads(), std::thread::hardware_concurrency(),
                 steps, runs, context_tokens, draft);
-    std::printf("%6s %12s %12s %14s %8s %14s %8s %6s\n", "N", "call us", "us/session",
-                "core us/sess", "x one", "seq us/sess", "x one", "MAT");
+    std::printf("%6s %12s %12s %14s %8s %14s %8s %6s %13s\n", "N", "call us", "us/session",
+                "core us/sess", "x one", "seq us/sess", "x one", "MAT", "RSS MiB/sess");
     double one_core_ns = 0, one_seq_ns = 0;
     for (size_t n : counts) {
       if (n == 0) continue;
       const size_t gen_tokens = steps * draft + 1;
+      const uint64_t rss_before = ResidentBytes();
       std::vector<Request> requests(n);
       for (size_t k = 0; k < n; ++k) {
         Request& r = requests[k];
@@ -142,7 +163,9 @@ int main(int argc, char** argv) {
         r.generation = Concatenate(order, k * 7 + 3, gen_tokens,
                                    [&](size_t i) -> const auto& { return traces[i].output; });
         rt::SessionOptions o;
-        o.max_dynamic_bytes = rt::DynamicSam::BytesForCapacity(context_tokens + gen_tokens);
+        o.max_dynamic_bytes = dynamic_mib ? dynamic_mib << 20
+                                          : rt::DynamicSam::BytesForCapacity(context_tokens +
+                                                                             gen_tokens);
         o.selection.policy = named->policy;
         o.selection.draft_size = draft;
         r.session = std::make_unique<rt::Session>(o);
@@ -199,14 +222,20 @@ int main(int argc, char** argv) {
         seq_ns.push_back(seq / static_cast<double>(steps * n));
         mat.push_back(committed / static_cast<double>(steps * n));
       }
+      const uint64_t rss_after = ResidentBytes();
+      const double rss_mib =
+          rss_before && rss_after > rss_before
+              ? static_cast<double>(rss_after - rss_before) / static_cast<double>(n) / (1 << 20)
+              : 0.0;
       const double call = rt::Median(call_ns);
       const double busy = static_cast<double>(std::min(pool.num_threads(), n));
       const double core_per_session = call * busy / static_cast<double>(n);
       const double seq = rt::Median(seq_ns);
       if (one_core_ns == 0) one_core_ns = core_per_session, one_seq_ns = seq;
-      std::printf("%6zu %12.2f %12.3f %14.3f %8.2f %14.3f %8.2f %6.2f\n", n, call / 1e3,
+      std::printf("%6zu %12.2f %12.3f %14.3f %8.2f %14.3f %8.2f %6.2f %13.2f\n", n, call / 1e3,
                   call / 1e3 / static_cast<double>(n), core_per_session / 1e3,
-                  core_per_session / one_core_ns, seq / 1e3, seq / one_seq_ns, rt::Median(mat));
+                  core_per_session / one_core_ns, seq / 1e3, seq / one_seq_ns, rt::Median(mat),
+                  rss_mib);
       std::fflush(stdout);
     }
     return 0;
