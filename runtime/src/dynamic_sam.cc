@@ -209,6 +209,14 @@ void DynamicSam::Extend(uint32_t token) {
 }
 
 void DynamicSam::Extend(std::span<const uint32_t> tokens) {
+  // A long span (a prompt) would double the table several times on the way;
+  // grow it once, up front, to what the text it makes can need: at most
+  // n - 1 transitions hashed over n tokens (see Grow), n bounded by the
+  // capacity (a rebuild on the way starts the table small again).
+  if (tokens.size() > kMinTableSlots) {
+    const size_t n = std::min(n_ + tokens.size(), capacity_);
+    if (n > num_hashed_ + 1) ReserveHashed(n - 1 - num_hashed_);
+  }
   for (uint32_t t : tokens) Extend(t);
 }
 

@@ -309,6 +309,47 @@ TEST(DynamicSam, TableStaysWithinHalfTheReservation) {
   }
 }
 
+// Extending by a long span (a prompt) sizes the table once, up front, for
+// the most the text can hash (n - 1 transitions over n tokens, n bounded by
+// the capacity): the same automaton as token by token, a table that never
+// doubled on the way (one that holds n - 1 at a load of 1/2, capped at half
+// the reservation), and short spans (an accepted draft) leave the table to
+// grow by itself. A span that crosses the capacity rebuilds the window.
+TEST(DynamicSam, LongSpanSizesTheTableOnce) {
+  std::mt19937 rng(5);
+  auto expected = [](size_t n, size_t reserved) {  // slots for n - 1 hashed
+    size_t slots = std::min<size_t>(64, reserved);
+    while ((n - 1) * 2 > slots && 2 * slots <= reserved / 2) slots *= 2;
+    return slots;
+  };
+  for (uint32_t alphabet : {2u, 30u, 5000u}) {
+    const Text prompt = RandomText(rng, 9000, alphabet);
+    DynamicSam sam(1 << 15);
+    PlainSam plain;
+    sam.Extend(Text(prompt.begin(), prompt.begin() + 40));  // short: grows by itself
+    for (size_t i = 0; i < 40; ++i) plain.Extend(prompt[i]);
+    EXPECT_EQ(sam.table_slots(), TableFor(plain.Hashed(), sam.reserved_table_slots()));
+    sam.Extend(Text(prompt.begin() + 40, prompt.end()));
+    for (size_t i = 40; i < prompt.size(); ++i) plain.Extend(prompt[i]);
+    ExpectSameAutomaton(sam, plain, alphabet);
+    EXPECT_EQ(sam.table_slots(), expected(prompt.size(), sam.reserved_table_slots()))
+        << "alphabet " << alphabet;
+    EXPECT_LE(plain.Hashed() * 2, sam.table_slots());
+  }
+  // Across the capacity: the window's automaton over the recent half.
+  const size_t capacity = 3000;
+  const Text text = RandomText(rng, 4000, 20);
+  DynamicSam sam(capacity);
+  sam.Extend(text);
+  PlainSam window;
+  for (size_t p = 1; p <= sam.size(); ++p) window.Extend(sam.Token(p));
+  ASSERT_LT(sam.size(), capacity);
+  EXPECT_EQ(sam.Token(sam.size()), text.back());
+  ExpectSameAutomaton(sam, window, 20);
+  EXPECT_LE(sam.table_slots(), sam.reserved_table_slots() / 2);
+  EXPECT_LE(window.Hashed() * 2, sam.table_slots());
+}
+
 TEST(DynamicSam, LookupDoesNotCommit) {
   DynamicSam sam(64);
   Text t = {1, 2, 3, 1, 2};
