@@ -118,6 +118,7 @@ if have bench-batch; then
   expect 2 "policy" -- "$bin/bench-batch" --index x.sam --traces x.jsonl --policy bogus
   expect 2 "runs" -- "$bin/bench-batch" --index x.sam --traces x.jsonl --runs 0
   expect 2 "sessions" -- "$bin/bench-batch" --index x.sam --traces x.jsonl --sessions abc
+  expect 2 "dynamic-mib" -- "$bin/bench-batch" --index x.sam --traces x.jsonl --dynamic-mib 99999999
 fi
 if have bench-generate; then
   expect 2 "tokenizer" -- "$bin/bench-generate"
