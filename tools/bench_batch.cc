@@ -33,11 +33,11 @@
 #include <random>
 #include <string>
 #include <thread>
-#include <unistd.h>
 #include <vector>
 
 #include "cli.h"
 #include "sam/format/index.h"
+#include "sam/indexer/pipeline.h"
 #include "sam/runtime/batch.h"
 #include "sam/runtime/percentile.h"
 #include "sam/runtime/replay.h"
@@ -66,16 +66,6 @@ std::vector<uint32_t> Concatenate(const std::vector<size_t>& order, size_t first
     out.insert(out.end(), p.begin(), p.begin() + std::min(p.size(), n - out.size()));
   }
   return out;
-}
-
-// The process's resident memory (/proc/self/statm), 0 where unknown.
-uint64_t ResidentBytes() {
-  unsigned long long pages = 0, resident = 0;
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (!f) return 0;
-  const int got = std::fscanf(f, "%llu %llu", &pages, &resident);
-  std::fclose(f);
-  return got == 2 ? resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
 }
 
 struct Request {
@@ -154,7 +144,7 @@ int main(int argc, char** argv) {
     for (size_t n : counts) {
       if (n == 0) continue;
       const size_t gen_tokens = steps * draft + 1;
-      const uint64_t rss_before = ResidentBytes();
+      const uint64_t rss_before = sam::indexer::CurrentRssBytes();
       std::vector<Request> requests(n);
       for (size_t k = 0; k < n; ++k) {
         Request& r = requests[k];
@@ -222,7 +212,7 @@ int main(int argc, char** argv) {
         seq_ns.push_back(seq / static_cast<double>(steps * n));
         mat.push_back(committed / static_cast<double>(steps * n));
       }
-      const uint64_t rss_after = ResidentBytes();
+      const uint64_t rss_after = sam::indexer::CurrentRssBytes();
       const double rss_mib =
           rss_before && rss_after > rss_before
               ? static_cast<double>(rss_after - rss_before) / static_cast<double>(n) / (1 << 20)
