@@ -44,6 +44,11 @@ struct SAM_API DraftTree {
   // Optional proposal probabilities q(node | parent) for stochastic drafters
   // (empty for deterministic ones); used by lossless sampling verification.
   std::vector<float> draft_probs;
+  // Optional estimates, per node, of the probability that the verifier accepts
+  // the node once its parent is accepted (accept_estimates[0] = 1), from
+  // policies that estimate acceptance; empty for the others. Shaping a tree
+  // into one chain for a chain-only verifier reads them.
+  std::vector<float> accept_estimates;
   DraftSource source = DraftSource::kNone;
   uint32_t match_len = 0;         // match length that produced the draft, if any
 
@@ -52,6 +57,7 @@ struct SAM_API DraftTree {
     parents.assign(1, -1);
     depths.assign(1, 0);
     draft_probs.clear();
+    accept_estimates.clear();
     source = src;
     match_len = 0;
   }
