@@ -59,6 +59,13 @@
 
 namespace sam::runtime {
 
+namespace internal {
+struct StaticSource;
+}  // namespace internal
+namespace calibrated {
+class CalibratedPolicy;
+}  // namespace calibrated
+
 struct SAM_API SessionOptions {
   // Memory bound of the dynamic automaton (text, states, transitions). The
   // default (64 MiB) holds a window of about 490K tokens (111-153 bytes a token);
@@ -111,7 +118,7 @@ class SAM_API Session : public Drafter {
   // Throws sam::Error (kInvalidArgument) for no shard or a null one; then
   // nothing is attached.
   void AttachShardSet(std::span<const std::shared_ptr<const StaticIndex>> shards);
-  size_t num_indexes() const { return cursors_.size(); }
+  size_t num_indexes() const;
   // Replaces the fallback drafter (may be null). It is not reset or prefilled.
   void SetFallback(Drafter* fallback);
   // Drafts also from the earlier responses cached under `tenant` in `cache`
@@ -159,7 +166,7 @@ class SAM_API Session : public Drafter {
   // Inspection (tests, tools).
   const SessionOptions& options() const { return options_; }
   const DynamicSam& dynamic_sam() const { return dynamic_; }
-  const StaticCursor& cursor(size_t i) const { return cursors_[i]; }
+  const StaticCursor& cursor(size_t i) const;
   // Match lengths of the last Propose (dynamic; best static, its index; the
   // response cache, 0 for policies that ignore it).
   uint32_t last_dynamic_length() const { return last_dyn_len_; }
@@ -167,8 +174,6 @@ class SAM_API Session : public Drafter {
   uint32_t last_cache_length() const { return last_cache_len_; }
 
  private:
-  class Calibrator;
-  struct MergedScratch;
   // group: the cursor index of the first shard of its shard set (SIZE_MAX:
   // an index of its own).
   void AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index,
@@ -180,11 +185,11 @@ class SAM_API Session : public Drafter {
   void ProposeLinearCache(size_t size, DraftTree* tree);
   void ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, size_t max_nodes,
                          DraftTree* tree);
+  void PrefetchPeekedChildren(const internal::StaticSource& s) const;
+  size_t FollowKnownStates(size_t i, std::span<const uint32_t> tokens);
   void ChainLinks(size_t base, DraftTree* tree);
-  // SelectionOptions::cost_curve: how many of the `keep` best-ranked merged
-  // nodes (indexes into the merged scratch) to draft, and the measured rate it
+  // SelectionOptions::cost_curve: the measured rate a calibrated tree's size
   // is chosen against (tokens per t(1) over the session's steps).
-  size_t CostAwareKeep(const int32_t* ranked, size_t keep);
   double MeasuredRate() const;
   // Statistics and calibration of the pending proposal; returns how many of
   // its nodes `tokens` accepted (the longest matching root path).
@@ -192,19 +197,14 @@ class SAM_API Session : public Drafter {
 
   SessionOptions options_;
   DynamicSam dynamic_;
-  std::vector<StaticCursor> cursors_;
-  std::vector<std::shared_ptr<const StaticIndex>> shared_;  // per cursor; may be null
+  // The static sources (an attached index, or a shard of a shard set): each
+  // with its cursor, StaticIndex, shard set, records and last peek.
+  std::vector<internal::StaticSource> sources_;
   std::vector<std::shared_ptr<const format::IndexView>> owned_views_;  // kept alive
-  std::vector<size_t> group_;  // per cursor: the first cursor of its shard set (or itself)
   std::vector<ShardMatch> shard_matches_;
   MergedStaticTreeBuilder merged_tree_builder_;
-  std::vector<StaticMatch> peeked_;
-  // Per cursor whose StaticIndex has child records: the record of its
-  // state, and of peeked_'s, when known (StaticIndex::kNoRecord: unknown),
-  // so that matching steps from record to record (TransferByRecords).
-  std::vector<uint32_t> cursor_record_, peeked_record_;
-  // Moves cursor i by `token` (TransferByRecords when its index has
-  // records, keeping cursor_record_[i]); starts loading what the next peek
+  // Moves source i's cursor by `token` (TransferByRecords when its index
+  // has records, keeping its record); starts loading what the next peek
   // reads first (StaticCursor::Prefetch, or with records the state's record
   // or a position's suffix link's record). A second stage at the end of
   // Commit, the link's record itself, cost the paper rule 10-40% (its
@@ -213,7 +213,7 @@ class SAM_API Session : public Drafter {
   void AdvanceCursor(size_t i, uint32_t token);
   void PrefetchPeek(size_t i) const;
   // Moves cursor c (index: its StaticIndex or null; *record: its record,
-  // kept as AdvanceCursor keeps cursor_record_) over a prompt. The match
+  // kept as AdvanceCursor keeps a source's) over a prompt. The match
   // after the prompt is the longest suffix of the text that occurs in the
   // index. When it is shorter than kPrefillMatchWindow tokens, it is a
   // suffix of the prompt's last kPrefillMatchWindow tokens, and matching
@@ -225,18 +225,15 @@ class SAM_API Session : public Drafter {
   static void PrefillCursor(StaticCursor& c, const StaticIndex* index, uint32_t* record,
                             std::span<const uint32_t> tokens);
   StaticTreeBuilder tree_builder_;
-  std::unique_ptr<Calibrator> calibrator_;
+  // Policy::kCalibrated (calibrated/): its calibration, trie and scratch.
+  std::unique_ptr<calibrated::CalibratedPolicy> calibrated_;
   DraftTree tree_;
-  DraftTree scratch_tree_;
-  std::vector<uint32_t> chain_;
-  std::unique_ptr<MergedScratch> merged_;
-  std::vector<std::array<int, 4>> node_cells_;  // calibration cells of tree_'s nodes
-  std::vector<uint8_t> on_path_;
+  std::vector<uint8_t> on_path_;  // the accepted path of tree_, for calibration
   bool pending_ = false;  // a proposal awaits its Commit
   // The pending proposal is a linear static draft from this cursor (else
   // SIZE_MAX): Commit moves it over the accepted tokens in one climb.
   size_t linear_static_cursor_ = SIZE_MAX;
-  size_t num_peeked_ = 0;  // cursors peeked by that proposal (peeked_[0..n))
+  size_t num_peeked_ = 0;  // sources peeked by that proposal (the first n)
   uint64_t pending_ns_ = 0;
   uint32_t last_dyn_len_ = 0;
   uint32_t last_static_len_ = 0;

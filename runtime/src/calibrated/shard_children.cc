@@ -1,0 +1,167 @@
+#include "calibrated/shard_children.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace sam::runtime::calibrated {
+
+namespace {
+
+bool Heavier(const ShardChildren::MergedChild& a, const ShardChildren::MergedChild& b) {
+  return a.count != b.count ? a.count > b.count : a.token < b.token;
+}
+
+}  // namespace
+
+void ShardChildren::Merge(std::span<const internal::StaticSource> sources, size_t width) {
+  merged.clear();
+  targets.clear();
+  target_counts.clear();
+  if (width == 0 || FindMerged(width)) return;
+  if (!FromLists(sources, width)) {
+    merged.clear();
+    targets.clear();
+    target_counts.clear();
+    FromAllChildren(sources, width);
+  }
+  StoreMerged(width);
+}
+
+bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, size_t width) {
+  const size_t n = shard_states.size();
+  merged.clear();
+  targets.clear();
+  target_counts.clear();
+  lists.clear();
+  uint64_t threshold = 0;   // a token in no list sums to at most this
+  uint32_t last_token = 0;  // ... and is above this when it reaches it
+  for (ShardState& e : shard_states) {
+    const format::IndexView& view = sources[e.cursor].view();
+    e.list_begin = static_cast<uint32_t>(lists.size());
+    std::span<const StaticIndex::Child> top;
+    const StaticIndex* hubs = sources[e.cursor].index.get();
+    if (!view.IsClone(e.state) && e.count == 1) {
+      e.complete = true;
+      if (e.state < view.num_tokens() && view.Token(e.state + 1) < view.separator())
+        lists.push_back({view.Token(e.state + 1), e.state + 1, 1});
+    } else {
+      if (hubs != nullptr && hubs->TopChildren(e.state, &top)) {
+        e.complete = top.size() < hubs->options().top_k;  // a hub's list: never scanned
+      } else {
+        // Its child record when it has one that holds the long list (a
+        // shard's top_k is kShardTopK): the list's children without the
+        // scan; else the long list.
+        if (hubs != nullptr && hubs->options().top_k >= kLongChildren) {
+          top = hubs->RecordChildren(e.state, &record_children);
+          top = top.first(std::min(top.size(), kLongChildren));
+        }
+        if (top.empty()) top = LongList(view, e.state);
+        e.complete = top.size() < kLongChildren;
+      }
+      lists.insert(lists.end(), top.begin(), top.end());  // copied: slots get reused
+    }
+    e.list_size = static_cast<uint32_t>(lists.size() - e.list_begin);
+    if (!e.complete && e.list_size > 0) {
+      threshold += lists.back().count;
+      last_token = std::max(last_token, lists.back().token);
+    }
+  }
+  // Candidates: the tokens of every list, with their sums over the
+  // lists that hold them (a lower bound) and, adding the last count of
+  // the other incomplete lists, an upper bound.
+  gathered.clear();
+  for (size_t e = 0; e < n; ++e) {
+    const ShardState& s = shard_states[e];
+    for (uint32_t k = s.list_begin; k < s.list_begin + s.list_size; ++k)
+      gathered.push_back({lists[k].token, static_cast<uint32_t>(e), lists[k].target,
+                            lists[k].count});
+  }
+  std::sort(gathered.begin(), gathered.end(),
+            [](const Gathered& a, const Gathered& b) {
+              return a.token != b.token ? a.token < b.token : a.shard < b.shard;
+            });
+  upper.clear();
+  for (size_t k = 0; k < gathered.size(); ++k) {
+    const Gathered& g = gathered[k];
+    if (k == 0 || g.token != gathered[k - 1].token) {
+      NewRow(g.token);
+      upper.push_back(threshold);
+    }
+    const ShardState& s = shard_states[g.shard];
+    const uint32_t row = merged.back().row;
+    targets[row * n + g.shard] = g.target;
+    target_counts[row * n + g.shard] = g.count;
+    merged.back().count += g.count;
+    if (!s.complete) upper[row] -= lists[s.list_begin + s.list_size - 1].count;
+    upper[row] += g.count;
+  }
+  // The width-th largest lower bound: a candidate whose upper bound is
+  // below it cannot be among the heaviest; the others get exact sums
+  // (a transition lookup in each incomplete shard whose list lacks them).
+  uint64_t cut = 0;
+  if (merged.size() >= width) {
+    lower.clear();
+    for (const MergedChild& c : merged) lower.push_back(c.count);
+    std::nth_element(lower.begin(), lower.begin() + (width - 1), lower.end(),
+                     std::greater<uint64_t>());
+    cut = lower[width - 1];
+  }
+  for (MergedChild& c : merged) {
+    if (upper[c.row] < cut || upper[c.row] == c.count) continue;
+    for (size_t e = 0; e < n; ++e) {
+      const ShardState& s = shard_states[e];
+      if (s.complete || targets[c.row * n + e] != format::kNoState) continue;
+      const format::IndexView& view = sources[s.cursor].view();
+      const StaticIndex* hubs = sources[s.cursor].index.get();
+      const uint64_t t = hubs ? hubs->Next(s.state, c.token) : view.Next(s.state, c.token);
+      if (t == format::kNoState) continue;
+      targets[c.row * n + e] = t;
+      target_counts[c.row * n + e] = view.Count(t);
+      c.count += view.Count(t);
+    }
+  }
+  std::sort(merged.begin(), merged.end(), Heavier);
+  // A token in no list ranks after the width-th candidate when that one
+  // sums to more than the threshold, or to as much with a token no
+  // greater than last_token (such a token sums to the threshold only by
+  // equalling every incomplete list's last count, and then comes after
+  // its last token).
+  if (threshold == 0 ||
+      (merged.size() >= width &&
+       (merged[width - 1].count > threshold ||
+        (merged[width - 1].count == threshold && merged[width - 1].token <= last_token)))) {
+    if (merged.size() > width) merged.resize(width);
+    return true;
+  }
+  return false;
+}
+
+void ShardChildren::FromAllChildren(std::span<const internal::StaticSource> sources,
+                                    size_t width) {
+  const size_t n = shard_states.size();
+  // Every transition of every shard state.
+  gathered.clear();
+  for (size_t e = 0; e < n; ++e) {
+    const format::IndexView& view = sources[shard_states[e].cursor].view();
+    view.ForEachChild(shard_states[e].state, [&](uint32_t token, uint64_t target) {
+      gathered.push_back({token, static_cast<uint32_t>(e), target, view.Count(target)});
+    });
+  }
+  std::sort(gathered.begin(), gathered.end(),
+            [](const Gathered& a, const Gathered& b) {
+              return a.token != b.token ? a.token < b.token : a.shard < b.shard;
+            });
+  for (size_t k = 0; k < gathered.size(); ++k) {
+    const Gathered& g = gathered[k];
+    if (k == 0 || g.token != gathered[k - 1].token) NewRow(g.token);
+    MergedChild& c = merged.back();
+    targets[c.row * n + g.shard] = g.target;
+    target_counts[c.row * n + g.shard] = g.count;
+    c.count += g.count;
+  }
+  const size_t keep = std::min(width, merged.size());
+  std::partial_sort(merged.begin(), merged.begin() + keep, merged.end(), Heavier);
+  merged.resize(keep);
+}
+
+}  // namespace sam::runtime::calibrated
