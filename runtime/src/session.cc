@@ -8,10 +8,9 @@
 #include <limits>
 #include <string>
 
-#include "calibrated/calibrated_policy.h"
-#include "index_children.h"
 #include "phase_marks.h"
 #include "sam/error.h"
+#include "policy.h"
 #include "static_source.h"
 
 namespace sam::runtime {
@@ -49,7 +48,7 @@ Session::Session(const SessionOptions& options)
                 "SessionOptions: selection.min_path_probability must be in [0, 1], got " +
                     std::to_string(sel.min_path_probability));
   tree_.Reset(0, DraftSource::kNone);
-  calibrated_ = std::make_unique<calibrated::CalibratedPolicy>(sel);
+  policy_ = internal::MakePolicy(sel);
 }
 
 Session::~Session() = default;
@@ -133,7 +132,7 @@ void Session::AttachIndex(std::shared_ptr<const StaticIndex> index) {
 void Session::SetFallback(Drafter* fallback) { options_.fallback = fallback; }
 
 void Session::AttachCache(std::shared_ptr<ResponseCache> cache, std::string_view tenant) {
-  if (cache_compiled_.index) calibrated_->ForgetViews();  // its view may be freed (above)
+  if (cache_compiled_.index) policy_->ForgetViews();  // its view may be freed (above)
   cache_compiled_ = ResponseCache::Compiled{};
   cache_static_ = StaticCursor();
   if (cache == nullptr) {
@@ -158,7 +157,7 @@ void Session::SyncCompiledCache() {
   if (now.index == cache_compiled_.index) return;
   // The old index may be freed now and the new one take its address: the
   // top-children cache (keyed by view address) forgets both.
-  calibrated_->ForgetViews();
+  policy_->ForgetViews();
   cache_compiled_ = std::move(now);
   cache_static_ =
       cache_compiled_.index ? StaticCursor(cache_compiled_.index.get()) : StaticCursor();
@@ -198,7 +197,7 @@ void Session::Reset() {
 void Session::ResetStatistics() {
   stats_ = SessionStatistics{};
   rate_tokens_ = rate_cost_ = 0.0;
-  calibrated_->ClearLearned();
+  policy_->ClearLearned();
 }
 
 void Session::PrefillCursor(StaticCursor& c, const StaticIndex* index, uint32_t* record,
@@ -274,117 +273,42 @@ void Session::PrefetchPeekedChildren(const internal::StaticSource& s) const {
 
 void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tree) {
   const uint64_t t0 = options_.collect_timing ? NowNs() : 0;
-  const SelectionOptions& sel = options_.selection;
   tree->Reset(start_token, DraftSource::kNone);
-  calibrated_->Clear();
-  linear_static_cursor_ = SIZE_MAX;
-
-  size_t best = 0;
-  uint64_t best_len = 0;
+  policy_->Forget();
+  internal::StepContext step;
+  step.start_token = start_token;
+  step.max_nodes = max_nodes;
+  step.fallback = options_.fallback;
   SAM_PHASE_START();
   // The dynamic automaton's lookup below probes its hash table first: that
   // line starts loading now, overlapping the static peek.
   dynamic_.PrefetchLookup(start_token);
-  for (size_t i = 0; i < sources_.size(); ++i) {
-    internal::StaticSource& s = sources_[i];
-    if (s.has_records()) {
-      s.peeked = TransferByRecords(*s.index, s.cursor.match(), s.record, start_token,
-                                   &s.peeked_record);
-    } else {
-      s.peeked = s.cursor.Peek(start_token);
-      s.peeked_record = StaticIndex::kNoRecord;
-    }
-    if (s.peeked.len > best_len) {
-      best_len = s.peeked.len;
-      best = i;
-    }
-    if (sel.policy == Policy::kCalibrated && s.peeked.len > 0) PrefetchPeekedChildren(s);
-  }
+  PeekSources(start_token, &step);
   SAM_PHASE_END(kPeek);
-  const DynamicSam::Match dyn = dynamic_.Lookup(start_token);
-  if (dyn.len > 0) dynamic_.PrefetchMatch(dyn);
+  step.dyn = dynamic_.Lookup(start_token);
+  step.dynamic = &dynamic_;
+  if (step.dyn.len > 0) dynamic_.PrefetchMatch(step.dyn);
   SAM_PHASE_END(kDynamicLookup);
   num_peeked_ = sources_.size();
-  last_dyn_len_ = dyn.len;
-  last_static_len_ = static_cast<uint32_t>(std::min<uint64_t>(best_len, UINT32_MAX));
+  last_dyn_len_ = step.dyn.len;
+  last_static_len_ = step.static_len;
   // The response cache's match and continuation (at most draft_size - 1
   // tokens), for the policies that use it.
   last_cache_len_ = 0;
   cache_draft_count_ = 0;
-  if (cache_ && (sel.policy == Policy::kPaper || sel.policy == Policy::kCalibrated))
+  if (cache_ && policy_->uses_cache())
     last_cache_len_ = cache_cursor_.Peek(start_token, cache_draft_.size() - 1,
-                                         sel.dynamic_link_fallback, cache_draft_.data(),
-                                         &cache_draft_count_);
-  // The paper rule treats the cache like the dynamic automaton: the longer of
-  // the two matches stands for both, and drafts. (kTree ignores the cache: its
-  // chains displaced better static trees, -8% MAT on the dev traces.)
-  const bool cache_wins = last_cache_len_ > dyn.len;
-  const uint32_t own_len = std::max(dyn.len, last_cache_len_);
-
-  auto linear_size = [&](uint32_t len) { return std::min(max_nodes, LinearDraftSize(len, sel)); };
-  switch (sel.policy) {
-    case Policy::kPaper:
-      switch (ChoosePaper(own_len, last_static_len_, options_.fallback != nullptr, sel)) {
-        case Choice::kDynamic:
-          if (cache_wins) ProposeLinearCache(linear_size(own_len), tree);
-          else ProposeLinearDynamic(dyn, linear_size(dyn.len), tree);
-          break;
-        case Choice::kStatic:
-          ProposeLinearStatic(best, sources_[best].peeked, linear_size(last_static_len_), tree);
-          break;
-        case Choice::kFallback: ProposeFallback(start_token, max_nodes, tree); break;
-        case Choice::kNone: break;
-      }
-      break;
-    case Policy::kStaticOnly:
-      if (best_len > 0) ProposeLinearStatic(best, sources_[best].peeked, linear_size(last_static_len_), tree);
-      break;
-    case Policy::kDynamicOnly:
-      if (dyn.len > 0) ProposeLinearDynamic(dyn, linear_size(dyn.len), tree);
-      break;
-    case Policy::kTree: {
-      auto tree_size = [&](uint64_t len) {
-        return std::min({max_nodes, sel.max_tree_nodes, 1 + size_t{sel.length_per_match} * len});
-      };
-      if (best_len > dyn.len) {
-        StaticTreeOptions opts;
-        opts.max_nodes = tree_size(best_len);
-        opts.max_width = sel.max_width;
-        opts.hubs = sources_[best].index.get();
-        // Shards of best's shard set that match as long: counts summed.
-        shard_matches_.clear();
-        for (size_t i = best; i < sources_.size(); ++i)
-          if (sources_[i].group == sources_[best].group && sources_[i].peeked.len == best_len)
-            shard_matches_.push_back(ShardMatch{sources_[i].cursor.view(), sources_[i].peeked.state});
-        if (shard_matches_.size() > 1)
-          merged_tree_builder_.Build(shard_matches_, opts, tree);
-        else
-          tree_builder_.Build(sources_[best].view(), sources_[best].peeked.state, opts, tree);
-        if (tree->size() > 1) {
-          tree->source = DraftSource::kStatic;
-          tree->match_len = last_static_len_;
-        }
-      } else if (dyn.len > 0) {
-        ProposeLinearDynamic(dyn, tree_size(dyn.len), tree);
-      }
-      break;
-    }
-    case Policy::kCalibrated:
-      ProposeCalibrated(start_token, dyn, max_nodes, tree);
-      break;
-  }
-  pending_ = true;
-  pending_ns_ = options_.collect_timing ? NowNs() - t0 : 0;
-}
-
-// The calibrated policy's step: the static sources, and the response cache's
-// compiled index as one more (the last) for this proposal only.
-void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, size_t max_nodes,
-                                DraftTree* tree) {
-  if (cache_ && cache_->compile_options().enabled) SyncCompiledCache();  // else none
-  if (std::min(max_nodes, options_.selection.draft_size) < 2) return;
-  const bool cache_unit = cache_compiled_.index != nullptr;
-  if (cache_unit) {
+                                         options_.selection.dynamic_link_fallback,
+                                         cache_draft_.data(), &cache_draft_count_);
+  step.cache_len = last_cache_len_;
+  step.cache_draft = std::span<const uint32_t>(cache_draft_.data(), cache_draft_count_);
+  if (!options_.selection.cost_curve.empty()) step.measured_rate = MeasuredRate();
+  // The response cache's compiled index: one more source (the last) for
+  // this proposal only.
+  if (cache_ && policy_->uses_compiled_cache() && cache_->compile_options().enabled)
+    SyncCompiledCache();  // else none
+  step.cache_unit = policy_->uses_compiled_cache() && cache_compiled_.index != nullptr;
+  if (step.cache_unit) {
     internal::StaticSource unit;
     unit.cursor = cache_static_;
     unit.index = cache_compiled_.index;
@@ -398,79 +322,31 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
     ~RemoveCacheUnit() {
       if (on) sources->pop_back();
     }
-  } remove_cache_unit{&sources_, cache_unit};
-  calibrated::Step step;
-  step.start_token = start_token;
-  step.max_nodes = max_nodes;
-  step.dyn = dyn;
-  step.dynamic = &dynamic_;
+  } remove_cache_unit{&sources_, step.cache_unit};
   step.sources = sources_;
-  step.cache_unit = cache_unit;
-  step.fallback = options_.fallback;
-  step.cache_len = last_cache_len_;
-  step.cache_draft = std::span<const uint32_t>(cache_draft_.data(), cache_draft_count_);
-  step.static_len = last_static_len_;
-  step.measured_rate = options_.selection.cost_curve.empty() ? 1.0 : MeasuredRate();
-  calibrated_->Propose(step, tree);
+  policy_->Propose(step, tree);
+  pending_ = true;
+  pending_ns_ = options_.collect_timing ? NowNs() - t0 : 0;
 }
 
-void Session::ChainLinks(size_t base, DraftTree* tree) {
-  // Parents and depths of tokens [base, size) hanging as a chain under node base - 1.
-  const size_t size = tree->tokens.size();
-  const uint16_t depth = tree->depths[base - 1];
-  tree->parents.resize(size);
-  tree->depths.resize(size);
-  for (size_t k = base; k < size; ++k) {
-    tree->parents[k] = static_cast<int32_t>(k - 1);
-    tree->depths[k] = static_cast<uint16_t>(depth + 1 + (k - base));
+// Peeks every static source with the start token; the longest match.
+void Session::PeekSources(uint32_t start_token, internal::StepContext* step) {
+  for (size_t i = 0; i < sources_.size(); ++i) {
+    internal::StaticSource& s = sources_[i];
+    if (s.has_records()) {
+      s.peeked = TransferByRecords(*s.index, s.cursor.match(), s.record, start_token,
+                                   &s.peeked_record);
+    } else {
+      s.peeked = s.cursor.Peek(start_token);
+      s.peeked_record = StaticIndex::kNoRecord;
+    }
+    if (s.peeked.len > step->best_len) {
+      step->best_len = s.peeked.len;
+      step->best = i;
+    }
+    if (policy_->prefetches_children() && s.peeked.len > 0) PrefetchPeekedChildren(s);
   }
-}
-
-void Session::ProposeLinearDynamic(DynamicSam::Match m, size_t size, DraftTree* tree) {
-  if (size < 2) return;
-  // The continuation is copied straight into the tree (after its root).
-  const size_t base = tree->size();
-  tree->tokens.resize(base + size - 1);
-  const size_t n = dynamic_.Continuation(m, size - 1, options_.selection.dynamic_link_fallback,
-                                         tree->tokens.data() + base);
-  tree->tokens.resize(base + n);
-  if (n == 0) return;  // nothing to draft: the tree stays the start token alone
-  ChainLinks(base, tree);
-  tree->source = DraftSource::kDynamic;
-  tree->match_len = m.len;
-}
-
-void Session::ProposeLinearCache(size_t size, DraftTree* tree) {
-  const size_t n = std::min(cache_draft_count_, size > 0 ? size - 1 : 0);
-  if (n == 0) return;
-  const size_t base = tree->size();
-  tree->tokens.insert(tree->tokens.end(), cache_draft_.begin(), cache_draft_.begin() + n);
-  ChainLinks(base, tree);
-  tree->source = DraftSource::kCache;
-  tree->match_len = last_cache_len_;
-}
-
-void Session::ProposeLinearStatic(size_t index, StaticMatch m, size_t size, DraftTree* tree) {
-  if (size < 2) return;
-  const size_t base = tree->size();
-  tree->tokens.resize(base + size - 1);
-  const size_t n =
-      StaticContinuation(sources_[index].view(), m.state, size - 1, tree->tokens.data() + base);
-  tree->tokens.resize(base + n);
-  if (n == 0) return;
-  ChainLinks(base, tree);
-  tree->source = DraftSource::kStatic;
-  tree->match_len = static_cast<uint32_t>(std::min<uint64_t>(m.len, UINT32_MAX));
-  if (tree == &tree_) linear_static_cursor_ = index;
-}
-
-void Session::ProposeFallback(uint32_t start_token, size_t max_nodes, DraftTree* tree) {
-  const size_t size = std::min(max_nodes, options_.selection.draft_size);
-  if (!options_.fallback->Propose(start_token, size, tree) || tree->size() <= 1) {
-    tree->Reset(start_token, DraftSource::kNone);
-    return;
-  }
-  if (tree->source == DraftSource::kNone) tree->source = DraftSource::kOther;
+  step->static_len = static_cast<uint32_t>(std::min<uint64_t>(step->best_len, UINT32_MAX));
 }
 
 double Session::MeasuredRate() const {
@@ -484,7 +360,7 @@ double Session::MeasuredRate() const {
 size_t Session::RecordAcceptance(std::span<const uint32_t> tokens) {
   const DraftTree& t = tree_;
   // The accepted path; its nodes are marked only for calibration.
-  const bool calibrating = calibrated_->Calibrating(t.size());
+  const bool calibrating = policy_->Observes(t.size());
   if (calibrating) {
     on_path_.assign(t.size(), 0);
     on_path_[0] = 1;
@@ -507,7 +383,7 @@ size_t Session::RecordAcceptance(std::span<const uint32_t> tokens) {
   ++stats_.steps;
 
   // Calibration: every node whose parent was accepted was a trial.
-  if (calibrating) calibrated_->Observe(t, on_path_);
+  if (calibrating) policy_->Observe(t, on_path_);
   return accepted;
 }
 
@@ -519,30 +395,21 @@ void Session::Commit(std::span<const uint32_t> tokens) {
   const size_t accepted = peeked ? RecordAcceptance(tokens) : 0;
   SAM_PHASE_END(kCommitAccept);
   pending_ = false;
-  // Accepted tokens of a linear static draft are the corpus text after the
-  // drafting cursor's match: that cursor jumps over them in one climb.
-  const size_t along = linear_static_cursor_ < num_peeked_ ? accepted : 0;
   for (size_t i = 0; i < sources_.size(); ++i) {
-    StaticCursor& c = sources_[i].cursor;
+    internal::StaticSource& s = sources_[i];
     size_t k = 0;
     if (peeked && i < num_peeked_) {  // not if attached since
-      c.Set(sources_[i].peeked);
-      sources_[i].record = sources_[i].peeked_record;
-      k = 1;
-    }
-    if (i == linear_static_cursor_ && along > 0) {
-      c.Set(AdvanceAlongFirstOccurrence(*c.view(), sources_[i].peeked, along));
-      sources_[i].record = StaticIndex::kNoRecord;
-      k = 1 + along;
-    } else if (k == 1 && calibrated_->has_states() && i < calibrated_->num_sources()) {
-      k = FollowKnownStates(i, tokens);
+      s.cursor.Set(s.peeked);
+      s.record = s.peeked_record;
+      // Further along what the proposal already knows (a linear static
+      // draft's text, a calibrated tree's states).
+      k = policy_->FollowKnown(i, tokens, accepted, tree_, s);
     }
     for (; k < tokens.size(); ++k) AdvanceCursor(i, tokens[k]);
     // The next proposal starts with a Peek from here: its first cache misses
     // overlap the dynamic automaton's update below.
     PrefetchPeek(i);
   }
-  linear_static_cursor_ = SIZE_MAX;
   SAM_PHASE_END(kCommitCursors);
   dynamic_.Extend(tokens);
   dynamic_.Prefetch();  // the next Lookup's (and Extend's) first read
@@ -553,27 +420,6 @@ void Session::Commit(std::span<const uint32_t> tokens) {
   stats_.committed_tokens += tokens.size();
   if (options_.collect_timing) stats_.commit_ns += NowNs() - t0;
   SAM_PHASE_END(kCommitUpdate);
-}
-
-// Accepted nodes of a calibrated tree whose state in source i is known (a
-// transition from the parent's): the cursor moves there, one node at a time,
-// without looking the transitions up again. Returns how many of `tokens`
-// (the start token, already matched, included) it has matched.
-size_t Session::FollowKnownStates(size_t i, std::span<const uint32_t> tokens) {
-  internal::StaticSource& s = sources_[i];
-  size_t k = 1;
-  int node = 0;
-  for (; k < tokens.size(); ++k) {
-    const int child = tree_.Child(node, tokens[k]);
-    if (child < 0) break;
-    const calibrated::CandidateTrie::IndexState& known = calibrated_->StateOf(child, i);
-    // A backoff child's state is a shorter match than the longest one.
-    if (known.state == format::kNoState || known.len != s.peeked.len + k) break;
-    s.cursor.Set(StaticMatch{known.state, s.peeked.len + k});
-    s.record = known.record;
-    node = child;
-  }
-  return k;
 }
 
 void Session::ObserveTopK(std::span<const uint32_t> tokens, std::span<const uint32_t> topk,

@@ -8,7 +8,7 @@
 
 namespace sam::runtime::calibrated {
 
-void CalibratedPolicy::Propose(const Step& step, DraftTree* tree) {
+void CalibratedPolicy::Propose(const internal::StepContext& step, DraftTree* tree) {
   budget_ = std::min(step.max_nodes, sel_.draft_size);
   if (budget_ < 2) return;
   step_ = &step;
@@ -76,7 +76,7 @@ void CalibratedPolicy::SetRootStates() {
 }
 
 void CalibratedPolicy::OfferEagerSources() {
-  const Step& step = *step_;
+  const internal::StepContext& step = *step_;
   // The dynamic continuation (with the suffix-link fallback): a chain, offered
   // one node at a time as its nodes rank (Rank), which is the same as
   // offering it whole now but creates only the nodes that can rank.
@@ -820,4 +820,32 @@ void CalibratedPolicy::Observe(const DraftTree& tree, std::span<const uint8_t> o
   }
 }
 
+size_t CalibratedPolicy::FollowKnown(size_t i, std::span<const uint32_t> tokens,
+                                     size_t /*accepted*/, const DraftTree& tree,
+                                     internal::StaticSource& source) {
+  if (!trie_.valid || i >= trie_.num_indexes) return 1;
+  size_t k = 1;
+  int node = 0;
+  for (; k < tokens.size(); ++k) {
+    const int child = tree.Child(node, tokens[k]);
+    if (child < 0) break;
+    const CandidateTrie::IndexState& known =
+        trie_.states[static_cast<size_t>(trie_.ranked[child]) * trie_.num_indexes + i];
+    // A backoff child's state is a shorter match than the longest one.
+    if (known.state == format::kNoState || known.len != source.peeked.len + k) break;
+    source.cursor.Set(StaticMatch{known.state, source.peeked.len + k});
+    source.record = known.record;
+    node = child;
+  }
+  return k;
+}
+
 }  // namespace sam::runtime::calibrated
+
+namespace sam::runtime::internal {
+
+std::unique_ptr<DraftPolicy> MakeCalibratedPolicy(const SelectionOptions& options) {
+  return std::make_unique<calibrated::CalibratedPolicy>(options);
+}
+
+}  // namespace sam::runtime::internal

@@ -48,58 +48,36 @@
 #include "sam/runtime/dynamic_sam.h"
 #include "sam/runtime/selection.h"
 #include "sam/runtime/static_index.h"
+#include "policy.h"
 #include "static_source.h"
 
 namespace sam::runtime::calibrated {
 
-// What one proposal reads, computed by the session once per step.
-struct Step {
-  uint32_t start_token = 0;
-  size_t max_nodes = 0;  // the caller's bound (the budget is min(it, draft_size))
-  DynamicSam::Match dyn;
-  const DynamicSam* dynamic = nullptr;
-  // The static sources with their peeks; the last one is the response
-  // cache's compiled index when cache_unit (a unit of its own, family 1).
-  std::span<const internal::StaticSource> sources;
-  bool cache_unit = false;
-  Drafter* fallback = nullptr;
-  // The response cache's match and continuation (eager, cells of their own).
-  uint32_t cache_len = 0;
-  std::span<const uint32_t> cache_draft;
-  uint32_t static_len = 0;    // the longest static match (the tree's match_len)
-  double measured_rate = 1.0;  // tokens per t(1) so far (SelectionOptions::cost_curve)
-};
-
-class CalibratedPolicy {
+class CalibratedPolicy : public internal::DraftPolicy {
  public:
   explicit CalibratedPolicy(const SelectionOptions& options) : sel_(options) {
+    uses_cache_ = uses_compiled_cache_ = prefetches_children_ = true;
     node_cells_.reserve(256);
   }
 
-  // Drafts into `tree` (reset to the start token by the caller).
-  void Propose(const Step& step, DraftTree* tree);
-  // Forgets the last proposal (the next tree is not this policy's).
-  void Clear() {
+  void Propose(const internal::StepContext& step, DraftTree* tree) override;
+  void Forget() override {
     node_cells_.clear();
     trie_.valid = false;
   }
   // Calibration from the last proposal, `tree`, whose node k was accepted
   // when on_path[k]: every node whose parent was accepted was a trial.
-  bool Calibrating(size_t tree_size) const { return node_cells_.size() == tree_size; }
-  void Observe(const DraftTree& tree, std::span<const uint8_t> on_path);
-  // Clears what the calibration has learned.
-  void ClearLearned() { calibrator_.Clear(); }
+  bool Observes(size_t tree_size) const override { return node_cells_.size() == tree_size; }
+  void Observe(const DraftTree& tree, std::span<const uint8_t> on_path) override;
+  // Accepted nodes whose state in source i is known (a transition from the
+  // parent's): the cursor moves there, one node at a time, without looking
+  // the transitions up again.
+  size_t FollowKnown(size_t i, std::span<const uint32_t> tokens, size_t accepted,
+                     const DraftTree& tree, internal::StaticSource& source) override;
+  void ClearLearned() override { calibrator_.Clear(); }
   // The top-children cache is keyed by view address: an index that may be
   // freed (the response cache's compiled one) is forgotten with it.
-  void ForgetViews() { top_cache_.Clear(); }
-
-  // The last proposal's states (for Commit), while known: tree node k's
-  // state in source i.
-  bool has_states() const { return trie_.valid; }
-  size_t num_sources() const { return trie_.num_indexes; }
-  const CandidateTrie::IndexState& StateOf(int tree_node, size_t i) const {
-    return trie_.states[static_cast<size_t>(trie_.ranked[tree_node]) * trie_.num_indexes + i];
-  }
+  void ForgetViews() override { top_cache_.Clear(); }
 
  private:
   // What the children of one lookup share (StaticOffersFor), then each
@@ -184,7 +162,7 @@ class CalibratedPolicy {
   std::vector<uint64_t> unit_len_;
 
   // The step in progress.
-  const Step* step_ = nullptr;
+  const internal::StepContext* step_ = nullptr;
   std::span<const internal::StaticSource> src_;
   size_t budget_ = 0;
   size_t num_units_ = 0;

@@ -61,10 +61,9 @@ namespace sam::runtime {
 
 namespace internal {
 struct StaticSource;
+struct StepContext;
+class DraftPolicy;
 }  // namespace internal
-namespace calibrated {
-class CalibratedPolicy;
-}  // namespace calibrated
 
 struct SAM_API SessionOptions {
   // Memory bound of the dynamic automaton (text, states, transitions). The
@@ -179,15 +178,8 @@ class SAM_API Session : public Drafter {
   void AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index,
                     size_t group = SIZE_MAX);
   void ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tree);
-  void ProposeLinearDynamic(DynamicSam::Match m, size_t size, DraftTree* tree);
-  void ProposeLinearStatic(size_t index, StaticMatch m, size_t size, DraftTree* tree);
-  void ProposeFallback(uint32_t start_token, size_t max_nodes, DraftTree* tree);
-  void ProposeLinearCache(size_t size, DraftTree* tree);
-  void ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, size_t max_nodes,
-                         DraftTree* tree);
+  void PeekSources(uint32_t start_token, internal::StepContext* step);
   void PrefetchPeekedChildren(const internal::StaticSource& s) const;
-  size_t FollowKnownStates(size_t i, std::span<const uint32_t> tokens);
-  void ChainLinks(size_t base, DraftTree* tree);
   // SelectionOptions::cost_curve: the measured rate a calibrated tree's size
   // is chosen against (tokens per t(1) over the session's steps).
   double MeasuredRate() const;
@@ -201,8 +193,6 @@ class SAM_API Session : public Drafter {
   // with its cursor, StaticIndex, shard set, records and last peek.
   std::vector<internal::StaticSource> sources_;
   std::vector<std::shared_ptr<const format::IndexView>> owned_views_;  // kept alive
-  std::vector<ShardMatch> shard_matches_;
-  MergedStaticTreeBuilder merged_tree_builder_;
   // Moves source i's cursor by `token` (TransferByRecords when its index
   // has records, keeping its record); starts loading what the next peek
   // reads first (StaticCursor::Prefetch, or with records the state's record
@@ -224,15 +214,11 @@ class SAM_API Session : public Drafter {
   // be longer in the whole text: then every token is matched, as before.
   static void PrefillCursor(StaticCursor& c, const StaticIndex* index, uint32_t* record,
                             std::span<const uint32_t> tokens);
-  StaticTreeBuilder tree_builder_;
-  // Policy::kCalibrated (calibrated/): its calibration, trie and scratch.
-  std::unique_ptr<calibrated::CalibratedPolicy> calibrated_;
+  // The drafting policy (options_.selection.policy; runtime/src/policy.h).
+  std::unique_ptr<internal::DraftPolicy> policy_;
   DraftTree tree_;
   std::vector<uint8_t> on_path_;  // the accepted path of tree_, for calibration
   bool pending_ = false;  // a proposal awaits its Commit
-  // The pending proposal is a linear static draft from this cursor (else
-  // SIZE_MAX): Commit moves it over the accepted tokens in one climb.
-  size_t linear_static_cursor_ = SIZE_MAX;
   size_t num_peeked_ = 0;  // sources peeked by that proposal (the first n)
   uint64_t pending_ns_ = 0;
   uint32_t last_dyn_len_ = 0;
