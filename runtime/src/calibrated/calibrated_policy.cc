@@ -27,7 +27,6 @@ void CalibratedPolicy::Propose(const internal::StepContext& step, DraftTree* tre
                      sel_.max_width <= src_[0].index->options().top_k
                  ? src_[0].index.get()
                  : nullptr;
-  one_index_ = src_.size() == 1;
   // Subtree records (StaticIndex::Options::subtree_nodes): a node offered
   // by a record's children or subtree entries may find its own children
   // among that record's subtree entries.
@@ -311,15 +310,22 @@ __attribute__((noinline)) bool CalibratedPolicy::OfferSubtree(int32_t node,
 // Offers the static children of `node` from every unit with a state there
 // (a shard set's as one index's: counts summed over its shards).
 void CalibratedPolicy::Expand(int32_t node) {
-  if (one_index_) return ExpandOne(node);
   trie_.nodes[node].expanded = true;
   if (trie_.nodes[node].depth >= kMaxStaticDepth) return;
-  for (size_t u = 0; u < num_units_; ++u) ExpandUnit(node, u);
+  for (size_t u = 0; u < num_units_; ++u) {
+    const size_t begin = unit_begin_[u];
+    if (unit_begin_[u + 1] - begin == 1) {  // a unit of one source: its state, if any
+      const CandidateTrie::IndexState& s = trie_.states[node * trie_.num_indexes + begin];
+      if (s.state != format::kNoState && s.count != 0) ExpandSource(node, begin, u);
+    } else {
+      ExpandUnit(node, u);
+    }
+  }
 }
 
+// A shard set's unit: the shards with a state at `node` (usually one: the
+// one that has the node's string), as one index.
 void CalibratedPolicy::ExpandUnit(int32_t node, size_t u) {
-  // The shards with a state here (usually one: an index of its own, or
-  // the one shard that has the node's string).
   uint64_t total = 0;
   size_t with_state = 0, only = 0;
   for (size_t i = unit_begin_[u]; i < unit_begin_[u + 1]; ++i) {
@@ -330,6 +336,7 @@ void CalibratedPolicy::ExpandUnit(int32_t node, size_t u) {
     only = i;
   }
   if (with_state == 0) return;
+  if (with_state == 1) return ExpandSource(node, only, u);
   // Past max_static_lookups, a branching state offers no children: the
   // bound on a step's cache misses (states that occur once are free).
   if (total > 1) {
@@ -340,17 +347,6 @@ void CalibratedPolicy::ExpandUnit(int32_t node, size_t u) {
   // all have it; below a backoff child, a shorter one).
   const uint64_t match_len = trie_.StateLen(node, only);
   const StaticOffers offers = StaticOffersFor(total, match_len, false, u);
-  auto set_state = [this, match_len](int32_t child, size_t i, uint64_t target, uint64_t count) {
-    trie_.State(child, i) = target;
-    trie_.StateCount(child, i) = count;
-    trie_.StateLen(child, i) = static_cast<uint32_t>(match_len + 1);
-    PrefetchChild(i, target, count);
-  };
-  if (with_state == 1) {
-    for (const StaticIndex::Child& c : TopChildren(only, trie_.State(node, only), total))
-      set_state(OfferStaticChild(node, c.token, c.count, offers), only, c.target, c.count);
-    return;
-  }
   shards_.shard_states.clear();
   for (size_t i = unit_begin_[u]; i < unit_begin_[u + 1]; ++i)
     if (trie_.State(node, i) != format::kNoState && trie_.StateCount(node, i) > 0)
@@ -360,28 +356,33 @@ void CalibratedPolicy::ExpandUnit(int32_t node, size_t u) {
   const size_t n = shards_.shard_states.size();
   for (const ShardChildren::MergedChild& c : shards_.merged) {
     const int32_t child = OfferStaticChild(node, c.token, c.count, offers);
-    for (size_t e = 0; e < n; ++e)
-      if (shards_.targets[c.row * n + e] != format::kNoState)
-        set_state(child, shards_.shard_states[e].cursor, shards_.targets[c.row * n + e],
-                  shards_.target_counts[c.row * n + e]);
+    for (size_t e = 0; e < n; ++e) {
+      const uint64_t target = shards_.targets[c.row * n + e];
+      if (target == format::kNoState) continue;
+      const size_t i = shards_.shard_states[e].cursor;
+      const uint64_t count = shards_.target_counts[c.row * n + e];
+      trie_.states[child * trie_.num_indexes + i] =
+          CandidateTrie::IndexState{target, count, static_cast<uint32_t>(match_len + 1)};
+      PrefetchChild(i, target, count);
+    }
   }
 }
 
-// Expand for one index and nothing else (one_index_): the same offers, in the
-// same order, without the unit and shard loops.
-void CalibratedPolicy::ExpandOne(int32_t node) {
-  trie_.nodes[node].expanded = true;
-  if (trie_.nodes[node].depth >= kMaxStaticDepth) return;
-  const CandidateTrie::IndexState s = trie_.states[node];  // num_indexes == 1
-  if (s.state == format::kNoState || s.count == 0) return;
+// The static children of `node` in source i of unit u, the unit's only
+// source with a state there (an index of its own, or the one shard with the
+// node's string). With child records (records_: one index), from the
+// record that offered the node (subtree entries, free) or its own record.
+__attribute__((always_inline)) inline void CalibratedPolicy::ExpandSource(int32_t node, size_t i,
+                                                                        size_t u) {
+  const CandidateTrie::IndexState s = trie_.states[node * trie_.num_indexes + i];
   if (subtrees_ && s.sub != StaticIndex::kNoRecord && s.count > 1 && OfferSubtree(node, s))
     return;
   if (s.count > 1) {
     if (lookups_left_ == 0) return;
     --lookups_left_;
   }
-  const format::IndexView& view = src_[0].view();
-  const StaticOffers offers = StaticOffersFor(s.count, s.len, false, 0);
+  const format::IndexView& view = src_[i].view();
+  const StaticOffers offers = StaticOffersFor(s.count, s.len, false, u);
   if (s.count == 1 && !view.IsClone(s.state)) {
     // TopChildren's first case, inline: the text after the one occurrence
     // (known from the parent's record when it came from one).
@@ -389,8 +390,9 @@ void CalibratedPolicy::ExpandOne(int32_t node) {
     const uint32_t token = s.record != StaticIndex::kNoRecord ? s.record : view.Token(s.state + 1);
     if (token >= view.separator()) return;
     const int32_t child = OfferStaticChild(node, token, 1, offers);
-    trie_.states[child] = CandidateTrie::IndexState{s.state + 1, 1, s.len + 1u};
-    PrefetchChild(0, s.state + 1, 1);
+    trie_.states[child * trie_.num_indexes + i] =
+        CandidateTrie::IndexState{s.state + 1, 1, s.len + 1u};
+    PrefetchChild(i, s.state + 1, 1);
     // Its backoff, if it ranks, starts from its suffix link's record.
     if (records_ != nullptr && s.count < sel_.backoff_count && !LookupsSpent())
       records_->PrefetchRecordAt(records_->PositionLinkRecord(s.state));
@@ -398,21 +400,23 @@ void CalibratedPolicy::ExpandOne(int32_t node) {
   }
   if (const uint32_t r = records_ != nullptr ? RecordOf(s) : StaticIndex::kNoRecord;
       r != StaticIndex::kNoRecord) {
-    ExpandOneFromRecord(node, s, r, offers);
+    ExpandFromRecord(node, s, r, offers);
     return;
   }
   const int32_t first = trie_.nodes[node].first_child;
-  for (const StaticIndex::Child& c : TopChildren(0, s.state, s.count)) {
+  for (const StaticIndex::Child& c : TopChildren(i, s.state, s.count)) {
     const int32_t child = OfferStaticAmong(node, first, c.token, c.count, offers);
-    trie_.states[child] = CandidateTrie::IndexState{c.target, c.count, s.len + 1u};
-    PrefetchChild(0, c.target, c.count);
+    trie_.states[child * trie_.num_indexes + i] =
+        CandidateTrie::IndexState{c.target, c.count, s.len + 1u};
+    PrefetchChild(i, c.target, c.count);
   }
 }
 
-// Its record's children (TopChildren's record case), each with its own
-// record; a rare state's suffix link's record starts loading for its backoff.
-void CalibratedPolicy::ExpandOneFromRecord(int32_t node, const CandidateTrie::IndexState& s,
-                                           uint32_t r, const StaticOffers& offers) {
+// Its record's children (TopChildren's record case; one index), each with its
+// own record; a rare state's suffix link's record starts loading for its
+// backoff.
+void CalibratedPolicy::ExpandFromRecord(int32_t node, const CandidateTrie::IndexState& s,
+                                        uint32_t r, const StaticOffers& offers) {
   const StaticIndex::RecordHead head = records_->Head(r);
   if (s.count < sel_.backoff_count && !LookupsSpent()) records_->PrefetchRecordAt(head.link_record);
   const StaticIndex::RecordEntry* e = records_->Entries(r);
@@ -431,7 +435,14 @@ void CalibratedPolicy::ExpandOneFromRecord(int32_t node, const CandidateTrie::In
 // Backoff by unit: a unit (an index, or a shard set as one index) backs off
 // at `node` when the node's string occurs there fewer than backoff_count
 // times (its shards' counts summed).
-uint64_t CalibratedPolicy::UnitCount(int32_t node, size_t u, uint64_t* len) const {
+__attribute__((always_inline)) inline uint64_t CalibratedPolicy::UnitCount(int32_t node, size_t u,
+                                                                         uint64_t* len) const {
+  if (unit_begin_[u + 1] - unit_begin_[u] == 1) {  // a unit of one source
+    const CandidateTrie::IndexState& s = trie_.states[node * trie_.num_indexes + unit_begin_[u]];
+    if (s.state == format::kNoState) return 0;
+    *len = s.len;
+    return s.count;
+  }
   uint64_t total = 0;
   for (size_t i = unit_begin_[u]; i < unit_begin_[u + 1]; ++i) {
     if (trie_.states[node * trie_.num_indexes + i].state == format::kNoState) continue;
@@ -488,8 +499,61 @@ void CalibratedPolicy::OfferBackoff(int32_t node, size_t u) {
   // A shorter context occurs more often than s (its end positions are a
   // strict superset): a branching state, so past the limit nothing is read.
   if (LookupsSpent()) return;
+  if (records_ != nullptr) {
+    // One index with child records: its suffix link's record, when known
+    // without reading the link, holds u*'s length, count and children.
+    const CandidateTrie::IndexState s = trie_.states[node];
+    if (const uint32_t lr = LinkRecordOf(s); lr != StaticIndex::kNoRecord)
+      return BackoffFromRecord(node, s, lr);
+  }
   uint64_t slen = 0;
   UnitCount(node, u, &slen);
+  const uint64_t lstar = ShorterContext(node, u);
+  if (lstar == 0) return;  // the empty context
+  uint64_t total = 0;
+  for (const ShardChildren::ShardState& e : shards_.shard_states) total += e.count;
+  if (total == 0) return;
+  --lookups_left_;
+  if (lstar >= slen) return;  // corrupt: a link must shorten the match
+  const StaticOffers offers = StaticOffersFor(total, lstar, true, u);
+  const size_t n = shards_.shard_states.size();
+  if (n == 1) {  // u* in one source (one index, or one shard): its own top children
+    const ShardChildren::ShardState e = shards_.shard_states[0];
+    const int32_t first = trie_.nodes[node].first_child;  // the children it may share
+    for (const StaticIndex::Child& c : TopChildren(e.cursor, e.state, e.count)) {
+      const int32_t child = trie_.ChildAmong(node, first, c.token);
+      if (UnitHasState(child, u)) continue;  // s's child too
+      trie_.states[child * trie_.num_indexes + e.cursor] =
+          CandidateTrie::IndexState{c.target, c.count, static_cast<uint32_t>(lstar + 1)};
+      if (c.count > 1 && !LookupsSpent()) src_[e.cursor].view().PrefetchEdgeRange(c.target);
+      OfferStatic(child, c.count, offers);
+    }
+    return;
+  }
+  // The children summed over the shards (in shards_.merged, heaviest first),
+  // with their target and count in every shard state (shards_.targets /
+  // target_counts, row `row`).
+  shards_.Merge(src_, sel_.max_width);
+  for (const ShardChildren::MergedChild& c : shards_.merged) {
+    const int32_t child = trie_.Child(node, c.token);
+    if (UnitHasState(child, u)) continue;  // s's child too
+    for (size_t e = 0; e < n; ++e) {
+      const uint64_t target = shards_.targets[c.row * n + e];
+      if (target == format::kNoState) continue;
+      const size_t i = shards_.shard_states[e].cursor;
+      const uint64_t count = shards_.target_counts[c.row * n + e];
+      trie_.states[child * trie_.num_indexes + i] =
+          CandidateTrie::IndexState{target, count, static_cast<uint32_t>(lstar + 1)};
+      if (count > 1 && !LookupsSpent()) src_[i].view().PrefetchEdgeRange(target);
+    }
+    OfferStatic(child, c.count, offers);
+  }
+}
+
+// The length of u*, the shorter context of `node`'s string in unit u (see
+// OfferBackoff), with its state in every source that has it in
+// shards_.shard_states.
+uint64_t CalibratedPolicy::ShorterContext(int32_t node, size_t u) {
   uint64_t lstar = 0;
   for (size_t i = unit_begin_[u]; i < unit_begin_[u + 1]; ++i) {
     const format::IndexView& view = src_[i].view();
@@ -497,8 +561,8 @@ void CalibratedPolicy::OfferBackoff(int32_t node, size_t u) {
     const uint64_t l = v != format::kNoState ? view.Len(view.Link(v)) : MatchIn(node, i).len;
     lstar = std::max(lstar, l);
   }
-  if (lstar == 0) return;  // the empty context
   shards_.shard_states.clear();
+  if (lstar == 0) return 0;
   for (size_t i = unit_begin_[u]; i < unit_begin_[u + 1]; ++i) {
     const format::IndexView& view = src_[i].view();
     uint64_t w = format::kNoState;
@@ -514,92 +578,31 @@ void CalibratedPolicy::OfferBackoff(int32_t node, size_t u) {
     if (w == format::kNoState || w == format::kRoot) continue;
     shards_.shard_states.push_back({i, w, view.Count(w), 0, 0, false});
   }
-  uint64_t total = 0;
-  for (const ShardChildren::ShardState& e : shards_.shard_states) total += e.count;
-  if (total == 0) return;
-  --lookups_left_;
-  if (lstar >= slen) return;  // corrupt: a link must shorten the match
-  // The children (in shards_.merged, heaviest first), with their target and
-  // count in every shard state (shards_.targets / target_counts, row `row`).
-  const size_t n = shards_.shard_states.size();
-  if (n == 1) {
-    const ShardChildren::ShardState e = shards_.shard_states[0];
-    shards_.merged.clear();
-    shards_.targets.clear();
-    shards_.target_counts.clear();
-    for (const StaticIndex::Child& c : TopChildren(e.cursor, e.state, e.count)) {
-      shards_.merged.push_back({c.token, c.count, static_cast<uint32_t>(shards_.merged.size())});
-      shards_.targets.push_back(c.target);
-      shards_.target_counts.push_back(c.count);
-    }
-  } else {
-    shards_.Merge(src_, sel_.max_width);
-  }
-  const StaticOffers offers = StaticOffersFor(total, lstar, true, u);
-  for (const ShardChildren::MergedChild& c : shards_.merged) {
-    const int32_t child = trie_.Child(node, c.token);
-    if (UnitHasState(child, u)) continue;  // s's child too
-    for (size_t e = 0; e < n; ++e) {
-      const size_t i = shards_.shard_states[e].cursor;
-      const uint64_t target = shards_.targets[c.row * n + e];
-      if (target == format::kNoState) continue;
-      trie_.State(child, i) = target;
-      trie_.StateCount(child, i) = shards_.target_counts[c.row * n + e];
-      trie_.StateLen(child, i) = lstar + 1;
-      if (trie_.StateCount(child, i) > 1 && !LookupsSpent()) src_[i].view().PrefetchEdgeRange(target);
-    }
-    OfferStatic(child, c.count, offers);
-  }
+  return lstar;
 }
 
-// OfferBackoff for one index and nothing else (one_index_), where the node
-// has a state (it backs off): u* is its suffix link's state, and the children
-// are that state's top children, without the shard rows (the same offers, in
-// the same order).
-void CalibratedPolicy::BackoffOne(int32_t node) {
-  if (LookupsSpent()) return;
-  const CandidateTrie::IndexState s = trie_.states[node];
-  const format::IndexView& view = src_[0].view();
-  if (const uint32_t lr = records_ != nullptr ? LinkRecordOf(s) : StaticIndex::kNoRecord;
-      lr != StaticIndex::kNoRecord) {
-    // The suffix link's record: its length, count and children in one
-    // place (a clone's: the root has no record), the same as below.
-    const StaticIndex::RecordHead head = records_->Head(lr);
-    const uint64_t lstar = head.len, total = head.count;
-    if (lstar == 0 || total == 0) return;
-    --lookups_left_;
-    if (lstar >= s.len) return;  // corrupt: a link must shorten the match
-    const StaticOffers offers = StaticOffersFor(total, lstar, true, 0);
-    const StaticIndex::RecordEntry* e = records_->Entries(lr);
-    const uint32_t k = std::min<uint32_t>(head.size(), static_cast<uint32_t>(sel_.max_width));
-    const int32_t first = trie_.nodes[node].first_child;  // the children it may share
-    for (uint32_t j = 0; j < k; ++j) {
-      const int32_t child = trie_.ChildAmong(node, first, e[j].token);
-      CandidateTrie::IndexState& cs = trie_.states[child];
-      if (cs.state != format::kNoState) continue;  // s's child too
-      cs = CandidateTrie::IndexState{e[j].target, e[j].count, static_cast<uint32_t>(lstar + 1),
-                                     e[j].record, lr, j};
-      if (e[j].count > 1 && !LookupsSpent()) records_->PrefetchRecordAt(e[j].record);
-      OfferStatic(child, e[j].count, offers);
-    }
-    return;
-  }
-  const uint64_t w = view.Link(s.state);  // kRoot when none: never kNoState
-  const uint64_t lstar = view.Len(w);
-  if (lstar == 0) return;  // the empty context (the root)
-  const uint64_t total = view.Count(w);
-  if (total == 0) return;
+// The backoff children of `node` (one index with child records) from its
+// suffix link's record: its length, count and children in one place (a
+// clone's: the root has no record).
+void CalibratedPolicy::BackoffFromRecord(int32_t node, const CandidateTrie::IndexState& s,
+                                         uint32_t lr) {
+  const StaticIndex::RecordHead head = records_->Head(lr);
+  const uint64_t lstar = head.len, total = head.count;
+  if (lstar == 0 || total == 0) return;
   --lookups_left_;
   if (lstar >= s.len) return;  // corrupt: a link must shorten the match
   const StaticOffers offers = StaticOffersFor(total, lstar, true, 0);
-  const int32_t first = trie_.nodes[node].first_child;
-  for (const StaticIndex::Child& c : TopChildren(0, w, total)) {
-    const int32_t child = trie_.ChildAmong(node, first, c.token);
+  const StaticIndex::RecordEntry* e = records_->Entries(lr);
+  const uint32_t k = std::min<uint32_t>(head.size(), static_cast<uint32_t>(sel_.max_width));
+  const int32_t first = trie_.nodes[node].first_child;  // the children it may share
+  for (uint32_t j = 0; j < k; ++j) {
+    const int32_t child = trie_.ChildAmong(node, first, e[j].token);
     CandidateTrie::IndexState& cs = trie_.states[child];
     if (cs.state != format::kNoState) continue;  // s's child too
-    cs = CandidateTrie::IndexState{c.target, c.count, static_cast<uint32_t>(lstar + 1)};
-    if (c.count > 1 && !LookupsSpent()) view.PrefetchEdgeRange(c.target);
-    OfferStatic(child, c.count, offers);
+    cs = CandidateTrie::IndexState{e[j].target, e[j].count, static_cast<uint32_t>(lstar + 1),
+                                   e[j].record, lr, j};
+    if (e[j].count > 1 && !LookupsSpent()) records_->PrefetchRecordAt(e[j].record);
+    OfferStatic(child, e[j].count, offers);
   }
 }
 
@@ -608,12 +611,6 @@ void CalibratedPolicy::BackOff(int32_t node) {
   if (!trie_.nodes[node].expanded) Expand(node);
   trie_.nodes[node].backed_off = true;
   if (trie_.nodes[node].depth >= kMaxStaticDepth) return;
-  if (one_index_) {
-    const CandidateTrie::IndexState& s = trie_.states[node];
-    if (s.state != format::kNoState && s.count > 0 && s.count < sel_.backoff_count)
-      BackoffOne(node);
-    return;
-  }
   for (size_t u = 0; u < num_units_; ++u)
     if (UnitBacksOff(node, u)) OfferBackoff(node, u);
 }
@@ -621,11 +618,6 @@ void CalibratedPolicy::BackOff(int32_t node) {
 // Whether the backoff children of `parent` may offer `child` (give it a
 // state and a cell): it lacks a state in a unit where `parent` backs off.
 bool CalibratedPolicy::BackoffReaches(int32_t parent, int32_t child) const {
-  if (one_index_) {
-    const CandidateTrie::IndexState& s = trie_.states[parent];
-    return s.state != format::kNoState && s.count > 0 && s.count < sel_.backoff_count &&
-           trie_.states[child].state == format::kNoState;
-  }
   for (size_t u = 0; u < num_units_; ++u) {
     if (UnitBacksOff(parent, u) && !UnitHasState(child, u)) return true;
   }
@@ -635,23 +627,24 @@ bool CalibratedPolicy::BackoffReaches(int32_t parent, int32_t child) const {
 // ---- The best-first ranking.
 
 // Upper bounds on the estimate of any static child of `node` and of any of
-// its backoff children (0: none), in one pass over the units.
+// its backoff children (0: none), in one pass over the units. Past
+// max_static_lookups a unit whose state branches offers no children, unless
+// its subtree entries hold them (free).
 CalibratedPolicy::Bounds CalibratedPolicy::BoundsOf(int32_t node) const {
   Bounds b;
   if (trie_.nodes[node].depth >= kMaxStaticDepth) return b;
   const bool spent = LookupsSpent();
-  if (one_index_) {  // the loop below over one unit of one index
+  if (src_.size() == 1) {
+    // The loop below over one unit of one source, unrolled: it runs for every
+    // ranked node, and the loop cost the usual deployment about 470
+    // instructions a step (3%).
     const CandidateTrie::IndexState& s = trie_.states[node];
     if (s.state == format::kNoState || s.count == 0) return b;
     b.max_count = s.count;
-    // Both bounds read, then selected: whether lookups are spent, and the
-    // count, are data (early returns on them mispredicted about five
-    // times a step in callgrind's branch simulation).
     const double static_bound = calibrator_.StaticBound(s.count, s.len, 0);
     const double backoff_bound = calibrator_.BackoffBound(s.len, 0);
-    const bool free_children = subtrees_ && spent && s.count > 1 &&
-                               s.sub != StaticIndex::kNoRecord && SubtreeChildren(s);
-    b.static_children = spent && s.count > 1 && !free_children ? 0.0 : static_bound;
+    const bool no_lookup = spent && s.count > 1 && !FreeChildren(node);
+    b.static_children = no_lookup ? 0.0 : static_bound;
     b.backoff_children = !spent && s.count < sel_.backoff_count ? backoff_bound : 0.0;
     return b;
   }
@@ -660,14 +653,26 @@ CalibratedPolicy::Bounds CalibratedPolicy::BoundsOf(int32_t node) const {
     const uint64_t total = UnitCount(node, u, &len);
     if (total == 0) continue;
     b.max_count = std::max(b.max_count, total);
-    if (spent && total > 1) continue;
-    b.static_children =
-        std::max(b.static_children, calibrator_.StaticBound(total, len, FamilyOf(u)));
-    if (!spent && total < sel_.backoff_count)
-      b.backoff_children =
-          std::max(b.backoff_children, calibrator_.BackoffBound(len, FamilyOf(u)));
+    // Both bounds read, then selected: whether lookups are spent, and the
+    // count, are data (early exits on them mispredicted about five times a
+    // step in callgrind's branch simulation).
+    const size_t family = FamilyOf(u);
+    const double static_bound = calibrator_.StaticBound(total, len, family);
+    const double backoff_bound = calibrator_.BackoffBound(len, family);
+    const bool no_lookup = spent && total > 1 && !FreeChildren(node);
+    b.static_children = std::max(b.static_children, no_lookup ? 0.0 : static_bound);
+    b.backoff_children =
+        std::max(b.backoff_children, !spent && total < sel_.backoff_count ? backoff_bound : 0.0);
   }
   return b;
+}
+
+// Whether `node`'s children are among the subtree entries of the record that
+// offered it (subtrees_: one index).
+__attribute__((always_inline)) inline bool CalibratedPolicy::FreeChildren(int32_t node) const {
+  if (!subtrees_) return false;
+  const CandidateTrie::IndexState& s = trie_.states[node];
+  return s.sub != StaticIndex::kNoRecord && SubtreeChildren(s);
 }
 
 // Queues the node's expansion (of its static children, or of its backoff

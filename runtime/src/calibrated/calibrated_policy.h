@@ -28,9 +28,11 @@
 // that many in a step, which bounds the step's cache misses.
 //
 // Static sources are grouped into units: a shard set is one unit (one index
-// over the union of its documents), an index of its own another. One index
-// and nothing else, the usual deployment, is expanded without the unit and
-// shard loops (ExpandOne, BackoffOne: the same offers, in the same order).
+// over the union of its documents), an index of its own another. One code
+// path serves one index and many: a unit whose node state is in one source
+// expands from it (ExpandSource), with its child records when the session
+// has one index and nothing else (records_); in several shards, from their
+// children summed (ShardChildren).
 #ifndef SAM_RUNTIME_SRC_CALIBRATED_CALIBRATED_POLICY_H_
 #define SAM_RUNTIME_SRC_CALIBRATED_CALIBRATED_POLICY_H_
 
@@ -127,16 +129,19 @@ class CalibratedPolicy : public internal::DraftPolicy {
   bool SubtreeChildren(const CandidateTrie::IndexState& s) const;
   bool OfferSubtree(int32_t node, const CandidateTrie::IndexState& s);
 
-  // Expansions: a node's static children, then its backoff children.
+  // Expansions: a node's static children, then its backoff children, unit
+  // by unit.
   void Expand(int32_t node);
-  void ExpandOne(int32_t node);
-  void ExpandOneFromRecord(int32_t node, const CandidateTrie::IndexState& s, uint32_t r,
-                           const StaticOffers& offers);
   void ExpandUnit(int32_t node, size_t u);
+  void ExpandSource(int32_t node, size_t i, size_t u);
+  void ExpandFromRecord(int32_t node, const CandidateTrie::IndexState& s, uint32_t r,
+                        const StaticOffers& offers);
   void BackOff(int32_t node);
-  void BackoffOne(int32_t node);
   void OfferBackoff(int32_t node, size_t u);
+  uint64_t ShorterContext(int32_t node, size_t u);
+  void BackoffFromRecord(int32_t node, const CandidateTrie::IndexState& s, uint32_t lr);
   bool BackoffReaches(int32_t parent, int32_t child) const;
+  bool FreeChildren(int32_t node) const;
   uint64_t UnitCount(int32_t node, size_t u, uint64_t* len) const;
   bool UnitHasState(int32_t node, size_t u) const;
   bool UnitBacksOff(int32_t node, size_t u) const;
@@ -176,9 +181,9 @@ class CalibratedPolicy : public internal::DraftPolicy {
   // still allowed in this step (SIZE_MAX: no limit, never spent).
   size_t lookups_left_ = 0;
   // Child records followed from record to record (one index with records
-  // usable at this width; else null), and its subtree entries.
+  // usable at this width; else null), and its subtree entries: what one
+  // index and many differ by.
   const StaticIndex* records_ = nullptr;
-  bool one_index_ = false;
   bool subtrees_ = false;
 #ifdef SAM_PHASE_TIMING
   size_t phase_nodes_ = 2;  // the ranking's phase ends when this many nodes rank
