@@ -2073,12 +2073,14 @@ void Session::ProposeCalibrated(uint32_t start_token, DynamicSam::Match dyn, siz
   // (Appended, not resized and then written: the vectors keep their
   // capacity, and a resize would first fill the new elements with zeros.)
   node_cells_.assign(1, std::array<int, 4>{-1, -1, -1, -1});
+  tree->accept_estimates.assign(1, 1.0f);
   uint8_t sources = 0;
   for (size_t r = 1; r <= keep; ++r) {
     const MergedNode& n = m.nodes[m.ranked[r]];
     tree->tokens.push_back(n.token);
     tree->parents.push_back(m.nodes[n.parent].rank);
     tree->depths.push_back(n.depth);
+    tree->accept_estimates.push_back(static_cast<float>(n.prob));
     node_cells_.push_back(n.cells);
     sources |= n.sources;
   }
