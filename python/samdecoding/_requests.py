@@ -31,10 +31,12 @@ def as_ids(context):
     return array
 
 
-def first_child_chain(draft, limit):
-    """The draft's first-child chain (node 1, its first child, and so on),
-    at most `limit` tokens: the linear draft a chain-verifying engine gets.
-    For linear drafts (the paper rule `sam`) this is the whole draft."""
+def chain_of(draft, limit):
+    """The chain a chain-verifying engine (vLLM, HF assisted generation) gets
+    from `draft`: its first-child chain (node 1, its first child, and so on),
+    at most `limit` tokens. For linear drafts (the paper rule `sam`) this is
+    the whole draft. Every adapter that hands over one sequence per request
+    shapes it here, and only here."""
     tokens, parents = draft.tokens, draft.parents
     chain, node = [], 0
     for i in range(1, len(tokens)):
@@ -113,13 +115,24 @@ def response_cache(cache):
 
 
 class RequestDrafter:
-    """One request's session and how much of its context it has taken in."""
+    """One request's session and how much of its context it has taken in.
 
-    __slots__ = ("session", "taken", "_seen", "last_draft")
+    `offered` is what the engine was handed at the last step (the ids it
+    will verify: a chain, or a tree's nodes but the root) and `source` that
+    draft's source; at the next step the ids committed before the new start
+    tell how many of them the engine accepted (AdapterMetrics)."""
 
-    def __init__(self, session, context, keep_text=True):
+    __slots__ = ("session", "taken", "_seen", "last_draft", "serial", "offered", "source",
+                 "tree_parents", "metrics")
+
+    def __init__(self, session, context, keep_text=True, serial=0, metrics=None):
         context = as_ids(context)
         self.session = session
+        self.serial = serial
+        self.metrics = metrics
+        self.offered = None
+        self.source = None
+        self.tree_parents = None
         session.prefill(context[:-1])
         self.taken = len(context) - 1
         # The ids taken in, to recognise the request by its text (engines that
@@ -133,30 +146,37 @@ class RequestDrafter:
         m = self.taken
         return len(context) > m and np.array_equal(context[:m], self._seen[:m])
 
-    def propose(self, context):
-        """Commits what joined the context since the last step and proposes
-        from its last token."""
+    def advance(self, context):
+        """Commits what joined the context since the last step; returns the
+        start of the next draft (the context's last id)."""
         context = as_ids(context)
         n = len(context)
         if n < self.taken + 1:
             raise Error("a request's context shrank from %d to %d tokens" % (self.taken + 1, n))
         if n - 1 > self.taken:
-            new = context[self.taken:n - 1]
-            self.session.commit(new)
-            if self._seen is not None:
-                self._append(new)
-            self.taken = n - 1
-        self.last_draft = self.session.propose(int(context[n - 1]))
+            self._take(context[self.taken:n - 1])
+        return int(context[n - 1])
+
+    def propose(self, context):
+        """Commits what joined the context since the last step and proposes
+        from its last token."""
+        start = self.advance(context)
+        self.last_draft = self.session.propose(start)
         return self.last_draft
+
+    def _take(self, new):
+        if self.metrics is not None:
+            self.metrics.verified(self, new)
+        self.session.commit(new)
+        if self._seen is not None:
+            self._append(as_ids(new))
+        self.taken += len(new)
 
     def propose_tail(self, pending, start):
         """propose() for engines that hand over only what is new: `pending`
         are context[taken:n-1], `start` is context[n-1]."""
         if len(pending):
-            self.session.commit(pending)
-            if self._seen is not None:
-                self._append(as_ids(pending))
-            self.taken += len(pending)
+            self._take(pending)
         self.last_draft = self.session.propose(int(start))
         return self.last_draft
 
@@ -167,3 +187,77 @@ class RequestDrafter:
             grown[:m] = self._seen[:m]
             self._seen = grown
         self._seen[m:m + k] = new
+
+
+class AdapterMetrics:
+    """Drafted and accepted ids per draft source, per request and in total,
+    as an engine adapter sees them: `drafted` counts the ids handed to the
+    engine (a chain's ids, a tree's nodes but the root), `accepted` those the
+    engine verified (known at the request's next step), `steps` the steps
+    that drafted from that source. MAT = (accepted + steps) / steps: tokens
+    a verification step yields, the bonus token included.
+
+    as_dict() is a plain dict: {"total": {source: {...}}, "requests":
+    {request: {source: {...}}}, "finished_requests": n}; "total" includes
+    the requests that left."""
+
+    def __init__(self):
+        self._total = {}
+        self._requests = {}
+        self.finished_requests = 0
+
+    def offer(self, drafter, source, offered, parents=None):
+        """Records what request `drafter` was handed this step (`parents`:
+        the tree's parent array, None for a chain)."""
+        drafter.offered = offered
+        drafter.source = source
+        drafter.tree_parents = parents
+
+    def verified(self, drafter, committed):
+        """The request's next step committed `committed` (the last start and
+        the accepted ids): counts the step of its last offer."""
+        offered = drafter.offered
+        if offered is None:
+            return
+        drafter.offered = None
+        accepted = _accepted(offered, drafter.tree_parents, committed)
+        for table in (self._total, self._requests.setdefault(drafter.serial, {})):
+            row = table.setdefault(drafter.source, [0, 0, 0])
+            row[0] += 1
+            row[1] += len(offered)
+            row[2] += accepted
+
+    def finished(self, drafter):
+        """The request left: its row of `requests` goes (total keeps it)."""
+        self._requests.pop(drafter.serial, None)
+        self.finished_requests += 1
+
+    def as_dict(self):
+        return {"total": _rows(self._total),
+                "requests": {key: _rows(value) for key, value in self._requests.items()},
+                "finished_requests": self.finished_requests}
+
+
+def _accepted(offered, parents, committed):
+    """How many of the offered ids the committed ids (the start, then the
+    accepted ones) follow: the chain's matching prefix, or in a tree (offered
+    = nodes 1.., parents[i] the parent of node i, the root 0) the path."""
+    if parents is None:
+        k = 0
+        while k < len(offered) and k + 1 < len(committed) and offered[k] == committed[k + 1]:
+            k += 1
+        return k
+    node, k = 0, 0
+    for token in committed[1:]:
+        child = next((i for i in range(1, len(parents))
+                      if parents[i] == node and offered[i - 1] == token), None)
+        if child is None:
+            break
+        node, k = child, k + 1
+    return k
+
+
+def _rows(table):
+    return {source: {"steps": steps, "drafted": drafted, "accepted": accepted,
+                     "mat": (accepted + steps) / steps if steps else 0.0}
+            for source, (steps, drafted, accepted) in table.items()}
