@@ -37,13 +37,13 @@ def chain_of(draft, limit):
     at most `limit` tokens. For linear drafts (the paper rule `sam`) this is
     the whole draft. Every adapter that hands over one sequence per request
     shapes it here, and only here."""
-    tokens, parents = draft.tokens, draft.parents
+    tokens, parents = draft.tokens.tolist(), draft.parents.tolist()
     chain, node = [], 0
     for i in range(1, len(tokens)):
         if len(chain) >= limit:
             break
         if parents[i] == node:
-            chain.append(int(tokens[i]))
+            chain.append(tokens[i])
             node = i
     return chain
 
@@ -137,7 +137,7 @@ class RequestDrafter:
         self.taken = len(context) - 1
         # The ids taken in, to recognise the request by its text (engines that
         # do not name requests: vLLM's proposer interface, HF).
-        self._seen = np.array(context[:-1], dtype=np.int64) if keep_text else None
+        self._seen = np.array(context[:-1]) if keep_text else None
         self.last_draft = None
 
     def continues(self, context):
@@ -145,6 +145,17 @@ class RequestDrafter:
         taken in and has at least one more (the next start token)."""
         m = self.taken
         return len(context) > m and np.array_equal(context[:m], self._seen[:m])
+
+    def likely_continues(self, context):
+        """continues() on the first and last ids taken in only (at most 64
+        of each): for the session that drafted for this row at the last
+        step, where the full comparison would cost O(context) a step."""
+        m = self.taken
+        if len(context) <= m:
+            return False
+        w = min(m, 64)
+        return (np.array_equal(context[m - w:m], self._seen[m - w:m]) and
+                np.array_equal(context[:w], self._seen[:w]))
 
     def advance(self, context):
         """Commits what joined the context since the last step; returns the
@@ -183,7 +194,7 @@ class RequestDrafter:
     def _append(self, new):
         m, k = self.taken, len(new)
         if m + k > len(self._seen):
-            grown = np.empty(max(2 * len(self._seen), m + k, 64), dtype=np.int64)
+            grown = np.empty(max(2 * len(self._seen), m + k, 64), dtype=self._seen.dtype)
             grown[:m] = self._seen[:m]
             self._seen = grown
         self._seen[m:m + k] = new
@@ -220,7 +231,8 @@ class AdapterMetrics:
         if offered is None:
             return
         drafter.offered = None
-        accepted = _accepted(offered, drafter.tree_parents, committed)
+        accepted = _accepted(offered, drafter.tree_parents,
+                             committed.tolist() if hasattr(committed, "tolist") else committed)
         for table in (self._total, self._requests.setdefault(drafter.serial, {})):
             row = table.setdefault(drafter.source, [0, 0, 0])
             row[0] += 1

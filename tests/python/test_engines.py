@@ -11,6 +11,7 @@ Run by CTest like test_samdecoding.py (SAM_PYTHON_FIXTURE).
 """
 import json
 import os
+import sys
 import types
 import unittest
 
@@ -406,115 +407,145 @@ class VllmCustomProposerTest(unittest.TestCase):
             self.proposer_class()(None)
 
 
-class FakeNgramWorker:
-    """The part of SGLang's NGRAMWorker that SamWorker builds on: the
-    constructor sets draft_token_num (and makes its own cache)."""
-
-    def __init__(self, draft_token_num):
-        self.draft_token_num = draft_token_num
-        self.ngram_cache = object()
+FAKE_SGLANG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_sglang")
 
 
-def parents_from_mask(mask):
-    """Each node's parent from an ancestor mask: its deepest strict ancestor."""
-    depth = mask.sum(axis=1)
-    parents = []
-    for i in range(mask.shape[0]):
-        ancestors = [j for j in range(mask.shape[0]) if mask[i, j] and j != i]
-        parents.append(max(ancestors, key=lambda j: depth[j]) if ancestors else -1)
-    return parents
+def installed_plugin():
+    """The samdecoding `sglang.plugins` entry point of the installed
+    distribution, or None (a build tree on PYTHONPATH has none)."""
+    from importlib.metadata import entry_points
+
+    return next((ep for ep in entry_points(group="sglang.plugins")
+                 if ep.value == "samdecoding.sglang:register"), None)
 
 
-class SglangNgramTest(unittest.TestCase):
-    """SGLang: NGRAMWorker._prepare_draft_tokens(batch) gets (drafts, mask)
-    for the decoding requests, verifies the trees, appends the accepted ids
-    and the bonus id to each request's output_ids; requests join and finish."""
+class SglangPluginTest(unittest.TestCase):
+    """SGLang as merged: the plugin is loaded through the installed
+    distribution's entry points inside a scheduler process started with the
+    "spawn" method, registers SAM (is_ngram() true), and its SamWorker (today's
+    NGRAMWorker, overlap scheduling or not) drafts each request's tree from its
+    id and whole token list; tests/python/fake_sglang mirrors the SGLang
+    modules involved (cited there). Every tree must equal the C++ session's."""
 
-    BATCH = 3
+    def setUp(self):
+        if FAKE_SGLANG not in sys.path:
+            sys.path.insert(0, FAKE_SGLANG)  # spawned children inherit sys.path
 
-    def run_engine(self, worker, policy):
-        ref = ENG["tree"][policy]
-        waiting = list(range(len(REQUESTS)))
-        running, steps = [], {}
-        while waiting or running:
-            while len(running) < self.BATCH and waiting:
-                r = waiting.pop(0)
-                # Prefill (an EXTEND batch, no drafting) sampled the first token.
-                running.append(types.SimpleNamespace(rid="rid-%d" % r, r=r,
-                                                     origin_input_ids=REQUESTS[r]["prompt"],
-                                                     output_ids=[REQUESTS[r]["generation"][0]]))
-                steps[r] = 0
-            batch = types.SimpleNamespace(reqs=running)
-            drafts, mask = worker._prepare_draft_tokens(batch)
-            self.assertEqual(drafts.dtype, np.int64)
-            self.assertEqual(drafts.shape, (len(running) * D,))
-            self.assertEqual(mask.shape, (len(running) * D * D,))
-            drafts = drafts.reshape(len(running), D)
-            mask = mask.reshape(len(running), D, D)
-            still = []
-            for b, req in enumerate(running):
-                r, gen = req.r, REQUESTS[req.r]["generation"]
-                expected = ref[r][steps[r]]
-                n = len(expected["tokens"])
-                where = "%s request %d step %d" % (policy, r, steps[r])
-                self.assertEqual(drafts[b, :n].tolist(), expected["tokens"], where)
-                parents = parents_from_mask(mask[b])
-                self.assertEqual(parents[:n], expected["parents"], where)
-                # Padding: leaves under the root with token 0.
-                self.assertTrue(all(p == 0 for p in parents[n:]), where)
-                self.assertTrue((drafts[b, n:] == 0).all(), where)
-                # Verify the tree (from the mask): the longest path the model follows.
-                pos, node, accepted = len(req.output_ids), 0, []
-                while pos + len(accepted) < len(gen):
-                    want = gen[pos + len(accepted)]
-                    child = next((j for j in range(1, n) if parents[j] == node and
-                                  drafts[b, j] == want), None)
-                    if child is None:
-                        break
-                    accepted.append(want)
-                    node = child
-                self.assertEqual(len(accepted), expected["accepted"], where)
-                end = pos + len(accepted) + 1
-                req.output_ids = req.output_ids + gen[pos:end]
-                steps[r] += 1
-                if len(req.output_ids) < len(gen):
-                    still.append(req)
+    def server_args(self, algorithm, overlap):
+        return types.SimpleNamespace(
+            speculative_algorithm=algorithm, disable_overlap_schedule=not overlap,
+            speculative_num_draft_tokens=D, speculative_ngram_max_trie_depth=18,
+            speculative_ngram_min_bfs_breadth=1, speculative_ngram_max_bfs_breadth=10,
+            speculative_ngram_match_type="BFS", speculative_ngram_capacity=1000000)
+
+    def spawn(self, server_args, environ):
+        """run_scheduler_process in a process started with "spawn"; returns
+        what it sends, or None if it died."""
+        import multiprocessing
+
+        from sglang.srt.managers.scheduler import run_scheduler_process
+
+        saved = {key: os.environ.get(key) for key in environ}
+        os.environ.update(environ)
+        try:
+            context = multiprocessing.get_context("spawn")
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(target=run_scheduler_process,
+                                      args=(server_args, REQUESTS, 3, sender))
+            process.start()
+            sender.close()
+            try:
+                result = receiver.recv() if receiver.poll(300) else None
+            except EOFError:
+                result = None
+            process.join(60)
+            return result
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
                 else:
-                    self.assertEqual(steps[r], len(ref[r]), "request %d: every step" % r)
-            running = still
+                    os.environ[key] = value
+
+    def check_trees(self, result, policy):
+        ref = ENG["tree"][policy]
+        steps = {}
+        for entry in result["log"]:
+            r = int(entry["rid"].split("-")[1])
+            gen = REQUESTS[r]["generation"]
+            if entry["pos"] >= len(gen):
+                continue  # the round a finished request runs in overlap mode
+            step = steps.get(r, 0)
+            expected = ref[r][step]
+            n = len(expected["tokens"])
+            where = "%s request %d step %d" % (policy, r, step)
+            self.assertEqual(entry["tokens"][:n], expected["tokens"], where)
+            self.assertEqual(entry["parents"][:n], expected["parents"], where)
+            self.assertTrue(all(t == 0 for t in entry["tokens"][n:]), where)  # padding
+            self.assertTrue(all(p == 0 for p in entry["parents"][n:]), where)
+            self.assertEqual(entry["accepted"], expected["accepted"], where)
+            steps[r] = step + 1
         for r in range(len(REQUESTS)):
-            self.assertEqual(steps[r], len(ref[r]))
+            self.assertEqual(steps.get(r, 0), len(ref[r]), "request %d: every step" % r)
 
-    def test_drafts_equal_the_cpp_sessions(self):
+    def test_plugin_in_a_spawned_scheduler(self):
+        if installed_plugin() is None:
+            if os.environ.get("SAM_REQUIRE_INSTALLED"):
+                self.fail("samdecoding's sglang.plugins entry point is not installed")
+            self.skipTest("samdecoding is not installed as a distribution here (the "
+                          "python_pip_install test runs this against the installed one)")
+        environ = {"SAM_INDEX": INDEX, "SAM_POLICY": "sam", "SGLANG_PLUGINS": "samdecoding"}
+        for overlap in (True, False):
+            with self.subTest(overlap=overlap):
+                result = self.spawn(self.server_args("SAM", overlap), environ)
+                self.assertIsNotNone(result, "the scheduler process failed")
+                self.assertEqual(result["class"], "SamWorker")
+                self.assertTrue(result["is_ngram"])
+                self.check_trees(result, "sam")
+                # Requests that left the batch were erased (erase_match_state);
+                # the last batch's stay until the next decode round.
+                self.assertEqual(result["live_sessions"], len(result["last_batch"]))
+                self.assertEqual(result["metrics"]["finished_requests"],
+                                 len(REQUESTS) - len(result["last_batch"]))
+                total = result["metrics"]["total"]
+                self.assertGreater(sum(v["accepted"] for v in total.values()), 0)
+        # SGLANG_PLUGINS names the plugins allowed: without samdecoding, SAM
+        # is unknown and the scheduler fails.
+        environ["SGLANG_PLUGINS"] = "another"
+        self.assertIsNone(self.spawn(self.server_args("SAM", True), environ))
+
+    def test_worker_in_process(self):
+        """SamWorker over the NGRAMWorker, both policies (sam-cal with a fresh
+        session per request, as the C++ reference), overlap or not."""
+        from sglang.srt.managers.scheduler import run_scheduler_process
+        from sglang.srt.speculative.ngram_worker import NGRAMWorker
+
+        class Pipe:
+            def send(self, value):
+                self.value = value
+
+            def close(self):
+                pass
+
         for policy in POLICIES:
-            with self.subTest(policy=policy):
-                worker_class = sd.sglang.worker_class(FakeNgramWorker, index=INDEX, policy=policy,
-                                                      reuse_sessions=(policy == "sam"))
-                worker = worker_class(D)
-                self.assertIsInstance(worker.ngram_cache, sd.sglang.SamNgramCache)
-                self.run_engine(worker, policy)
-                worker._prepare_draft_tokens(types.SimpleNamespace(reqs=[]))
-                self.assertEqual(worker.ngram_cache.num_requests, 0)
+            for overlap in (True, False):
+                with self.subTest(policy=policy, overlap=overlap):
+                    worker = sd.sglang.worker_class(NGRAMWorker, index=INDEX, policy=policy,
+                                                    reuse_sessions=(policy == "sam"))
+                    pipe = Pipe()
+                    run_scheduler_process(self.server_args("NGRAM", overlap), REQUESTS, 3, pipe,
+                                          worker_class=worker)
+                    self.check_trees(pipe.value, policy)
 
-    def test_stock_worker_windows(self):
-        cache = sd.sglang.SamNgramCache(draft_token_num=D, index=INDEX, min_bfs_breadth=1,
-                                        max_bfs_breadth=10, capacity=1000, branch_length=18,
-                                        min_match_window_size=1, max_match_window_size=12)
-        index = sd.Index.open(INDEX)
-        windows = [REQUESTS[r]["prompt"][-12:] for r in range(3)]
-        drafts, mask = cache.batch_get(windows)
-        drafts, mask = drafts.reshape(3, D), mask.reshape(3, D, D)
-        for b, window in enumerate(windows):
-            session = sd.Session(policy="sam", draft_size=D)
-            session.attach(index)
-            session.prefill(window[:-1])
-            draft = session.propose(window[-1])
-            n = len(draft)
-            self.assertEqual(drafts[b, :n].tolist(), draft.tokens.tolist())
-            self.assertEqual(parents_from_mask(mask[b])[:n], draft.parents.tolist())
-        cache.batch_put(windows)
-        cache.synchronize()
-        cache.reset()
+    def test_tail(self):
+        parts = ([1, 2, 3], [4, 5], [6])
+        for taken in range(6):
+            pending, start = sd.sglang._tail(parts, taken)
+            self.assertEqual(pending, [1, 2, 3, 4, 5][taken:])
+            self.assertEqual(start, 6)
+        self.assertEqual(sd.sglang._tail(([1, 2], [], []), 0), ([1], 2))
+        with self.assertRaises(ValueError):
+            sd.sglang._tail(([1], [], []), 1)
 
 
 class HfCandidateGeneratorTest(unittest.TestCase):
