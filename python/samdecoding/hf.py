@@ -123,23 +123,26 @@ class SamCandidateGenerator(_Base):
 
 
 def generate(model, inputs, index, *, policy="sam", num_output_tokens=10, tokenizer=None,
-             session_options=None, **generate_kwargs):
+             session_options=None, candidate_generator=None, **generate_kwargs):
     """model.generate(inputs, **generate_kwargs) with SAM-Decoding drafts
-    (greedy or sampling: exact either way). Returns what generate returns."""
-    generator = SamCandidateGenerator(index, num_output_tokens=num_output_tokens,
-                                      policy=policy, tokenizer=tokenizer,
-                                      **(session_options or {}))
+    (greedy or sampling: exact either way). Returns what generate returns.
+    candidate_generator: a SamCandidateGenerator to draft with (to read its
+    metrics() afterwards); index, policy, tokenizer and session_options
+    then go unused."""
+    generator = candidate_generator or SamCandidateGenerator(
+        index, num_output_tokens=num_output_tokens, policy=policy, tokenizer=tokenizer,
+        **(session_options or {}))
 
-    def candidate_generator(*args, **kwargs):
+    def hand_over(*args, **kwargs):
         config = kwargs.get("generation_config", args[0] if args else None)
         generator.max_length = getattr(config, "max_length", None)
         return generator
 
     had_own = "_get_candidate_generator" in vars(model)
     saved = vars(model).get("_get_candidate_generator")
-    model._get_candidate_generator = candidate_generator
+    model._get_candidate_generator = hand_over
     try:
-        return model.generate(inputs, prompt_lookup_num_tokens=num_output_tokens,
+        return model.generate(inputs, prompt_lookup_num_tokens=generator.num_output_tokens,
                               **generate_kwargs)
     finally:
         if had_own:
