@@ -54,7 +54,8 @@ class InputBatch:
     output) into the lowest removed row, or the next one; remove_request
     leaves a hole that condense() fills with the last rows, copying only
     their first num_tokens ids (the rest of a row keeps what was there);
-    swap_states(i1, i2) swaps two whole rows."""
+    swap_states(i1, i2) swaps two whole rows. token_ids_cpu is the numpy view
+    of token_ids_cpu_tensor, what propose_draft_token_ids hands over."""
 
     def __init__(self, max_num_reqs, max_model_len):
         if torch is not None:
@@ -246,7 +247,7 @@ class VllmCustomProposerTest(unittest.TestCase):
                 accepted += state[j]["unseen"][1]
                 state[j]["unseen"] = [0, 0]
             drafts = proposer.propose(sampled, batch.num_tokens_no_spec,
-                                      batch.token_ids_cpu_tensor, slot_mappings=None)
+                                      batch.token_ids_cpu, slot_mappings=None)
             self.assertEqual(len(drafts), batch.num_reqs)
             for row, j in enumerate(batch.req_ids):
                 st = state[j]
@@ -266,7 +267,7 @@ class VllmCustomProposerTest(unittest.TestCase):
                 st["step"] += 1
             self.assertLessEqual(proposer.num_requests, batch.num_reqs)
         self.assertEqual(batch.num_reqs, 0)
-        proposer.propose([], batch.num_tokens_no_spec, batch.token_ids_cpu_tensor)
+        proposer.propose([], batch.num_tokens_no_spec, batch.token_ids_cpu)
         self.assertEqual(proposer.num_requests, 0, "every request left: no session is held")
         return proposer, calls, skipped, drafted, accepted
 
@@ -334,7 +335,7 @@ class VllmCustomProposerTest(unittest.TestCase):
         pos, accepted, sampled = 1, 0, [gen[0]]
         while pos < len(gen):
             draft = proposer.propose([sampled], batch.num_tokens_no_spec,
-                                     batch.token_ids_cpu_tensor)[0]
+                                     batch.token_ids_cpu)[0]
             k = accepted_prefix(draft, gen, pos)
             sampled = gen[pos:pos + k + 1]
             batch.append_sampled(0, sampled)
@@ -342,7 +343,7 @@ class VllmCustomProposerTest(unittest.TestCase):
             accepted += k
         batch.remove_request("r")
         batch.condense()
-        proposer.propose([], batch.num_tokens_no_spec, batch.token_ids_cpu_tensor)  # it left
+        proposer.propose([], batch.num_tokens_no_spec, batch.token_ids_cpu)  # it left
         return accepted
 
     def test_response_cache(self):
