@@ -263,6 +263,17 @@ def register():
         def has_draft_kv(self):
             return False
 
+        def handle_server_args(self, server_args):
+            # The settings SGLang's server_args gives NGRAM (a draft budget
+            # when none is given; the tree width as EAGLE's top-k; no mixed
+            # chunked prefill), which the NGRAM worker and verifier read.
+            if getattr(server_args, "speculative_num_draft_tokens", None) is None:
+                server_args.speculative_num_draft_tokens = 16
+            if getattr(server_args, "speculative_eagle_topk", None) is None:
+                server_args.speculative_eagle_topk = getattr(
+                    server_args, "speculative_ngram_max_bfs_breadth", None)
+            server_args.enable_mixed_chunk = False
+
     SpeculativeAlgorithm.register(ALGORITHM, supports_overlap=True, spec_class=SamSpecAlgo)(
         lambda server_args: worker_class())
     logger.info("samdecoding registered the speculative algorithm %s", ALGORITHM)

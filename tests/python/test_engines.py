@@ -538,6 +538,28 @@ class SglangPluginTest(unittest.TestCase):
                                           worker_class=worker)
                     self.check_trees(pipe.value, policy)
 
+    def test_register(self):
+        """register() (in this process): SAM resolves to an NGRAM-like
+        algorithm whose worker is a SamWorker over NGRAMWorker; a second call
+        is a no-op; NGRAM's server settings are filled in."""
+        from sglang.srt.speculative.ngram_worker import NGRAMWorker
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        sd.sglang.register()
+        sd.sglang.register()
+        spec = SpeculativeAlgorithm.from_string("sam")
+        self.assertTrue(spec.is_ngram())
+        self.assertFalse(spec.has_draft_kv())
+        args = types.SimpleNamespace(speculative_num_draft_tokens=None, speculative_eagle_topk=None,
+                                     speculative_ngram_max_bfs_breadth=10, enable_mixed_chunk=True,
+                                     disable_overlap_schedule=False)
+        spec.handle_server_args(args)
+        self.assertEqual((args.speculative_num_draft_tokens, args.speculative_eagle_topk,
+                          args.enable_mixed_chunk), (16, 10, False))
+        worker = spec.create_worker(args)  # overlap scheduling is supported
+        self.assertTrue(issubclass(worker, NGRAMWorker))
+        self.assertEqual(worker.__name__, "SamWorker")
+
     def test_tail(self):
         parts = ([1, 2, 3], [4, 5], [6])
         for taken in range(6):
