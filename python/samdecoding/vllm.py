@@ -214,7 +214,8 @@ def _find(drafters, row, context, before):
         return drafters.pop(row)
     best_key, best = None, None
     for key, drafter in drafters.items():
-        if not drafter.continues(context):
+        # The cheap check first: other requests differ in their last ids.
+        if not drafter.likely_continues(context) or not drafter.continues(context):
             continue
         rank = (drafter.taken + 1 == before, key == row, drafter.taken)
         if best is None or rank > best:
