@@ -399,6 +399,30 @@ class VllmCustomProposerTest(unittest.TestCase):
             for key in ("SAM_INDEX", "SAM_POLICY", "SAM_OPTIONS", "SAM_THREADS"):
                 del os.environ[key]
 
+    def test_spawned_worker(self):
+        """vLLM builds the proposer in its worker processes (spawned): the
+        class from speculative_config.model, configured by the environment the
+        worker inherits, drafts there what it drafts here."""
+        import multiprocessing
+
+        config = self.vllm_config(4096)
+        environ = {"SAM_INDEX": INDEX, "SAM_POLICY": "sam-cal"}
+        os.environ.update(environ)
+        try:
+            context = multiprocessing.get_context("spawn")
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(target=_vllm_worker, args=(config, sender))
+            process.start()
+            sender.close()
+            spawned = receiver.recv() if receiver.poll(120) else None
+            process.join(60)
+            here = self.serve_alone(sd.vllm.SamProposer(config), 0)
+        finally:
+            for key in environ:
+                del os.environ[key]
+        self.assertEqual(spawned, here)
+        self.assertGreater(here, 0)
+
     def test_errors(self):
         with self.assertRaises(sd.Error):  # no index anywhere
             sd.vllm.SamProposer(self.vllm_config(4096))
@@ -406,6 +430,18 @@ class VllmCustomProposerTest(unittest.TestCase):
             self.proposer_class(session_options={"no_such_option": 1})(self.vllm_config(4096))
         with self.assertRaises(ValueError):
             self.proposer_class()(None)
+
+
+def _vllm_worker(vllm_config, pipe):
+    """A spawned vLLM worker: create_custom_proposer's import and construction
+    (vllm/v1/spec_decode/custom_class_proposer.py), then request 0 served
+    alone; sends the ids accepted from its drafts."""
+    import importlib
+
+    module, name = vllm_config.speculative_config.model.rsplit(".", 1)
+    proposer = getattr(importlib.import_module(module), name)(vllm_config)
+    pipe.send(VllmCustomProposerTest().serve_alone(proposer, 0))
+    pipe.close()
 
 
 FAKE_SGLANG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_sglang")
