@@ -430,6 +430,12 @@ class VllmCustomProposerTest(unittest.TestCase):
             self.proposer_class(session_options={"no_such_option": 1})(self.vllm_config(4096))
         with self.assertRaises(ValueError):
             self.proposer_class()(None)
+        os.environ["SAM_THREADS"] = "many"
+        try:
+            with self.assertRaisesRegex(ValueError, "SAM_THREADS"):
+                self.proposer_class()(self.vllm_config(4096))
+        finally:
+            del os.environ["SAM_THREADS"]
 
 
 def _vllm_worker(vllm_config, pipe):
