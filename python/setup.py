@@ -58,10 +58,12 @@ class BuildNative(build_ext):
         configure += shlex.split(os.environ.get("SAM_CMAKE_ARGS", ""))
         subprocess.check_call(configure)
         subprocess.check_call(["cmake", "--build", build_dir, "--target", "samdecoding_native"])
-        built = glob.glob(os.path.join(build_dir, "python", "samdecoding", "_native*"))
+        folder = os.path.join(build_dir, "python", "samdecoding")
+        built = [path for suffix in importlib.machinery.EXTENSION_SUFFIXES
+                 for path in glob.glob(os.path.join(folder, "_native" + suffix))]
         if len(built) != 1:
             raise RuntimeError("samdecoding: the CMake build left %d native modules in %s" %
-                               (len(built), os.path.join(build_dir, "python", "samdecoding")))
+                               (len(built), folder))
         return built[0]
 
 
