@@ -97,6 +97,19 @@ class SessionPool:
             self._free.append(session)
 
 
+def drafting_threads(given, who):
+    """Threads that draft an engine step's requests: `given`, else
+    SAM_THREADS, else up to 4 (never more than the machine's cores)."""
+    if given:
+        return int(given)
+    value = os.environ.get("SAM_THREADS", "")
+    if not value:
+        return min(4, os.cpu_count() or 1)
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError("%s: SAM_THREADS must be a number of threads, got %r" % (who, value))
+    return int(value)
+
+
 def response_cache(cache):
     """The response cache of an engine adapter: a ResponseCache is used as
     is; a number is a bound in MiB for a new one that compiles its tenants on
@@ -187,13 +200,12 @@ class RequestDrafter:
             self._append(as_ids(new))
         self.taken += len(new)
 
-    def propose_tail(self, pending, start):
-        """propose() for engines that hand over only what is new: `pending`
-        are context[taken:n-1], `start` is context[n-1]."""
+    def advance_tail(self, pending, start):
+        """advance() for engines that hand over only what is new: `pending`
+        are context[taken:n-1], `start` is context[n-1]; returns `start`."""
         if len(pending):
             self._take(pending)
-        self.last_draft = self.session.propose(int(start))
-        return self.last_draft
+        return int(start)
 
     def _append(self, new):
         m, k = self.taken, len(new)

@@ -9,8 +9,8 @@ scheduler processes inherit them):
         python -m sglang.launch_server --model-path ... \\
         --speculative-algorithm SAM --speculative-num-draft-tokens 16
 
-    SAM_INDEX, SAM_POLICY, SAM_TOKENIZER, SAM_OPTIONS, SAM_CACHE_MIB as for
-    samdecoding.vllm (docs/embedding.md)
+    SAM_INDEX, SAM_POLICY, SAM_TOKENIZER, SAM_OPTIONS, SAM_CACHE_MIB,
+    SAM_THREADS as for samdecoding.vllm (docs/embedding.md)
 
 SAM verifies like NGRAM: the algorithm's is_ngram() is true, so SGLang's
 tree verification (NgramVerifyInput) checks one draft tree of exactly
@@ -46,7 +46,8 @@ the same staging attributes for the stock _update_ngram_corpus), and hands
 SamCorpus every request's id and whole token list (prompt, output ids,
 spliced ids), so that each request keeps one session (its dynamic automaton
 over prompt and generation) from its first step to its last;
-erase_match_state frees it. Supported: SGLang versions with the plugin
+erase_match_state frees it. The step's requests draft in one DraftPool
+call, the GIL released. Supported: SGLang versions with the plugin
 framework, spec_registry.py and NgramCorpus.erase_match_state (SGLang's
 main branch at the commits above); the NgramCache-era worker (before
 NgramCorpus) is not supported.
@@ -63,7 +64,8 @@ import sys
 
 import numpy as np
 
-from ._requests import AdapterMetrics, RequestDrafter, SessionPool, open_index
+from ._native import DraftPool, Error
+from ._requests import AdapterMetrics, RequestDrafter, SessionPool, drafting_threads, open_index
 from ._requests import response_cache as _response_cache
 
 logger = logging.getLogger(__name__)
@@ -96,7 +98,8 @@ class SamCorpus:
     one session per request, drafting trees of draft_token_num nodes."""
 
     def __init__(self, draft_token_num, *, index=None, policy=None, tokenizer=None,
-                 reuse_sessions=True, response_cache=None, cache_tenant="", **options):
+                 reuse_sessions=True, response_cache=None, cache_tenant="", threads=None,
+                 **options):
         if draft_token_num < 1:
             raise ValueError("SamCorpus: draft_token_num must be at least 1")
         merged = json.loads(os.environ.get("SAM_OPTIONS", "{}"))
@@ -110,6 +113,7 @@ class SamCorpus:
                                  cache=_response_cache(response_cache), tenant=cache_tenant)
         self._requests = {}  # request id -> RequestDrafter
         self._metrics = AdapterMetrics()
+        self._draft_pool = DraftPool(drafting_threads(threads, "SamCorpus"))
         logger.info("SAM-Decoding drafter active (SGLang algorithm %s): index %s (%d tokens), "
                     "policy %s, %d draft tokens", ALGORITHM,
                     path if isinstance(path, str) else "given", self.index.num_tokens,
@@ -136,6 +140,7 @@ class SamCorpus:
         d = self.draft_token_num
         drafts = np.zeros((len(req_ids), d), dtype=np.int64)
         mask = np.zeros((len(req_ids), d, d), dtype=bool)
+        drafters, starts = [], []
         for r, rid in enumerate(req_ids):
             drafter = self._requests.get(rid)
             if drafter is None:
@@ -143,10 +148,18 @@ class SamCorpus:
                 drafter = RequestDrafter(self._pool.get(), context, keep_text=False,
                                          serial=rid, metrics=self._metrics)
                 self._requests[rid] = drafter
-                draft = drafter.propose(context)
+                start = drafter.advance(context)
             else:
-                draft = drafter.propose_tail(*_tail((prompts[r], outputs[r], spliced[r]),
+                start = drafter.advance_tail(*_tail((prompts[r], outputs[r], spliced[r]),
                                                     drafter.taken))
+            drafters.append(drafter)
+            starts.append(start)
+        # Every request drafts in one call, the GIL released.
+        proposals = self._draft_pool.propose([dr.session for dr in drafters], starts) \
+            if drafters else []
+        for r, (drafter, draft) in enumerate(zip(drafters, proposals)):
+            if isinstance(draft, Error):
+                raise draft
             n = tree_layout(draft, d, drafts[r], mask[r])
             self._metrics.offer(drafter, draft.source, draft.tokens[1:n].tolist(),
                                 draft.parents[:n].tolist())

@@ -81,7 +81,8 @@ import os
 import numpy as np
 
 from ._native import DraftPool, Error
-from ._requests import AdapterMetrics, RequestDrafter, SessionPool, chain_of, open_index
+from ._requests import (AdapterMetrics, RequestDrafter, SessionPool, chain_of, drafting_threads,
+                        open_index)
 from ._requests import response_cache as _response_cache
 
 logger = logging.getLogger(__name__)
@@ -122,7 +123,7 @@ class SamProposer:
         self._pool = SessionPool(self.index, options, reuse=self.reuse_sessions,
                                  cache=_response_cache(self.response_cache),
                                  tenant=self.cache_tenant)
-        threads = self.threads or _threads_from_environment() or min(4, os.cpu_count() or 1)
+        threads = drafting_threads(self.threads, "SamProposer")
         self._draft_pool = DraftPool(threads)
         self._by_row = {}  # row -> RequestDrafter
         self._serial = 0
@@ -196,15 +197,6 @@ class SamProposer:
                 self._metrics.offer(claimed[i], proposal.source, chain)
                 drafts[i] = chain
         return drafts
-
-
-def _threads_from_environment():
-    value = os.environ.get("SAM_THREADS", "")
-    if not value:
-        return 0
-    if not value.isdigit():
-        raise ValueError("SamProposer: SAM_THREADS must be a number of threads, got %r" % value)
-    return int(value)
 
 
 def _find(drafters, row, context, before):
