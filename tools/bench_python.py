@@ -12,8 +12,13 @@ reading draft.tokens and draft.parents each step; Python with uint32 numpy
 ids; the overhead (Python with list ids minus C++). Then, for N = 1, 8, 64
 and 256 sessions (each at a different point of the generation), the time of
 one propose per session from Python: a loop of session.propose against one
-samdecoding.propose_batch call (a pool over all cores, the GIL released). A
-benchmark, not a test: it asserts nothing.
+samdecoding.propose_batch call (a pool over all cores, the GIL released).
+Last, the drafting cost of one vLLM engine step through the adapter
+(samdecoding.vllm.SamProposer.propose over an InputBatch of 64 and 256
+rows, each row a request at a different point of the generation that
+advances by one greedy step's ids per engine step): median and least ms per
+step over the steps, per policy and drafting threads. A benchmark, not a
+test: it asserts nothing.
 """
 import json
 import os
@@ -101,6 +106,7 @@ def main():
             cell((py[0] - c[0], py[1] - c[1]))))
 
     batch_table(index, prompt, generation, reps)
+    vllm_table(os.path.join(folder, "index.sam"), index, prompt, generation)
 
 
 def batch_table(index, prompt, generation, reps):
@@ -136,6 +142,59 @@ def batch_table(index, prompt, generation, reps):
         lm, bm = statistics.median(loop), statistics.median(batch)
         print("%-6d %16.1f %16.1f %16.2f %7.2fx" % (n, lm, bm, bm / n, lm / bm))
     print("(pool threads: %d)" % pool.threads)
+
+
+def vllm_table(path, index, prompt, generation, steps=24, k=8):
+    """SamProposer.propose per engine step for N rows (as vLLM calls it)."""
+    import types
+
+    import samdecoding.vllm
+
+    ref_session = sd.Session(policy="sam", draft_size=16)
+    ref_session.attach(index)
+    commits = commits_of(ref_session, prompt, generation)
+    max_len = len(prompt) + len(generation) + 64
+    config = types.SimpleNamespace(
+        speculative_config=types.SimpleNamespace(num_speculative_tokens=k),
+        model_config=types.SimpleNamespace(max_model_len=max_len))
+    print("\nvLLM adapter, one engine step (propose for every row), K = %d:" % k)
+    print("%-6s %-8s %8s %16s %16s" % ("rows", "policy", "threads", "ms/step median",
+                                        "ms/step least"))
+    for rows in (64, 256):
+        for policy in ("sam", "sam-cal"):
+            for threads in (1, 0):
+                proposer_class = type("BenchProposer", (samdecoding.vllm.SamProposer,),
+                                      {"index_path": path, "policy": policy,
+                                       "threads": threads or None})
+                proposer = proposer_class(config)
+                token_ids = np.zeros((rows, max_len), dtype=np.int32)
+                counts = np.zeros(rows, dtype=np.int32)
+                cursor = []
+                for i in range(rows):
+                    upto = (i * 7) % (len(commits) - steps - 1)
+                    ids = list(prompt) + [t for c in commits[:upto] for t in c] + \
+                        [commits[upto][0]]
+                    token_ids[i, :len(ids)] = ids
+                    counts[i] = len(ids)
+                    cursor.append(upto)
+                sampled = [[int(token_ids[i, counts[i] - 1])] for i in range(rows)]
+                proposer.propose(sampled, counts, token_ids)  # first sight: prefills
+                times = []
+                for _ in range(steps):
+                    for i in range(rows):
+                        # The ids verified this step: the rest of this commit
+                        # (the start was appended before) and the next start.
+                        c, nxt = commits[cursor[i]], commits[cursor[i] + 1]
+                        new = list(c[1:]) + [nxt[0]]
+                        token_ids[i, counts[i]:counts[i] + len(new)] = new
+                        counts[i] += len(new)
+                        sampled[i] = new
+                        cursor[i] += 1
+                    t0 = time.perf_counter_ns()
+                    proposer.propose(sampled, counts, token_ids)
+                    times.append((time.perf_counter_ns() - t0) / 1e6)
+                print("%-6d %-8s %8d %16.3f %16.3f" % (rows, policy, proposer._draft_pool.threads,
+                                                      statistics.median(times), min(times)))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ pkgs=(cmake ninja-build g++ pkg-config python3
       libcli11-dev libgtest-dev libbenchmark-dev libsimdjson-dev nlohmann-json3-dev
       libtorch-dev libopenblas0-pthread
       pybind11-dev python3-dev python3-numpy
-      python3-torch)  # the transformers adapter's interface test drives it with tensors
+      python3-torch  # the transformers adapter's interface test drives it with tensors
+      python3-venv python3-pip python3-setuptools python3-wheel)  # python_pip_install (offline)
 # CI stages (tools/run_tests.sh, docs/testing.md): clang and libFuzzer for the
 # fuzz stage (gcc's ASan, UBSan and TSan runtimes come with g++).
 pkgs+=(clang-14 libfuzzer-14-dev libclang-rt-14-dev)

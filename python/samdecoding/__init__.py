@@ -18,14 +18,15 @@ Engine adapters: samdecoding.vllm, samdecoding.sglang, samdecoding.hf
 (docs/embedding.md).
 
 Errors raise samdecoding.Error (e.code names the code, e.g. "io").
+samdecoding.__version__ is the project's version (the runtime it was built with).
 """
 import json as _json
 
 from ._native import (MAX_DRAFT_SIZE, POLICIES, Draft, DraftPool, Error, Index, ResponseCache,
-                      Rng, Session, ShardSet, VerifyResult, apply_sampling, propose_batch,
-                      sample_token, verify_greedy, verify_sampling)
+                      Rng, Session, ShardSet, VerifyResult, __version__, apply_sampling,
+                      propose_batch, sample_token, verify_greedy, verify_sampling)
 
-__all__ = ["Draft", "DraftPool", "Error", "Index", "MAX_DRAFT_SIZE", "POLICIES", "ResponseCache",
+__all__ = ["__version__", "Draft", "DraftPool", "Error", "Index", "MAX_DRAFT_SIZE", "POLICIES", "ResponseCache",
            "Rng", "Session", "ShardSet", "VerifyResult", "apply_sampling", "propose_batch",
            "sample_token", "verify_greedy", "verify_sampling"]
 

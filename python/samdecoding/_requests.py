@@ -31,17 +31,19 @@ def as_ids(context):
     return array
 
 
-def first_child_chain(draft, limit):
-    """The draft's first-child chain (node 1, its first child, and so on),
-    at most `limit` tokens: the linear draft a chain-verifying engine gets.
-    For linear drafts (the paper rule `sam`) this is the whole draft."""
-    tokens, parents = draft.tokens, draft.parents
+def chain_of(draft, limit):
+    """The chain a chain-verifying engine (vLLM, HF assisted generation) gets
+    from `draft`: its first-child chain (node 1, its first child, and so on),
+    at most `limit` tokens. For linear drafts (the paper rule `sam`) this is
+    the whole draft. Every adapter that hands over one sequence per request
+    shapes it here, and only here."""
+    tokens, parents = draft.tokens.tolist(), draft.parents.tolist()
     chain, node = [], 0
     for i in range(1, len(tokens)):
         if len(chain) >= limit:
             break
         if parents[i] == node:
-            chain.append(int(tokens[i]))
+            chain.append(tokens[i])
             node = i
     return chain
 
@@ -95,6 +97,19 @@ class SessionPool:
             self._free.append(session)
 
 
+def drafting_threads(given, who):
+    """Threads that draft an engine step's requests: `given`, else
+    SAM_THREADS, else up to 4 (never more than the machine's cores)."""
+    if given:
+        return int(given)
+    value = os.environ.get("SAM_THREADS", "")
+    if not value:
+        return min(4, os.cpu_count() or 1)
+    if not value.isdigit() or int(value) < 1:
+        raise ValueError("%s: SAM_THREADS must be a number of threads, got %r" % (who, value))
+    return int(value)
+
+
 def response_cache(cache):
     """The response cache of an engine adapter: a ResponseCache is used as
     is; a number is a bound in MiB for a new one that compiles its tenants on
@@ -113,18 +128,29 @@ def response_cache(cache):
 
 
 class RequestDrafter:
-    """One request's session and how much of its context it has taken in."""
+    """One request's session and how much of its context it has taken in.
 
-    __slots__ = ("session", "taken", "_seen", "last_draft")
+    `offered` is what the engine was handed at the last step (the ids it
+    will verify: a chain, or a tree's nodes but the root) and `source` that
+    draft's source; at the next step the ids committed before the new start
+    tell how many of them the engine accepted (AdapterMetrics)."""
 
-    def __init__(self, session, context, keep_text=True):
+    __slots__ = ("session", "taken", "_seen", "last_draft", "serial", "offered", "source",
+                 "tree_parents", "metrics")
+
+    def __init__(self, session, context, keep_text=True, serial=0, metrics=None):
         context = as_ids(context)
         self.session = session
+        self.serial = serial
+        self.metrics = metrics
+        self.offered = None
+        self.source = None
+        self.tree_parents = None
         session.prefill(context[:-1])
         self.taken = len(context) - 1
         # The ids taken in, to recognise the request by its text (engines that
         # do not name requests: vLLM's proposer interface, HF).
-        self._seen = np.array(context[:-1], dtype=np.int64) if keep_text else None
+        self._seen = np.array(context[:-1]) if keep_text else None
         self.last_draft = None
 
     def continues(self, context):
@@ -133,37 +159,133 @@ class RequestDrafter:
         m = self.taken
         return len(context) > m and np.array_equal(context[:m], self._seen[:m])
 
-    def propose(self, context):
-        """Commits what joined the context since the last step and proposes
-        from its last token."""
+    def likely_continues(self, context):
+        """continues() on the first and last ids taken in only (at most 64
+        of each): for the session that drafted for this row at the last
+        step, where the full comparison would cost O(context) a step."""
+        m = self.taken
+        if len(context) <= m:
+            return False
+        w = min(m, 64)
+        seen = self._seen
+        if context.dtype == seen.dtype:  # byte comparison: a fraction of array_equal's cost
+            return (context[m - w:m].tobytes() == seen[m - w:m].tobytes() and
+                    context[:w].tobytes() == seen[:w].tobytes())
+        return (np.array_equal(context[m - w:m], seen[m - w:m]) and
+                np.array_equal(context[:w], seen[:w]))
+
+    def advance(self, context):
+        """Commits what joined the context since the last step; returns the
+        start of the next draft (the context's last id)."""
         context = as_ids(context)
         n = len(context)
         if n < self.taken + 1:
             raise Error("a request's context shrank from %d to %d tokens" % (self.taken + 1, n))
         if n - 1 > self.taken:
-            new = context[self.taken:n - 1]
-            self.session.commit(new)
-            if self._seen is not None:
-                self._append(new)
-            self.taken = n - 1
-        self.last_draft = self.session.propose(int(context[n - 1]))
+            self._take(context[self.taken:n - 1])
+        return int(context[n - 1])
+
+    def propose(self, context):
+        """Commits what joined the context since the last step and proposes
+        from its last token."""
+        start = self.advance(context)
+        self.last_draft = self.session.propose(start)
         return self.last_draft
 
-    def propose_tail(self, pending, start):
-        """propose() for engines that hand over only what is new: `pending`
-        are context[taken:n-1], `start` is context[n-1]."""
+    def _take(self, new):
+        if self.metrics is not None:
+            self.metrics.verified(self, new)
+        self.session.commit(new)
+        if self._seen is not None:
+            self._append(as_ids(new))
+        self.taken += len(new)
+
+    def advance_tail(self, pending, start):
+        """advance() for engines that hand over only what is new: `pending`
+        are context[taken:n-1], `start` is context[n-1]; returns `start`."""
         if len(pending):
-            self.session.commit(pending)
-            if self._seen is not None:
-                self._append(as_ids(pending))
-            self.taken += len(pending)
-        self.last_draft = self.session.propose(int(start))
-        return self.last_draft
+            self._take(pending)
+        return int(start)
 
     def _append(self, new):
         m, k = self.taken, len(new)
         if m + k > len(self._seen):
-            grown = np.empty(max(2 * len(self._seen), m + k, 64), dtype=np.int64)
+            grown = np.empty(max(2 * len(self._seen), m + k, 64), dtype=self._seen.dtype)
             grown[:m] = self._seen[:m]
             self._seen = grown
         self._seen[m:m + k] = new
+
+
+class AdapterMetrics:
+    """Drafted and accepted ids per draft source, per request and in total,
+    as an engine adapter sees them: `drafted` counts the ids handed to the
+    engine (a chain's ids, a tree's nodes but the root), `accepted` those the
+    engine verified (known at the request's next step), `steps` the steps
+    that drafted from that source. MAT = (accepted + steps) / steps: tokens
+    a verification step yields, the bonus token included.
+
+    as_dict() is a plain dict: {"total": {source: {...}}, "requests":
+    {request: {source: {...}}}, "finished_requests": n}; "total" includes
+    the requests that left."""
+
+    def __init__(self):
+        self._total = {}
+        self._requests = {}
+        self.finished_requests = 0
+
+    def offer(self, drafter, source, offered, parents=None):
+        """Records what request `drafter` was handed this step (`parents`:
+        the tree's parent array, None for a chain)."""
+        drafter.offered = offered
+        drafter.source = source
+        drafter.tree_parents = parents
+
+    def verified(self, drafter, committed):
+        """The request's next step committed `committed` (the last start and
+        the accepted ids): counts the step of its last offer."""
+        offered = drafter.offered
+        if offered is None:
+            return
+        drafter.offered = None
+        accepted = _accepted(offered, drafter.tree_parents,
+                             committed.tolist() if hasattr(committed, "tolist") else committed)
+        for table in (self._total, self._requests.setdefault(drafter.serial, {})):
+            row = table.setdefault(drafter.source, [0, 0, 0])
+            row[0] += 1
+            row[1] += len(offered)
+            row[2] += accepted
+
+    def finished(self, drafter):
+        """The request left: its row of `requests` goes (total keeps it)."""
+        self._requests.pop(drafter.serial, None)
+        self.finished_requests += 1
+
+    def as_dict(self):
+        return {"total": _rows(self._total),
+                "requests": {key: _rows(value) for key, value in self._requests.items()},
+                "finished_requests": self.finished_requests}
+
+
+def _accepted(offered, parents, committed):
+    """How many of the offered ids the committed ids (the start, then the
+    accepted ones) follow: the chain's matching prefix, or in a tree (offered
+    = nodes 1.., parents[i] the parent of node i, the root 0) the path."""
+    if parents is None:
+        k = 0
+        while k < len(offered) and k + 1 < len(committed) and offered[k] == committed[k + 1]:
+            k += 1
+        return k
+    node, k = 0, 0
+    for token in committed[1:]:
+        child = next((i for i in range(1, len(parents))
+                      if parents[i] == node and offered[i - 1] == token), None)
+        if child is None:
+            break
+        node, k = child, k + 1
+    return k
+
+
+def _rows(table):
+    return {source: {"steps": steps, "drafted": drafted, "accepted": accepted,
+                     "mat": (accepted + steps) / steps if steps else 0.0}
+            for source, (steps, drafted, accepted) in table.items()}

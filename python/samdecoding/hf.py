@@ -1,12 +1,21 @@
 """SAM-Decoding drafts in Hugging Face transformers' generate().
 
 transformers' assisted generation asks a *candidate generator* for draft
-tokens at every step (transformers.generation.candidate_generator):
+tokens at every step. As merged in huggingface/transformers:
+src/transformers/generation/candidate_generator.py (commit 02dba319)
+declares CandidateGenerator.get_candidates(input_ids) and
+update_candidate_strategy(input_ids, scores, num_matches) (newer releases
+add **kwargs to get_candidates); src/transformers/generation/utils.py
+(commit 1097d4b3), _assisted_decoding, runs
 
-    candidate_ids, candidate_logits = generator.get_candidates(input_ids)
-    # candidate_ids: input_ids followed by the draft ids; logits: None here
-    ... one forward pass over candidate_ids, accept the longest prefix ...
-    generator.update_candidate_strategy(input_ids, scores, num_matches)
+    input_ids = the prompt                      # the first call: no id generated yet
+    loop:
+        candidate_ids, candidate_logits = generator.get_candidates(input_ids)
+        # candidate_ids: input_ids followed by the draft ids; logits: None here
+        ... one forward pass over candidate_ids; n_matches (a 0-d tensor):
+            the draft ids that equal the model's choices ...
+        input_ids = cat(input_ids, the matched ids and the model's next id)
+        generator.update_candidate_strategy(input_ids, scores, n_matches)
 
 SamCandidateGenerator implements that interface (it subclasses transformers'
 CandidateGenerator when transformers is installed) with one session for the
@@ -33,8 +42,12 @@ on: this adapter follows the CandidateGenerator interface and the assisted
 decoding loop of transformers' sources, and is tested by replaying that call
 sequence with torch tensors (tests/python/test_engines.py).
 """
-from ._requests import RequestDrafter, SessionPool, first_child_chain, open_index
+import logging
+
+from ._requests import AdapterMetrics, RequestDrafter, SessionPool, chain_of, open_index
 from ._requests import response_cache as _response_cache
+
+logger = logging.getLogger(__name__)
 
 try:  # the base class when transformers is there; a plain object otherwise
     from transformers.generation.candidate_generator import CandidateGenerator as _Base
@@ -53,9 +66,22 @@ class SamCandidateGenerator(_Base):
         self.max_length = max_length
         options = dict(options, policy=policy)
         options.setdefault("draft_size", self.num_output_tokens + 1)
-        self._pool = SessionPool(open_index(index, tokenizer), options, reuse=True,
+        self.index = open_index(index, tokenizer)
+        self._pool = SessionPool(self.index, options, reuse=True,
                                  cache=_response_cache(response_cache), tenant=cache_tenant)
         self._drafter = None
+        self._serial = 0
+        self._metrics = AdapterMetrics()
+        logger.info("SAM-Decoding drafter active (transformers candidate generator): index %s "
+                    "(%d tokens), policy %s, %d candidate tokens",
+                    index if isinstance(index, str) else "given", self.index.num_tokens, policy,
+                    self.num_output_tokens)
+
+    def metrics(self):
+        """Drafted and accepted ids, steps and MAT per draft source, for the
+        sequence being generated and in total (a dict; see
+        samdecoding._requests.AdapterMetrics)."""
+        return self._metrics.as_dict()
 
     @property
     def session(self):
@@ -63,9 +89,9 @@ class SamCandidateGenerator(_Base):
         first call)."""
         return None if self._drafter is None else self._drafter.session
 
-    def get_candidates(self, input_ids):
-        """input_ids: (1, n) LongTensor of the sequence so far. Returns
-        (input_ids followed by the draft, None)."""
+    def get_candidates(self, input_ids, **kwargs):
+        """input_ids: (1, n) LongTensor of the sequence so far (at the first
+        call, the prompt). Returns (input_ids followed by the draft, None)."""
         import torch
 
         if input_ids.shape[0] != 1:
@@ -74,13 +100,17 @@ class SamCandidateGenerator(_Base):
         drafter = self._drafter
         if drafter is None or not drafter.continues(context):  # a new sequence
             if drafter is not None:
+                self._metrics.finished(drafter)
                 self._pool.put(drafter.session)
-            drafter = self._drafter = RequestDrafter(self._pool.get(), context)
+            self._serial += 1
+            drafter = self._drafter = RequestDrafter(self._pool.get(), context,
+                                                     serial=self._serial, metrics=self._metrics)
         draft = drafter.propose(context)
         limit = self.num_output_tokens
         if self.max_length is not None:
             limit = min(limit, self.max_length - 1 - len(context))
-        chain = first_child_chain(draft, limit) if limit > 0 else []
+        chain = chain_of(draft, limit) if limit > 0 else []
+        self._metrics.offer(drafter, draft.source, chain)
         if not chain:
             return input_ids, None
         tail = torch.tensor([chain], dtype=input_ids.dtype, device=input_ids.device)
@@ -88,27 +118,31 @@ class SamCandidateGenerator(_Base):
 
     def update_candidate_strategy(self, input_ids, scores, num_matches):
         """Nothing to adapt: the policy sizes each draft, and the verified
-        tokens reach the session at the next get_candidates."""
+        tokens (input_ids) reach the session at the next get_candidates.
+        num_matches may be an int or a 0-d tensor."""
 
 
 def generate(model, inputs, index, *, policy="sam", num_output_tokens=10, tokenizer=None,
-             session_options=None, **generate_kwargs):
+             session_options=None, candidate_generator=None, **generate_kwargs):
     """model.generate(inputs, **generate_kwargs) with SAM-Decoding drafts
-    (greedy or sampling: exact either way). Returns what generate returns."""
-    generator = SamCandidateGenerator(index, num_output_tokens=num_output_tokens,
-                                      policy=policy, tokenizer=tokenizer,
-                                      **(session_options or {}))
+    (greedy or sampling: exact either way). Returns what generate returns.
+    candidate_generator: a SamCandidateGenerator to draft with (to read its
+    metrics() afterwards); index, policy, tokenizer and session_options
+    then go unused."""
+    generator = candidate_generator or SamCandidateGenerator(
+        index, num_output_tokens=num_output_tokens, policy=policy, tokenizer=tokenizer,
+        **(session_options or {}))
 
-    def candidate_generator(*args, **kwargs):
+    def hand_over(*args, **kwargs):
         config = kwargs.get("generation_config", args[0] if args else None)
         generator.max_length = getattr(config, "max_length", None)
         return generator
 
     had_own = "_get_candidate_generator" in vars(model)
     saved = vars(model).get("_get_candidate_generator")
-    model._get_candidate_generator = candidate_generator
+    model._get_candidate_generator = hand_over
     try:
-        return model.generate(inputs, prompt_lookup_num_tokens=num_output_tokens,
+        return model.generate(inputs, prompt_lookup_num_tokens=generator.num_output_tokens,
                               **generate_kwargs)
     finally:
         if had_own:

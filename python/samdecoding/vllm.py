@@ -1,18 +1,18 @@
-"""SAM-Decoding drafts in vLLM, through its custom proposer interface.
+"""SAM-Decoding drafts in vLLM, through its `custom_class` speculative method.
 
-vLLM (V1 engine) loads a user class named by the speculative config's
-`custom_proposer_backend`, constructs it with the VllmConfig and calls its
-`propose` once per engine step for the whole running batch:
+vLLM (V1 engine) loads a user proposer class named by the speculative
+config's `model` when `method` is "custom_class":
 
     from vllm import LLM
     llm = LLM(model="meta-llama/Llama-2-7b-chat-hf",
-              speculative_config={"num_speculative_tokens": 8,
-                                  "custom_proposer_backend": "samdecoding.vllm.SamProposer"})
+              speculative_config={"method": "custom_class",
+                                  "model": "samdecoding.vllm.SamProposer",
+                                  "num_speculative_tokens": 8})
 
 with the index and policy given by environment variables (vLLM's worker
 processes inherit them):
 
-    SAM_INDEX=chat.sam SAM_POLICY=sam python serve.py
+    SAM_INDEX=chat.sam SAM_POLICY=sam-cal python serve.py
 
     SAM_INDEX      the index file (required unless a subclass sets index_path)
     SAM_POLICY     a session policy (samdecoding.POLICIES; default "sam")
@@ -22,137 +22,202 @@ processes inherit them):
                    e.g. '{"draft_size": 24}'
     SAM_CACHE_MIB  optional: a cross-request response cache of this many MiB
                    (compiling its tenants on its own thread); every finished
-                   request's output drafts for later ones. Or pass
-                   response_cache= (a ResponseCache, or MiB) and cache_tenant=.
+                   request's output drafts for later ones
+    SAM_THREADS    optional: threads that draft a step's rows (default: up to
+                   4, never more than the machine's cores)
 
-or by a subclass (class MyProposer(SamProposer): index_path = "chat.sam").
+or by a subclass (class attributes index_path, policy, tokenizer_path,
+session_options, response_cache, cache_tenant, reuse_sessions, threads):
 
-What `propose` does: for each row of the batch it keeps one session per
-request, created on first sight (prefilled with the request's tokens) and
-freed when the request leaves the batch; each step it commits the tokens
-verified since the last step and returns the session's draft as a list of ids:
-the policy's draft (its length is the policy's choice: a long match drafts
-long, no match drafts nothing), as its first-child chain (vLLM verifies
-chains), at most num_speculative_tokens ids. vLLM's custom proposer interface
-does not name requests, so a request is recognised by its tokens: a row whose
-tokens continue the text its session has taken in is that request (rows move
-when vLLM condenses its batch; a moved request keeps its session). If an
-engine passes `req_ids` (a list of request ids, one per row), requests are
-keyed by id instead.
+    class ChatProposer(SamProposer):
+        index_path = "chat.sam"
+        policy = "sam-cal"
 
-vLLM cannot be installed on the machine this package is developed on: this
-adapter is written against vLLM's documented interface (the
-CustomClassProposer docstring of vllm/v1/spec_decode/custom_class_proposer.py)
-and tested by replaying that call sequence (tests/python/test_engines.py).
+and speculative_config={"method": "custom_class", "model": "mymodule.ChatProposer", ...}.
+
+The interface, as merged in vLLM (vllm-project/vllm):
+  - vllm/v1/spec_decode/custom_class_proposer.py (commit f7490e78):
+    create_custom_proposer(vllm_config) imports speculative_config.model and
+    constructs user_class(vllm_config), nothing else; the object needs a
+    callable propose (load_model is optional: vLLM calls it if present).
+  - vllm/v1/worker/gpu_model_runner.py (commit 000fc94b), sample_tokens and
+    propose_draft_token_ids: after bookkeeping has written the step's
+    sampled ids into the InputBatch, and only when the batch fits the
+    drafter (otherwise the step's drafts are zeros and propose is not
+    called), it calls
+        propose(sampled_token_ids, input_batch.num_tokens_no_spec,
+                input_batch.token_ids_cpu, slot_mappings=...)
+    sampled_token_ids: one list per row of the batch (empty for a row still
+    in chunked prefill, whose whole prompt is already in token_ids_cpu);
+    num_tokens_no_spec and token_ids_cpu: the InputBatch's whole numpy
+    buffers (max_num_reqs rows, max_model_len columns; only the first
+    len(sampled_token_ids) rows are live, and past num_tokens_no_spec[i] a
+    row may hold an earlier request's ids). It returns one list of draft
+    ids per row.
+  - vllm/v1/worker/gpu_input_batch.py (commit a9e3b0a0): rows move. A new
+    request takes the lowest removed row first, condense() moves the last
+    rows into the remaining holes, swap_states(i1, i2) swaps two rows.
+    The proposer is never told which request a row holds.
+
+What propose does: one session per request, created when the request first
+has a sampled id (prefilled with its tokens) and freed when it leaves the
+batch. A request is recognised by its tokens: a row whose tokens continue
+the text a session has taken in is that session's request (moved or not).
+Each step the tokens verified since the last step are committed, then all
+rows draft in one batched call (samdecoding.DraftPool, the GIL released),
+and each row gets the chain of its draft (vLLM verifies one sequence per
+request; samdecoding._requests.chain_of), at most num_speculative_tokens
+ids and never past max_model_len.
+
+vLLM cannot be installed where this package is developed: the adapter
+follows those files and is tested by a driver that replays their call
+sequence (tests/python/test_engines.py). Each tensor-parallel rank of the
+last pipeline stage builds its own proposer; they draft the same ids.
 """
 import json
+import logging
 import os
 
-from ._requests import RequestDrafter, SessionPool, first_child_chain, open_index
+import numpy as np
+
+from ._native import DraftPool, Error
+from ._requests import (AdapterMetrics, RequestDrafter, SessionPool, chain_of, drafting_threads,
+                        open_index)
 from ._requests import response_cache as _response_cache
+
+logger = logging.getLogger(__name__)
 
 
 class SamProposer:
-    """A vLLM custom proposer drafting with SAM-Decoding sessions."""
+    """A vLLM custom proposer drafting with SAM-Decoding sessions.
+
+    Constructed by vLLM as SamProposer(vllm_config); configured by the
+    environment (SAM_INDEX, ...) or a subclass's attributes."""
 
     index_path = None
     policy = None
     tokenizer_path = None
     session_options = None
+    response_cache = None  # a ResponseCache, or a bound in MiB
+    cache_tenant = ""
+    reuse_sessions = True  # False: a fresh session (and sam-cal prior) per request
+    threads = None
 
-    def __init__(self, vllm_config=None, *, index=None, policy=None, num_speculative_tokens=None,
-                 tokenizer=None, reuse_sessions=True, response_cache=None, cache_tenant="",
-                 **options):
+    def __init__(self, vllm_config):
         spec = getattr(vllm_config, "speculative_config", None)
-        if num_speculative_tokens is None:
-            num_speculative_tokens = getattr(spec, "num_speculative_tokens", None)
-        if not num_speculative_tokens or num_speculative_tokens < 1:
-            raise ValueError("SamProposer: num_speculative_tokens must be at least 1 "
-                             "(speculative_config['num_speculative_tokens'])")
-        self.num_speculative_tokens = int(num_speculative_tokens)
-        env_options = json.loads(os.environ.get("SAM_OPTIONS", "{}"))
-        merged = dict(self.session_options or {})
-        merged.update(env_options)
-        merged.update(options)
-        merged["policy"] = (policy or self.policy or os.environ.get("SAM_POLICY") or
-                            merged.get("policy") or "sam")
-        # The draft may hold every token vLLM verifies (and the start token).
-        merged.setdefault("draft_size", self.num_speculative_tokens + 1)
-        index = index if index is not None else (self.index_path or os.environ.get("SAM_INDEX"))
-        tokenizer = tokenizer or self.tokenizer_path or os.environ.get("SAM_TOKENIZER")
-        self.index = open_index(index, tokenizer)
-        self._pool = SessionPool(self.index, merged, reuse=reuse_sessions,
-                                 cache=_response_cache(response_cache), tenant=cache_tenant)
-        self._by_key = {}  # row (or request id) -> RequestDrafter
+        k = getattr(spec, "num_speculative_tokens", None)
+        if not k or k < 1:
+            raise ValueError("SamProposer: speculative_config.num_speculative_tokens must be "
+                             "at least 1")
+        self.num_speculative_tokens = int(k)
+        model_config = getattr(vllm_config, "model_config", None)
+        self.max_model_len = getattr(model_config, "max_model_len", None)
+        options = dict(self.session_options or {})
+        options.update(json.loads(os.environ.get("SAM_OPTIONS", "{}")))
+        options["policy"] = (self.policy or os.environ.get("SAM_POLICY") or
+                             options.get("policy") or "sam")
+        # The draft may hold every id vLLM verifies, and the start id.
+        options.setdefault("draft_size", self.num_speculative_tokens + 1)
+        index = self.index_path or os.environ.get("SAM_INDEX")
+        self.index = open_index(index, self.tokenizer_path or os.environ.get("SAM_TOKENIZER"))
+        self._pool = SessionPool(self.index, options, reuse=self.reuse_sessions,
+                                 cache=_response_cache(self.response_cache),
+                                 tenant=self.cache_tenant)
+        threads = drafting_threads(self.threads, "SamProposer")
+        self._draft_pool = DraftPool(threads)
+        self._by_row = {}  # row -> RequestDrafter
+        self._serial = 0
+        self._metrics = AdapterMetrics()
+        logger.info("SAM-Decoding drafter active (vLLM custom_class): index %s (%d tokens), "
+                    "policy %s, %d speculative tokens, %d drafting threads",
+                    index if isinstance(index, str) else "given", self.index.num_tokens,
+                    options["policy"], self.num_speculative_tokens, threads)
 
     def load_model(self, *args, **kwargs):
-        """No model to load (vLLM calls this on every proposer)."""
+        """No model to load (vLLM calls this when the proposer has it)."""
 
     @property
     def num_requests(self):
         """Requests with a live session."""
-        return len(self._by_key)
+        return len(self._by_row)
 
-    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None,
-                req_ids=None):
-        """One list of draft ids per request of the batch (row order).
+    def metrics(self):
+        """Drafted and accepted ids, steps and MAT per draft source, per
+        live request (keyed by a serial number) and in total (a dict; see
+        samdecoding._requests.AdapterMetrics)."""
+        return self._metrics.as_dict()
+
+    def propose(self, sampled_token_ids, num_tokens_no_spec, token_ids_cpu, slot_mappings=None):
+        """One list of draft ids per row of the batch.
 
         sampled_token_ids[i]  the ids sampled for row i this step (empty: the
-                              row is not decoding, e.g. a partial prefill:
+                              row is not decoding, e.g. in chunked prefill:
                               no draft)
-        num_tokens_no_spec    row i's token count (array, or one int for all)
-        token_ids_cpu         (rows, max_len) ids: a CPU torch tensor or numpy
+        num_tokens_no_spec    row i's token count (the InputBatch buffer)
+        token_ids_cpu         the InputBatch's (max_num_reqs, max_model_len)
+                              ids: a CPU torch tensor or a numpy array
+        slot_mappings         unused (KV-cache slots)
         """
-        rows = _as_rows(token_ids_cpu)
-        counts = num_tokens_no_spec
-        drafts = []
-        previous, claimed = self._by_key, {}
+        buffer = token_ids_cpu.numpy() if hasattr(token_ids_cpu, "numpy") else token_ids_cpu
+        if getattr(buffer, "ndim", 0) != 2:
+            raise ValueError("SamProposer: token_ids_cpu must be a 2-D (rows, max_len) array")
+        counts = np.asarray(num_tokens_no_spec)
+        num_rows = len(sampled_token_ids)
+        drafts = [[] for _ in range(num_rows)]
+        previous, claimed = self._by_row, {}
+        sessions, starts, drafting = [], [], []
         for i, sampled in enumerate(sampled_token_ids):
-            key = req_ids[i] if req_ids is not None else i
-            n = int(counts if _is_scalar(counts) else counts[i])
-            context = rows[i, :n]
-            drafter = previous.pop(key, None)
-            if req_ids is None and drafter is not None and not drafter.continues(context):
-                previous[key] = drafter  # another request now holds this row
-                drafter = None
+            context = buffer[i, :int(counts[i])]
+            drafter = _find(previous, i, context, len(context) - len(sampled))
             if not len(sampled):
                 if drafter is not None:
-                    claimed[key] = drafter
-                drafts.append([])
+                    claimed[i] = drafter
                 continue
-            if drafter is None and req_ids is None:
-                drafter = _take_continued(previous, context)
             if drafter is None:
-                drafter = RequestDrafter(self._pool.get(), context, keep_text=req_ids is None)
-            claimed[key] = drafter
-            draft = drafter.propose(context)
-            drafts.append(first_child_chain(draft, self.num_speculative_tokens))
+                self._serial += 1
+                drafter = RequestDrafter(self._pool.get(), context, serial=self._serial,
+                                         metrics=self._metrics)
+            claimed[i] = drafter
+            starts.append(drafter.advance(context))
+            sessions.append(drafter.session)
+            drafting.append(i)
         for drafter in previous.values():  # requests that left the batch
+            self._metrics.finished(drafter)
             self._pool.put(drafter.session)
-        self._by_key = claimed
+        self._by_row = claimed
+        if sessions:
+            proposals = self._draft_pool.propose(sessions, starts)
+            for i, proposal in zip(drafting, proposals):
+                if isinstance(proposal, Error):
+                    raise proposal
+                limit = self.num_speculative_tokens
+                if self.max_model_len is not None:
+                    limit = min(limit, self.max_model_len - int(counts[i]))
+                chain = chain_of(proposal, limit) if limit > 0 else []
+                self._metrics.offer(claimed[i], proposal.source, chain)
+                drafts[i] = chain
         return drafts
 
 
-def _as_rows(token_ids):
-    if hasattr(token_ids, "numpy"):  # a CPU torch tensor: a view, no copy
-        token_ids = token_ids.numpy()
-    rows = token_ids
-    if getattr(rows, "ndim", 0) != 2:
-        raise ValueError("SamProposer: token_ids_cpu must be a 2-D (rows, max_len) array")
-    return rows
-
-
-def _is_scalar(value):
-    return isinstance(value, int) or getattr(value, "ndim", 1) == 0
-
-
-def _take_continued(drafters, context):
-    """Removes and returns the drafter (of a request that moved rows) whose
-    text `context` continues; the longest such text wins; None if none."""
+def _find(drafters, row, context, before):
+    """Removes and returns the drafter of the request whose tokens are
+    `context` (None for a new request): a drafter whose text the context
+    continues, preferring one whose last context had `before` ids (the row's
+    count before this step's sampled ids were appended: true of the request
+    itself unless propose was skipped), then the one that drafted for this
+    row, then the longest text. Only requests with the same tokens are
+    ambiguous, and their sessions hold the same text. The session that
+    drafted for this row at the last step, with the expected count, is
+    checked on its first and last 64 ids only (the common case, in O(1))."""
+    own = drafters.get(row)
+    if own is not None and own.taken + 1 == before and own.likely_continues(context):
+        return drafters.pop(row)
     best_key, best = None, None
     for key, drafter in drafters.items():
-        if drafter.continues(context) and (best is None or drafter.taken > best.taken):
-            best_key, best = key, drafter
-    if best is not None:
-        del drafters[best_key]
-    return best
+        # The cheap check first: other requests differ in their last ids.
+        if not drafter.likely_continues(context) or not drafter.continues(context):
+            continue
+        rank = (drafter.taken + 1 == before, key == row, drafter.taken)
+        if best is None or rank > best:
+            best_key, best = key, rank
+    return None if best is None else drafters.pop(best_key)

@@ -731,6 +731,41 @@ py::list ProposeBatch(sam::runtime::DraftPool& pool, const py::sequence& session
   return out;
 }
 
+// Session(policy=..., draft_size=..., ...): the named options help() shows;
+// those left None keep the runtime's defaults, and any other name is refused.
+std::unique_ptr<Session> MakeSession(const py::object& policy, const py::object& draft_size,
+                    const py::object& l_bias, const py::object& l_threshold,
+                    const py::object& adaptive_length, const py::object& length_per_match,
+                    const py::object& dynamic_link_fallback, const py::object& max_tree_nodes,
+                    const py::object& max_width, const py::object& min_path_probability,
+                    const py::object& backoff_count, const py::object& max_static_lookups,
+                    const py::object& cost_curve, const py::object& max_dynamic_bytes,
+                    const py::object& collect_timing, const py::object& recycling_vocab_size,
+                    const py::kwargs& unknown) {
+  const std::pair<const char*, const py::object*> named[] = {
+      {"policy", &policy},
+      {"draft_size", &draft_size},
+      {"l_bias", &l_bias},
+      {"l_threshold", &l_threshold},
+      {"adaptive_length", &adaptive_length},
+      {"length_per_match", &length_per_match},
+      {"dynamic_link_fallback", &dynamic_link_fallback},
+      {"max_tree_nodes", &max_tree_nodes},
+      {"max_width", &max_width},
+      {"min_path_probability", &min_path_probability},
+      {"backoff_count", &backoff_count},
+      {"max_static_lookups", &max_static_lookups},
+      {"cost_curve", &cost_curve},
+      {"max_dynamic_bytes", &max_dynamic_bytes},
+      {"collect_timing", &collect_timing},
+      {"recycling_vocab_size", &recycling_vocab_size}};
+  py::kwargs options;  // an unknown name is the constructor's error (it lists the valid ones)
+  for (const auto& [name, value] : unknown) options[name] = value;
+  for (const auto& [name, value] : named)
+    if (!value->is_none()) options[name] = *value;
+  return std::make_unique<Session>(options);
+}
+
 // The pool of samdecoding.propose_batch without a pool: all cores, made on
 // first use, never destroyed (its workers sleep until the process ends).
 sam::runtime::DraftPool& DefaultPool() {
@@ -746,6 +781,7 @@ std::string HexOrNone(const sam::format::IndexHeader& h) {
 
 PYBIND11_MODULE(_native, m) {
   m.doc() = "SAM-Decoding retrieval drafting (native part of the samdecoding package)";
+  m.attr("__version__") = SAM_PYTHON_VERSION;
 
   error_type = PyErr_NewExceptionWithDoc(
       "samdecoding.Error",
@@ -768,12 +804,22 @@ PYBIND11_MODULE(_native, m) {
   m.attr("POLICIES") = py::tuple(policies);
   m.attr("MAX_DRAFT_SIZE") = sam::runtime::kMaxDraftSize;
 
-  py::class_<Index, std::shared_ptr<Index>>(m, "Index")
+  py::class_<Index, std::shared_ptr<Index>>(
+      m, "Index",
+      "A SAM index file opened read-only (memory-mapped), shared by any number of sessions\n"
+      "and threads. Open with Index.open(path).")
       .def_static("open", &Index::Open, py::arg("path"), py::arg("tokenizer") = py::none(),
                   py::arg("read") = false, py::arg("prepare") = true, py::arg("verify") = false,
-                  py::arg("child_records") = false, py::arg("subtree_nodes") = 0)
-      .def("verify", &Index::Verify)
-      .def("metadata_json", [](const Index& i) { return i.file().ReadMetadata().json; })
+                  py::arg("child_records") = false, py::arg("subtree_nodes") = 0,
+                  "Opens the index at `path`. tokenizer: the model's tokenizer file, checked\n"
+                  "against the index's fingerprint (Error 'tokenizer-mismatch'); read: read the\n"
+                  "file into memory instead of mapping it; prepare: lay out the static index\n"
+                  "once for every session (faster steps); verify: check every checksum first;\n"
+                  "child_records / subtree_nodes: precompute child records (and that many\n"
+                  "subtree nodes each) for sam-cal (docs/python.md).")
+      .def("verify", &Index::Verify, "Checks every section's checksum; raises Error if one fails.")
+      .def("metadata_json", [](const Index& i) { return i.file().ReadMetadata().json; },
+           "The index's build metadata (META section) as JSON text; Index.metadata() parses it.")
       .def_property_readonly(
           "path",
           [](const Index& i) {
@@ -813,9 +859,11 @@ PYBIND11_MODULE(_native, m) {
                              })
       .def_property_readonly("file_size", [](const Index& i) { return i.header().file_size; });
 
-  py::class_<ShardSet, std::shared_ptr<ShardSet>>(m, "ShardSet")
+  py::class_<ShardSet, std::shared_ptr<ShardSet>>(
+      m, "ShardSet", "A set of index shards (a .samset file) that sessions draft from together.")
       .def_static("open", &ShardSet::Open, py::arg("path"), py::arg("tokenizer") = py::none(),
-                  py::arg("verify") = false, py::arg("child_records") = false)
+                  py::arg("verify") = false, py::arg("child_records") = false,
+                  "Opens the shard set at `path` (options as Index.open).")
       .def_property_readonly("num_shards", &ShardSet::num_shards)
       .def_property_readonly("num_tokens", &ShardSet::num_tokens)
       .def_property_readonly("num_documents", &ShardSet::num_documents)
@@ -827,7 +875,10 @@ PYBIND11_MODULE(_native, m) {
         return paths;
       });
 
-  py::class_<Draft>(m, "Draft")
+  py::class_<Draft>(m, "Draft",
+                    "One proposal: tokens[0] is the start id, parents[i] the node before node i\n"
+                    "(-1 for the root), depths[i] its depth; numpy views, valid until the\n"
+                    "session's next propose. source names the drafter, match_len its match.")
       .def("__len__", [](const Draft& d) { return d.size; })
       .def_property_readonly("tokens",
                              [](py::object self) {
@@ -850,26 +901,55 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("source_id", [](const Draft& d) { return static_cast<int>(d.source); })
       .def_property_readonly("match_len", [](const Draft& d) { return d.match_len; });
 
-  py::class_<Session>(m, "Session")
-      .def(py::init<const py::kwargs&>())
-      .def("attach", &Session::Attach, py::arg("index"))
-      .def("attach", &Session::AttachSet, py::arg("index"))
-      .def("prefill", &Session::Prefill, py::arg("ids"))
-      .def("propose", &Session::Propose, py::arg("start"))
-      .def("commit", &Session::Commit, py::arg("ids"))
-      .def("observe_topk", &Session::ObserveTopK, py::arg("tokens"), py::arg("topk"))
-      .def("reset", &Session::Reset)
-      .def("reset_statistics", &Session::ResetStatistics)
-      .def("stats_json", &Session::StatsJson)
-      .def("verify_greedy", &Session::VerifyGreedy, py::arg("argmax"))
-      .def("verify_sampling", &Session::VerifySampling, py::arg("probs"), py::arg("rng"))
+  py::class_<Session>(m, "Session",
+                      "One request's drafting state: a dynamic automaton over its prompt and\n"
+                      "generation, the indexes it drafts from, and the policy's learned state.\n"
+                      "Options left None keep the runtime's defaults (docs/python.md); an unknown\n"
+                      "option or a bad value raises Error ('invalid-argument'). One thread at a time.")
+      .def(py::init(&MakeSession), py::arg("policy") = "sam", py::arg("draft_size") = py::none(),
+           py::arg("l_bias") = py::none(), py::arg("l_threshold") = py::none(),
+           py::arg("adaptive_length") = py::none(), py::arg("length_per_match") = py::none(),
+           py::arg("dynamic_link_fallback") = py::none(), py::arg("max_tree_nodes") = py::none(),
+           py::arg("max_width") = py::none(), py::arg("min_path_probability") = py::none(),
+           py::arg("backoff_count") = py::none(), py::arg("max_static_lookups") = py::none(),
+           py::arg("cost_curve") = py::none(), py::arg("max_dynamic_bytes") = py::none(),
+           py::arg("collect_timing") = py::none(), py::arg("recycling_vocab_size") = py::none(),
+           "A session drafting with `policy` (samdecoding.POLICIES); draft_size: the most\n"
+           "nodes a draft holds, the start id included; the other options tune the policy.")
+      .def("attach", &Session::Attach, py::arg("index"), "Drafts from `index` too (an Index).")
+      .def("attach", &Session::AttachSet, py::arg("index"), "Drafts from a ShardSet too.")
+      .def("prefill", &Session::Prefill, py::arg("ids"),
+           "Takes in the prompt ids (all but the first start id).")
+      .def("propose", &Session::Propose, py::arg("start"),
+           "The draft that follows `start` (the last id the model produced): a Draft.")
+      .def("commit", &Session::Commit, py::arg("ids"),
+           "Takes in the verified ids: the last start id and the accepted draft ids.")
+      .def("observe_topk", &Session::ObserveTopK, py::arg("tokens"), py::arg("topk"),
+           "Token Recycling: the model's top-k ids (len(tokens) x k) after each evaluated id.")
+      .def("reset", &Session::Reset,
+           "Forgets the request (keeps the indexes, options and learned estimates).")
+      .def("reset_statistics", &Session::ResetStatistics, "Zeroes the statistics.")
+      .def("stats_json", &Session::StatsJson,
+           "The statistics as JSON text; Session.stats() parses it.")
+      .def("verify_greedy", &Session::VerifyGreedy, py::arg("argmax"),
+           "Greedy verification of the last proposal: argmax[i] is the model's id after\n"
+           "node i. Returns a VerifyResult; commits nothing.")
+      .def("verify_sampling", &Session::VerifySampling, py::arg("probs"), py::arg("rng"),
+           "Lossless sampling verification of the last proposal: probs[i] is the model's\n"
+           "distribution after node i. Returns a VerifyResult; commits nothing.")
       .def_property_readonly("policy", &Session::policy)
       .def_property_readonly("draft_size", &Session::draft_size)
       .def_property_readonly("num_indexes", &Session::num_indexes)
-      .def("attach_cache", &Session::AttachCache, py::arg("cache"), py::arg("tenant") = "")
-      .def("cache_request", &Session::CacheRequest, py::arg("include_prompt") = false);
+      .def("attach_cache", &Session::AttachCache, py::arg("cache"), py::arg("tenant") = "",
+           "Drafts from `cache` (a ResponseCache; None detaches) under `tenant`.")
+      .def("cache_request", &Session::CacheRequest, py::arg("include_prompt") = false,
+           "Adds this request's output (and prompt) to the attached cache; False if none.");
 
-  py::class_<ResponseCache>(m, "ResponseCache")
+  py::class_<ResponseCache>(m, "ResponseCache",
+                            "A cross-request cache of responses, bounded by max_bytes, that\n"
+                            "sessions draft from (Session.attach_cache); compile=True compiles a\n"
+                            "tenant's responses into an automaton (on its own thread with\n"
+                            "compile_background=True).")
       .def(py::init<size_t, bool, size_t, double, size_t, bool>(), py::arg("max_bytes"),
            py::arg("compile") = false, py::arg("compile_min_tokens") = 512,
            py::arg("compile_growth") = 0.25, py::arg("compile_bytes") = 0,
@@ -894,10 +974,14 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("num_compiles",
                              [](const ResponseCache& c) { return c.get()->num_compiles(); });
 
-  py::class_<sam::runtime::DraftPool>(m, "DraftPool")
-      .def(py::init<size_t>(), py::arg("threads") = 0)
+  py::class_<sam::runtime::DraftPool>(m, "DraftPool",
+                                       "Threads that draft many sessions in one call.")
+      .def(py::init<size_t>(), py::arg("threads") = 0,
+           "A pool of `threads` threads, the caller's included (0: one per core).")
       .def_property_readonly("threads", &sam::runtime::DraftPool::num_threads)
-      .def("propose", &ProposeBatch, py::arg("sessions"), py::arg("starts"));
+      .def("propose", &ProposeBatch, py::arg("sessions"), py::arg("starts"),
+           "session.propose(start) for every pair, on the pool's threads with the GIL\n"
+           "released: a list of Drafts (or the Error of a session that failed).");
 
   py::class_<sam::runtime::Rng>(m, "Rng")
       .def(py::init<uint64_t>(), py::arg("seed") = 0)
@@ -992,5 +1076,6 @@ PYBIND11_MODULE(_native, m) {
         if (pool.is_none()) return ProposeBatch(DefaultPool(), sessions, starts);
         return ProposeBatch(py::cast<sam::runtime::DraftPool&>(pool), sessions, starts);
       },
-      py::arg("sessions"), py::arg("starts"), py::arg("pool") = py::none());
+      py::arg("sessions"), py::arg("starts"), py::arg("pool") = py::none(),
+      "DraftPool.propose on `pool` (None: a pool over all cores, made on first use).");
 }

@@ -32,6 +32,7 @@ void MergedStaticTreeBuilder::Build(std::span<const ShardMatch> matches,
   for (const ShardMatch& m : matches)
     if (m.view != nullptr && m.state != format::kRoot) pairs_.push_back(m);
   if (pairs_.empty()) return;
+  tree->accept_estimates.assign(1, 1.0f);
   node_pairs_.emplace_back(0, static_cast<uint32_t>(pairs_.size()));
 
   // Pushes the (at most max_width) heaviest children of `node`, their counts
@@ -62,9 +63,10 @@ void MergedStaticTreeBuilder::Build(std::span<const ShardMatch> matches,
         count += gathered_[j].count;
       // As StaticTreeBuilder: a child's share is clamped to 1 (corrupt counts).
       const double c = static_cast<double>(count);
-      children_.push_back(Candidate{weight * (c < total ? c / total : 1.0), node,
-                                    gathered_[i].token, static_cast<uint32_t>(i),
-                                    static_cast<uint32_t>(j)});
+      const double share = c < total ? c / total : 1.0;
+      children_.push_back(Candidate{weight * share, node, gathered_[i].token,
+                                    static_cast<uint32_t>(i), static_cast<uint32_t>(j),
+                                    static_cast<float>(share)});
       i = j;
     }
     const size_t keep = std::min(children_.size(), options.max_width);
@@ -94,6 +96,7 @@ void MergedStaticTreeBuilder::Build(std::span<const ShardMatch> matches,
     if (width_[depth] >= options.max_width) continue;
     ++width_[depth];
     const int node = tree->Add(c.parent, c.token);
+    tree->accept_estimates.push_back(c.share);
     node_pairs_.emplace_back(c.pairs_begin, c.pairs_end);
     if (weights_out) weights_out->push_back(c.weight);
     if (tree->size() < options.max_nodes) expand(node, c.weight);

@@ -60,6 +60,7 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
   width_[0] = 1;
   if (weights_out) weights_out->assign(tree->size(), 1.0);
   if (state == format::kRoot || tree->size() != 1) return;
+  tree->accept_estimates.assign(1, 1.0f);
 
   // Pushes the (at most max_width) heaviest children of `node` onto the heap.
   auto expand = [&](int32_t node, double weight) {
@@ -94,12 +95,15 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
       const double c = static_cast<double>(count);
       return c < total ? c / total : 1.0;
     };
+    auto candidate = [&](uint64_t target, uint32_t token, double s) {
+      return Candidate{weight * s, node, target, token, static_cast<float>(s)};
+    };
     if (ranked) {
       for (const StaticIndex::Child& c : top)
-        children_.push_back(Candidate{weight * share(c.count), node, c.target, c.token});
+        children_.push_back(candidate(c.target, c.token, share(c.count)));
     } else {
       view.ForEachChild(v, [&](uint32_t token, uint64_t target) {
-        children_.push_back(Candidate{weight * share(view.Count(target)), node, target, token});
+        children_.push_back(candidate(target, token, share(view.Count(target))));
       });
     }
     const size_t keep = std::min(children_.size(), options.max_width);
@@ -123,6 +127,7 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
     if (width_[depth] >= options.max_width) continue;
     ++width_[depth];
     const int node = tree->Add(c.parent, c.token);
+    tree->accept_estimates.push_back(c.share);
     node_state_.push_back(c.state);
     if (weights_out) weights_out->push_back(c.weight);
     if (tree->size() < options.max_nodes) expand(node, c.weight);  // else nothing more is added

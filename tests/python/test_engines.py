@@ -11,6 +11,7 @@ Run by CTest like test_samdecoding.py (SAM_PYTHON_FIXTURE).
 """
 import json
 import os
+import sys
 import types
 import unittest
 
@@ -45,154 +46,313 @@ def accepted_prefix(draft, generation, pos):
     return k
 
 
-class VllmCustomProposerTest(unittest.TestCase):
-    """vLLM V1: CustomClassProposer(vllm_config) then, every engine step,
-    propose(sampled_token_ids, num_tokens_no_spec, token_ids_cpu) over the
-    persistent batch (rows; a finished request's row is freed and the batch
-    condensed by moving the last rows into the holes)."""
+class InputBatch:
+    """The part of vLLM's InputBatch that a custom proposer sees, with its
+    row moves (vllm-project/vllm vllm/v1/worker/gpu_input_batch.py, commit
+    a9e3b0a0): whole (max_num_reqs, max_model_len) int32 token_ids_cpu and
+    num_tokens_no_spec buffers; add_request writes the whole prompt (and any
+    output) into the lowest removed row, or the next one; remove_request
+    leaves a hole that condense() fills with the last rows, copying only
+    their first num_tokens ids (the rest of a row keeps what was there);
+    swap_states(i1, i2) swaps two whole rows. token_ids_cpu is the numpy view
+    of token_ids_cpu_tensor, what propose_draft_token_ids hands over."""
 
-    ROWS = 3
-    MAX_LEN = 512
-
-    def config(self):
-        return types.SimpleNamespace(
-            speculative_config=types.SimpleNamespace(num_speculative_tokens=K,
-                                                     custom_proposer_backend=
-                                                     "samdecoding.vllm.SamProposer"))
-
-    def run_engine(self, proposer, policy, by_req_id=False):
-        ref = ENG["chain"][policy]
+    def __init__(self, max_num_reqs, max_model_len):
         if torch is not None:
-            token_ids = torch.zeros((self.ROWS, self.MAX_LEN), dtype=torch.int32)
-            tokens_np = token_ids.numpy()
+            self.token_ids_cpu_tensor = torch.zeros((max_num_reqs, max_model_len),
+                                                    dtype=torch.int32)
+            self.token_ids_cpu = self.token_ids_cpu_tensor.numpy()
         else:
-            token_ids = tokens_np = np.zeros((self.ROWS, self.MAX_LEN), dtype=np.int32)
-        num_tokens = np.zeros(self.ROWS, dtype=np.int32)
-        rows = [None] * self.ROWS  # request index per row
-        state = {}  # request -> {"pos": generated so far, "step": drafts checked, "draft": []}
-        waiting = list(range(len(REQUESTS)))
-        chunked = {1}  # request 1 is prefilled in two chunks (a step without a sample)
-        finished_last_step = []
-        steps = 0
-        while waiting or any(r is not None for r in rows):
-            steps += 1
-            self.assertLess(steps, 10000)
-            # The scheduler: requests that finished leave; condense; admit.
-            for r in finished_last_step:
-                rows[rows.index(r)] = None
-            finished_last_step = []
-            for hole in range(self.ROWS):
-                if rows[hole] is None:
-                    last = max((i for i in range(self.ROWS) if rows[i] is not None), default=-1)
-                    if last > hole:
-                        rows[hole], rows[last] = rows[last], None
-                        tokens_np[hole] = tokens_np[last]
-                        num_tokens[hole] = num_tokens[last]
-            sampled = [[] for _ in range(self.ROWS)]
-            for i in range(self.ROWS):
-                if rows[i] is None and waiting:
-                    r = waiting.pop(0)
-                    rows[i] = r
-                    prompt = REQUESTS[r]["prompt"]
-                    if r in chunked:  # first chunk: no sample this step
-                        chunked.discard(r)
-                        half = len(prompt) // 2
-                        tokens_np[i, :half] = prompt[:half]
-                        num_tokens[i] = half
-                        state[r] = None
-                        continue
-                    tokens_np[i, :len(prompt)] = prompt
-                    state[r] = {"pos": 0, "step": 0, "draft": []}
-                    # The prefill samples the first token.
-                    first = REQUESTS[r]["generation"][0]
-                    tokens_np[i, len(prompt)] = first
-                    num_tokens[i] = len(prompt) + 1
-                    state[r]["pos"] = 1
-                    sampled[i] = [first]
-                elif rows[i] is not None:
-                    r = rows[i]
-                    prompt, gen = REQUESTS[r]["prompt"], REQUESTS[r]["generation"]
-                    if state[r] is None:  # the second prefill chunk
-                        tokens_np[i, :len(prompt)] = prompt
-                        tokens_np[i, len(prompt)] = gen[0]
-                        num_tokens[i] = len(prompt) + 1
-                        state[r] = {"pos": 1, "step": 0, "draft": []}
-                        sampled[i] = [gen[0]]
-                        continue
-                    st = state[r]
-                    # Verify the last draft against the "model".
+            self.token_ids_cpu = np.zeros((max_num_reqs, max_model_len), dtype=np.int32)
+            self.token_ids_cpu_tensor = self.token_ids_cpu
+        self.num_tokens_no_spec = np.zeros(max_num_reqs, dtype=np.int32)
+        self.req_ids = []  # row -> request id (None: a hole); never handed to the proposer
+        self.removed = []  # removed rows not yet filled
+
+    @property
+    def num_reqs(self):
+        return sum(r is not None for r in self.req_ids)
+
+    def add_request(self, req_id, token_ids):
+        if self.removed:
+            self.removed.sort()
+            row = self.removed.pop(0)
+            self.req_ids[row] = req_id
+        else:
+            row = len(self.req_ids)
+            self.req_ids.append(req_id)
+        self.token_ids_cpu[row, :len(token_ids)] = token_ids
+        self.num_tokens_no_spec[row] = len(token_ids)
+        return row
+
+    def remove_request(self, req_id):
+        row = self.req_ids.index(req_id)
+        self.req_ids[row] = None
+        self.removed.append(row)
+
+    def condense(self):
+        holes = sorted(self.removed)
+        self.removed = []
+        for hole in holes:
+            last = max((i for i, r in enumerate(self.req_ids) if r is not None), default=-1)
+            if last <= hole:
+                break
+            n = self.num_tokens_no_spec[last]
+            self.token_ids_cpu[hole, :n] = self.token_ids_cpu[last, :n]
+            self.num_tokens_no_spec[hole] = n
+            self.req_ids[hole], self.req_ids[last] = self.req_ids[last], None
+        while self.req_ids and self.req_ids[-1] is None:
+            self.req_ids.pop()
+
+    def swap_states(self, i1, i2):
+        tmp = self.token_ids_cpu[i1, ...].copy()
+        self.token_ids_cpu[i1, ...] = self.token_ids_cpu[i2, ...]
+        self.token_ids_cpu[i2, ...] = tmp
+        n = self.num_tokens_no_spec
+        n[i1], n[i2] = n[i2], n[i1]
+        self.req_ids[i1], self.req_ids[i2] = self.req_ids[i2], self.req_ids[i1]
+
+    def append_sampled(self, row, ids):
+        """What _bookkeeping_sync does with a row's sampled ids."""
+        start = self.num_tokens_no_spec[row]
+        self.token_ids_cpu[row, start:start + len(ids)] = ids
+        self.num_tokens_no_spec[row] = start + len(ids)
+
+
+class HandDrivenSession:
+    """The oracle of one request: a session driven by hand as docs/python.md
+    says (prefill the prompt, then commit what was verified and propose from
+    the last id), its draft's first-child chain written out here."""
+
+    def __init__(self, index, policy, context):
+        self.session = sd.Session(policy=policy, draft_size=K + 1)
+        self.session.attach(index)
+        self.session.prefill(context[:-1])
+        self.taken = len(context) - 1
+
+    def chain(self, context, limit):
+        if len(context) - 1 > self.taken:
+            self.session.commit(context[self.taken:len(context) - 1])
+            self.taken = len(context) - 1
+        draft = self.session.propose(context[-1])
+        tokens, parents = draft.tokens.tolist(), draft.parents.tolist()
+        chain, node = [], 0
+        for i in range(1, len(tokens)):
+            if parents[i] == node and len(chain) < limit:
+                chain.append(tokens[i])
+                node = i
+        return chain
+
+
+class VllmCustomProposerTest(unittest.TestCase):
+    """vLLM V1, replayed as merged (vllm-project/vllm):
+    create_custom_proposer (vllm/v1/spec_decode/custom_class_proposer.py,
+    commit f7490e78) constructs user_class(vllm_config); every step,
+    GPUModelRunner.sample_tokens (vllm/v1/worker/gpu_model_runner.py, commit
+    000fc94b) runs bookkeeping (the sampled ids appended to the InputBatch;
+    [] for a row in chunked prefill) and then, when the batch fits the
+    drafter (max seq_len + K <= max_model_len), propose_draft_token_ids
+    calls propose(sampled_token_ids, input_batch.num_tokens_no_spec,
+    input_batch.token_ids_cpu, slot_mappings=...); otherwise the step drafts
+    nothing and propose is not called. The scheduler removes finished
+    requests, admits new ones into the freed rows, condenses the batch and
+    may reorder it (swap_states)."""
+
+    MAX_NUM_REQS = 4
+
+    def vllm_config(self, max_model_len):
+        return types.SimpleNamespace(
+            speculative_config=types.SimpleNamespace(method="custom_class",
+                                                     model="samdecoding.vllm.SamProposer",
+                                                     num_speculative_tokens=K),
+            model_config=types.SimpleNamespace(max_model_len=max_model_len))
+
+    def proposer_class(self, **attributes):
+        """What create_custom_proposer resolves: a class, configured like a
+        user's subclass; the test then constructs it as vLLM does."""
+        attributes.setdefault("index_path", INDEX)
+        return type("TestProposer", (sd.vllm.SamProposer,), attributes)
+
+    def prompt(self, requests, j):
+        """Request j's prompt: REQUESTS[requests[j]]'s, or, where requests[j]
+        is a pair (r, first), that prompt after the id `first`."""
+        if isinstance(requests[j], tuple):
+            r, first = requests[j]
+            return [first] + REQUESTS[r]["prompt"]
+        return REQUESTS[requests[j]]["prompt"]
+
+    def run_engine(self, user_class, policy, requests, max_model_len, rng=None,
+                   prefill_chunks=None, cpp_reference=None):
+        """Serves `requests` (indices into REQUESTS) through the proposer.
+        rng: random swap_states and admission order; prefill_chunks[j]: the
+        steps request j's prefill takes. Checks every draft against a
+        hand-driven session per request (and, given, the C++ reference)."""
+        index = sd.Index.open(INDEX)
+        proposer = user_class(self.vllm_config(max_model_len))  # as vLLM constructs it
+        batch = InputBatch(self.MAX_NUM_REQS, max_model_len)
+        prefill_chunks = prefill_chunks or {}
+        waiting = list(range(len(requests)))
+        state = {}  # request j -> its progress
+        finished = []
+        calls = skipped = 0
+        drafted = accepted = 0
+        for step in range(100000):
+            # The scheduler: finished requests leave, new ones take the
+            # removed rows first, then the batch is condensed.
+            for j in finished:
+                batch.remove_request(j)
+            finished = []
+            while waiting and batch.num_reqs < self.MAX_NUM_REQS:
+                j = waiting.pop(rng.randrange(len(waiting)) if rng else 0)
+                batch.add_request(j, self.prompt(requests, j))
+                state[j] = {"chunks": prefill_chunks.get(j, 1), "pos": 0, "draft": [],
+                            "oracle": None, "step": 0, "unseen": [0, 0]}
+            batch.condense()
+            if batch.num_reqs == 0:
+                break
+            if rng is not None and batch.num_reqs > 1 and rng.random() < 0.5:
+                i1, i2 = rng.sample(range(batch.num_reqs), 2)
+                batch.swap_states(i1, i2)
+            # The forward pass, sampling and bookkeeping.
+            sampled = []
+            for row, j in enumerate(batch.req_ids):
+                st, gen = state[j], self.generation(requests, j)
+                if st["chunks"] > 1:  # a prefill chunk: its sample is discarded
+                    st["chunks"] -= 1
+                    sampled.append([])
+                    continue
+                if st["pos"] == 0:
+                    st["chunks"] = 0
+                    new = gen[:1]  # the prefill's last chunk samples the first id
+                else:
                     k = accepted_prefix(st["draft"], gen, st["pos"])
+                    # The proposer learns of this verification when it
+                    # next sees the row's tokens.
                     new = gen[st["pos"]:st["pos"] + k + 1]
-                    n = int(num_tokens[i])
-                    tokens_np[i, n:n + len(new)] = new
-                    num_tokens[i] = n + len(new)
-                    st["pos"] += len(new)
-                    sampled[i] = list(new)
-            live = [i for i in range(self.ROWS) if rows[i] is not None]
-            n_rows = max(live) + 1 if live else 0
-            kwargs = {}
-            if by_req_id:
-                kwargs["req_ids"] = ["req-%d" % rows[i] for i in range(n_rows)]
-            drafts = proposer.propose(sampled[:n_rows], num_tokens[:n_rows], token_ids[:n_rows],
-                                      **kwargs)
-            self.assertEqual(len(drafts), n_rows)
-            for i in range(n_rows):
-                r = rows[i]
-                if not sampled[i]:
-                    self.assertEqual(drafts[i], [], "a row without a sample gets no draft")
+                    st["unseen"][0] += len(st["draft"])
+                    st["unseen"][1] += min(k, len(new) - 1)  # the end cuts the bonus id
+                st["draft"] = []
+                st["pos"] += len(new)
+                batch.append_sampled(row, new)
+                sampled.append(list(new))
+                if st["pos"] >= len(gen):
+                    finished.append(j)
+            seq_lens = batch.num_tokens_no_spec[:batch.num_reqs]
+            if int(seq_lens.max()) + K > max_model_len:  # _input_fits_in_drafter
+                skipped += 1
+                continue
+            calls += 1
+            for j in batch.req_ids:
+                drafted += state[j]["unseen"][0]
+                accepted += state[j]["unseen"][1]
+                state[j]["unseen"] = [0, 0]
+            drafts = proposer.propose(sampled, batch.num_tokens_no_spec,
+                                      batch.token_ids_cpu, slot_mappings=None)
+            self.assertEqual(len(drafts), batch.num_reqs)
+            for row, j in enumerate(batch.req_ids):
+                st = state[j]
+                if not sampled[row]:
+                    self.assertEqual(drafts[row], [], "a row without a sample gets no draft")
                     continue
-                st = state[r]
-                gen = REQUESTS[r]["generation"]
-                if st["pos"] >= len(gen):  # finished: vLLM drafts before it knows
-                    finished_last_step.append(r)
-                    continue
-                where = "%s request %d step %d" % (policy, r, st["step"])
-                self.assertEqual(drafts[i], ref[r][st["step"]]["chain"], where)
-                self.assertLessEqual(len(drafts[i]), K)
-                st["draft"] = drafts[i]
+                context = batch.token_ids_cpu[row, :batch.num_tokens_no_spec[row]].tolist()
+                if st["oracle"] is None:
+                    st["oracle"] = HandDrivenSession(index, policy, context)
+                where = "%s request %d step %d" % (policy, j, st["step"])
+                limit = min(K, max_model_len - len(context))
+                self.assertEqual(drafts[row], st["oracle"].chain(context, limit), where)
+                if cpp_reference is not None and j not in finished:
+                    self.assertEqual(drafts[row], cpp_reference[requests[j]][st["step"]]["chain"],
+                                     where)
+                st["draft"] = drafts[row]
                 st["step"] += 1
-            self.assertLessEqual(proposer.num_requests, n_rows)
-        for r in range(len(REQUESTS)):
-            self.assertEqual(state[r]["step"], len(ref[r]), "request %d: every step drafted" % r)
-        return steps
+            self.assertLessEqual(proposer.num_requests, batch.num_reqs)
+        self.assertEqual(batch.num_reqs, 0)
+        proposer.propose([], batch.num_tokens_no_spec, batch.token_ids_cpu)
+        self.assertEqual(proposer.num_requests, 0, "every request left: no session is held")
+        return proposer, calls, skipped, drafted, accepted
+
+    def generation(self, requests, j):
+        r = requests[j][0] if isinstance(requests[j], tuple) else requests[j]
+        return REQUESTS[r]["generation"]
 
     def test_drafts_equal_the_cpp_sessions(self):
+        """Six requests in four rows, one prefilled in three chunks, in
+        order, nothing skipped: each draft equals the C++ session's."""
         for policy in POLICIES:
-            for by_req_id in (False, True):
-                with self.subTest(policy=policy, by_req_id=by_req_id):
-                    # sam-cal learns across steps: one fresh session per request,
-                    # as the oracle; the paper rule is the same with reused ones.
-                    proposer = sd.vllm.SamProposer(self.config(), index=INDEX, policy=policy,
-                                                   reuse_sessions=(policy == "sam"))
-                    self.run_engine(proposer, policy, by_req_id)
-                    # Every request left the batch: no session is held.
-                    proposer.propose([], np.zeros(0, np.int32), np.zeros((0, 8), np.int32))
-                    self.assertEqual(proposer.num_requests, 0)
+            with self.subTest(policy=policy):
+                user_class = self.proposer_class(policy=policy,
+                                                 reuse_sessions=(policy == "sam"))
+                self.run_engine(user_class, policy, list(range(len(REQUESTS))), 4096,
+                                prefill_chunks={1: 3}, cpp_reference=ENG["chain"][policy])
 
-    def serve_alone(self, proposer, r):
+    def test_rows_move_and_steps_are_skipped(self):
+        """Fourteen requests in four rows, admitted in random order, rows
+        swapped at random, prefills in chunks, and max_model_len so tight
+        that the runner skips propose whenever a long request nears it. For
+        the paper rule some requests have the same prompt (and generation):
+        which of them a session serves does not change its drafts. sam-cal's
+        sessions learn from their own steps, so there each prompt starts
+        with its own id."""
+        import random
+
+        longest = max(len(r["prompt"]) + len(r["generation"]) for r in REQUESTS) + 1
+        for policy in POLICIES:
+            for seed in range(3):
+                with self.subTest(policy=policy, seed=seed):
+                    rng = random.Random(seed)
+                    requests = [rng.randrange(len(REQUESTS)) for _ in range(13)] + [5]
+                    if policy == "sam-cal":
+                        requests = [(r, 1 + j) for j, r in enumerate(requests)]
+                    chunks = {j: rng.randint(1, 3) for j in range(len(requests))}
+                    user_class = self.proposer_class(policy=policy, reuse_sessions=False)
+                    proposer, calls, skipped, drafted, accepted = self.run_engine(
+                        user_class, policy, requests, longest + K - 3, rng=rng,
+                        prefill_chunks=chunks)
+                    self.assertGreater(skipped, 0, "some steps skipped propose")
+                    self.assertGreater(calls, skipped)
+                    self.assertGreater(accepted, 0)
+                    # The adapter's metrics count what the engine was handed
+                    # and accepted, as far as the proposer saw it (not a
+                    # request's last step). Requests with the same tokens
+                    # may trade sessions, and then their counts.
+                    total = proposer.metrics()["total"]
+                    self.assertEqual(proposer.metrics()["finished_requests"], len(requests))
+                    self.assertEqual(proposer.metrics()["requests"], {})
+                    if policy == "sam-cal":
+                        self.assertEqual(sum(v["accepted"] for v in total.values()), accepted)
+                        self.assertEqual(sum(v["drafted"] for v in total.values()), drafted)
+                    for row in total.values():
+                        self.assertAlmostEqual(row["mat"],
+                                               (row["accepted"] + row["steps"]) / row["steps"])
+
+    def serve_alone(self, proposer, r, max_model_len=4096):
         """Request r alone in row 0 until it finishes, then it leaves; returns
         the tokens accepted from its drafts."""
+        batch = InputBatch(1, max_model_len)
         prompt, gen = REQUESTS[r]["prompt"], REQUESTS[r]["generation"]
-        tokens = list(prompt) + [gen[0]]
+        batch.add_request("r", prompt)
+        batch.append_sampled(0, gen[:1])
         pos, accepted, sampled = 1, 0, [gen[0]]
         while pos < len(gen):
-            row = np.array([tokens], dtype=np.int32)
-            draft = proposer.propose([sampled], np.array([len(tokens)], np.int32), row)[0]
+            draft = proposer.propose([sampled], batch.num_tokens_no_spec,
+                                     batch.token_ids_cpu)[0]
             k = accepted_prefix(draft, gen, pos)
             sampled = gen[pos:pos + k + 1]
-            tokens += sampled
+            batch.append_sampled(0, sampled)
             pos += len(sampled)
             accepted += k
-        proposer.propose([], np.zeros(0, np.int32), np.zeros((0, 8), np.int32))  # it left
+        batch.remove_request("r")
+        batch.condense()
+        proposer.propose([], batch.num_tokens_no_spec, batch.token_ids_cpu)  # it left
         return accepted
 
     def test_response_cache(self):
-        """response_cache=: a request that leaves adds its output to the cache
+        """response_cache: a request that leaves adds its output to the cache
         (under cache_tenant), and the same request again drafts from it."""
         for compile in (False, True):
             cache = sd.ResponseCache(1 << 20, compile=compile, compile_min_tokens=16)
-            proposer = sd.vllm.SamProposer(self.config(), index=INDEX, policy="sam-cal",
-                                           response_cache=cache, cache_tenant="t")
+            proposer = self.proposer_class(policy="sam-cal", response_cache=cache,
+                                           cache_tenant="t")(self.vllm_config(4096))
             cold = self.serve_alone(proposer, 0)
             self.assertEqual(cache.num_responses, 1)
             self.assertEqual(cache.tenants(), ["t"])
@@ -207,143 +367,250 @@ class VllmCustomProposerTest(unittest.TestCase):
         # A bound in MiB (here through SAM_CACHE_MIB) makes a compiling cache.
         os.environ["SAM_CACHE_MIB"] = "4"
         try:
-            proposer = sd.vllm.SamProposer(self.config(), index=INDEX)
+            proposer = self.proposer_class()(self.vllm_config(4096))
             self.assertEqual(proposer._pool.cache.max_bytes, 4 << 20)
         finally:
             del os.environ["SAM_CACHE_MIB"]
-        self.assertIsNone(sd.vllm.SamProposer(self.config(), index=INDEX)._pool.cache)
+        self.assertIsNone(self.proposer_class()(self.vllm_config(4096))._pool.cache)
         with self.assertRaises(sd.Error):
-            sd.vllm.SamProposer(self.config(), index=INDEX, response_cache=-1)
+            self.proposer_class(response_cache=-1)(self.vllm_config(4096))
 
     def test_environment_configuration(self):
-        os.environ.update(SAM_INDEX=INDEX, SAM_POLICY="sam-cal", SAM_OPTIONS='{"max_width": 4}')
+        """The documented configuration: the class vLLM imports from
+        speculative_config.model, configured by the environment."""
+        import importlib
+
+        config = self.vllm_config(4096)
+        module, name = config.speculative_config.model.rsplit(".", 1)
+        user_class = getattr(importlib.import_module(module), name)
+        os.environ.update(SAM_INDEX=INDEX, SAM_POLICY="sam-cal", SAM_OPTIONS='{"max_width": 4}',
+                          SAM_THREADS="2")
         try:
-            proposer = sd.vllm.SamProposer(self.config())
+            with self.assertLogs("samdecoding.vllm", "INFO") as logs:
+                proposer = user_class(config)
             self.assertEqual(proposer._pool.options["policy"], "sam-cal")
             self.assertEqual(proposer._pool.options["max_width"], 4)
             self.assertEqual(proposer._pool.options["draft_size"], K + 1)
+            self.assertEqual(proposer._draft_pool.threads, 2)
+            self.assertIn("SAM-Decoding drafter active", logs.output[0])
+            self.assertIn(INDEX, logs.output[0])
+            self.assertIn("policy sam-cal", logs.output[0])
         finally:
-            for key in ("SAM_INDEX", "SAM_POLICY", "SAM_OPTIONS"):
+            for key in ("SAM_INDEX", "SAM_POLICY", "SAM_OPTIONS", "SAM_THREADS"):
                 del os.environ[key]
+
+    def test_spawned_worker(self):
+        """vLLM builds the proposer in its worker processes (spawned): the
+        class from speculative_config.model, configured by the environment the
+        worker inherits, drafts there what it drafts here."""
+        import multiprocessing
+
+        config = self.vllm_config(4096)
+        environ = {"SAM_INDEX": INDEX, "SAM_POLICY": "sam-cal"}
+        os.environ.update(environ)
+        try:
+            context = multiprocessing.get_context("spawn")
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(target=_vllm_worker, args=(config, sender))
+            process.start()
+            sender.close()
+            spawned = receiver.recv() if receiver.poll(120) else None
+            process.join(60)
+            here = self.serve_alone(sd.vllm.SamProposer(config), 0)
+        finally:
+            for key in environ:
+                del os.environ[key]
+        self.assertEqual(spawned, here)
+        self.assertGreater(here, 0)
 
     def test_errors(self):
         with self.assertRaises(sd.Error):  # no index anywhere
-            sd.vllm.SamProposer(self.config())
+            sd.vllm.SamProposer(self.vllm_config(4096))
         with self.assertRaises(sd.Error):  # a bad option is refused at construction
-            sd.vllm.SamProposer(self.config(), index=INDEX, no_such_option=1)
+            self.proposer_class(session_options={"no_such_option": 1})(self.vllm_config(4096))
         with self.assertRaises(ValueError):
-            sd.vllm.SamProposer(None, index=INDEX)
+            self.proposer_class()(None)
+        os.environ["SAM_THREADS"] = "many"
+        try:
+            with self.assertRaisesRegex(ValueError, "SAM_THREADS"):
+                self.proposer_class()(self.vllm_config(4096))
+        finally:
+            del os.environ["SAM_THREADS"]
 
 
-class FakeNgramWorker:
-    """The part of SGLang's NGRAMWorker that SamWorker builds on: the
-    constructor sets draft_token_num (and makes its own cache)."""
+def _vllm_worker(vllm_config, pipe):
+    """A spawned vLLM worker: create_custom_proposer's import and construction
+    (vllm/v1/spec_decode/custom_class_proposer.py), then request 0 served
+    alone; sends the ids accepted from its drafts."""
+    import importlib
 
-    def __init__(self, draft_token_num):
-        self.draft_token_num = draft_token_num
-        self.ngram_cache = object()
-
-
-def parents_from_mask(mask):
-    """Each node's parent from an ancestor mask: its deepest strict ancestor."""
-    depth = mask.sum(axis=1)
-    parents = []
-    for i in range(mask.shape[0]):
-        ancestors = [j for j in range(mask.shape[0]) if mask[i, j] and j != i]
-        parents.append(max(ancestors, key=lambda j: depth[j]) if ancestors else -1)
-    return parents
+    module, name = vllm_config.speculative_config.model.rsplit(".", 1)
+    proposer = getattr(importlib.import_module(module), name)(vllm_config)
+    pipe.send(VllmCustomProposerTest().serve_alone(proposer, 0))
+    pipe.close()
 
 
-class SglangNgramTest(unittest.TestCase):
-    """SGLang: NGRAMWorker._prepare_draft_tokens(batch) gets (drafts, mask)
-    for the decoding requests, verifies the trees, appends the accepted ids
-    and the bonus id to each request's output_ids; requests join and finish."""
+FAKE_SGLANG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_sglang")
 
-    BATCH = 3
 
-    def run_engine(self, worker, policy):
-        ref = ENG["tree"][policy]
-        waiting = list(range(len(REQUESTS)))
-        running, steps = [], {}
-        while waiting or running:
-            while len(running) < self.BATCH and waiting:
-                r = waiting.pop(0)
-                # Prefill (an EXTEND batch, no drafting) sampled the first token.
-                running.append(types.SimpleNamespace(rid="rid-%d" % r, r=r,
-                                                     origin_input_ids=REQUESTS[r]["prompt"],
-                                                     output_ids=[REQUESTS[r]["generation"][0]]))
-                steps[r] = 0
-            batch = types.SimpleNamespace(reqs=running)
-            drafts, mask = worker._prepare_draft_tokens(batch)
-            self.assertEqual(drafts.dtype, np.int64)
-            self.assertEqual(drafts.shape, (len(running) * D,))
-            self.assertEqual(mask.shape, (len(running) * D * D,))
-            drafts = drafts.reshape(len(running), D)
-            mask = mask.reshape(len(running), D, D)
-            still = []
-            for b, req in enumerate(running):
-                r, gen = req.r, REQUESTS[req.r]["generation"]
-                expected = ref[r][steps[r]]
-                n = len(expected["tokens"])
-                where = "%s request %d step %d" % (policy, r, steps[r])
-                self.assertEqual(drafts[b, :n].tolist(), expected["tokens"], where)
-                parents = parents_from_mask(mask[b])
-                self.assertEqual(parents[:n], expected["parents"], where)
-                # Padding: leaves under the root with token 0.
-                self.assertTrue(all(p == 0 for p in parents[n:]), where)
-                self.assertTrue((drafts[b, n:] == 0).all(), where)
-                # Verify the tree (from the mask): the longest path the model follows.
-                pos, node, accepted = len(req.output_ids), 0, []
-                while pos + len(accepted) < len(gen):
-                    want = gen[pos + len(accepted)]
-                    child = next((j for j in range(1, n) if parents[j] == node and
-                                  drafts[b, j] == want), None)
-                    if child is None:
-                        break
-                    accepted.append(want)
-                    node = child
-                self.assertEqual(len(accepted), expected["accepted"], where)
-                end = pos + len(accepted) + 1
-                req.output_ids = req.output_ids + gen[pos:end]
-                steps[r] += 1
-                if len(req.output_ids) < len(gen):
-                    still.append(req)
+def installed_plugin():
+    """The samdecoding `sglang.plugins` entry point of the installed
+    distribution, or None (a build tree on PYTHONPATH has none)."""
+    from importlib.metadata import entry_points
+
+    return next((ep for ep in entry_points(group="sglang.plugins")
+                 if ep.value == "samdecoding.sglang:register"), None)
+
+
+class SglangPluginTest(unittest.TestCase):
+    """SGLang as merged: the plugin is loaded through the installed
+    distribution's entry points inside a scheduler process started with the
+    "spawn" method, registers SAM (is_ngram() true), and its SamWorker (today's
+    NGRAMWorker, overlap scheduling or not) drafts each request's tree from its
+    id and whole token list; tests/python/fake_sglang mirrors the SGLang
+    modules involved (cited there). Every tree must equal the C++ session's."""
+
+    def setUp(self):
+        if FAKE_SGLANG not in sys.path:
+            sys.path.insert(0, FAKE_SGLANG)  # spawned children inherit sys.path
+
+    def server_args(self, algorithm, overlap):
+        return types.SimpleNamespace(
+            speculative_algorithm=algorithm, disable_overlap_schedule=not overlap,
+            speculative_num_draft_tokens=D, speculative_ngram_max_trie_depth=18,
+            speculative_ngram_min_bfs_breadth=1, speculative_ngram_max_bfs_breadth=10,
+            speculative_ngram_match_type="BFS", speculative_ngram_capacity=1000000)
+
+    def spawn(self, server_args, environ):
+        """run_scheduler_process in a process started with "spawn"; returns
+        what it sends, or None if it died."""
+        import multiprocessing
+
+        from sglang.srt.managers.scheduler import run_scheduler_process
+
+        saved = {key: os.environ.get(key) for key in environ}
+        os.environ.update(environ)
+        try:
+            context = multiprocessing.get_context("spawn")
+            receiver, sender = context.Pipe(duplex=False)
+            process = context.Process(target=run_scheduler_process,
+                                      args=(server_args, REQUESTS, 3, sender))
+            process.start()
+            sender.close()
+            try:
+                result = receiver.recv() if receiver.poll(300) else None
+            except EOFError:
+                result = None
+            process.join(60)
+            return result
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
                 else:
-                    self.assertEqual(steps[r], len(ref[r]), "request %d: every step" % r)
-            running = still
+                    os.environ[key] = value
+
+    def check_trees(self, result, policy):
+        ref = ENG["tree"][policy]
+        steps = {}
+        for entry in result["log"]:
+            r = int(entry["rid"].split("-")[1])
+            gen = REQUESTS[r]["generation"]
+            if entry["pos"] >= len(gen):
+                continue  # the round a finished request runs in overlap mode
+            step = steps.get(r, 0)
+            expected = ref[r][step]
+            n = len(expected["tokens"])
+            where = "%s request %d step %d" % (policy, r, step)
+            self.assertEqual(entry["tokens"][:n], expected["tokens"], where)
+            self.assertEqual(entry["parents"][:n], expected["parents"], where)
+            self.assertTrue(all(t == 0 for t in entry["tokens"][n:]), where)  # padding
+            self.assertTrue(all(p == 0 for p in entry["parents"][n:]), where)
+            self.assertEqual(entry["accepted"], expected["accepted"], where)
+            steps[r] = step + 1
         for r in range(len(REQUESTS)):
-            self.assertEqual(steps[r], len(ref[r]))
+            self.assertEqual(steps.get(r, 0), len(ref[r]), "request %d: every step" % r)
 
-    def test_drafts_equal_the_cpp_sessions(self):
+    def test_plugin_in_a_spawned_scheduler(self):
+        if installed_plugin() is None:
+            if os.environ.get("SAM_REQUIRE_INSTALLED"):
+                self.fail("samdecoding's sglang.plugins entry point is not installed")
+            self.skipTest("samdecoding is not installed as a distribution here (the "
+                          "python_pip_install test runs this against the installed one)")
+        environ = {"SAM_INDEX": INDEX, "SAM_POLICY": "sam", "SGLANG_PLUGINS": "samdecoding"}
+        for overlap in (True, False):
+            with self.subTest(overlap=overlap):
+                result = self.spawn(self.server_args("SAM", overlap), environ)
+                self.assertIsNotNone(result, "the scheduler process failed")
+                self.assertEqual(result["class"], "SamWorker")
+                self.assertTrue(result["is_ngram"])
+                self.check_trees(result, "sam")
+                # Requests that left the batch were erased (erase_match_state);
+                # the last batch's stay until the next decode round.
+                self.assertEqual(result["live_sessions"], len(result["last_batch"]))
+                self.assertEqual(result["metrics"]["finished_requests"],
+                                 len(REQUESTS) - len(result["last_batch"]))
+                total = result["metrics"]["total"]
+                self.assertGreater(sum(v["accepted"] for v in total.values()), 0)
+        # SGLANG_PLUGINS names the plugins allowed: without samdecoding, SAM
+        # is unknown and the scheduler fails.
+        environ["SGLANG_PLUGINS"] = "another"
+        self.assertIsNone(self.spawn(self.server_args("SAM", True), environ))
+
+    def test_worker_in_process(self):
+        """SamWorker over the NGRAMWorker, both policies (sam-cal with a fresh
+        session per request, as the C++ reference), overlap or not."""
+        from sglang.srt.managers.scheduler import run_scheduler_process
+        from sglang.srt.speculative.ngram_worker import NGRAMWorker
+
+        class Pipe:
+            def send(self, value):
+                self.value = value
+
+            def close(self):
+                pass
+
         for policy in POLICIES:
-            with self.subTest(policy=policy):
-                worker_class = sd.sglang.worker_class(FakeNgramWorker, index=INDEX, policy=policy,
-                                                      reuse_sessions=(policy == "sam"))
-                worker = worker_class(D)
-                self.assertIsInstance(worker.ngram_cache, sd.sglang.SamNgramCache)
-                self.run_engine(worker, policy)
-                worker._prepare_draft_tokens(types.SimpleNamespace(reqs=[]))
-                self.assertEqual(worker.ngram_cache.num_requests, 0)
+            for overlap in (True, False):
+                with self.subTest(policy=policy, overlap=overlap):
+                    worker = sd.sglang.worker_class(NGRAMWorker, index=INDEX, policy=policy,
+                                                    reuse_sessions=(policy == "sam"))
+                    pipe = Pipe()
+                    run_scheduler_process(self.server_args("NGRAM", overlap), REQUESTS, 3, pipe,
+                                          worker_class=worker)
+                    self.check_trees(pipe.value, policy)
 
-    def test_stock_worker_windows(self):
-        cache = sd.sglang.SamNgramCache(draft_token_num=D, index=INDEX, min_bfs_breadth=1,
-                                        max_bfs_breadth=10, capacity=1000, branch_length=18,
-                                        min_match_window_size=1, max_match_window_size=12)
-        index = sd.Index.open(INDEX)
-        windows = [REQUESTS[r]["prompt"][-12:] for r in range(3)]
-        drafts, mask = cache.batch_get(windows)
-        drafts, mask = drafts.reshape(3, D), mask.reshape(3, D, D)
-        for b, window in enumerate(windows):
-            session = sd.Session(policy="sam", draft_size=D)
-            session.attach(index)
-            session.prefill(window[:-1])
-            draft = session.propose(window[-1])
-            n = len(draft)
-            self.assertEqual(drafts[b, :n].tolist(), draft.tokens.tolist())
-            self.assertEqual(parents_from_mask(mask[b])[:n], draft.parents.tolist())
-        cache.batch_put(windows)
-        cache.synchronize()
-        cache.reset()
+    def test_register(self):
+        """register() (in this process): SAM resolves to an NGRAM-like
+        algorithm whose worker is a SamWorker over NGRAMWorker; a second call
+        is a no-op; NGRAM's server settings are filled in."""
+        from sglang.srt.speculative.ngram_worker import NGRAMWorker
+        from sglang.srt.speculative.spec_info import SpeculativeAlgorithm
+
+        sd.sglang.register()
+        sd.sglang.register()
+        spec = SpeculativeAlgorithm.from_string("sam")
+        self.assertTrue(spec.is_ngram())
+        self.assertFalse(spec.has_draft_kv())
+        args = types.SimpleNamespace(speculative_num_draft_tokens=None, speculative_eagle_topk=None,
+                                     speculative_ngram_max_bfs_breadth=10, enable_mixed_chunk=True,
+                                     disable_overlap_schedule=False)
+        spec.handle_server_args(args)
+        self.assertEqual((args.speculative_num_draft_tokens, args.speculative_eagle_topk,
+                          args.enable_mixed_chunk), (16, 10, False))
+        worker = spec.create_worker(args)  # overlap scheduling is supported
+        self.assertTrue(issubclass(worker, NGRAMWorker))
+        self.assertEqual(worker.__name__, "SamWorker")
+
+    def test_tail(self):
+        parts = ([1, 2, 3], [4, 5], [6])
+        for taken in range(6):
+            pending, start = sd.sglang._tail(parts, taken)
+            self.assertEqual(pending, [1, 2, 3, 4, 5][taken:])
+            self.assertEqual(start, 6)
+        self.assertEqual(sd.sglang._tail(([1, 2], [], []), 0), ([1], 2))
+        with self.assertRaises(ValueError):
+            sd.sglang._tail(([1], [], []), 1)
 
 
 class HfCandidateGeneratorTest(unittest.TestCase):
@@ -352,18 +619,24 @@ class HfCandidateGeneratorTest(unittest.TestCase):
     plus the model's next token are appended; update_candidate_strategy."""
 
     @unittest.skipIf(torch is None, "python3-torch is not installed (the driver needs tensors)")
-    def test_drafts_equal_the_cpp_sessions(self):
+    def test_drafts_equal_hand_driven_sessions(self):
+        """transformers' _assisted_decoding (generation/utils.py, commit
+        1097d4b3): the first get_candidates gets the bare prompt; after each
+        forward pass the matched ids and the model's next id are appended and
+        update_candidate_strategy(input_ids, scores, n_matches) gets n_matches
+        as a 0-d tensor."""
+        index = sd.Index.open(INDEX)
         for policy in POLICIES:
             with self.subTest(policy=policy):
-                ref = ENG["chain"][policy]
                 generator = sd.hf.SamCandidateGenerator(INDEX, num_output_tokens=K, policy=policy)
+                accepted = 0
                 for r, request in enumerate(REQUESTS):  # one generator, sequences one by one
                     prompt, gen = request["prompt"], request["generation"]
                     if policy == "sam-cal":  # fresh estimates per request, as the oracle
                         generator = sd.hf.SamCandidateGenerator(INDEX, num_output_tokens=K,
                                                                 policy=policy)
-                    # The first generated token came with the prompt's pass.
-                    input_ids = torch.tensor([prompt + gen[:1]], dtype=torch.long)
+                    input_ids = torch.tensor([prompt], dtype=torch.long)
+                    oracle = HandDrivenSession(index, policy, prompt)
                     step = 0
                     while input_ids.shape[1] - len(prompt) < len(gen):
                         pos = input_ids.shape[1] - len(prompt)
@@ -373,13 +646,20 @@ class HfCandidateGeneratorTest(unittest.TestCase):
                         self.assertEqual(candidates[0, :input_ids.shape[1]].tolist(),
                                          input_ids[0].tolist())
                         where = "%s request %d step %d" % (policy, r, step)
-                        self.assertEqual(draft, ref[r][step]["chain"], where)
+                        self.assertEqual(draft, oracle.chain(input_ids[0].tolist(), K), where)
                         n_matches = accepted_prefix(draft, gen, pos)
+                        if input_ids.shape[1] + n_matches + 1 - len(prompt) < len(gen):
+                            accepted += n_matches  # a later call shows the generator
                         valid = torch.tensor([gen[pos:pos + n_matches + 1]], dtype=torch.long)
                         input_ids = torch.cat((input_ids, valid), dim=-1)
-                        generator.update_candidate_strategy(input_ids, None, n_matches)
+                        generator.update_candidate_strategy(input_ids, None,
+                                                            torch.tensor(n_matches))
                         step += 1
-                    self.assertEqual(step, len(ref[r]))
+                    self.assertGreater(step, 1)
+                if policy == "sam":  # one generator served every request
+                    total = generator.metrics()["total"]
+                    self.assertEqual(sum(v["accepted"] for v in total.values()), accepted)
+                    self.assertGreater(accepted, 0)
 
     @unittest.skipIf(torch is None, "python3-torch is not installed (the driver needs tensors)")
     def test_generate_hands_the_generator_to_transformers(self):

@@ -694,5 +694,57 @@ class DocsExampleTest(unittest.TestCase):
         self.assertGreater(namespace["steps"], 0)
 
 
+class DistributionTest(unittest.TestCase):
+    """The package as users see it: its version, help() signatures and
+    docstrings, type stubs; installed with pip (SAM_REQUIRE_INSTALLED, the
+    python_pip_install test), its distribution's metadata."""
+
+    def test_version_and_help(self):
+        cmake = pathlib.Path(__file__).resolve().parents[2] / "CMakeLists.txt"
+        version = re.search(r"project\(sam_decoding VERSION ([0-9.]+)", cmake.read_text())
+        self.assertEqual(sd.__version__, version.group(1))
+        signature = sd.Session.__init__.__doc__
+        for option in ("policy: object = 'sam'", "draft_size: object = None",
+                       "max_width: object = None", "recycling_vocab_size: object = None"):
+            self.assertIn(option, signature)
+        for documented in (sd.Session, sd.Session.propose, sd.Session.commit, sd.Index,
+                           sd.Index.open, sd.DraftPool.propose, sd.propose_batch, sd.Draft):
+            self.assertGreater(len(documented.__doc__ or ""), 40, documented)
+        # Options keep their errors: an unknown name, a bad value.
+        self.assertError("invalid-argument", "unknown option 'no_such'", sd.Session, no_such=1)
+        self.assertError("invalid-argument", "draft_size", sd.Session, draft_size="x")
+
+    def assertError(self, code, text, fn, *args, **kwargs):
+        with self.assertRaises(sd.Error) as caught:
+            fn(*args, **kwargs)
+        self.assertEqual(caught.exception.code, code)
+        self.assertIn(text, str(caught.exception))
+
+    def test_stubs(self):
+        import ast
+
+        package = pathlib.Path(sd.__file__).parent
+        self.assertTrue((package / "py.typed").exists())
+        stub = ast.parse((package / "_native.pyi").read_text())
+        declared = {node.name for node in stub.body
+                    if isinstance(node, (ast.ClassDef, ast.FunctionDef))}
+        for name in sd.__all__:
+            if name[0].isupper() and not name.isupper() or name.islower():
+                self.assertIn(name, declared | {"__version__"}, name)
+
+    @unittest.skipUnless(os.environ.get("SAM_REQUIRE_INSTALLED"),
+                         "the python_pip_install test checks the installed distribution")
+    def test_installed_distribution(self):
+        import sys
+        from importlib import metadata
+
+        self.assertTrue(sd.__file__.startswith(sys.prefix), sd.__file__)
+        self.assertEqual(metadata.version("samdecoding"), sd.__version__)
+        self.assertIn("numpy", metadata.requires("samdecoding"))
+        plugins = metadata.entry_points(group="sglang.plugins")
+        self.assertIn("samdecoding.sglang:register",
+                      [ep.value for ep in plugins if ep.name == "samdecoding"])
+
+
 if __name__ == "__main__":
     unittest.main()

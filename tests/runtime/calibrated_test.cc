@@ -411,9 +411,11 @@ class Oracle {
     DraftTree t;
     t.Reset(start, DraftSource::kNone);
     tree_cells_.assign(1, {-1, -1});
+    if (ranked.size() > 1) t.accept_estimates.assign(1, 1.0f);
     for (size_t r = 1; r < ranked.size(); ++r) {
       backoff_drafted += nodes_[ranked[r]].backoff;
       t.Add(nodes_[nodes_[ranked[r]].parent].rank, nodes_[ranked[r]].token);
+      t.accept_estimates.push_back(static_cast<float>(nodes_[ranked[r]].prob));
       tree_cells_.push_back(nodes_[ranked[r]].cells);
     }
     return t;
@@ -567,6 +569,11 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t 
     ASSERT_EQ(got.tokens, expected.tokens) << "seed " << seed << " step " << steps << " limit "
                                            << limit;
     ASSERT_EQ(got.parents, expected.parents) << "seed " << seed << " step " << steps;
+    // Each node's estimate: its best offer's calibrated probability.
+    ASSERT_EQ(got.accept_estimates.size(), expected.accept_estimates.size()) << steps;
+    for (size_t k = 0; k < got.accept_estimates.size(); ++k)
+      ASSERT_NEAR(got.accept_estimates[k], expected.accept_estimates[k], 1e-6)
+          << "seed " << seed << " step " << steps << " node " << k;
     branching += !got.IsLinear();
     const size_t accepted =
         AcceptedLength(got, std::span<const uint32_t>(gen).subspan(i + 1));

@@ -206,6 +206,11 @@ TEST_P(ShardSetTest, MergedTreesEqualTheSingleIndexAndBruteForceCounts) {
       ASSERT_GT(count, 0);
       EXPECT_NEAR(wb[i], count / base, 1e-9);
       EXPECT_EQ(wb[i], wa[i]);
+      // Its accept estimate: the count ratio under its parent, over all documents.
+      const double parent_count = static_cast<double>(all.Find(Text(s.begin(), s.end() - 1)).first);
+      ASSERT_EQ(tb.accept_estimates.size(), tb.size());
+      EXPECT_NEAR(tb.accept_estimates[i], count / parent_count, 1e-6);
+      EXPECT_EQ(tb.accept_estimates[i], ta.accept_estimates[i]);
     }
   }
 }

@@ -266,7 +266,13 @@ TEST(StaticTree, RespectsBudgetsAndIsCountOrdered) {
       const double count = static_cast<double>(corpus.Find(s).first);
       ASSERT_GT(count, 0);
       EXPECT_NEAR(weights[i], count / base, 1e-9);
+      // Its accept estimate: count(matched + path) / count(matched + parent's path).
+      const double parent_count =
+          static_cast<double>(corpus.Find(Text(s.begin(), s.end() - 1)).first);
+      ASSERT_EQ(tree.accept_estimates.size(), tree.size());
+      EXPECT_NEAR(tree.accept_estimates[i], count / parent_count, 1e-6);
     }
+    if (tree.size() > 1) EXPECT_EQ(tree.accept_estimates[0], 1.0f);
     // Siblings of a full-width-free tree with budget left: nothing is missing
     // at depth 1 that beats a chosen sibling.
   }

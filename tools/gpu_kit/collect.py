@@ -4,7 +4,7 @@
     collect.py OUT
 
 Reads every OUT/*.log: the "JSON {...}" lines that bench-forward and
-bench-generate print, ctest's summary, the transformers check's last line;
+bench-generate print, ctest's summary, the engine checks' lines;
 adds the environment and, per cost curve, t(n)/t(1). Standard library only.
 """
 import json
@@ -31,7 +31,7 @@ def main(out):
             figures[key] = records
         if key == "ctest":
             figures["ctest"] = [l for l in lines if "tests passed" in l or "tests failed" in l]
-        if key in ("hf_live", "steps"):
+        if key in ("engines_live", "steps"):
             figures[key] = lines[-40:]
     # Cost curves: t(n)/t(1) per shape.
     curves = {}

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The whole GPU run, on the lent GPU machine (docs/generation.md, "GPU kit"):
 # builds the project against the PyTorch there with the carried Debian
-# packages (tools/gpu_kit/prepare.sh), runs the torch-gpu tests and the
-# transformers adapter against real transformers, measures the verification
+# packages (tools/gpu_kit/prepare.sh), runs the torch-gpu tests and the engine
+# adapters inside vLLM, SGLang and transformers where the image has them
+# (tools/gpu_kit/engines_live_check.py), measures the verification
 # cost curve t(n)/t(1), n = 1..128, of random 7B-shaped (fp16, bf16) and
 # 1B-shaped models, end-to-end tokens/s per policy with a random model, and the
 # draft-model policies (model, sam-model) with a random target/draft pair;
@@ -73,15 +74,15 @@ log "built in $((SECONDS - start)) s"
     --corpus gsm8k="$kit/data/gsm8k/train.jsonl" -o "$build/kit-gsm8k.sam" > "$out/sam_build.log" 2>&1 ||
     log "sam-build failed"
 
-# 2. Tests: the GPU tests, and the transformers adapter against real transformers.
+# 2. Tests: the GPU tests, and the engine adapters inside the engines the image has.
 label=torch-gpu; [[ $rehearse == 1 ]] && label=torch
 ctest --test-dir "$build" -L "$label" --output-on-failure > "$out/ctest.log" 2>&1
 log "ctest -L $label: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
 if [[ -d $build/python/samdecoding ]]; then
-  PYTHONPATH=$build/python $py tools/gpu_kit/hf_live_check.py --device "$device" \
-      --tokenizer "$kit/data/tokenizer/llama-32k.model" --index "$build/kit-gsm8k.sam" \
-      --build "$build" --data "$kit/data" > "$out/hf_live.log" 2>&1
-  log "transformers adapter: $(tail -1 "$out/hf_live.log")"
+  # vLLM, SGLang and transformers, where the image has them, run with the adapters.
+  $py tools/gpu_kit/engines_live_check.py --device "$device" --index "$build/kit-gsm8k.sam" \
+      --native "$build/python/samdecoding/_native*.so" --out "$out" > "$out/engines_live.log" 2>&1
+  log "engines: $(grep -E '^(engines|PASS|FAIL)' "$out/engines_live.log" | tr '\n' ';')"
 fi
 
 # 3. Cost curves t(n)/t(1), n = 1..128 (chain and tree).

@@ -785,12 +785,15 @@ void CalibratedPolicy::Output(DraftTree* tree) {
   // (Appended, not resized and then written: the vectors keep their
   // capacity, and a resize would first fill the new elements with zeros.)
   node_cells_.assign(1, std::array<int, 4>{-1, -1, -1, -1});
+  // Each node's estimate: its best offer's P(accepted | parent accepted).
+  tree->accept_estimates.assign(1, 1.0f);
   uint8_t sources = 0;
   for (size_t r = 1; r <= keep; ++r) {
     const MergedNode& n = trie_.nodes[trie_.ranked[r]];
     tree->tokens.push_back(n.token);
     tree->parents.push_back(trie_.nodes[n.parent].rank);
     tree->depths.push_back(n.depth);
+    tree->accept_estimates.push_back(static_cast<float>(n.prob));
     node_cells_.push_back(n.cells);
     sources |= n.sources;
   }

@@ -46,8 +46,10 @@ struct SAM_API DraftTree {
   std::vector<float> draft_probs;
   // Optional estimates, per node, of the probability that the verifier accepts
   // the node once its parent is accepted (accept_estimates[0] = 1), from
-  // policies that estimate acceptance; empty for the others. Shaping a tree
-  // into one chain for a chain-only verifier reads them.
+  // policies that estimate acceptance (kCalibrated: its calibrated
+  // estimates; kTree's static trees: each node's count ratio under its
+  // parent); empty for the others. Shaping a tree into one chain for a
+  // chain-only verifier reads them.
   std::vector<float> accept_estimates;
   DraftSource source = DraftSource::kNone;
   uint32_t match_len = 0;         // match length that produced the draft, if any

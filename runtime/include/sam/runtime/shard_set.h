@@ -77,6 +77,7 @@ class SAM_API MergedStaticTreeBuilder {
     int32_t parent;
     uint32_t token;
     uint32_t pairs_begin, pairs_end;  // its shard states: pairs_[begin, end)
+    float share;  // its count ratio under its parent: its accept estimate
   };
   struct Child {
     uint32_t token;

@@ -274,7 +274,8 @@ class SAM_API StaticTreeBuilder {
   // has max_width nodes takes no more. Document-end continuations are never
   // proposed. Nodes are added in non-increasing weight order, so every prefix
   // of the result is itself the best tree of its size. If weights_out is not
-  // null it receives the weight of every node (1 for the root).
+  // null it receives the weight of every node (1 for the root). The tree's
+  // accept_estimates are each node's count ratio (1 for the root).
   void Build(const format::IndexView& view, uint64_t state, const StaticTreeOptions& options,
              DraftTree* tree, std::vector<double>* weights_out = nullptr);
   // The automaton state of every node of the last built tree.
@@ -286,6 +287,7 @@ class SAM_API StaticTreeBuilder {
     int32_t parent;
     uint64_t state;
     uint32_t token;
+    float share;  // Count(child) / Count(parent state): its accept estimate
   };
   // Top children of high-degree states (8192 entries: about 1.7 MiB,
   // allocated when first needed).
