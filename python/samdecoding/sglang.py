@@ -89,7 +89,7 @@ class SamNgramCache:
             options.pop(ngram_only, None)
         merged = json.loads(os.environ.get("SAM_OPTIONS", "{}"))
         merged.update(options)
-        merged["policy"] = policy or os.environ.get("SAM_POLICY") or merged.get("policy") or "sam"
+        merged["policy"] = policy or os.environ.get("SAM_POLICY") or merged.get("policy") or "sam-cal"
         merged["draft_size"] = draft_token_num
         self.draft_token_num = draft_token_num
         self.index = open_index(index if index is not None else os.environ.get("SAM_INDEX"),

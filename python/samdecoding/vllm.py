@@ -15,7 +15,7 @@ processes inherit them):
     SAM_INDEX=chat.sam SAM_POLICY=sam python serve.py
 
     SAM_INDEX      the index file (required unless a subclass sets index_path)
-    SAM_POLICY     a session policy (samdecoding.POLICIES; default "sam")
+    SAM_POLICY     a session policy (samdecoding.POLICIES; default "sam-cal")
     SAM_TOKENIZER  optional: the model's SentencePiece file, checked against
                    the index's tokenizer fingerprint at start-up
     SAM_OPTIONS    optional: JSON object of further Session options,
@@ -75,7 +75,7 @@ class SamProposer:
         merged.update(env_options)
         merged.update(options)
         merged["policy"] = (policy or self.policy or os.environ.get("SAM_POLICY") or
-                            merged.get("policy") or "sam")
+                            merged.get("policy") or "sam-cal")
         # The draft may hold every token vLLM verifies (and the start token).
         merged.setdefault("draft_size", self.num_speculative_tokens + 1)
         index = index if index is not None else (self.index_path or os.environ.get("SAM_INDEX"))

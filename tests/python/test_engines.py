@@ -216,10 +216,10 @@ class VllmCustomProposerTest(unittest.TestCase):
             sd.vllm.SamProposer(self.config(), index=INDEX, response_cache=-1)
 
     def test_environment_configuration(self):
-        os.environ.update(SAM_INDEX=INDEX, SAM_POLICY="sam-cal", SAM_OPTIONS='{"max_width": 4}')
+        os.environ.update(SAM_INDEX=INDEX, SAM_POLICY="sam-tree", SAM_OPTIONS='{"max_width": 4}')
         try:
             proposer = sd.vllm.SamProposer(self.config())
-            self.assertEqual(proposer._pool.options["policy"], "sam-cal")
+            self.assertEqual(proposer._pool.options["policy"], "sam-tree")
             self.assertEqual(proposer._pool.options["max_width"], 4)
             self.assertEqual(proposer._pool.options["draft_size"], K + 1)
         finally:
@@ -326,7 +326,8 @@ class SglangNgramTest(unittest.TestCase):
                 self.assertEqual(worker.ngram_cache.num_requests, 0)
 
     def test_stock_worker_windows(self):
-        cache = sd.sglang.SamNgramCache(draft_token_num=D, index=INDEX, min_bfs_breadth=1,
+        cache = sd.sglang.SamNgramCache(draft_token_num=D, index=INDEX, policy="sam",
+                                        min_bfs_breadth=1,
                                         max_bfs_breadth=10, capacity=1000, branch_length=18,
                                         min_match_window_size=1, max_match_window_size=12)
         index = sd.Index.open(INDEX)

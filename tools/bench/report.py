@@ -191,7 +191,7 @@ def main():
     rows = [[r[0], r[1], r[3], r[4], r[5], r[8]] for r in bench_rows(batch)]
     doc += ["", "## Many sessions (bench-batch)", "",
             "N sessions with their own streams (1K-token contexts), drafted by one",
-            "`DraftPool::Propose` call a step (policy `sam`, all cores); core us/session is the",
+            "`DraftPool::Propose` call a step (policy `sam-cal`, the default; all cores); core us/session is the",
             "call time x min(threads, N) / N; resident memory is each session's growth, with a",
             "64 MiB dynamic automaton reserved per session.", "",
             table(["N", "call us", "core us/session", "x one session", "seq us/session",
