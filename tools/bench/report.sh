@@ -6,7 +6,7 @@
 #     --data  corpora folder with tokenizer/llama-32k.model (default: $SAM_DATA_DIR, else
 #             ../shared/data; corpora/README.md)
 #     --bin   the tools' folder (default: $SAM_BUILD_DIR/bin, else build/bin; a Release build
-#             with the benchmarks: tools/build.sh)
+#             with the benchmarks: tools/build.sh -DSAM_BUILD_BENCHMARKS=ON)
 #     --work  folder for the index, the traces and the raw outputs (default: out/bench; an index
 #             already there is rebuilt, so that the build figures are this run's)
 #     --out   the document to write (default: docs/performance.md; written to a temporary file
@@ -37,7 +37,7 @@ done
 tok=$data/tokenizer/llama-32k.model
 [[ -f $tok ]] || { echo "report.sh: $tok: not found (--data: corpora/README.md)" >&2; exit 2; }
 for t in sam-build sam-inspect sam-replay bench-step bench-batch; do
-  [[ -x $bin/$t ]] || { echo "report.sh: $bin/$t: not built (tools/build.sh)" >&2; exit 2; }
+  [[ -x $bin/$t ]] || { echo "report.sh: $bin/$t: not built (tools/build.sh -DSAM_BUILD_BENCHMARKS=ON)" >&2; exit 2; }
 done
 mkdir -p "$work"
 step() { echo "report.sh: $*" >&2; }
