@@ -85,7 +85,7 @@ int main(int argc, char** argv) {
                "  bench-batch --index chat.sam --traces traces.jsonl --tokenizer llama-32k.model\n"
                "  bench-batch --index chat.sam --traces ids.jsonl --sessions 1,64 --threads 4",
                "bench-batch"};
-  std::string index_path, traces_path, tokenizer_path, policy_name = "sam";
+  std::string index_path, traces_path, tokenizer_path, policy_name = "sam-cal";
   std::vector<size_t> counts = {1, 8, 64, 256};
   size_t threads = 0, steps = 200, runs = 5, context_tokens = 1024, draft = 40, dynamic_mib = 0;
   uint64_t seed = 1;

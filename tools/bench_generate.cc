@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
                "  bench-generate --tokenizer llama-32k.model --curve-only --cost-curve-out cpu.csv",
                "bench-generate"};
   std::string tokenizer_path, data_dir, replay_path, device = "cpu", dtype;
-  std::vector<std::string> index_paths, policies = {"sam-rec"};
+  std::vector<std::string> index_paths, policies = {"sam-cal"};
   int64_t layers = 8, hidden = 1024, heads = 16, intermediate = 2816, prefix = 512, repeats = 5;
   int64_t prompts = 6, max_new_tokens = 64;
   app.add_option("--tokenizer", tokenizer_path,

@@ -100,6 +100,8 @@ void GuardNumbers(CLI::App& app) {
 
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
   GuardNumbers(app);
+  app.set_version_flag("--version", app.get_name() + " " SAM_TOOLS_VERSION,
+                       "print the program's name and the project's version, and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

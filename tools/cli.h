@@ -34,8 +34,9 @@ struct UsageError : sam::Error {
   explicit UsageError(const std::string& message) : sam::Error(sam::ErrorCode::kUsage, message) {}
 };
 
-// Parses the command line. Returns the status main should exit with when it
-// must stop here (0 after --help, 2 after printing "<tool>: <problem>" for a
+// Parses the command line, adding --version ("<tool> <project version>") to
+// every program. Returns the status main should exit with when it
+// must stop here (0 after --help or --version, 2 after printing "<tool>: <problem>" for a
 // usage error), or nothing to go on.
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv);
 

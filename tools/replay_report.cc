@@ -443,7 +443,29 @@ std::string RenderReport(const json& run, const std::string& source) {
   if (run.contains("cost_curve"))
     h << " Cost curve: <code>" << Escape(run.at("cost_curve").at("file").get<std::string>())
       << "</code> (projected speed-up = tokens / the steps' verification cost in units of t(1)).";
-  h << "</p>\n" << SummaryTable(run);
+  h << "</p>\n";
+  if (run.contains("run")) {  // what was replayed: indexes, traces, policies, options
+    const json& r = run.at("run");
+    h << "<table class=\"run\">\n";
+    for (const auto& index : r.at("indexes"))
+      h << "<tr><td>index</td><td><code>" << Escape(index.get<std::string>()) << "</code></td></tr>\n";
+    h << "<tr><td>traces</td><td><code>" << Escape(r.at("traces_file").get<std::string>())
+      << "</code></td></tr>\n<tr><td>policies</td><td>";
+    for (size_t i = 0; i < policies.size(); ++i)
+      h << (i ? ", " : "") << "<code>" << Escape(policies[i].at("name").get<std::string>()) << "</code>";
+    h << "</td></tr>\n<tr><td>options</td><td>";
+    if (r.at("options").empty()) h << "the defaults";
+    bool first = true;
+    for (const auto& [name, value] : r.at("options").items()) {
+      h << (first ? "" : " ") << "<code>" << Escape(name);
+      if (value.is_array())
+        for (const auto& v : value) h << " " << Escape(v.get<std::string>());
+      h << "</code>";
+      first = false;
+    }
+    h << "</td></tr>\n</table>\n";
+  }
+  h << SummaryTable(run);
   h << "<h2>MAT per policy and category</h2>\n" << MatChart(policies);
   h << "<h2>Acceptance by draft depth</h2>\n" << DepthChart(policies)
     << "<p class=\"note\">Share of steps whose accepted path reached each depth; MAT = 1 + "

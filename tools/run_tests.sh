@@ -12,8 +12,10 @@
 # Build folders: ${SAM_BUILD_DIR:-build}, then -asan, -tsan, -fuzz appended.
 # Tests that need ../shared/data skip with a message when it is absent
 # (SAM_DATA_DIR overrides). Prints each stage's wall time at the end.
+# First it installs the test stages' packages that are missing (tools/install_deps.sh test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tools/install_deps.sh test
 dir=${SAM_BUILD_DIR:-build}
 stages=${SAM_STAGES:-main asan tsan fuzz slurm}
 jobs=${SAM_JOBS:-$(nproc)}
@@ -23,7 +25,10 @@ for s in $stages; do
 done
 
 stage_main() {
-  tools/build.sh
+  # Everything, tests included (a folder that tools/quickstart.sh configured for the main job
+  # alone is configured again).
+  tools/build.sh -DSAM_BUILD_TESTS=ON -DSAM_WITH_TORCH=ON -DSAM_BUILD_PYTHON=ON \
+    -DSAM_BUILD_BENCHMARKS=ON
   ctest --test-dir "$dir" --output-on-failure -j "$jobs"
 }
 

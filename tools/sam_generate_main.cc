@@ -297,7 +297,7 @@ int main(int argc, char** argv) {
           std::string(tb::GeneratorPolicyHelp()),
       "sam-generate"};
   std::string model_dir, tokenizer_path, prompt, prompt_file, template_name = "raw";
-  std::string policy = "sam-rec", device = "cpu", dtype;
+  std::string policy = "sam-cal", device = "cpu", dtype;
   std::vector<std::string> index_paths;
   std::optional<size_t> draft_size;
   int64_t max_new_tokens = 128;
@@ -331,7 +331,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0.0f, 1.0f));
   app.add_option("--seed", seed, "sampling seed (default 0)");
   app.add_flag("--no-spec", no_spec, "plain autoregressive decoding (no drafts), for comparison");
-  app.add_option("--policy", policy, "draft policy (default sam-rec; see above)");
+  app.add_option("--policy", policy, "draft policy (default sam-cal; see above)");
   app.add_option("--draft-size", draft_size, "draft nodes incl. the start token (default 40)")
       ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
   std::string cost_curve_path;

@@ -502,13 +502,13 @@ int main(int argc, char** argv) {
       "make-traces",
       "render GSM8K test and HumanEval traces (written atomically; an existing --out must be a "
       "regular file, not an input)");
-  std::string data_dir, out_path, template_name = "vicuna";
+  std::string data_dir, out_path, template_name = "raw";
   size_t limit = SIZE_MAX;
   make->add_option("--data", data_dir, "data directory (gsm8k/, humaneval/)")->required();
   make->add_option("--out", out_path, "output JSONL")->required();
   make->add_option("--template", template_name,
-                   "prompt template: vicuna or raw (the prompt and a newline; the replay and "
-                   "bench-step figures in the README and docs/runtime.md use raw)")
+                   "prompt template: raw (the prompt and a newline, as documents put one before "
+                   "the response; the figures of docs/performance.md) or vicuna")
       ->capture_default_str();
   make->add_option("--limit", limit, "at most this many traces per category (default: all)");
 
@@ -655,6 +655,16 @@ int main(int argc, char** argv) {
     json out;
     out["traces"] = traces.size();
     out["cross_request"] = cross_request;
+    // What was replayed: the indexes, the traces and every option given (the report names them).
+    json options = json::object();
+    for (const CLI::Option* opt : app.get_options()) {
+      const std::string name = opt->get_name();
+      if (opt->count() == 0 || name == "--index" || name == "--traces" || name == "--json" ||
+          name == "--report" || name == "--help")
+        continue;
+      options[name] = opt->get_expected_max() == 0 ? json(true) : json(opt->results());
+    }
+    out["run"] = {{"indexes", index_paths}, {"traces_file", traces_path}, {"options", options}};
     if (!cost_curve_path.empty()) {
       json points = json::array();
       for (const rt::CostPoint& c : projection.points())

@@ -30,7 +30,7 @@ transformers this generator instead of the prompt-lookup one, by overriding
 the model's _get_candidate_generator for the duration of the call:
 
     import samdecoding.hf
-    out = samdecoding.hf.generate(model, input_ids, index="chat.sam", policy="sam",
+    out = samdecoding.hf.generate(model, input_ids, index="chat.sam", policy="sam-cal",
                                   max_new_tokens=256)
 
 Assisted generation in transformers handles one sequence at a time (batch
@@ -58,7 +58,7 @@ except Exception:  # noqa: BLE001 (any import problem: work without it)
 class SamCandidateGenerator(_Base):
     """A transformers candidate generator drafting with a SAM-Decoding session."""
 
-    def __init__(self, index, num_output_tokens=10, max_length=None, policy="sam",
+    def __init__(self, index, num_output_tokens=10, max_length=None, policy="sam-cal",
                  tokenizer=None, response_cache=None, cache_tenant="", **options):
         if num_output_tokens < 1:
             raise ValueError("SamCandidateGenerator: num_output_tokens must be at least 1")
@@ -122,7 +122,7 @@ class SamCandidateGenerator(_Base):
         num_matches may be an int or a 0-d tensor."""
 
 
-def generate(model, inputs, index, *, policy="sam", num_output_tokens=10, tokenizer=None,
+def generate(model, inputs, index, *, policy="sam-cal", num_output_tokens=10, tokenizer=None,
              session_options=None, candidate_generator=None, **generate_kwargs):
     """model.generate(inputs, **generate_kwargs) with SAM-Decoding drafts
     (greedy or sampling: exact either way). Returns what generate returns.

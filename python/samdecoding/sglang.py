@@ -104,7 +104,7 @@ class SamCorpus:
             raise ValueError("SamCorpus: draft_token_num must be at least 1")
         merged = json.loads(os.environ.get("SAM_OPTIONS", "{}"))
         merged.update(options)
-        merged["policy"] = policy or os.environ.get("SAM_POLICY") or merged.get("policy") or "sam"
+        merged["policy"] = policy or os.environ.get("SAM_POLICY") or merged.get("policy") or "sam-cal"
         merged["draft_size"] = draft_token_num
         self.draft_token_num = draft_token_num
         path = index if index is not None else os.environ.get("SAM_INDEX")

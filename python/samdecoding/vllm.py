@@ -15,7 +15,7 @@ processes inherit them):
     SAM_INDEX=chat.sam SAM_POLICY=sam-cal python serve.py
 
     SAM_INDEX      the index file (required unless a subclass sets index_path)
-    SAM_POLICY     a session policy (samdecoding.POLICIES; default "sam")
+    SAM_POLICY     a session policy (samdecoding.POLICIES; default "sam-cal")
     SAM_TOKENIZER  optional: the model's SentencePiece file, checked against
                    the index's tokenizer fingerprint at start-up
     SAM_OPTIONS    optional: JSON object of further Session options,
@@ -115,7 +115,7 @@ class SamProposer:
         options = dict(self.session_options or {})
         options.update(json.loads(os.environ.get("SAM_OPTIONS", "{}")))
         options["policy"] = (self.policy or os.environ.get("SAM_POLICY") or
-                             options.get("policy") or "sam")
+                             options.get("policy") or "sam-cal")
         # The draft may hold every id vLLM verifies, and the start id.
         options.setdefault("draft_size", self.num_speculative_tokens + 1)
         index = self.index_path or os.environ.get("SAM_INDEX")

@@ -443,7 +443,7 @@ class Session {
   explicit Session(const py::kwargs& kwargs) {
     sam::runtime::SessionOptions options;
     sam::runtime::SelectionOptions& sel = options.selection;
-    std::string policy = "sam";
+    std::string policy = "sam-cal";
     uint32_t recycling_vocab_size = 0;
     for (auto [key, value] : kwargs) {
       const std::string name = py::cast<std::string>(key);

@@ -429,7 +429,7 @@ void sam_session_config_init(sam_session_config* config) {
   *config = sam_session_config{};
   config->struct_size = sizeof(sam_session_config);
   config->draft_size = defaults.selection.draft_size;
-  config->policy = SAM_POLICY_PAPER;
+  config->policy = static_cast<int>(defaults.selection.policy);
   config->l_bias = -1;
   config->l_threshold = defaults.selection.l_threshold;
   config->recycling_vocab_size = 0;

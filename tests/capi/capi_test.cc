@@ -153,7 +153,7 @@ TEST(Capi, RejectsBadOptions) {
   sam_session_options options;
   sam_session_options_default(&options);
   EXPECT_EQ(options.draft_size, 40u);
-  EXPECT_EQ(options.policy, SAM_POLICY_PAPER);
+  EXPECT_EQ(options.policy, SAM_POLICY_CALIBRATED);  // the default everywhere
   sam_session* session = nullptr;
   options.policy = 17;
   EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);

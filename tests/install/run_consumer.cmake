@@ -5,9 +5,9 @@
 #
 # -D: BUILD_DIR SOURCE_DIR WORK_DIR INDEX (the C example's index) SAM_H_INDEX (--sam-h-ids)
 #     GENERATOR C_COMPILER CXX_COMPILER NM PKG_CONFIG PYTHON (empty: skip the ctypes part)
-#     TOOLS (ON: the tools must be installed too)
+#     TOOLS (ON: the tools must be installed too) DATADIR (CMAKE_INSTALL_DATADIR)
 foreach(var BUILD_DIR SOURCE_DIR WORK_DIR INDEX SAM_H_INDEX GENERATOR C_COMPILER CXX_COMPILER NM
-            PKG_CONFIG)
+            PKG_CONFIG DATADIR)
   if(NOT ${var})
     message(FATAL_ERROR "run_consumer.cmake: -D${var}= missing")
   endif()
@@ -48,7 +48,8 @@ get_filename_component(libdir ${library} DIRECTORY)
 set(expected include/sam/sam.h include/sam/runtime/session.h ${libdir}/pkgconfig/sam-runtime.pc
              ${libdir}/cmake/sam/samConfig.cmake)
 if(TOOLS)
-  list(APPEND expected bin/sam-build bin/sam-inspect bin/sam-replay)
+  list(APPEND expected bin/sam-build bin/sam-inspect bin/sam-replay
+       ${DATADIR}/sam/cost-curves/cpu-llama-8x1024.csv ${DATADIR}/sam/cost-curves/flat-128.csv)
 endif()
 foreach(file ${expected})
   if(NOT IS_ABSOLUTE ${file})
@@ -98,6 +99,39 @@ run(out ${C_COMPILER} -std=c11 ${SOURCE_DIR}/tests/install/consumer/consumer.c $
 set(ENV{LD_LIBRARY_PATH} ${libdir})
 run(out ${WORK_DIR}/consumer_c_pkgconfig ${INDEX})
 expect("${out}" "consumer_c: draft from static: 13 14 15 16 17 18 19 20\n" "C consumer (pkg-config)")
+
+# The installed examples (share/sam/examples): the C one built with pkg-config's flags, the C++
+# one through its own CMake project (find_package(sam)); both run on INDEX along a reference
+# continuation and must print the MAT that the installed sam-replay gives for it.
+set(examples ${prefix}/${DATADIR}/sam/examples)
+foreach(file c/draft.c cpp/draft.cc cpp/CMakeLists.txt python/draft.py)
+  if(NOT EXISTS ${examples}/${file})
+    message(FATAL_ERROR "not installed: ${examples}/${file}")
+  endif()
+endforeach()
+run(out ${C_COMPILER} -std=c11 ${examples}/c/draft.c ${flags} -o ${WORK_DIR}/draft_c)
+run(out ${CMAKE_COMMAND} -S ${examples}/cpp -B ${WORK_DIR}/example_cpp -G "${GENERATOR}"
+    -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_CXX_COMPILER=${CXX_COMPILER})
+run(out ${CMAKE_COMMAND} --build ${WORK_DIR}/example_cpp)
+file(WRITE ${WORK_DIR}/reference.txt "1 10 11 12\n13 14 15 16 17 18 19 20 40 41 13 14 15 16 30 31 32 33\n")
+file(WRITE ${WORK_DIR}/reference.jsonl "{\"prompt_ids\":[1,10,11,12],\"output_ids\":[13,14,15,16,17,18,19,20,40,41,13,14,15,16,30,31,32,33]}\n")
+run(c_mat ${WORK_DIR}/draft_c ${INDEX} ${WORK_DIR}/reference.txt)
+run(cpp_mat ${WORK_DIR}/example_cpp/draft_cpp ${INDEX} ${WORK_DIR}/reference.txt)
+if(NOT c_mat STREQUAL cpp_mat OR NOT c_mat MATCHES "^MAT [0-9.]+ \\(18 tokens in [0-9]+ steps\\)\n$")
+  message(FATAL_ERROR "installed examples: C printed '${c_mat}', C++ '${cpp_mat}'")
+endif()
+if(TOOLS)
+  run(replay ${prefix}/bin/sam-replay --index ${INDEX} --traces ${WORK_DIR}/reference.jsonl
+      --policy sam-cal --json)
+  string(JSON mat GET "${replay}" policies 0 mat)
+  string(JSON steps GET "${replay}" policies 0 steps)
+  execute_process(COMMAND printf "MAT %.3f (18 tokens in %d steps)\n" ${mat} ${steps}
+                  OUTPUT_VARIABLE replay_mat)
+  if(NOT c_mat STREQUAL replay_mat)
+    message(FATAL_ERROR "installed examples: printed '${c_mat}', sam-replay gives '${replay_mat}'")
+  endif()
+endif()
+message(STATUS "installed examples: ${c_mat}")
 
 # sam.h's ctypes example, as written, on the installed library.
 if(PYTHON)

@@ -383,18 +383,18 @@ class VllmCustomProposerTest(unittest.TestCase):
         config = self.vllm_config(4096)
         module, name = config.speculative_config.model.rsplit(".", 1)
         user_class = getattr(importlib.import_module(module), name)
-        os.environ.update(SAM_INDEX=INDEX, SAM_POLICY="sam-cal", SAM_OPTIONS='{"max_width": 4}',
+        os.environ.update(SAM_INDEX=INDEX, SAM_POLICY="sam-tree", SAM_OPTIONS='{"max_width": 4}',
                           SAM_THREADS="2")
         try:
             with self.assertLogs("samdecoding.vllm", "INFO") as logs:
                 proposer = user_class(config)
-            self.assertEqual(proposer._pool.options["policy"], "sam-cal")
+            self.assertEqual(proposer._pool.options["policy"], "sam-tree")
             self.assertEqual(proposer._pool.options["max_width"], 4)
             self.assertEqual(proposer._pool.options["draft_size"], K + 1)
             self.assertEqual(proposer._draft_pool.threads, 2)
             self.assertIn("SAM-Decoding drafter active", logs.output[0])
             self.assertIn(INDEX, logs.output[0])
-            self.assertIn("policy sam-cal", logs.output[0])
+            self.assertIn("policy sam-tree", logs.output[0])
         finally:
             for key in ("SAM_INDEX", "SAM_POLICY", "SAM_OPTIONS", "SAM_THREADS"):
                 del os.environ[key]

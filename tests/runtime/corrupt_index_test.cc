@@ -1,5 +1,5 @@
 // A corrupt index never hangs or crashes the runtime, whatever its checksums
-// say (issue #8, section 2).
+// say.
 //
 // Checksums catch accidents, not a file whose checksums were recomputed after
 // its contents changed. Each section of a test index is overwritten in turn

@@ -577,6 +577,7 @@ TEST(SessionCacheTest, PaperRuleDraftsTheCachedContinuation) {
   std::mt19937 rng(5);
   auto cache = std::make_shared<ResponseCache>(size_t{1} << 20);
   SessionOptions o;  // the paper rule, 40 nodes, no fallback: any match drafts
+  o.selection.policy = Policy::kPaper;
   Session session(o);
   session.AttachCache(cache, "t");
   Tokens prompt = {1, 2}, output;

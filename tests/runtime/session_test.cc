@@ -123,6 +123,7 @@ TEST(Session, StaticDraftStopsAtDocumentEnd) {
 TEST(Session, PaperRulePicksLongerMatch) {
   BuiltIndex index({{1, 2, 3, 4, 5, 6, 7, 8, 20, 21}}, 30, "paper.sam");
   SessionOptions o;
+  o.selection.policy = Policy::kPaper;
   o.max_dynamic_bytes = 1 << 20;
   Session s(o);  // paper rule, no fallback: bias 0
   s.AttachIndex(&index.file.view());
@@ -408,6 +409,7 @@ class FixedDrafter : public Drafter {
 TEST(Session, FallbackDrafterBelowThreshold) {
   FixedDrafter fallback;
   SessionOptions o;
+  o.selection.policy = Policy::kPaper;  // the paper rule's threshold decides the fallback
   o.max_dynamic_bytes = 1 << 20;
   o.fallback = &fallback;
   Session s(o);

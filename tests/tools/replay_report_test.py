@@ -96,6 +96,20 @@ class ReplayReportTest(unittest.TestCase):
             self.assertAlmostEqual(px, lo[1] + b * (v - lo[0]), delta=0.03, msg=what)
         return b
 
+    def test_page_names_its_run(self):
+        """The page names the index, the traces, the policies and every option given."""
+        with open(self.page) as f:
+            text = f.read()
+        self.assertIn("<code>" + self.base[2] + "</code>", text)
+        self.assertIn("<code>" + self.base[4] + "</code>", text)
+        for p in self.json["policies"]:
+            self.assertIn("<code>" + p["name"] + "</code>", text)
+        self.assertIn("<code>--draft-sizes 4 8 16</code>", text)
+        self.assertIn("<code>--cost-curve " + self.base[4].replace("traces.jsonl", "curve.csv")
+                      + "</code>", text)
+        self.assertEqual(self.json["run"]["indexes"], [self.base[2]])
+        self.assertEqual(self.json["run"]["traces_file"], self.base[4])
+
     def test_page_is_self_contained(self):
         self.assertEqual(self.root.tag, XHTML + "html")
         for e in self.root.iter():
@@ -256,7 +270,9 @@ class ReplayReportTest(unittest.TestCase):
         for extra in ((), ("--child-records",)):
             r = run(*self.base, "--policy", "sam-cal", "--policy", "sam-tree", "--json", *extra)
             self.assertEqual(r.returncode, 0, r.stderr)
-            out.append(without_timings(json.loads(r.stdout)))
+            replay = json.loads(r.stdout)
+            self.assertEqual(replay.pop("run")["options"].get("--child-records"), extra and True or None)
+            out.append(without_timings(replay))
         self.assertEqual(out[0], out[1])
         self.assertGreater(out[0]["policies"][0]["mat"], 1.0)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Command-line behaviour shared by every program in tools/ (tools/cli.h):
-#   - --help exits 0 and shows examples and defaults;
+#   - --help exits 0 and shows examples and defaults; --version prints the program and version;
 #   - every usage error exits 2 and every message starts with the program's name;
 #   - an output is never a device, FIFO, directory, symbolic link or one of the inputs, and its
 #     directory is checked before any work;
@@ -60,6 +60,14 @@ for p in "${programs[@]}"; do
   sed -n '/^Examples:/,/^$/p' "$tmp/out" | grep -q "^  $p" || FAIL "$p --help: no example runs $p"
 done
 expect 0 "make-traces" -- "$replay" make-traces --help
+# --version: "<program> <project version>" on stdout, exit 0, for every program.
+version=$(sed -n 's/^#define SAM_VERSION_STRING "\(.*\)"$/\1/p' "$(dirname "$0")/../../runtime/include/sam/sam.h")
+[[ -n $version ]] || FAIL "no SAM_VERSION_STRING in sam.h"
+for p in "${programs[@]}"; do
+  have "$p" || continue
+  expect 0 "^$p $version\$" -- "$bin/$p" --version
+  [[ $(cat "$tmp/out") == "$p $version" ]] || FAIL "$p --version printed '$(cat "$tmp/out")'"
+done
 
 # ---------------------------------------------------------------- usage errors: exit 2
 for p in "${programs[@]}"; do

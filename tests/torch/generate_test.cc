@@ -509,6 +509,7 @@ TEST(ModelExtend, LevelByLevelEqualsOneTreePass) {
 
 TEST_F(GreedyExactness, StopTokenMaxTokensAndStreaming) {
   tb::GeneratorOptions go;
+  go.selection.policy = rt::Policy::kPaper;  // sam-rec: the paper rule with Token Recycling
   go.recycling_fallback = true;
   tb::Generator generator(*model_, go);
   generator.AttachIndex(&index_->view());
@@ -707,7 +708,9 @@ TEST_F(SamplingDistribution, PlainSamplingMatchesExact) {
 }
 
 TEST_F(SamplingDistribution, SpeculativeSamplingMatchesExactWithStaticDrafts) {
-  tb::Generator generator(*model_);  // paper rule without fallback: any match drafts
+  tb::GeneratorOptions paper;
+  paper.selection.policy = rt::Policy::kPaper;
+  tb::Generator generator(*model_, paper);  // paper rule without fallback: any match drafts
   generator.AttachIndex(&index_->view());
   double share = 0;
   EXPECT_GT(Sample(generator, true, kRuns, &share), kFalseFailure);
@@ -865,6 +868,7 @@ TEST_F(Gpu, SdsatEqualsPlainForBothSchemesAndPolicies) { CheckSdsat(); }
 
 TEST_F(Gpu, SamplingRunsAndIsSeeded) {
   tb::GeneratorOptions go;
+  go.selection.policy = rt::Policy::kPaper;  // sam-rec: the paper rule with Token Recycling
   go.recycling_fallback = true;
   tb::Generator generator(*model_, go);
   generator.AttachIndex(&index_->view());

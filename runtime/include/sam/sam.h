@@ -234,11 +234,11 @@ typedef struct sam_session sam_session;
 /* Draft selection policies (see sam/runtime/selection.h), with their names
  * in the naming scheme that the tools and the docs use. */
 typedef enum sam_policy {
-  SAM_POLICY_PAPER = 0,       /* "sam": SAM-Decoding's rule (default) */
+  SAM_POLICY_PAPER = 0,       /* "sam": SAM-Decoding's rule */
   SAM_POLICY_STATIC_ONLY = 1, /* "static" */
   SAM_POLICY_DYNAMIC_ONLY = 2, /* "dynamic" */
   SAM_POLICY_TREE = 3,        /* "sam-tree" */
-  SAM_POLICY_CALIBRATED = 4   /* "sam-cal" */
+  SAM_POLICY_CALIBRATED = 4   /* "sam-cal" (default) */
 } sam_policy;
 
 /* The name of a sam_policy ("sam", "static", "dynamic", "sam-tree",
@@ -277,7 +277,7 @@ typedef enum sam_draft_source {
 typedef struct sam_session_options {
   size_t draft_size;             /* nodes per draft, start token included (40);
                                     1..SAM_MAX_DRAFT_SIZE */
-  int policy;                    /* a sam_policy (SAM_POLICY_PAPER) */
+  int policy;                    /* a sam_policy (SAM_POLICY_CALIBRATED) */
   int32_t l_bias;                /* < 0: automatic, 5 with a fallback, 0 without (-1) */
   uint32_t l_threshold;          /* the paper's rule threshold (5) */
   uint32_t recycling_vocab_size; /* > 0: Token Recycling fallback over ids < this (0) */

@@ -86,7 +86,11 @@ SAM_API std::string PolicyHelp();
 inline constexpr size_t kMaxDraftSize = 4096;
 
 struct SAM_API SelectionOptions {
-  Policy policy = Policy::kPaper;
+  // The default everywhere (C, Python, tools, engine adapters): kCalibrated
+  // drafts the most accepted tokens per token verified of all policies, as a
+  // tree and as the first-child chain a chain-only engine verifies
+  // (docs/performance.md; README, "Choosing a policy and options").
+  Policy policy = Policy::kCalibrated;
   // Draft size in nodes, start token included (the paper: 40; 16 for code);
   // 1..kMaxDraftSize.
   size_t draft_size = 40;

@@ -79,7 +79,7 @@ namespace sam::torch_backend {
 
 // How drafts are made; fixed for the Generator's lifetime.
 struct GeneratorOptions {
-  // Selection policy and draft shape (runtime/selection.h); the paper's rule by default.
+  // Selection policy and draft shape (runtime/selection.h); sam-cal by default.
   runtime::SelectionOptions selection;
   // Token Recycling as the session's fallback drafter; its table is kept across requests.
   bool recycling_fallback = false;

@@ -1,0 +1,67 @@
+"""Drafting from Python: open an index, draft, verify, print MAT.
+
+    python3 draft.py INDEX REFERENCE
+
+REFERENCE is a text file of two lines of token ids (the index's tokenizer): a
+prompt (BOS first), then the model's greedy continuation of it. The reference
+stands in for the model: after draft node i it "predicts" the continuation's
+next token, as a model scoring the whole draft tree in one forward pass would;
+only score_draft would call the model instead. The session uses the default
+options (policy sam-cal). Exit status: 0 success, 1 runtime error, 2 usage error.
+"""
+import sys
+
+import samdecoding as sd
+
+
+def score_draft(draft, text, pos):
+    """argmax[i]: the continuation's token after draft node i; past its end, a
+    token that no child of the node has, so nothing beyond it is accepted."""
+    argmax = []
+    for i in range(len(draft)):
+        nxt = pos + int(draft.depths[i]) + 1
+        if nxt < len(text):
+            argmax.append(text[nxt])
+        else:
+            children = {int(t) for t, p in zip(draft.tokens, draft.parents) if p == i}
+            argmax.append(min(set(range(len(children) + 1)) - children))
+    return argmax
+
+
+def main(argv):
+    if len(argv) != 3:
+        print("usage: draft.py INDEX REFERENCE", file=sys.stderr)
+        return 2
+    try:
+        with open(argv[2]) as f:
+            prompt, text = ([int(t) for t in f.readline().split()] for _ in range(2))
+        if not prompt or not text:
+            raise ValueError("expected two lines of token ids (prompt, continuation)")
+    except (OSError, ValueError) as e:
+        print(f"draft.py: {argv[2]}: {e}", file=sys.stderr)
+        return 1
+    try:
+        # example-begin: python-loop
+        index = sd.Index.open(argv[1])  # mmap + a shared StaticIndex
+        session = sd.Session()          # the defaults: policy sam-cal, 40-node drafts
+        session.attach(index)
+        session.prefill(prompt)
+        pos = steps = accepted = 0      # text[pos]: the model's last token
+        while pos < len(text):
+            draft = session.propose(text[pos])          # node 0 is the start token
+            argmax = score_draft(draft, text, pos)      # one forward pass over the tree
+            result = session.verify_greedy(argmax)
+            session.commit(result.commit_tokens)        # the start token + the accepted ones
+            pos += len(result.commit_tokens)            # result.bonus_token starts the next step
+            accepted += len(result.commit_tokens) - 1
+            steps += 1
+        print(f"MAT {(accepted + steps) / steps:.3f} ({pos} tokens in {steps} steps)")
+        # example-end: python-loop
+    except sd.Error as e:
+        print(f"draft.py: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# Runs the benchmarks and writes docs/performance.md: every current figure of the README and the
+# reference docs, with the machine it ran on. One command reproduces them:
+#
+#   tools/bench/report.sh [--data DIR] [--bin DIR] [--work DIR] [--out FILE]
+#     --data  corpora folder with tokenizer/llama-32k.model (default: $SAM_DATA_DIR, else
+#             ../shared/data; corpora/README.md)
+#     --bin   the tools' folder (default: $SAM_BUILD_DIR/bin, else build/bin; a Release build
+#             with the benchmarks: tools/build.sh -DSAM_BUILD_BENCHMARKS=ON)
+#     --work  folder for the index, the traces and the raw outputs (default: out/bench; an index
+#             already there is rebuilt, so that the build figures are this run's)
+#     --out   the document to write (default: docs/performance.md; written to a temporary file
+#             and renamed when complete)
+#
+# What it runs (a few minutes on 2 cores): sam-build --preset default (build speed, peak memory,
+# bytes per token), sam-inspect (open time), sam-replay make-traces --template raw (the dev traces:
+# GSM8K test questions with reference answers, HumanEval prompts with canonical solutions),
+# sam-replay per policy, per draft size and with the cross-request cache, bench-step (per-step
+# cost against context length) and bench-batch (many sessions). Prints progress; asserts nothing.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+data=${SAM_DATA_DIR:-../shared/data}
+bin=${SAM_BUILD_DIR:-build}/bin
+work=out/bench
+out=docs/performance.md
+usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --data) data=${2:?--data needs a folder}; shift 2 ;;
+    --bin) bin=${2:?--bin needs a folder}; shift 2 ;;
+    --work) work=${2:?--work needs a folder}; shift 2 ;;
+    --out) out=${2:?--out needs a file}; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    *) echo "report.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
+  esac
+done
+tok=$data/tokenizer/llama-32k.model
+[[ -f $tok ]] || { echo "report.sh: $tok: not found (--data: corpora/README.md)" >&2; exit 2; }
+for t in sam-build sam-inspect sam-replay bench-step bench-batch; do
+  [[ -x $bin/$t ]] || { echo "report.sh: $bin/$t: not built (tools/build.sh -DSAM_BUILD_BENCHMARKS=ON)" >&2; exit 2; }
+done
+mkdir -p "$work"
+step() { echo "report.sh: $*" >&2; }
+
+step "building the index (sam-build --preset default)"
+"$bin/sam-build" --data-dir "$data" --preset default -o "$work/default.sam" > "$work/build.txt"
+"$bin/sam-inspect" --json "$work/default.sam" > /dev/null  # the page cache holds the file now
+"$bin/sam-inspect" --json "$work/default.sam" > "$work/inspect.json"
+step "rendering the dev traces (make-traces --template raw)"
+"$bin/sam-replay" make-traces --data "$data" --out "$work/traces.jsonl" --template raw > /dev/null
+replay=("$bin/sam-replay" --index "$work/default.sam" --tokenizer "$tok" --traces "$work/traces.jsonl" --json)
+step "replay: every policy"
+"${replay[@]}" > "$work/replay.json"
+step "replay: budget curves and projected speed-ups"
+"${replay[@]}" --draft-sizes 8,16,24,40,64 --cost-curve docs/cost-curves/cpu-llama-8x1024.csv \
+  --project-only > "$work/curves.json"
+"${replay[@]}" --policy sam-cal --cost-curve docs/cost-curves/cpu-llama-8x1024.csv > "$work/cal_cpu.json"
+step "replay: the cross-request response cache"
+"${replay[@]}" --policy sam --policy sam-cal --cross-request --tenant-field category > "$work/cache.json"
+"${replay[@]}" --policy sam-cal --cross-request --tenant-field category --cache-compile \
+  > "$work/cache_compile.json"
+step "replay: sam-cal's fast setting (1 lookup, 24 nodes, subtree records)"
+"${replay[@]}" --policy sam-cal --max-static-lookups 1 --draft-size 24 --child-records \
+  --subtree-nodes 8 > "$work/fast.json"
+step "bench-step: per-step cost against context length"
+"$bin/bench-step" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
+  --contexts 1024,16384,131072 --steps 2000 --runs 3 --load read > "$work/step.txt"
+"$bin/bench-step" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
+  --contexts 1024,16384,131072 --steps 2000 --runs 3 --load read --policies sam-cal \
+  --max-static-lookups 1 --draft 24 --record-min-count 2 --subtree-nodes 8 > "$work/step_fast.txt"
+step "bench-batch: many sessions"
+"$bin/bench-batch" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
+  --sessions 1,8,64 --steps 200 --runs 3 --dynamic-mib 64 > "$work/batch.txt"
+
+step "writing $out"
+python3 tools/bench/report.py --work "$work" --bin "$bin" --out "$out.tmp-$$"
+mv "$out.tmp-$$" "$out"
+step "done: $out"
