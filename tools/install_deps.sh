@@ -13,7 +13,8 @@ case $purpose in build|test) ;; *) echo "install_deps.sh: unknown purpose '$purp
 # The build and the main job: compilers, the libraries' dependencies, spm_train for the demo.
 build=(cmake ninja-build g++ pkg-config
        libsentencepiece-dev sentencepiece libzstd-dev libxxhash-dev
-       libcli11-dev libsimdjson-dev nlohmann-json3-dev)
+       libcli11-dev libsimdjson-dev nlohmann-json3-dev
+       libpcre2-dev libicu-dev)  # the tokenizer.json backend: pre-tokenizer regexes, normalizers
 # The test stages: GoogleTest and benchmarks; the libtorch backend (sam-generate) and its tests;
 # the samdecoding package (pybind11) and its tests, whose transformers adapter's interface test
 # drives it with tensors (python3-torch).
@@ -27,6 +28,9 @@ tests+=(clang-14 libfuzzer-14-dev libclang-rt-14-dev)
 tests+=(valgrind)
 # The slurm stage: a local single-node Slurm with munge (tools/slurm/local_test.sh).
 tests+=(slurmctld slurmd slurm-client munge)
+# The tokenizer.json comparison test fetches Hugging Face's tokenizers (a Node addon) and model
+# tokenizers with npm (docs/testing.md); a Node.js that already brings npm is kept.
+command -v npm >/dev/null 2>&1 || tests+=(nodejs npm)
 
 pkgs=("${build[@]}")
 [[ $purpose == test ]] && pkgs+=("${tests[@]}")

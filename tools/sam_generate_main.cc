@@ -11,8 +11,8 @@
 // longer than the model's positions, ...), 2 usage error (bad flags or flag values, an existing
 // checkpoint under --make-random-model without --force).
 //
-// The tokenizer (SentencePiece) is loaded from a module isolated from libtorch's protobuf
-// (the sam::tokenizer_isolated backend of sam/indexer/tokenizer.h).
+// The tokenizer (SentencePiece or tokenizer.json) is loaded from a module isolated from
+// libtorch's protobuf (the sam::tokenizer_isolated backend of sam/indexer/tokenizer.h).
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -228,8 +228,22 @@ std::optional<std::string> ReadIfExists(const fs::path& path) {
   return bytes.str();
 }
 
+// A checkpoint folder's tokenizer.json must have the fingerprint of --tokenizer (the ids the
+// model was trained on are the ids the tokenizer gives): refuses a different one, naming both.
+void CheckFolderTokenizer(const std::string& dir, const char* role, const Tokenizer& tokenizer) {
+  const fs::path json_path = fs::path(dir) / "tokenizer.json";
+  std::error_code ec;
+  if (!fs::is_regular_file(json_path, ec)) return;
+  if (Tokenizer::Load(json_path.string()).sha256() != tokenizer.sha256())
+    throw sam::Error(sam::ErrorCode::kTokenizerMismatch,
+                     std::string("the ") + role + "'s tokenizer " + json_path.string() +
+                         " differs from the tokenizer " + tokenizer.path() +
+                         " (fingerprints differ): give --tokenizer " + dir);
+}
+
 // A draft model must share the target's vocabulary and tokenizer: refuses a different
-// vocabulary size (config.json) or a tokenizer.model beside it that differs from --tokenizer.
+// vocabulary size (config.json) or a tokenizer.model beside it that differs from --tokenizer
+// (a tokenizer.json beside it is checked by CheckFolderTokenizer).
 void CheckDraftModel(const std::string& draft_dir, const tb::LlamaConfig& draft,
                      const std::string& model_dir, const tb::LlamaConfig& target,
                      const std::string& tokenizer_path) {
@@ -310,7 +324,9 @@ int main(int argc, char** argv) {
   uint64_t random_seed = 1;
 
   app.add_option("--model", model_dir, "checkpoint directory (config.json + *.safetensors)");
-  app.add_option("--tokenizer", tokenizer_path, "SentencePiece model of the checkpoint");
+  app.add_option("--tokenizer", tokenizer_path,
+                 "the checkpoint's tokenizer: a SentencePiece .model, a tokenizer.json or a "
+                 "folder holding one (default: --model's tokenizer.json when it has one)");
   app.add_option("--index", index_paths,
                  "static index file, or shard set manifest NAME.samset (sam-build --max-memory), "
                  "drafted from as one index (repeatable; checked against the tokenizer)");
@@ -458,6 +474,10 @@ int main(int argc, char** argv) {
     }
 
     if (model_dir.empty()) throw UsageError("--model is required");
+    std::error_code folder_error;
+    if (tokenizer_path.empty() &&
+        fs::is_regular_file(fs::path(model_dir) / "tokenizer.json", folder_error))
+      tokenizer_path = model_dir;
     if (!(top_p > 0.0f)) throw UsageError("--top-p must be in (0, 1]");
     const bool ids_prompt = prompt_ids_opt->count() > 0;
     if (tokenizer_path.empty() && !ids_prompt)
@@ -611,6 +631,10 @@ int main(int argc, char** argv) {
                                                   " is not a checkpoint directory with a config.json");
       draft_config = tb::LlamaConfig::Load(fs::path(draft_model_dir) / "config.json");
       CheckDraftModel(draft_model_dir, *draft_config, model_dir, config, tokenizer_path);
+    }
+    if (!tokenizer_path.empty()) {
+      CheckFolderTokenizer(model_dir, "model", load_tokenizer());
+      if (!draft_model_dir.empty()) CheckFolderTokenizer(draft_model_dir, "draft model", load_tokenizer());
     }
 
     const tb::Model model = tb::Model::Load(model_dir, {.device = device, .dtype = dtype});

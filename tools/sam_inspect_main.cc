@@ -241,8 +241,10 @@ int main(int argc, char** argv) {
                 h.file_size / tokens, open_ms);
     std::printf("built by %s at %s, template %s\n", meta.tool_version.c_str(),
                 meta.created_utc.c_str(), meta.template_name.c_str());
-    std::printf("tokenizer %s sha256 %s, vocab %u, BOS %s, EOS %s\n",
+    const std::string kind = meta.tokenizer_kind.empty() ? "" : " (" + meta.tokenizer_kind + ")";
+    std::printf("tokenizer %s%s sha256 %s, vocab %u, BOS %s, EOS %s\n",
                 meta.tokenizer.empty() ? "(none: pre-tokenized ids)" : meta.tokenizer.c_str(),
+                kind.c_str(),
                 h.has_tokenizer() ? sam::format::DigestToHex(h.tokenizer_sha256).c_str() : "-",
                 h.vocab_size, Id(h.bos_id).c_str(), Id(h.eos_id).c_str());
     std::printf("documents %llu, tokens %llu\n", (unsigned long long)h.num_documents,

@@ -565,6 +565,7 @@ Metadata IndexFile::ReadMetadata() const {
     m.tool_version = j.value("tool_version", "");
     m.created_utc = j.value("created_utc", "");
     m.tokenizer = j.value("tokenizer", "");
+    m.tokenizer_kind = j.value("tokenizer_kind", "");
     m.template_name = j.value("template", "");
     if (j.contains("build_options")) m.build_options_json = j["build_options"].dump();
     for (const auto& c : j.value("corpora", nlohmann::json::array())) {

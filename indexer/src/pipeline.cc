@@ -405,6 +405,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     meta["tool_version"] = cfg.tool_version;
     meta["created_utc"] = UtcNow();
     meta["tokenizer"] = tok ? std::filesystem::path(tok->path()).filename().string() : "";
+    if (tok) meta["tokenizer_kind"] = TokenizerKindName(tok->kind());
     meta["template"] = cfg.template_name;
     meta["corpora"] = nlohmann::json::array();
     return meta;
@@ -821,6 +822,7 @@ void WriteShardSet(const std::vector<std::string>& shard_files, const std::strin
                {"build_options", meta.value("build_options", nlohmann::json::object())},
                {"tokenizer", meta.value("tokenizer", "")},
                {"template", meta.value("template", "")}};
+      if (meta.contains("tokenizer_kind")) build["tokenizer_kind"] = meta["tokenizer_kind"];
     } else {
       if (shards != count)
         fail("shard " + std::to_string(shard) + " of " + std::to_string(shards) +

@@ -8,6 +8,9 @@
 #include <cerrno>
 #include <cstring>
 
+#include <filesystem>
+
+#include "hf_tokenizer.h"
 #include "sam/format/sha256.h"
 
 namespace sam::indexer {
@@ -104,11 +107,12 @@ std::string ReadModelBytes(const std::string& path) {
   if (!S_ISREG(st.st_mode) && !stream)
     throw TokenizerError(ErrorCode::kIo, {.file = path},
                          "is " + FileKind(st.st_mode) +
-                         ", not a SentencePiece model file");
+                         ", not a tokenizer file (a SentencePiece .model, a tokenizer.json, or "
+                         "a folder holding tokenizer.json)");
   if (!stream && static_cast<uint64_t>(st.st_size) > kMaxModelBytes)
     throw TokenizerError(ErrorCode::kTokenizer, {.file = path},
                          std::to_string(st.st_size) +
-                         " bytes, larger than any SentencePiece model (limit 1 GiB)");
+                         " bytes, larger than any tokenizer model (limit 1 GiB)");
   const int flags = ::fcntl(fd.get(), F_GETFL);
   if (flags < 0 || ::fcntl(fd.get(), F_SETFL, flags & ~O_NONBLOCK) != 0)
     throw TokenizerError(ErrorCode::kIo, {.file = path},
@@ -126,20 +130,34 @@ std::string ReadModelBytes(const std::string& path) {
     }
     if (bytes.size() + static_cast<size_t>(got) > kMaxModelBytes)
       throw TokenizerError(ErrorCode::kTokenizer, {.file = path},
-                         "more than 1 GiB, larger than any SentencePiece model");
+                         "more than 1 GiB, larger than any tokenizer model");
     bytes.append(buffer, static_cast<size_t>(got));
   }
   if (bytes.empty())
     throw TokenizerError(ErrorCode::kTokenizer, {.file = path},
                          (stream ? "empty stream (a FIFO with no writer reads as "
-                                          "empty), not a SentencePiece model"
-                                        : "empty file, not a SentencePiece model"));
+                                          "empty), not a tokenizer model"
+                                        : "empty file, not a tokenizer model"));
   return bytes;
+}
+
+// tokenizer_config.json beside a tokenizer.json (BOS and EOS), or "" when there is none.
+std::string ReadConfigBeside(const std::filesystem::path& json_path) {
+  std::error_code ec;
+  const std::filesystem::path config = json_path.parent_path() / "tokenizer_config.json";
+  if (!std::filesystem::is_regular_file(config, ec)) return "";
+  return ReadModelBytes(config.string());
+}
+
+bool LooksLikeJson(std::string_view bytes) {
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  return first != std::string_view::npos && bytes[first] == '{';
 }
 
 }  // namespace
 
 struct Tokenizer::Impl {
+  std::unique_ptr<internal::HfTokenizer> hf;  // set for a tokenizer.json
   sentencepiece::SentencePieceProcessor sp;
   std::string path;
   format::Sha256Digest sha{};
@@ -152,9 +170,34 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::Load(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    const std::filesystem::path json_path = std::filesystem::path(path) / "tokenizer.json";
+    if (!std::filesystem::exists(json_path, ec))
+      throw TokenizerError(ErrorCode::kIo, {.file = path},
+                           "is a directory without tokenizer.json (a tokenizer is a SentencePiece "
+                           ".model, a tokenizer.json, or a folder holding tokenizer.json)");
+    const std::string bytes = ReadModelBytes(json_path.string());
+    auto impl = std::make_unique<Impl>();
+    impl->path = path;
+    impl->hf = internal::HfTokenizer::Parse(json_path.string(), bytes, ReadConfigBeside(json_path),
+                                           true);
+    impl->sha = impl->hf->fingerprint();
+    impl->cache_exact = true;
+    return Tokenizer(std::move(impl));
+  }
   const std::string bytes = ReadModelBytes(path);
   auto impl = std::make_unique<Impl>();
   impl->path = path;
+  if (LooksLikeJson(bytes)) {
+    std::string config;
+    if (std::filesystem::is_regular_file(path, ec)) config = ReadConfigBeside(path);
+    const bool named_json = std::filesystem::path(path).extension() == ".json";
+    impl->hf = internal::HfTokenizer::Parse(path, bytes, config, named_json);
+    impl->sha = impl->hf->fingerprint();
+    impl->cache_exact = true;
+    return Tokenizer(std::move(impl));
+  }
   const auto status = impl->sp.LoadFromSerializedProto(bytes);
   if (!status.ok())
     throw TokenizerError(ErrorCode::kTokenizer, {.file = path},
@@ -206,20 +249,29 @@ Tokenizer Tokenizer::Load(const std::string& path) {
   return Tokenizer(std::move(impl));
 }
 
-uint32_t Tokenizer::vocab_size() const { return static_cast<uint32_t>(impl_->sp.GetPieceSize()); }
+uint32_t Tokenizer::vocab_size() const {
+  if (impl_->hf) return impl_->hf->vocab_size();
+  return static_cast<uint32_t>(impl_->sp.GetPieceSize());
+}
 uint32_t Tokenizer::bos_id() const {
+  if (impl_->hf) return impl_->hf->bos_id();
   const int id = impl_->sp.bos_id();
   return id < 0 ? format::kNoToken : static_cast<uint32_t>(id);
 }
 uint32_t Tokenizer::eos_id() const {
+  if (impl_->hf) return impl_->hf->eos_id();
   const int id = impl_->sp.eos_id();
   return id < 0 ? format::kNoToken : static_cast<uint32_t>(id);
 }
 const format::Sha256Digest& Tokenizer::sha256() const { return impl_->sha; }
 const std::string& Tokenizer::path() const { return impl_->path; }
 bool Tokenizer::segment_cache_exact() const { return impl_->cache_exact; }
+TokenizerKind Tokenizer::kind() const {
+  return impl_->hf ? TokenizerKind::kHuggingFace : TokenizerKind::kSentencePiece;
+}
 
 std::vector<std::string> Tokenizer::Pieces() const {
+  if (impl_->hf) return impl_->hf->Pieces();
   std::vector<std::string> pieces(vocab_size());
   for (uint32_t i = 0; i < pieces.size(); ++i) pieces[i] = impl_->sp.IdToPiece(static_cast<int>(i));
   return pieces;
@@ -235,6 +287,7 @@ void Tokenizer::EncodeWhole(std::string_view text, std::vector<uint32_t>* out) c
 }
 
 void Tokenizer::Encode(std::string_view text, std::vector<uint32_t>* out, Cache* cache) const {
+  if (impl_->hf) return impl_->hf->Encode(text, out, cache);
   if (!cache || !impl_->cache_exact) {
     EncodeWhole(text, out);
     return;
@@ -287,6 +340,7 @@ void Tokenizer::Encode(std::string_view text, std::vector<uint32_t>* out, Cache*
 }
 
 std::string Tokenizer::Decode(std::span<const uint32_t> ids) const {
+  if (impl_->hf) return impl_->hf->Decode(ids);
   std::vector<int> v(ids.begin(), ids.end());
   std::string text;
   impl_->sp.Decode(v, &text);

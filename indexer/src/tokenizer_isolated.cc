@@ -82,6 +82,7 @@ TokenizerModuleApi OpenModule() {
     Bind(module, path, &api.eos_id, "sam_tokenizer_eos_id");
     Bind(module, path, &api.segment_cache_exact, "sam_tokenizer_segment_cache_exact");
     Bind(module, path, &api.sha256, "sam_tokenizer_sha256");
+    Bind(module, path, &api.kind, "sam_tokenizer_kind");
     Bind(module, path, &api.pieces, "sam_tokenizer_pieces");
     Bind(module, path, &api.encode, "sam_tokenizer_encode");
     Bind(module, path, &api.decode, "sam_tokenizer_decode");
@@ -120,6 +121,7 @@ struct Tokenizer::Impl {
   format::Sha256Digest sha{};
   uint32_t vocab_size = 0, bos_id = 0, eos_id = 0;
   bool cache_exact = false;
+  TokenizerKind kind = TokenizerKind::kSentencePiece;
 
   ~Impl() {
     if (handle != nullptr) api->free(handle);
@@ -143,6 +145,7 @@ Tokenizer Tokenizer::Load(const std::string& path) {
   impl->eos_id = impl->api->eos_id(impl->handle);
   impl->cache_exact = impl->api->segment_cache_exact(impl->handle) != 0;
   impl->api->sha256(impl->handle, impl->sha.data());
+  impl->kind = static_cast<TokenizerKind>(impl->api->kind(impl->handle));
   return Tokenizer(std::move(impl));
 }
 
@@ -152,6 +155,7 @@ uint32_t Tokenizer::eos_id() const { return impl_->eos_id; }
 const format::Sha256Digest& Tokenizer::sha256() const { return impl_->sha; }
 const std::string& Tokenizer::path() const { return impl_->path; }
 bool Tokenizer::segment_cache_exact() const { return impl_->cache_exact; }
+TokenizerKind Tokenizer::kind() const { return impl_->kind; }
 
 std::vector<std::string> Tokenizer::Pieces() const {
   char* bytes = nullptr;

@@ -79,6 +79,9 @@ __attribute__((visibility("default"))) uint32_t sam_tokenizer_eos_id(const void*
 __attribute__((visibility("default"))) int sam_tokenizer_segment_cache_exact(const void* t) {
   return Of(t)->segment_cache_exact() ? 1 : 0;
 }
+__attribute__((visibility("default"))) int sam_tokenizer_kind(const void* t) {
+  return static_cast<int>(Of(t)->kind());
+}
 __attribute__((visibility("default"))) void sam_tokenizer_sha256(const void* t, uint8_t* out32) {
   std::memcpy(out32, Of(t)->sha256().data(), 32);
 }
@@ -148,6 +151,7 @@ static_assert(std::is_same_v<decltype(&sam_tokenizer_eos_id), decltype(Api::eos_
 static_assert(std::is_same_v<decltype(&sam_tokenizer_segment_cache_exact),
                              decltype(Api::segment_cache_exact)>);
 static_assert(std::is_same_v<decltype(&sam_tokenizer_sha256), decltype(Api::sha256)>);
+static_assert(std::is_same_v<decltype(&sam_tokenizer_kind), decltype(Api::kind)>);
 static_assert(std::is_same_v<decltype(&sam_tokenizer_pieces), decltype(Api::pieces)>);
 static_assert(std::is_same_v<decltype(&sam_tokenizer_encode), decltype(Api::encode)>);
 static_assert(std::is_same_v<decltype(&sam_tokenizer_decode), decltype(Api::decode)>);

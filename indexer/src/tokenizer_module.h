@@ -16,7 +16,7 @@
 namespace sam::indexer::internal {
 
 // Bumped whenever a signature below changes.
-inline constexpr int kTokenizerModuleAbi = 2;
+inline constexpr int kTokenizerModuleAbi = 3;
 
 struct TokenizerModuleApi {
   int (*abi)();
@@ -26,6 +26,7 @@ struct TokenizerModuleApi {
   uint32_t (*bos_id)(const void* tokenizer);
   uint32_t (*eos_id)(const void* tokenizer);
   int (*segment_cache_exact)(const void* tokenizer);
+  int (*kind)(const void* tokenizer);  // a TokenizerKind
   void (*sha256)(const void* tokenizer, uint8_t* out32);
   // All pieces in id order, each as a 4-byte host-order length and its bytes.
   int (*pieces)(const void* tokenizer, char** bytes, size_t* length, char* error,

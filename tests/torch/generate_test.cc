@@ -57,6 +57,22 @@ tb::LlamaConfig TinyConfig(int64_t vocab) {
   return c;
 }
 
+// A Llama 3.1-shaped tiny config: rope_theta 500000, tied embeddings, llama3 rope scaling whose
+// wavelength bands (16 and 64 positions) put the 8 frequencies of head_dim 16 in all three
+// regimes (kept, interpolated, divided by the factor).
+tb::LlamaConfig Llama3TinyConfig(int64_t vocab) {
+  tb::LlamaConfig c = TinyConfig(vocab);
+  c.head_dim = 16;
+  c.rope_theta = 500000.0;
+  c.tie_word_embeddings = true;
+  c.rope_scaling.type = "llama3";
+  c.rope_scaling.factor = 8.0;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 64;
+  return c;
+}
+
 tb::Model TinyModel(int64_t vocab, uint64_t seed, const std::string& device = "cpu") {
   const tb::LlamaConfig c = TinyConfig(vocab);
   return tb::Model::FromTensors(c, tb::MakeRandomLlamaWeights(c, seed), {.device = device, .dtype = "fp32"});
@@ -164,7 +180,9 @@ class GreedyExactness : public ::testing::Test {
   void SetUp() override { Prepare("cpu"); }
 
   void Prepare(const std::string& device) {
-    model_ = std::make_unique<tb::Model>(TinyModel(kVocab, 7, device));
+    const tb::LlamaConfig config = llama3_ ? Llama3TinyConfig(kVocab) : TinyConfig(kVocab);
+    model_ = std::make_unique<tb::Model>(tb::Model::FromTensors(
+        config, tb::MakeRandomLlamaWeights(config, 7), {.device = device, .dtype = "fp32"}));
     std::mt19937 gen(2024);
     for (int i = 0; i < 24; ++i) prompts_.push_back(RandomPrompt(gen, kVocab, 6 + i % 9));
     tb::Generator plain(*model_);
@@ -250,6 +268,7 @@ class GreedyExactness : public ::testing::Test {
     EXPECT_LE(near_ties, 3);
   }
 
+  bool llama3_ = false;  // Llama3TinyConfig instead of TinyConfig
   TempDir dir_;
   std::unique_ptr<tb::Model> model_;
   std::vector<std::vector<uint32_t>> prompts_;
@@ -264,6 +283,22 @@ TEST_F(GreedyExactness, PlainDecodingEqualsRecomputation) {
 }
 
 TEST_F(GreedyExactness, SpeculativeEqualsPlainForEveryPolicy) { CheckAllPolicies(); }
+
+// The same checks on a Llama 3.1-shaped checkpoint (scaled rotary frequencies, tied embeddings).
+class Llama3GreedyExactness : public GreedyExactness {
+ protected:
+  void SetUp() override {
+    llama3_ = true;
+    Prepare("cpu");
+  }
+};
+
+TEST_F(Llama3GreedyExactness, PlainDecodingEqualsRecomputation) {
+  for (size_t i = 0; i < 4; ++i)
+    EXPECT_EQ(GreedyByRecomputation(*model_, prompts_[i], kNewTokens), expected_[i]) << "prompt " << i;
+}
+
+TEST_F(Llama3GreedyExactness, SpeculativeEqualsPlainForEveryPolicy) { CheckAllPolicies(); }
 
 TEST_F(GreedyExactness, DraftModelEqualsPlainForEveryTreeModeAndPolicy) { CheckDraftModels("cpu"); }
 

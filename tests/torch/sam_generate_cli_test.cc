@@ -418,3 +418,95 @@ TEST_F(WithTokenizer, RefusesAMissingModelDirectory) {
 }
 
 }  // namespace
+
+namespace {
+
+// A tiny byte-level tokenizer.json (the 256 byte characters, merges "t h" and "th e", BOS and
+// EOS as added tokens); `extra_merge` adds "a n", which changes the fingerprint, not the size.
+std::string TinyTokenizerJson(bool extra_merge) {
+  nlohmann::json vocab = nlohmann::json::object();
+  uint32_t next = 256;
+  for (uint32_t b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    const uint32_t cp = printable ? b : next++;
+    std::string utf8;
+    if (cp < 0x80) {
+      utf8.push_back(static_cast<char>(cp));
+    } else {
+      utf8.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      utf8.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+    vocab[utf8] = b;
+  }
+  vocab["th"] = 256;
+  vocab["the"] = 257;
+  vocab["an"] = 258;
+  nlohmann::json merges = {"t h", "th e"};
+  if (extra_merge) merges.push_back("a n");
+  const auto added = [](uint32_t id, const char* content) {
+    return nlohmann::json{{"id", id}, {"content", content}, {"special", true}, {"lstrip", false},
+                          {"rstrip", false}, {"normalized", false}, {"single_word", false}};
+  };
+  return nlohmann::json{
+      {"version", "1.0"},
+      {"added_tokens", {added(259, "<s>"), added(260, "</s>")}},
+      {"normalizer", nullptr},
+      {"pre_tokenizer",
+       {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"post_processor",
+       {{"type", "TemplateProcessing"},
+        {"single", {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}}}}}},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}}
+      .dump();
+}
+
+void WriteText(const fs::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+}
+
+}  // namespace
+
+// sam-generate with a Hugging Face tokenizer.json: taken from the model folder when --tokenizer
+// is absent, checked against an index's fingerprint, and refused when the folder's differs.
+TEST(SamGenerateCli, TokenizerJsonFromTheModelFolder) {
+  TempDir dir;
+  const fs::path tokenizer = dir.path() / "tiny.json", other = dir.path() / "other.json";
+  WriteText(tokenizer, TinyTokenizerJson(false));
+  WriteText(other, TinyTokenizerJson(true));
+  const fs::path model = dir.path() / "model";
+  const ProcessResult made = RunGenerate("--make-random-model " + Quote(model) + " --tokenizer " +
+                                         Quote(tokenizer) + " --random-layers 1 --random-hidden 32");
+  ASSERT_EQ(made.exit_code, 0) << made.output;
+  EXPECT_NE(made.output.find("vocab 261"), std::string::npos) << made.output;
+  fs::copy_file(tokenizer, model / "tokenizer.json");
+
+  const auto tok = sam::indexer::Tokenizer::Load(tokenizer.string());
+  std::vector<uint32_t> doc{tok.bos_id()};
+  ASSERT_EQ(tok.bos_id(), 259u);
+  tok.Encode("the cat and the dog, the end", &doc);
+  sam::indexer::IndexInfo info;
+  info.tokenizer_sha256 = tok.sha256();
+  info.bos_id = tok.bos_id();
+  const fs::path index = dir.path() / "tiny.sam";
+  sam::indexer::BuildIndexFile({doc}, tok.vocab_size(), index.string(), info);
+
+  const ProcessResult run = RunGenerate("--model " + Quote(model) + " --index " + Quote(index) +
+                                            " --prompt 'the cat' --max-new-tokens 6 --json",
+                                        /*merge_stderr=*/false);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const nlohmann::json j = nlohmann::json::parse(run.output);
+  EXPECT_TRUE(j["text"].is_string());
+  EXPECT_EQ(j["text"].get<std::string>(), tok.Decode(j["output_ids"].get<std::vector<uint32_t>>()));
+
+  const ProcessResult mismatch = RunGenerate("--model " + Quote(model) + " --tokenizer " +
+                                             Quote(other) + " --prompt 'the cat' --max-new-tokens 2");
+  EXPECT_EQ(mismatch.exit_code, 1) << mismatch.output;
+  EXPECT_NE(mismatch.output.find("tokenizer.json differs from the tokenizer"), std::string::npos)
+      << mismatch.output;
+  WriteText(model / "tokenizer.json", TinyTokenizerJson(true));
+  const ProcessResult wrong_index = RunGenerate("--model " + Quote(model) + " --index " +
+                                                Quote(index) + " --prompt 'the cat' --max-new-tokens 2");
+  EXPECT_EQ(wrong_index.exit_code, 1) << wrong_index.output;
+  EXPECT_NE(wrong_index.output.find("tokenizer"), std::string::npos) << wrong_index.output;
+}

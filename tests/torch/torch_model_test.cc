@@ -350,6 +350,58 @@ TEST(LlamaConfig, ParsesHfConfigWithDefaults) {
   EXPECT_EQ(round_trip.architecture, "MistralForCausalLM");
 }
 
+// A Llama 3.1 config.json: llama3 rope scaling, rope_theta 500000, tied embeddings.
+TEST(LlamaConfig, ParsesLlama3RopeScaling) {
+  const auto c = tb::LlamaConfig::FromJsonText(R"({
+    "architectures": ["LlamaForCausalLM"], "hidden_size": 64, "intermediate_size": 96,
+    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 300,
+    "rope_theta": 500000.0, "tie_word_embeddings": true, "max_position_embeddings": 131072,
+    "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8192, "rope_type": "llama3"}})");
+  EXPECT_EQ(c.rope_scaling.type, "llama3");
+  EXPECT_DOUBLE_EQ(c.rope_scaling.factor, 8.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.low_freq_factor, 1.0);
+  EXPECT_DOUBLE_EQ(c.rope_scaling.high_freq_factor, 4.0);
+  EXPECT_EQ(c.rope_scaling.original_max_position_embeddings, 8192);
+  EXPECT_DOUBLE_EQ(c.rope_theta, 500000.0);
+  EXPECT_TRUE(c.tie_word_embeddings);
+  const auto round_trip = tb::LlamaConfig::FromJsonText(c.ToJsonText());
+  EXPECT_EQ(round_trip.rope_scaling.type, "llama3");
+  EXPECT_EQ(round_trip.rope_scaling.original_max_position_embeddings, 8192);
+
+  // The frequencies against the formula of transformers' _compute_llama3_parameters, written
+  // here independently in double precision, for Llama 3.1 8B's head_dim 128.
+  tb::LlamaConfig big = c;
+  big.head_dim = 128;
+  const torch::Tensor inv_freq = tb::RopeInverseFrequencies(big);
+  ASSERT_EQ(inv_freq.numel(), 64);
+  int kept = 0, divided = 0, interpolated = 0;
+  for (int k = 0; k < 64; ++k) {
+    const double f = 1.0 / std::pow(500000.0, 2.0 * k / 128.0);
+    const double wavelen = 2 * M_PI / f;
+    double expected;
+    if (wavelen < 8192.0 / 4.0) {
+      expected = f;
+      ++kept;
+    } else if (wavelen > 8192.0 / 1.0) {
+      expected = f / 8.0;
+      ++divided;
+    } else {
+      const double smooth = (8192.0 / wavelen - 1.0) / (4.0 - 1.0);
+      expected = (1 - smooth) * f / 8.0 + smooth * f;
+      ++interpolated;
+    }
+    EXPECT_NEAR(inv_freq[k].item<float>(), expected, 1e-6 * expected) << "frequency " << k;
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(interpolated, 0);
+  // Without rope_scaling: plain 1 / theta^(2k/d).
+  big.rope_scaling = {};
+  EXPECT_NEAR(tb::RopeInverseFrequencies(big)[63].item<float>(), 1.0 / std::pow(500000.0, 126.0 / 128.0),
+              1e-6 / std::pow(500000.0, 126.0 / 128.0));
+}
+
 TEST(LlamaConfig, RejectsUnsupportedModels) {
   const std::string base =
       R"("hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 1, "num_attention_heads": 4, "vocab_size": 10)";
@@ -360,6 +412,10 @@ TEST(LlamaConfig, RejectsUnsupportedModels) {
               tb::ErrorCode::kBadModelConfig, {"hidden_act", "gelu"});
   ExpectError([&] { parse(R"(, "architectures": ["LlamaForCausalLM"], "rope_scaling": {"type": "linear", "factor": 2.0})"); },
               tb::ErrorCode::kBadModelConfig, {"rope_scaling"});
+  ExpectError([&] { parse(R"(, "architectures": ["LlamaForCausalLM"], "rope_scaling": {"rope_type": "llama3", "factor": 8.0})"); },
+              tb::ErrorCode::kBadModelConfig, {"rope_scaling.low_freq_factor"});
+  ExpectError([&] { parse(R"(, "architectures": ["LlamaForCausalLM"], "rope_scaling": {"rope_type": "yarn", "factor": 4.0})"); },
+              tb::ErrorCode::kBadModelConfig, {"rope_scaling", "yarn"});
   ExpectError([&] { parse(R"(, "architectures": ["LlamaForCausalLM"], "num_key_value_heads": 3)"); },
               tb::ErrorCode::kBadModelConfig, {"num_key_value_heads"});
   ExpectError([&] { parse(R"(, "architectures": ["LlamaForCausalLM"], "attention_bias": true)"); },

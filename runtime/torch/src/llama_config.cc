@@ -89,8 +89,28 @@ LlamaConfig LlamaConfig::FromJsonText(std::string_view text, const std::string& 
     }
   }
   if (Present(j, "rope_scaling")) {
-    ConfigError(source, "field 'rope_scaling' is set (" + j["rope_scaling"].dump() +
-                            "); scaled rotary embeddings are not supported");
+    const nlohmann::json& r = j["rope_scaling"];
+    const std::string type = !r.is_object()                                ? ""
+                             : r.contains("rope_type") && r["rope_type"].is_string() ? r["rope_type"].get<std::string>()
+                             : r.contains("type") && r["type"].is_string() ? r["type"].get<std::string>()
+                                                                           : "";
+    if (type == "default") {
+      // Plain rotary embeddings, as without rope_scaling.
+    } else if (type == "llama3") {
+      c.rope_scaling.type = type;
+      for (const char* field : {"factor", "low_freq_factor", "high_freq_factor"})
+        if (!r.contains(field) || !r[field].is_number())
+          ConfigError(source, std::string("field 'rope_scaling.") + field +
+                                  "' is missing or not a number (rope_type llama3)");
+      c.rope_scaling.factor = r["factor"].get<double>();
+      c.rope_scaling.low_freq_factor = r["low_freq_factor"].get<double>();
+      c.rope_scaling.high_freq_factor = r["high_freq_factor"].get<double>();
+      c.rope_scaling.original_max_position_embeddings =
+          RequiredInt(r, "original_max_position_embeddings", source);
+    } else {
+      ConfigError(source, "field 'rope_scaling' is set (" + r.dump() +
+                              "); only rope_type \"llama3\" scaling is supported");
+    }
   }
   for (const char* bias : {"attention_bias", "mlp_bias"}) {
     if (OptionalBool(j, bias, false, source)) {
@@ -168,6 +188,13 @@ void LlamaConfig::Validate(const std::string& source) const {
   }
   if (!(rms_norm_eps > 0.0)) ConfigError(source, "field 'rms_norm_eps' must be positive");
   if (!(rope_theta > 0.0)) ConfigError(source, "field 'rope_theta' must be positive");
+  if (rope_scaling.type == "llama3") {
+    if (!(rope_scaling.factor > 0.0) || !(rope_scaling.low_freq_factor > 0.0) ||
+        !(rope_scaling.high_freq_factor > rope_scaling.low_freq_factor) ||
+        rope_scaling.original_max_position_embeddings <= 0)
+      ConfigError(source, "field 'rope_scaling': llama3 needs factor > 0, 0 < low_freq_factor < "
+                          "high_freq_factor and original_max_position_embeddings > 0");
+  }
   if (sliding_window < 0) ConfigError(source, "field 'sliding_window' must be non-negative");
   for (const uint32_t id : sdsat_tokens)
     if (static_cast<int64_t>(id) >= vocab_size)
@@ -198,6 +225,13 @@ std::string LlamaConfig::ToJsonText() const {
       {"tie_word_embeddings", tie_word_embeddings},
   };
   if (sliding_window > 0) j["sliding_window"] = sliding_window;
+  if (!rope_scaling.type.empty())
+    j["rope_scaling"] = {{"rope_type", rope_scaling.type},
+                         {"factor", rope_scaling.factor},
+                         {"low_freq_factor", rope_scaling.low_freq_factor},
+                         {"high_freq_factor", rope_scaling.high_freq_factor},
+                         {"original_max_position_embeddings",
+                          rope_scaling.original_max_position_embeddings}};
   if (!torch_dtype.empty()) j["torch_dtype"] = torch_dtype;
   if (!sdsat_tokens.empty()) j["sdsat_tokens"] = sdsat_tokens;
   return j.dump(2);

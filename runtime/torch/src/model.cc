@@ -262,16 +262,37 @@ Model Model::Build(const LlamaConfig& config, Lookup&& lookup, const ModelOption
     layer.down_proj = loaded.at(p + "mlp.down_proj.weight");
     model.layers_.push_back(std::move(layer));
   }
+  model.inv_freq_ = RopeInverseFrequencies(config).to(model.device_);
+  return model;
+}
+
+torch::Tensor RopeInverseFrequencies(const LlamaConfig& config) {
   // HF: inv_freq = 1 / theta^(arange(0, d, 2) / d), in float32.
   const int64_t d = config.head_dim;
-  model.inv_freq_ =
+  torch::Tensor inv_freq =
       (1.0 / torch::pow(config.rope_theta,
                         torch::arange(0, d, 2, torch::TensorOptions().dtype(torch::kInt64))
                                 .to(torch::kFloat32) /
                             static_cast<double>(d)))
-          .to(torch::kFloat32)
-          .to(model.device_);
-  return model;
+          .to(torch::kFloat32);
+  if (config.rope_scaling.type != "llama3") return inv_freq;
+  // Llama 3.1's scaling, as transformers' _compute_llama3_parameters
+  // (src/transformers/modeling_rope_utils.py, commit ef46806472a64b0013ed413781e3afed82bfa047):
+  // wavelengths longer than original_max_position_embeddings / low_freq_factor are divided by
+  // `factor`, those shorter than original / high_freq_factor are kept, and the ones between are
+  // interpolated linearly in original / wavelength. Float32 tensors throughout, as there.
+  const auto& s = config.rope_scaling;
+  const double old_context = static_cast<double>(s.original_max_position_embeddings);
+  const double low_freq_wavelen = old_context / s.low_freq_factor;
+  const double high_freq_wavelen = old_context / s.high_freq_factor;
+  const torch::Tensor wavelen = 2 * M_PI / inv_freq;
+  torch::Tensor scaled = torch::where(wavelen > low_freq_wavelen, inv_freq / s.factor, inv_freq);
+  const torch::Tensor smooth =
+      (old_context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+  const torch::Tensor smoothed = (1 - smooth) * scaled / s.factor + smooth * scaled;
+  const torch::Tensor medium =
+      torch::logical_not(wavelen < high_freq_wavelen) * torch::logical_not(wavelen > low_freq_wavelen);
+  return torch::where(medium, smoothed, scaled);
 }
 
 Model Model::FromTensors(const LlamaConfig& config, const NamedTensors& weights,

@@ -104,6 +104,7 @@ struct SAM_API Metadata {
   std::string tool_version;
   std::string created_utc;
   std::string tokenizer;          // tokenizer file name given at build time ("" for ids)
+  std::string tokenizer_kind;     // "sentencepiece" or "tokenizer.json"; "" for ids or older files
   std::string template_name;      // raw / vicuna
   std::vector<CorpusManifestEntry> corpora;
   std::string build_options_json; // the build options as a JSON object

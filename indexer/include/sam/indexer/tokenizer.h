@@ -1,12 +1,23 @@
-// SentencePiece tokenization: the one tokenizer wrapper of the project (indexing, replay,
-// generation).
+// Tokenization: the one tokenizer wrapper of the project (indexing, replay, generation).
 //
-//   auto tok = sam::indexer::Tokenizer::Load("llama-32k.model");
+//   auto tok = sam::indexer::Tokenizer::Load("llama-32k.model");   // or a tokenizer.json
+
 //   sam::indexer::Tokenizer::Cache cache;             // one per thread
 //   std::vector<uint32_t> ids;
 //   tok.Encode("Hello world", &ids, &cache);           // no BOS added
 //   std::vector<uint32_t> prompt;
 //   tok.EncodePrompt(rendered_prompt, &prompt);        // BOS (if the model has one), then the text
+//
+// Two kinds of model files, chosen by content:
+//  * a SentencePiece model (.model): encoded by SentencePiece itself;
+//  * a Hugging Face tokenizer.json (a file whose text starts with '{', or a folder holding
+//    tokenizer.json): a BPE with merges (byte-level alphabet or byte fallback), its normalizer,
+//    pre-tokenizer, added tokens and decoder, encoded as Hugging Face's Rust `tokenizers` does
+//    with add_special_tokens = false (src/hf_tokenizer.h lists what is supported; anything else
+//    is refused at Load, naming the file and the component). BOS and EOS come from
+//    tokenizer_config.json beside the file (bos_token unless add_bos_token is false, eos_token),
+//    else BOS from a TemplateProcessing post-processor. Invalid UTF-8 in encoded text is replaced
+//    by U+FFFD (Rust's from_utf8_lossy) before encoding.
 //
 // Two link-time backends implement this one class; a program links exactly one of them:
 //  * sam::tokenizer (src/tokenizer.cc) calls SentencePiece directly;
@@ -17,7 +28,7 @@
 //    to it. The module is looked up
 //    in ../lib/ and next to the program, then at its build-tree path. Such programs must link
 //    neither sam::indexer nor SentencePiece.
-// Both backends behave identically (tests/indexer/tokenizer_test.cc checks both against
+// Both backends handle both kinds and behave identically (tests/indexer/tokenizer_test.cc checks both against
 // SentencePiece's own tools) and throw the same TokenizerError.
 //
 // Model files: Load() reads regular files and streams (pipes, FIFOs with a writer attached)
@@ -62,6 +73,13 @@ class TokenizerError : public sam::Error {
       : sam::Error(ErrorCode::kTokenizer, message) {}
 };
 
+enum class TokenizerKind { kSentencePiece, kHuggingFace };
+
+// "sentencepiece" or "tokenizer.json".
+inline const char* TokenizerKindName(TokenizerKind kind) {
+  return kind == TokenizerKind::kSentencePiece ? "sentencepiece" : "tokenizer.json";
+}
+
 class Tokenizer {
  public:
   // Per-thread memo of encoded segments.
@@ -76,8 +94,8 @@ class Tokenizer {
     uint64_t hits = 0, misses = 0;
   };
 
-  // Loads a SentencePiece model file; throws TokenizerError naming the file (and, for the
-  // isolated backend, the module) on failure.
+  // Loads a SentencePiece model, a tokenizer.json, or a folder holding tokenizer.json; throws
+  // TokenizerError naming the file (and, for the isolated backend, the module) on failure.
   static Tokenizer Load(const std::string& path);
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
@@ -86,9 +104,14 @@ class Tokenizer {
   uint32_t vocab_size() const;
   uint32_t bos_id() const;  // format::kNoToken if the model has none
   uint32_t eos_id() const;
-  const format::Sha256Digest& sha256() const;  // of the model bytes that were parsed
+  // The fingerprint an index records: SHA-256 of the SentencePiece model bytes that were parsed,
+  // or for a tokenizer.json of its model (vocabulary, merges, options), normalizer,
+  // pre-tokenizer and added tokens, serialised canonically (formatting does not matter).
+  const format::Sha256Digest& sha256() const;
+  TokenizerKind kind() const;
   const std::string& path() const;
-  // True when segment caching is exact for this model (see above).
+  // True when segment caching is exact for this model (see above; always for tokenizer.json,
+  // whose Cache memoises pre-tokens).
   bool segment_cache_exact() const;
   std::vector<std::string> Pieces() const;
 

@@ -4,7 +4,8 @@
 //   int64_t head_dim = config.head_dim;
 //
 // Supported: architectures LlamaForCausalLM and MistralForCausalLM (or, without "architectures",
-// model_type "llama" / "mistral"), hidden_act "silu", no rope_scaling, no attention/mlp biases.
+// model_type "llama" / "mistral"), hidden_act "silu", rope_scaling absent or of type "llama3"
+// (Llama 3.1+ checkpoints), no attention/mlp biases.
 // Anything else throws Error(kConfig) naming the field and the value found.
 #pragma once
 
@@ -31,6 +32,16 @@ struct LlamaConfig {
   int64_t vocab_size = 0;
   int64_t max_position_embeddings = 2048;
   bool tie_word_embeddings = false;
+  // rope_scaling {"rope_type" (or "type"): "llama3", "factor", "low_freq_factor",
+  // "high_freq_factor", "original_max_position_embeddings"}: Llama 3.1's frequency-dependent
+  // scaling of the rotary frequencies. `type` is empty when the config has no rope_scaling.
+  struct RopeScaling {
+    std::string type;
+    double factor = 1.0;
+    double low_freq_factor = 1.0;
+    double high_freq_factor = 4.0;
+    int64_t original_max_position_embeddings = 8192;
+  } rope_scaling;
   int64_t sliding_window = 0;        // Mistral; 0 = none. A KV cache may not exceed it.
   std::string torch_dtype;           // "float32", "float16", "bfloat16" or empty
   // SDSAT checkpoints (tools/sdsat/finetune.py): the adaptive token ids, one (repeated k times)

@@ -108,6 +108,10 @@ std::vector<std::pair<std::string, std::vector<int64_t>>> LlamaTensorShapes(cons
 // and logits are O(1); for tests and benchmarks.
 NamedTensors MakeRandomLlamaWeights(const LlamaConfig& config, uint64_t seed);
 
+// The rotary inverse frequencies of a config, [head_dim / 2] float32 on the CPU: transformers'
+// default rope parameters, with Llama 3.1's scaling when config.rope_scaling.type is "llama3".
+torch::Tensor RopeInverseFrequencies(const LlamaConfig& config);
+
 class Model {
  public:
   // Loads `dir`/config.json and either `dir`/model.safetensors or the shards listed in
