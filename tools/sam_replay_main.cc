@@ -26,6 +26,7 @@
 #include "sam/format/error.h"
 #include "sam/format/index.h"
 #include "sam/runtime/budget.h"
+#include "sam/runtime/chain.h"
 #include "sam/format/shard_set.h"
 #include "sam/runtime/shard_set.h"
 #include "sam/runtime/pld.h"
@@ -171,6 +172,29 @@ class RecordedRecyclingSession : public rt::Drafter {
   bool has_last_ = false;
 };
 
+// A drafter's trees as chains (--shape chain), for the drafters that are not
+// sessions (which shape their own: SelectionOptions::shape).
+class ChainDrafter : public rt::Drafter {
+ public:
+  ChainDrafter(std::unique_ptr<rt::Drafter> inner, rt::ChainOptions options)
+      : inner_(std::move(inner)), options_(options) {}
+  std::string_view name() const override { return inner_->name(); }
+  void Reset() override { inner_->Reset(); }
+  void Prefill(std::span<const uint32_t> prompt) override { inner_->Prefill(prompt); }
+  bool Propose(uint32_t start, size_t max_nodes, rt::DraftTree* out) override {
+    inner_->Propose(start, max_nodes, &tree_);
+    shaper_.Shape(tree_, options_, out);
+    return out->size() > 1;
+  }
+  void Commit(std::span<const uint32_t> tokens) override { inner_->Commit(tokens); }
+
+ private:
+  std::unique_ptr<rt::Drafter> inner_;
+  rt::ChainOptions options_;
+  rt::ChainShaper shaper_;
+  rt::DraftTree tree_;
+};
+
 struct PolicyRun {
   std::string name;
   std::unique_ptr<rt::Drafter> drafter;
@@ -208,7 +232,20 @@ struct Tuning {
   std::optional<size_t> max_static_lookups;    // sam-cal
   std::optional<uint64_t> backoff_count;       // sam-cal
   std::optional<size_t> max_width;             // sam-cal, sam-tree
+  rt::DraftShape shape = rt::DraftShape::kTree;
+  std::optional<double> chain_min_path_probability;
 };
+
+// --shape chain for a drafter that is not a session: its trees' chains, at most
+// max_nodes - 1 tokens.
+std::unique_ptr<rt::Drafter> Shaped(std::unique_ptr<rt::Drafter> drafter, const Tuning& tuning,
+                                    size_t max_nodes) {
+  if (tuning.shape == rt::DraftShape::kTree) return drafter;
+  rt::ChainOptions o;
+  o.max_tokens = std::max<size_t>(max_nodes, 1) - 1;
+  if (tuning.chain_min_path_probability) o.min_path_probability = *tuning.chain_min_path_probability;
+  return std::make_unique<ChainDrafter>(std::move(drafter), o);
+}
 
 // One entry per --index: an index file (one StaticIndex) or a shard set (one
 // a shard, attached as one index).
@@ -232,7 +269,7 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   if (tuning.budget) run.max_nodes = *tuning.budget;
   if (name == kPld) {
     const size_t tokens = tuning.budget ? std::max<size_t>(*tuning.budget, 2) - 1 : 10;
-    run.drafter = std::make_unique<rt::PldDrafter>(3, tokens);
+    run.drafter = Shaped(std::make_unique<rt::PldDrafter>(3, tokens), tuning, tokens + 1);
     return run;
   }
   rt::SessionOptions o;
@@ -244,6 +281,9 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   if (tuning.max_static_lookups) o.selection.max_static_lookups = *tuning.max_static_lookups;
   if (tuning.backoff_count) o.selection.backoff_count = *tuning.backoff_count;
   if (tuning.max_width) o.selection.max_width = *tuning.max_width;
+  o.selection.shape = tuning.shape;
+  if (tuning.chain_min_path_probability)
+    o.selection.chain_min_path_probability = *tuning.chain_min_path_probability;
   const rt::NamedPolicy& named = *FindSessionPolicy(name);
   o.selection.policy = named.policy;
   if (named.recycling_fallback) {
@@ -452,6 +492,17 @@ int main(int argc, char** argv) {
                  "sam-cal: static children offered per node; sam-tree: nodes per depth "
                  "(default 8)")
       ->check(CLI::Range(size_t{1}, size_t{64}));
+  std::string shape_name = "tree";
+  app.add_option("--shape", shape_name,
+                 "tree: each policy's drafts as they are; chain: one path of each draft, the one "
+                 "of most expected accepted tokens (for verifiers that take one sequence per "
+                 "request: vLLM, HF assisted generation; docs/runtime.md, \"Chains\")")
+      ->check(CLI::IsMember({"tree", "chain"}))
+      ->capture_default_str();
+  app.add_option("--chain-min-prob", tuning.chain_min_path_probability,
+                 "with --shape chain: a chain ends before a node whose estimated path "
+                 "probability is lower (default 0)")
+      ->check(CLI::Range(0.0, 1.0));
   bool child_records = false;
   app.add_flag("--child-records", child_records,
                "prepare each index with child records (StaticIndex::Options::record_min_count "
@@ -517,6 +568,9 @@ int main(int argc, char** argv) {
   return sam::tools::RunTool("sam-replay", [&] {
     if (*make) return MakeTraces(data_dir, out_path, template_name, limit);
     if (traces_path.empty()) throw UsageError("--traces is required");
+    tuning.shape = rt::FindDraftShape(shape_name);
+    if (tuning.chain_min_path_probability && tuning.shape != rt::DraftShape::kChain)
+      throw UsageError("--chain-min-prob needs --shape chain");
     if (!cross_request && (!tenant_field.empty() || cache_prompts || app.count("--cache-mib") ||
                            !save_cache_path.empty() || !load_cache_path.empty() || cache_compile))
       throw UsageError("--tenant-field, --cache-mib, --cache-prompts, --cache-compile, "
@@ -655,6 +709,7 @@ int main(int argc, char** argv) {
     json out;
     out["traces"] = traces.size();
     out["cross_request"] = cross_request;
+    out["shape"] = shape_name;
     if (!cost_curve_path.empty()) {
       json points = json::array();
       for (const rt::CostPoint& c : projection.points())

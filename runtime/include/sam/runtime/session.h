@@ -165,6 +165,8 @@ class SAM_API Session : public Drafter {
   uint32_t last_dynamic_length() const { return last_dyn_len_; }
   uint32_t last_static_length() const { return last_static_len_; }
   uint32_t last_cache_length() const { return last_cache_len_; }
+  // The last Propose's tree before it was shaped (SelectionOptions::shape).
+  const DraftTree& last_tree() const { return tree_; }
 
  private:
   class Calibrator;
@@ -174,6 +176,9 @@ class SAM_API Session : public Drafter {
   void AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index,
                     size_t group = SIZE_MAX);
   void ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tree);
+  // What the last proposal drafts in the options' shape: tree_, or its
+  // chain (shaped_).
+  const DraftTree& Shaped();
   void ProposeLinearDynamic(DynamicSam::Match m, size_t size, DraftTree* tree);
   void ProposeLinearStatic(size_t index, StaticMatch m, size_t size, DraftTree* tree);
   void ProposeFallback(uint32_t start_token, size_t max_nodes, DraftTree* tree);
@@ -228,6 +233,8 @@ class SAM_API Session : public Drafter {
   std::unique_ptr<Calibrator> calibrator_;
   DraftTree tree_;
   DraftTree scratch_tree_;
+  ChainShaper chain_shaper_;  // SelectionOptions::shape kChain: tree_'s chain, shaped_
+  DraftTree shaped_;
   std::vector<uint32_t> chain_;
   std::unique_ptr<MergedScratch> merged_;
   std::vector<std::array<int, 4>> node_cells_;  // calibration cells of tree_'s nodes
