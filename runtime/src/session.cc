@@ -908,20 +908,24 @@ void Session::Prefill(std::span<const uint32_t> prompt) {
 
 const DraftTree& Session::Propose(uint32_t start_token) {
   ProposeInto(start_token, std::numeric_limits<size_t>::max(), &tree_);
-  return Shaped();
+  return Shaped(std::numeric_limits<size_t>::max());
 }
 
 bool Session::Propose(uint32_t start_token, size_t max_nodes, DraftTree* out) {
-  ProposeInto(start_token, std::max<size_t>(max_nodes, 1), &tree_);
-  *out = Shaped();
+  max_nodes = std::max<size_t>(max_nodes, 1);
+  // max_nodes bounds what is verified: a chain of max_nodes is cut from the
+  // policy's whole tree.
+  const bool chain = options_.selection.shape == DraftShape::kChain;
+  ProposeInto(start_token, chain ? std::numeric_limits<size_t>::max() : max_nodes, &tree_);
+  *out = Shaped(max_nodes);
   return out->size() > 1;
 }
 
-const DraftTree& Session::Shaped() {
+const DraftTree& Session::Shaped(size_t max_nodes) {
   const SelectionOptions& sel = options_.selection;
   if (sel.shape == DraftShape::kTree) return tree_;
   ChainOptions chain;
-  chain.max_tokens = sel.draft_size - 1;
+  chain.max_tokens = std::min(sel.draft_size, max_nodes) - 1;
   chain.min_path_probability = sel.chain_min_path_probability;
   if (!sel.cost_curve.empty()) {
     chain.cost_curve = &sel.cost_curve;

@@ -219,12 +219,18 @@ void CheckSessionChains(Policy policy, uint32_t seed) {
   ChainOptions shape;
   shape.max_tokens = o.selection.draft_size - 1;
   shape.min_path_probability = o.selection.chain_min_path_probability;
-  uint64_t drafted = 0, accepted_total = 0, cut = 0;
+  uint64_t drafted = 0, accepted_total = 0, cut = 0, bounded = 0;
   size_t steps = 0;
   for (size_t i = 0; i + 1 < gen.size(); ++steps) {
-    const DraftTree chain = chain_session.Propose(gen[i]);
+    // A caller's max_nodes bounds the chain, not the tree it is cut from.
+    const size_t max_nodes = rng() % 3 == 0 ? 2 + rng() % 5 : SIZE_MAX;
+    DraftTree chain;
+    if (max_nodes == SIZE_MAX) chain = chain_session.Propose(gen[i]);
+    else chain_session.Propose(gen[i], max_nodes, &chain);
     const DraftTree& tree = chain_session.last_tree();
     ASSERT_TRUE(chain.IsLinear());
+    shape.max_tokens = std::min(o.selection.draft_size, max_nodes) - 1;
+    bounded += tree.size() > max_nodes;
     DraftTree expected;
     shaper.Shape(tree, shape, &expected);
     ASSERT_EQ(chain.tokens, expected.tokens) << "step " << steps;
@@ -248,6 +254,7 @@ void CheckSessionChains(Policy policy, uint32_t seed) {
   EXPECT_EQ(total.draft_tokens, drafted);
   EXPECT_EQ(total.accepted_tokens, accepted_total);
   EXPECT_GT(accepted_total, steps / 4);
+  EXPECT_GT(bounded, steps / 20);
   if (policy != Policy::kPaper) {
     EXPECT_GT(cut, steps / 10);  // trees that branch or fall below the threshold
   }

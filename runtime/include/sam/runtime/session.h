@@ -141,7 +141,9 @@ class SAM_API Session : public Drafter {
   // Proposes a draft rooted at start_token. The reference stays valid until
   // the next call on the session.
   const DraftTree& Propose(uint32_t start_token);
-  // Drafter interface: Propose with at most max_nodes nodes, copied to *out.
+  // Drafter interface: Propose with at most max_nodes nodes, copied to *out
+  // (SelectionOptions::shape kChain: a chain of at most max_nodes nodes, cut
+  // from the policy's whole tree).
   bool Propose(uint32_t start_token, size_t max_nodes, DraftTree* out) override;
   // Commits the tokens that joined the verified context: the start token of
   // the last proposal followed by the accepted draft tokens. Updates the
@@ -177,8 +179,8 @@ class SAM_API Session : public Drafter {
                     size_t group = SIZE_MAX);
   void ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tree);
   // What the last proposal drafts in the options' shape: tree_, or its
-  // chain (shaped_).
-  const DraftTree& Shaped();
+  // chain (shaped_) of at most max_nodes nodes.
+  const DraftTree& Shaped(size_t max_nodes);
   void ProposeLinearDynamic(DynamicSam::Match m, size_t size, DraftTree* tree);
   void ProposeLinearStatic(size_t index, StaticMatch m, size_t size, DraftTree* tree);
   void ProposeFallback(uint32_t start_token, size_t max_nodes, DraftTree* tree);
