@@ -33,6 +33,7 @@
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
+#include "sam/runtime/sglang_ngram.h"
 #include "replay_report.h"
 #include "trace_io.h"
 
@@ -202,11 +203,15 @@ struct PolicyRun {
   size_t max_nodes = 1 << 16;
 };
 
-// The session policies (runtime/selection.h) plus the PLD baseline.
+// The session policies (runtime/selection.h) plus the PLD and SGLang NGRAM baselines.
 constexpr const char* kPld = "pld";
+constexpr const char* kSglang = "sglang-ngram";
 
 std::string PolicyHelpText() {
-  return "pld       prompt lookup decoding (n-gram 3..1, 10 tokens)\n" + rt::PolicyHelp() +
+  return "pld       prompt lookup decoding (n-gram 3..1, 10 tokens)\n"
+         "sglang-ngram  SGLang's NGRAM drafting (its trie of the request's n-grams, 12 nodes,\n"
+         "          BFS; --sglang-* flags), the first --index as its external corpus\n" +
+         rt::PolicyHelp() +
          "\n(in replay, sam-rec's Token Recycling table learns only the recorded next tokens:\n"
          "no logits offline)";
 }
@@ -214,10 +219,10 @@ std::string PolicyHelpText() {
 // The session policy named `name`; null for the PLD baseline. Throws
 // UsageError listing every valid name for an unknown one.
 const rt::NamedPolicy* FindSessionPolicy(const std::string& name) {
-  if (name == kPld) return nullptr;
+  if (name == kPld || name == kSglang) return nullptr;
   for (const rt::NamedPolicy& p : rt::NamedPolicies())
     if (p.name == name) return &p;
-  throw UsageError("unknown policy '" + name + "' (valid: " + kPld + ", " +
+  throw UsageError("unknown policy '" + name + "' (valid: " + kPld + ", " + kSglang + ", " +
                    rt::PolicyNameList() + ")");
 }
 
@@ -234,6 +239,8 @@ struct Tuning {
   std::optional<size_t> max_width;             // sam-cal, sam-tree
   rt::DraftShape shape = rt::DraftShape::kTree;
   std::optional<double> chain_min_path_probability;
+  rt::SglangNgramOptions sglang;                   // sglang-ngram
+  std::shared_ptr<const rt::SglangCorpus> sglang_corpus;
 };
 
 // --shape chain for a drafter that is not a session: its trees' chains, at most
@@ -267,6 +274,14 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   PolicyRun run;
   run.name = name;
   if (tuning.budget) run.max_nodes = *tuning.budget;
+  if (name == kSglang) {
+    rt::SglangNgramOptions o = tuning.sglang;
+    if (tuning.draft_size) o.draft_token_num = *tuning.draft_size;
+    if (tuning.budget) o.draft_token_num = *tuning.budget;
+    run.drafter = Shaped(std::make_unique<rt::SglangNgramDrafter>(o, tuning.sglang_corpus), tuning,
+                         o.draft_token_num);
+    return run;
+  }
   if (name == kPld) {
     const size_t tokens = tuning.budget ? std::max<size_t>(*tuning.budget, 2) - 1 : 10;
     run.drafter = Shaped(std::make_unique<rt::PldDrafter>(3, tokens), tuning, tokens + 1);
@@ -277,7 +292,10 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   if (tuning.draft_size) o.selection.draft_size = *tuning.draft_size;
   if (tuning.min_path_probability) o.selection.min_path_probability = *tuning.min_path_probability;
   o.selection.cost_curve = tuning.cost_curve;
-  if (tuning.budget) o.selection.draft_size = o.selection.max_tree_nodes = *tuning.budget;
+  // A budget bounds what is verified: a tree's nodes, or a chain's (cut from the
+  // policy's tree of its own size: run.max_nodes).
+  if (tuning.budget && tuning.shape == rt::DraftShape::kTree)
+    o.selection.draft_size = o.selection.max_tree_nodes = *tuning.budget;
   if (tuning.max_static_lookups) o.selection.max_static_lookups = *tuning.max_static_lookups;
   if (tuning.backoff_count) o.selection.backoff_count = *tuning.backoff_count;
   if (tuning.max_width) o.selection.max_width = *tuning.max_width;
@@ -503,6 +521,17 @@ int main(int argc, char** argv) {
                  "with --shape chain: a chain ends before a node whose estimated path "
                  "probability is lower (default 0)")
       ->check(CLI::Range(0.0, 1.0));
+  std::string sglang_match = "bfs";
+  app.add_option("--sglang-match", sglang_match,
+                 "sglang-ngram: BFS (recency) or PROB (frequency) trees, as "
+                 "--speculative-ngram-match-type")
+      ->check(CLI::IsMember({"bfs", "prob"}))
+      ->capture_default_str();
+  app.add_option("--sglang-corpus-budget", tuning.sglang.external_sam_budget,
+                 "sglang-ngram: draft nodes from the external corpus (the first --index's "
+                 "documents), as --speculative-ngram-external-sam-budget (0: none, the trie "
+                 "alone)")
+      ->capture_default_str();
   bool child_records = false;
   app.add_flag("--child-records", child_records,
                "prepare each index with child records (StaticIndex::Options::record_min_count "
@@ -580,14 +609,21 @@ int main(int argc, char** argv) {
     inputs.insert(inputs.end(), {traces_path, tokenizer_path, load_cache_path, cost_curve_path});
     if (!save_cache_path.empty())
       sam::tools::CheckOutputPath("--save-cache", save_cache_path, inputs);
+    tuning.sglang.match = sglang_match == "prob" ? rt::SglangNgramOptions::Match::kProb
+                                                  : rt::SglangNgramOptions::Match::kBfs;
+    // With --cross-request the trie is shared across the traces, as SGLang's
+    // one trie per worker is.
+    tuning.sglang.shared_trie = cross_request;
     if (policies.empty()) {  // all of them
-      policies = {kPld};
+      policies = {kPld, kSglang};
       for (const rt::NamedPolicy& p : rt::NamedPolicies()) policies.emplace_back(p.name);
     }
     for (const auto& name : policies) FindSessionPolicy(name);  // before any loading
     if (!save_cache_path.empty() &&
-        std::all_of(policies.begin(), policies.end(), [](const auto& n) { return n == kPld; }))
-      throw UsageError("--save-cache: pld keeps no cache; replay a session policy too");
+        std::all_of(policies.begin(), policies.end(),
+                    [](const auto& n) { return n == kPld || n == kSglang; }))
+      throw UsageError("--save-cache: pld keeps no cache, nor does sglang-ngram; replay a "
+                       "session policy too");
     if (!report_dir.empty())
       sam::tools::CheckReportDir(report_dir, inputs);
     if (project_only && cost_curve_path.empty()) throw UsageError("--project-only needs --cost-curve");
@@ -644,6 +680,11 @@ int main(int argc, char** argv) {
       return 0;
     }
 
+    if (tuning.sglang.external_sam_budget > 0 &&
+        std::find(policies.begin(), policies.end(), kSglang) != policies.end()) {
+      if (indexes.empty()) throw UsageError("--sglang-corpus-budget needs an --index (its corpus)");
+      tuning.sglang_corpus = rt::SglangCorpus::Create(indexes[0].shared_view());
+    }
     json out_policies = json::array();
     tuning.dynamic_bytes = dynamic_mib << 20;
     const uint32_t session_vocab = vocab == UINT32_MAX ? 1 << 20 : vocab;
