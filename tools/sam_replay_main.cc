@@ -26,12 +26,14 @@
 #include "sam/format/error.h"
 #include "sam/format/index.h"
 #include "sam/runtime/budget.h"
+#include "sam/runtime/chain.h"
 #include "sam/format/shard_set.h"
 #include "sam/runtime/shard_set.h"
 #include "sam/runtime/pld.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
+#include "sam/runtime/sglang_ngram.h"
 #include "replay_report.h"
 #include "trace_io.h"
 
@@ -171,6 +173,29 @@ class RecordedRecyclingSession : public rt::Drafter {
   bool has_last_ = false;
 };
 
+// A drafter's trees as chains (--shape chain), for the drafters that are not
+// sessions (which shape their own: SelectionOptions::shape).
+class ChainDrafter : public rt::Drafter {
+ public:
+  ChainDrafter(std::unique_ptr<rt::Drafter> inner, rt::ChainOptions options)
+      : inner_(std::move(inner)), options_(options) {}
+  std::string_view name() const override { return inner_->name(); }
+  void Reset() override { inner_->Reset(); }
+  void Prefill(std::span<const uint32_t> prompt) override { inner_->Prefill(prompt); }
+  bool Propose(uint32_t start, size_t max_nodes, rt::DraftTree* out) override {
+    inner_->Propose(start, max_nodes, &tree_);
+    shaper_.Shape(tree_, options_, out);
+    return out->size() > 1;
+  }
+  void Commit(std::span<const uint32_t> tokens) override { inner_->Commit(tokens); }
+
+ private:
+  std::unique_ptr<rt::Drafter> inner_;
+  rt::ChainOptions options_;
+  rt::ChainShaper shaper_;
+  rt::DraftTree tree_;
+};
+
 struct PolicyRun {
   std::string name;
   std::unique_ptr<rt::Drafter> drafter;
@@ -178,11 +203,15 @@ struct PolicyRun {
   size_t max_nodes = 1 << 16;
 };
 
-// The session policies (runtime/selection.h) plus the PLD baseline.
+// The session policies (runtime/selection.h) plus the PLD and SGLang NGRAM baselines.
 constexpr const char* kPld = "pld";
+constexpr const char* kSglang = "sglang-ngram";
 
 std::string PolicyHelpText() {
-  return "pld       prompt lookup decoding (n-gram 3..1, 10 tokens)\n" + rt::PolicyHelp() +
+  return "pld       prompt lookup decoding (n-gram 3..1, 10 tokens)\n"
+         "sglang-ngram  SGLang's NGRAM drafting (its trie of the request's n-grams, 12 nodes,\n"
+         "          BFS; --sglang-* flags), the first --index as its external corpus\n" +
+         rt::PolicyHelp() +
          "\n(in replay, sam-rec's Token Recycling table learns only the recorded next tokens:\n"
          "no logits offline)";
 }
@@ -190,10 +219,10 @@ std::string PolicyHelpText() {
 // The session policy named `name`; null for the PLD baseline. Throws
 // UsageError listing every valid name for an unknown one.
 const rt::NamedPolicy* FindSessionPolicy(const std::string& name) {
-  if (name == kPld) return nullptr;
+  if (name == kPld || name == kSglang) return nullptr;
   for (const rt::NamedPolicy& p : rt::NamedPolicies())
     if (p.name == name) return &p;
-  throw UsageError("unknown policy '" + name + "' (valid: " + kPld + ", " +
+  throw UsageError("unknown policy '" + name + "' (valid: " + kPld + ", " + kSglang + ", " +
                    rt::PolicyNameList() + ")");
 }
 
@@ -208,7 +237,22 @@ struct Tuning {
   std::optional<size_t> max_static_lookups;    // sam-cal
   std::optional<uint64_t> backoff_count;       // sam-cal
   std::optional<size_t> max_width;             // sam-cal, sam-tree
+  rt::DraftShape shape = rt::DraftShape::kTree;
+  std::optional<double> chain_min_path_probability;
+  rt::SglangNgramOptions sglang;                   // sglang-ngram
+  std::shared_ptr<const rt::SglangCorpus> sglang_corpus;
 };
+
+// --shape chain for a drafter that is not a session: its trees' chains, at most
+// max_nodes - 1 tokens.
+std::unique_ptr<rt::Drafter> Shaped(std::unique_ptr<rt::Drafter> drafter, const Tuning& tuning,
+                                    size_t max_nodes) {
+  if (tuning.shape == rt::DraftShape::kTree) return drafter;
+  rt::ChainOptions o;
+  o.max_tokens = std::max<size_t>(max_nodes, 1) - 1;
+  if (tuning.chain_min_path_probability) o.min_path_probability = *tuning.chain_min_path_probability;
+  return std::make_unique<ChainDrafter>(std::move(drafter), o);
+}
 
 // One entry per --index: an index file (one StaticIndex) or a shard set (one
 // a shard, attached as one index).
@@ -230,9 +274,17 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   PolicyRun run;
   run.name = name;
   if (tuning.budget) run.max_nodes = *tuning.budget;
+  if (name == kSglang) {
+    rt::SglangNgramOptions o = tuning.sglang;
+    if (tuning.draft_size) o.draft_token_num = *tuning.draft_size;
+    if (tuning.budget) o.draft_token_num = *tuning.budget;
+    run.drafter = Shaped(std::make_unique<rt::SglangNgramDrafter>(o, tuning.sglang_corpus), tuning,
+                         o.draft_token_num);
+    return run;
+  }
   if (name == kPld) {
     const size_t tokens = tuning.budget ? std::max<size_t>(*tuning.budget, 2) - 1 : 10;
-    run.drafter = std::make_unique<rt::PldDrafter>(3, tokens);
+    run.drafter = Shaped(std::make_unique<rt::PldDrafter>(3, tokens), tuning, tokens + 1);
     return run;
   }
   rt::SessionOptions o;
@@ -240,10 +292,16 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   if (tuning.draft_size) o.selection.draft_size = *tuning.draft_size;
   if (tuning.min_path_probability) o.selection.min_path_probability = *tuning.min_path_probability;
   o.selection.cost_curve = tuning.cost_curve;
-  if (tuning.budget) o.selection.draft_size = o.selection.max_tree_nodes = *tuning.budget;
+  // A budget bounds what is verified: a tree's nodes, or a chain's (cut from the
+  // policy's tree of its own size: run.max_nodes).
+  if (tuning.budget && tuning.shape == rt::DraftShape::kTree)
+    o.selection.draft_size = o.selection.max_tree_nodes = *tuning.budget;
   if (tuning.max_static_lookups) o.selection.max_static_lookups = *tuning.max_static_lookups;
   if (tuning.backoff_count) o.selection.backoff_count = *tuning.backoff_count;
   if (tuning.max_width) o.selection.max_width = *tuning.max_width;
+  o.selection.shape = tuning.shape;
+  if (tuning.chain_min_path_probability)
+    o.selection.chain_min_path_probability = *tuning.chain_min_path_probability;
   const rt::NamedPolicy& named = *FindSessionPolicy(name);
   o.selection.policy = named.policy;
   if (named.recycling_fallback) {
@@ -452,6 +510,28 @@ int main(int argc, char** argv) {
                  "sam-cal: static children offered per node; sam-tree: nodes per depth "
                  "(default 8)")
       ->check(CLI::Range(size_t{1}, size_t{64}));
+  std::string shape_name = "tree";
+  app.add_option("--shape", shape_name,
+                 "tree: each policy's drafts as they are; chain: one path of each draft, the one "
+                 "of most expected accepted tokens (for verifiers that take one sequence per "
+                 "request: vLLM, HF assisted generation; docs/runtime.md, \"Chains\")")
+      ->check(CLI::IsMember({"tree", "chain"}))
+      ->capture_default_str();
+  app.add_option("--chain-min-prob", tuning.chain_min_path_probability,
+                 "with --shape chain: a chain ends before a node whose estimated path "
+                 "probability is lower (default 0)")
+      ->check(CLI::Range(0.0, 1.0));
+  std::string sglang_match = "bfs";
+  app.add_option("--sglang-match", sglang_match,
+                 "sglang-ngram: BFS (recency) or PROB (frequency) trees, as "
+                 "--speculative-ngram-match-type")
+      ->check(CLI::IsMember({"bfs", "prob"}))
+      ->capture_default_str();
+  app.add_option("--sglang-corpus-budget", tuning.sglang.external_sam_budget,
+                 "sglang-ngram: draft nodes from the external corpus (the first --index's "
+                 "documents), as --speculative-ngram-external-sam-budget (0: none, the trie "
+                 "alone)")
+      ->capture_default_str();
   bool child_records = false;
   app.add_flag("--child-records", child_records,
                "prepare each index with child records (StaticIndex::Options::record_min_count "
@@ -517,6 +597,9 @@ int main(int argc, char** argv) {
   return sam::tools::RunTool("sam-replay", [&] {
     if (*make) return MakeTraces(data_dir, out_path, template_name, limit);
     if (traces_path.empty()) throw UsageError("--traces is required");
+    tuning.shape = rt::FindDraftShape(shape_name);
+    if (tuning.chain_min_path_probability && tuning.shape != rt::DraftShape::kChain)
+      throw UsageError("--chain-min-prob needs --shape chain");
     if (!cross_request && (!tenant_field.empty() || cache_prompts || app.count("--cache-mib") ||
                            !save_cache_path.empty() || !load_cache_path.empty() || cache_compile))
       throw UsageError("--tenant-field, --cache-mib, --cache-prompts, --cache-compile, "
@@ -526,14 +609,21 @@ int main(int argc, char** argv) {
     inputs.insert(inputs.end(), {traces_path, tokenizer_path, load_cache_path, cost_curve_path});
     if (!save_cache_path.empty())
       sam::tools::CheckOutputPath("--save-cache", save_cache_path, inputs);
+    tuning.sglang.match = sglang_match == "prob" ? rt::SglangNgramOptions::Match::kProb
+                                                  : rt::SglangNgramOptions::Match::kBfs;
+    // With --cross-request the trie is shared across the traces, as SGLang's
+    // one trie per worker is.
+    tuning.sglang.shared_trie = cross_request;
     if (policies.empty()) {  // all of them
-      policies = {kPld};
+      policies = {kPld, kSglang};
       for (const rt::NamedPolicy& p : rt::NamedPolicies()) policies.emplace_back(p.name);
     }
     for (const auto& name : policies) FindSessionPolicy(name);  // before any loading
     if (!save_cache_path.empty() &&
-        std::all_of(policies.begin(), policies.end(), [](const auto& n) { return n == kPld; }))
-      throw UsageError("--save-cache: pld keeps no cache; replay a session policy too");
+        std::all_of(policies.begin(), policies.end(),
+                    [](const auto& n) { return n == kPld || n == kSglang; }))
+      throw UsageError("--save-cache: pld keeps no cache, nor does sglang-ngram; replay a "
+                       "session policy too");
     if (!report_dir.empty())
       sam::tools::CheckReportDir(report_dir, inputs);
     if (project_only && cost_curve_path.empty()) throw UsageError("--project-only needs --cost-curve");
@@ -590,6 +680,11 @@ int main(int argc, char** argv) {
       return 0;
     }
 
+    if (tuning.sglang.external_sam_budget > 0 &&
+        std::find(policies.begin(), policies.end(), kSglang) != policies.end()) {
+      if (indexes.empty()) throw UsageError("--sglang-corpus-budget needs an --index (its corpus)");
+      tuning.sglang_corpus = rt::SglangCorpus::Create(indexes[0].shared_view());
+    }
     json out_policies = json::array();
     tuning.dynamic_bytes = dynamic_mib << 20;
     const uint32_t session_vocab = vocab == UINT32_MAX ? 1 << 20 : vocab;
@@ -665,6 +760,7 @@ int main(int argc, char** argv) {
       options[name] = opt->get_expected_max() == 0 ? json(true) : json(opt->results());
     }
     out["run"] = {{"indexes", index_paths}, {"traces_file", traces_path}, {"options", options}};
+    out["shape"] = shape_name;
     if (!cost_curve_path.empty()) {
       json points = json::array();
       for (const rt::CostPoint& c : projection.points())

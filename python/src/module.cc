@@ -473,6 +473,8 @@ class Session {
         sel.max_static_lookups = Option<size_t>(name, value);
       else if (name == "cost_curve")
         sel.cost_curve = CostCurveOption(value);
+      else if (name == "shape")
+        sel.shape = sam::runtime::FindDraftShape(Option<std::string>(name, value, "'tree' or 'chain'"));
       else if (name == "max_dynamic_bytes")
         options.max_dynamic_bytes = Option<size_t>(name, value);
       else if (name == "collect_timing")
@@ -511,7 +513,7 @@ class Session {
   static std::string OptionNames() {
     return "policy, draft_size, l_bias, l_threshold, adaptive_length, length_per_match, "
            "dynamic_link_fallback, max_tree_nodes, max_width, min_path_probability, "
-           "backoff_count, max_static_lookups, cost_curve, max_dynamic_bytes, collect_timing, "
+           "backoff_count, max_static_lookups, cost_curve, shape, max_dynamic_bytes, collect_timing, "
            "recycling_vocab_size";
   }
 

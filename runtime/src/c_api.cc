@@ -213,6 +213,7 @@ void ReadConfig(const sam_session_config& in, sam_session_config* out) {
   read(&out->cost_curve_size, offsetof(sam_session_config, cost_curve_size));
   read(&out->max_static_lookups, offsetof(sam_session_config, max_static_lookups));
   read(&out->backoff_count, offsetof(sam_session_config, backoff_count));
+  read(&out->shape, offsetof(sam_session_config, shape));
 }
 
 // The last proposal of `session`, checked to exist and to have n nodes.
@@ -473,6 +474,12 @@ int sam_session_new_ex(const sam_session_config* config, sam_session** out) {
     session_options.collect_timing = c_options.collect_timing != 0;
     session_options.selection.max_static_lookups = c_options.max_static_lookups;
     session_options.selection.backoff_count = c_options.backoff_count;
+    Require(c_options.shape == SAM_SHAPE_TREE || c_options.shape == SAM_SHAPE_CHAIN,
+            "sam_session_new_ex",
+            ("shape " + std::to_string(c_options.shape) +
+             " is not a sam_draft_shape (valid: 0 (tree), 1 (chain))")
+                .c_str());
+    session_options.selection.shape = static_cast<sam::runtime::DraftShape>(c_options.shape);
     if (c_options.cost_curve_size > 0) {
       Require(c_options.cost_curve != nullptr, "sam_session_new_ex",
               "cost_curve is NULL but cost_curve_size is not 0");

@@ -48,6 +48,22 @@ struct StepContext {
   double measured_rate = 1.0;   // tokens per t(1) so far (SelectionOptions::cost_curve)
 };
 
+// What the verifier tried of the last proposal's tree: on_path[k] says whether
+// node k was accepted, and every node whose parent was accepted was a trial,
+// except, when a chain of the tree was verified, the children of its last
+// accepted node (untried_parent) other than the chain's next node
+// (tried_child; -1 when the chain ended there).
+struct ObservedPath {
+  std::span<const uint8_t> on_path;
+  int untried_parent = -1;
+  int32_t tried_child = -1;
+  bool Trial(const DraftTree& tree, size_t i) const {
+    const int32_t parent = tree.parents[i];
+    if (!on_path[parent]) return false;
+    return parent != untried_parent || static_cast<int32_t>(i) == tried_child;
+  }
+};
+
 class DraftPolicy {
  public:
   virtual ~DraftPolicy() = default;
@@ -57,9 +73,9 @@ class DraftPolicy {
   // Forgets the last proposal (the session's tree is no longer its).
   virtual void Forget() {}
   // Whether Observe wants the accepted path of the last proposal, a tree of
-  // `tree_size` nodes; then on_path[k] says whether its node k was accepted.
+  // `tree_size` nodes (ObservedPath).
   virtual bool Observes(size_t /*tree_size*/) const { return false; }
-  virtual void Observe(const DraftTree& /*tree*/, std::span<const uint8_t> /*on_path*/) {}
+  virtual void Observe(const DraftTree& /*tree*/, const ObservedPath& /*path*/) {}
   // Source i's cursor, already at its peek (tokens[0], the start token), moved
   // over the accepted tokens whose states the last proposal knows; `accepted`
   // of tokens[1..] were accepted. Returns how many of `tokens` it has matched

@@ -43,6 +43,10 @@ Session::Session(const SessionOptions& options)
   if (sel.max_width < 1)
     throw Error(ErrorCode::kInvalidArgument,
                 "SessionOptions: selection.max_width must be at least 1");
+  if (!(sel.chain_min_path_probability >= 0.0 && sel.chain_min_path_probability <= 1.0))
+    throw Error(ErrorCode::kInvalidArgument,
+                "SessionOptions: selection.chain_min_path_probability must be in [0, 1], got " +
+                    std::to_string(sel.chain_min_path_probability));
   if (!(sel.min_path_probability >= 0.0 && sel.min_path_probability <= 1.0))
     throw Error(ErrorCode::kInvalidArgument,
                 "SessionOptions: selection.min_path_probability must be in [0, 1], got " +
@@ -238,13 +242,31 @@ void Session::Prefill(std::span<const uint32_t> prompt) {
 
 const DraftTree& Session::Propose(uint32_t start_token) {
   ProposeInto(start_token, std::numeric_limits<size_t>::max(), &tree_);
-  return tree_;
+  return Shaped(std::numeric_limits<size_t>::max());
 }
 
 bool Session::Propose(uint32_t start_token, size_t max_nodes, DraftTree* out) {
-  ProposeInto(start_token, std::max<size_t>(max_nodes, 1), &tree_);
-  *out = tree_;
-  return tree_.size() > 1;
+  max_nodes = std::max<size_t>(max_nodes, 1);
+  // max_nodes bounds what is verified: a chain of max_nodes is cut from the
+  // policy's whole tree.
+  const bool chain = options_.selection.shape == DraftShape::kChain;
+  ProposeInto(start_token, chain ? std::numeric_limits<size_t>::max() : max_nodes, &tree_);
+  *out = Shaped(max_nodes);
+  return out->size() > 1;
+}
+
+const DraftTree& Session::Shaped(size_t max_nodes) {
+  const SelectionOptions& sel = options_.selection;
+  if (sel.shape == DraftShape::kTree) return tree_;
+  ChainOptions chain;
+  chain.max_tokens = std::min(sel.draft_size, max_nodes) - 1;
+  chain.min_path_probability = sel.chain_min_path_probability;
+  if (!sel.cost_curve.empty()) {
+    chain.cost_curve = &sel.cost_curve;
+    chain.rate = MeasuredRate();
+  }
+  chain_shaper_.Shape(tree_, chain, &shaped_);
+  return shaped_;
 }
 
 // The calibrated policy reads the matched state's count, then its children
@@ -368,22 +390,44 @@ size_t Session::RecordAcceptance(std::span<const uint32_t> tokens) {
   int node = 0;
   size_t accepted = 0;
   for (size_t k = 1; k < tokens.size(); ++k) {
-    node = t.Child(node, tokens[k]);
-    if (node < 0) break;
+    const int child = t.Child(node, tokens[k]);
+    if (child < 0) break;
+    node = child;
     if (calibrating) on_path_[node] = 1;
     ++accepted;
   }
-  SourceStatistics& s = stats_.source(t.source);
-  s.Record(t, accepted);
+  // The statistics count what was verified: the tree, or its chain.
+  const bool chain = options_.selection.shape == DraftShape::kChain;
+  const DraftTree& verified = chain ? shaped_ : t;
+  size_t verified_accepted = accepted;
+  if (chain) {  // the chain's nodes that `tokens` match
+    verified_accepted = 0;
+    while (verified_accepted + 1 < std::min(shaped_.size(), tokens.size()) &&
+           shaped_.tokens[verified_accepted + 1] == tokens[verified_accepted + 1])
+      ++verified_accepted;
+  }
+  SourceStatistics& s = stats_.source(verified.source);
+  s.Record(verified, verified_accepted);
   if (!options_.selection.cost_curve.empty()) {
-    rate_tokens_ += static_cast<double>(accepted + 1);
-    rate_cost_ += options_.selection.cost_curve.Relative(t.size());
+    rate_tokens_ += static_cast<double>(verified_accepted + 1);
+    rate_cost_ += options_.selection.cost_curve.Relative(verified.size());
   }
   s.propose_ns += pending_ns_;
   ++stats_.steps;
 
-  // Calibration: every node whose parent was accepted was a trial.
-  if (calibrating) policy_->Observe(t, on_path_);
+  // Calibration: every node whose parent was accepted was a trial. A chain
+  // verified only its own nodes: the other children of its last accepted
+  // node (`node`) were not tried (one of them may be the model's next token).
+  if (calibrating) {
+    internal::ObservedPath path{on_path_};
+    if (chain) {
+      const std::vector<int32_t>& chain_nodes = chain_shaper_.path();
+      const size_t next_depth = static_cast<size_t>(t.depths[node]) + 1;
+      path.untried_parent = node;
+      path.tried_child = next_depth < chain_nodes.size() ? chain_nodes[next_depth] : -1;
+    }
+    policy_->Observe(t, path);
+  }
   return accepted;
 }
 

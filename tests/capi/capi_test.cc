@@ -21,6 +21,7 @@
 #include "sam/format/shard_set.h"
 #include "sam/indexer/builder.h"
 #include "sam/runtime/recycling.h"
+#include "sam/runtime/replay.h"  // AcceptedLength
 #include "sam/runtime/selection.h"
 #include "sam/runtime/static_index.h"
 #include "sam/runtime/session.h"
@@ -949,6 +950,63 @@ TEST_F(CapiTest, CalibratedLookupLimitAndBackoffAsTheSession) {
       ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[d], rng), SAM_POLICY_CALIBRATED,
                                 false, 0, setting);
   }
+}
+
+// sam_session_config.shape SAM_SHAPE_CHAIN: the drafts are a C++ session's
+// with SelectionOptions::shape kChain (chains, for every policy); an unknown
+// shape is refused, naming it.
+TEST_F(CapiTest, ChainShapeAsTheSession) {
+  for (const int policy : {SAM_POLICY_PAPER, SAM_POLICY_TREE, SAM_POLICY_CALIBRATED}) {
+    SCOPED_TRACE("policy " + std::to_string(policy));
+    sam_index* index = nullptr;
+    ASSERT_EQ(sam_index_open_ex(path_->c_str(), nullptr, 0, &index), SAM_OK) << sam_last_error();
+    sam_session_config config;
+    sam_session_config_init(&config);
+    EXPECT_EQ(config.shape, SAM_SHAPE_TREE);
+    config.policy = policy;
+    config.shape = SAM_SHAPE_CHAIN;
+    sam_session* c_session = nullptr;
+    ASSERT_EQ(sam_session_new_ex(&config, &c_session), SAM_OK) << sam_last_error();
+    ASSERT_EQ(sam_session_attach_index(c_session, index), SAM_OK);
+    sam_index_close(index);
+    const auto file = sam::format::IndexFile::Open(*path_);
+    sam::runtime::SessionOptions options;
+    options.selection.policy = static_cast<sam::runtime::Policy>(policy);
+    options.selection.shape = sam::runtime::DraftShape::kChain;
+    sam::runtime::Session session(options);
+    session.AttachIndex(&file.view());
+    sam::runtime::Rng rng(41);
+    const std::vector<uint32_t> text = Mutated((*documents_)[2], rng);
+    const size_t prompt = text.size() / 3;
+    ASSERT_EQ(sam_session_prefill(c_session, text.data(), prompt), SAM_OK);
+    session.Prefill(std::span<const uint32_t>(text.data(), prompt));
+    size_t branching = 0;
+    for (size_t pos = prompt; pos + 1 < text.size();) {
+      sam_draft d;
+      ASSERT_EQ(sam_session_propose(c_session, text[pos], &d), SAM_OK) << sam_last_error();
+      const sam::runtime::DraftTree& chain = session.Propose(text[pos]);
+      ASSERT_TRUE(chain.IsLinear());
+      ASSERT_EQ(std::vector<uint32_t>(d.tokens, d.tokens + d.count), chain.tokens);
+      branching += !session.last_tree().IsLinear();
+      const size_t a = sam::runtime::AcceptedLength(
+          chain, std::span<const uint32_t>(text).subspan(pos + 1));
+      ASSERT_EQ(sam_session_commit(c_session, text.data() + pos, a + 1), SAM_OK);
+      session.Commit(std::span<const uint32_t>(text.data() + pos, a + 1));
+      pos += a + 1;
+    }
+    if (policy != SAM_POLICY_PAPER) {
+      EXPECT_GT(branching, 0u);  // chains cut from trees
+    }
+    sam_session_free(c_session);
+  }
+  sam_session_config config;
+  sam_session_config_init(&config);
+  config.shape = 2;
+  sam_session* s = nullptr;
+  EXPECT_EQ(sam_session_new_ex(&config, &s), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("shape 2 is not a sam_draft_shape"),
+            std::string::npos)
+      << sam_last_error();
 }
 
 TEST_F(CapiTest, SessionKeepsAClosedIndexAlive) {

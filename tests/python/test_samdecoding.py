@@ -435,6 +435,30 @@ class ErrorsTest(unittest.TestCase):
                          sd.Session, policy="sam-cal", min_path_probability=float("nan"))
         self.assertError("invalid-argument", "max_width must be at least 1",
                          sd.Session, policy="sam-cal", max_width=0)
+        self.assertError("invalid-argument", r"unknown draft shape 'path' \(valid: tree, chain\)",
+                         sd.Session, shape="path")
+
+    def test_chain_shape(self):
+        # shape="chain": every draft is one root path of the tree the same policy drafts
+        # (the sam-tree trees need no learning: a tree session next to it has them).
+        index = sd.Index.open(INDEX)
+        chain, tree = sd.Session(policy="sam-tree", shape="chain"), sd.Session(policy="sam-tree")
+        for session in (chain, tree):
+            session.attach(index)
+            session.prefill(REF["prompt"])
+        cut = 0
+        for n, step in enumerate(REF["policies"]["sam-tree"]["steps"]):
+            c, t = chain.propose(step["start"]), tree.propose(step["start"])
+            parents = c.parents.tolist()
+            self.assertEqual(parents, list(range(-1, len(parents) - 1)), "step %d" % n)
+            node = 0  # each chain token is a child of the previous one in the tree
+            for token in c.tokens.tolist()[1:]:
+                node = next(i for i in range(node + 1, len(t.tokens))
+                            if t.parents[i] == node and t.tokens[i] == token)
+            cut += len(c.tokens) < len(t.tokens)
+            for session in (chain, tree):
+                session.commit(step["commit"])
+        self.assertGreater(cut, 0)
 
     def test_tokens_out_of_range(self):
         session = sd.Session()

@@ -272,7 +272,9 @@ TEST(StaticTree, RespectsBudgetsAndIsCountOrdered) {
       ASSERT_EQ(tree.accept_estimates.size(), tree.size());
       EXPECT_NEAR(tree.accept_estimates[i], count / parent_count, 1e-6);
     }
-    if (tree.size() > 1) EXPECT_EQ(tree.accept_estimates[0], 1.0f);
+    if (tree.size() > 1) {
+      EXPECT_EQ(tree.accept_estimates[0], 1.0f);
+    }
     // Siblings of a full-width-free tree with budget left: nothing is missing
     // at depth 1 that beats a chosen sibling.
   }

@@ -292,6 +292,11 @@ expect 2 "is the input" -- "$replay" --index "$tmp/set.samset" "${cache[@]}" --s
 [[ "$(sum "$tmp/sh1.sam")" == "$before" ]] || FAIL "--save-cache overwrote a shard of the set"
 cp "$tmp/replace.sam" "$tmp/dir/index.html"
 expect 2 "is the input" -- "$replay" --index "$tmp/dir/index.html" --traces "$tmp/ids-traces.jsonl" --report "$tmp/dir"
+# Chains and the SGLang NGRAM baseline: their flags' usage errors, and a run of each.
+expect 2 "needs --shape chain" -- "$replay" --traces "$tmp/ids-traces.jsonl" --chain-min-prob 0.1
+expect 2 "path not in" -- "$replay" --traces "$tmp/ids-traces.jsonl" --shape path
+expect 2 "needs an --index" -- "$replay" --traces "$tmp/ids-traces.jsonl" --policy sglang-ngram --sglang-corpus-budget 3
+expect 0 "sglang-ngram" -- "$replay" --index "$tmp/replace.sam" --traces "$tmp/ids-traces.jsonl" --policy sglang-ngram --sglang-corpus-budget 3 --sglang-match prob --shape chain
 
 # ---------------------------------------------------------------- sam-generate, no tokenizer needed
 if have sam-generate; then

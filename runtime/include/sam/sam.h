@@ -342,7 +342,18 @@ typedef struct sam_session_config {
    * (the backoff children; 8; 0 = none, the cheaper drafts). */
   uint64_t max_static_lookups;
   uint64_t backoff_count;
+  /* Added in 0.1.0 after backoff_count: the drafts' shape, a sam_draft_shape
+   * (every policy): SAM_SHAPE_TREE (default) or SAM_SHAPE_CHAIN, one path of
+   * the policy's tree for verifiers that take one sequence per request (the
+   * path of most expected accepted tokens; docs/runtime.md, "Chains"). */
+  int shape;
 } sam_session_config;
+
+/* sam_session_config.shape. */
+typedef enum sam_draft_shape {
+  SAM_SHAPE_TREE = 0,  /* the policy's tree (default) */
+  SAM_SHAPE_CHAIN = 1  /* one root-to-node path of it */
+} sam_draft_shape;
 
 /* Fills *config with the defaults and struct_size = sizeof(sam_session_config)
  * (NULL is a no-op). */

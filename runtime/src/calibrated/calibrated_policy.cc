@@ -820,11 +820,11 @@ size_t CalibratedPolicy::CostAwareKeep(size_t keep) {
   return ChooseTreeSize(ranked_paths_, sel_.cost_curve, step_->measured_rate) - 1;
 }
 
-void CalibratedPolicy::Observe(const DraftTree& tree, std::span<const uint8_t> on_path) {
+void CalibratedPolicy::Observe(const DraftTree& tree, const internal::ObservedPath& path) {
   for (size_t i = 1; i < tree.size(); ++i) {
-    if (!on_path[tree.parents[i]]) continue;
+    if (!path.Trial(tree, i)) continue;
     for (int cell : node_cells_[i])
-      if (cell >= 0) calibrator_.Observe(cell, on_path[i] != 0);
+      if (cell >= 0) calibrator_.Observe(cell, path.on_path[i] != 0);
   }
 }
 

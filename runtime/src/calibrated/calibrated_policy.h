@@ -70,7 +70,7 @@ class CalibratedPolicy : public internal::DraftPolicy {
   // Calibration from the last proposal, `tree`, whose node k was accepted
   // when on_path[k]: every node whose parent was accepted was a trial.
   bool Observes(size_t tree_size) const override { return node_cells_.size() == tree_size; }
-  void Observe(const DraftTree& tree, std::span<const uint8_t> on_path) override;
+  void Observe(const DraftTree& tree, const internal::ObservedPath& path) override;
   // Accepted nodes whose state in source i is known (a transition from the
   // parent's): the cursor moves there, one node at a time, without looking
   // the transitions up again.

@@ -43,6 +43,7 @@
 
 #include "sam/export.h"
 #include "sam/runtime/budget.h"
+#include "sam/runtime/chain.h"
 
 namespace sam::runtime {
 
@@ -130,6 +131,18 @@ struct SAM_API SelectionOptions {
   // misleads: MAT 2.499 -> 2.664 on the dev traces, for about 2.5x the
   // propose time at the median (docs/runtime.md).
   uint64_t backoff_count = 8;
+  // Every policy: the drafts' shape (chain.h). kTree: the policy's tree.
+  // kChain: one path of it, for verifiers that take one sequence per
+  // request: the path that maximises the expected accepted tokens under the
+  // tree's accept estimates (kCalibrated's calibrated estimates, kTree's
+  // count ratios; a linear draft is its own chain), ending before the path
+  // probability falls below chain_min_path_probability, with at most
+  // draft_size - 1 tokens, and with a cost_curve at the length that pays
+  // (ChainShaper). Statistics count the chain; kCalibrated still calibrates
+  // on the whole tree (every node whose trial the chain's verification
+  // decided).
+  DraftShape shape = DraftShape::kTree;
+  double chain_min_path_probability = ChainOptions::kDefaultMinPathProbability;
 };
 
 enum class Choice { kNone, kStatic, kDynamic, kFallback };

@@ -147,7 +147,9 @@ class SAM_API Session : public Drafter {
   // Proposes a draft rooted at start_token. The reference stays valid until
   // the next call on the session.
   const DraftTree& Propose(uint32_t start_token);
-  // Drafter interface: Propose with at most max_nodes nodes, copied to *out.
+  // Drafter interface: Propose with at most max_nodes nodes, copied to *out
+  // (SelectionOptions::shape kChain: a chain of at most max_nodes nodes, cut
+  // from the policy's whole tree).
   bool Propose(uint32_t start_token, size_t max_nodes, DraftTree* out) override;
   // Commits the tokens that joined the verified context: the start token of
   // the last proposal followed by the accepted draft tokens. Updates the
@@ -171,6 +173,8 @@ class SAM_API Session : public Drafter {
   uint32_t last_dynamic_length() const { return last_dyn_len_; }
   uint32_t last_static_length() const { return last_static_len_; }
   uint32_t last_cache_length() const { return last_cache_len_; }
+  // The last Propose's tree before it was shaped (SelectionOptions::shape).
+  const DraftTree& last_tree() const { return tree_; }
 
  private:
   // group: the cursor index of the first shard of its shard set (SIZE_MAX:
@@ -178,6 +182,9 @@ class SAM_API Session : public Drafter {
   void AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index,
                     size_t group = SIZE_MAX);
   void ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tree);
+  // What the last proposal drafts in the options' shape: tree_, or its
+  // chain (shaped_) of at most max_nodes nodes.
+  const DraftTree& Shaped(size_t max_nodes);
   void PeekSources(uint32_t start_token, internal::StepContext* step);
   void PrefetchPeekedChildren(const internal::StaticSource& s) const;
   // SelectionOptions::cost_curve: the measured rate a calibrated tree's size
@@ -217,6 +224,8 @@ class SAM_API Session : public Drafter {
   // The drafting policy (options_.selection.policy; runtime/src/policy.h).
   std::unique_ptr<internal::DraftPolicy> policy_;
   DraftTree tree_;
+  ChainShaper chain_shaper_;  // SelectionOptions::shape kChain: tree_'s chain, shaped_
+  DraftTree shaped_;
   std::vector<uint8_t> on_path_;  // the accepted path of tree_, for calibration
   bool pending_ = false;  // a proposal awaits its Commit
   size_t num_peeked_ = 0;  // sources peeked by that proposal (the first n)
