@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <iostream>
 
 #include "sam/format/error.h"
+#include "sam/format/file_checks.h"
 #include "sam/format/shard_set.h"
 #include "sam/format/temp_files.h"
 
@@ -30,7 +32,11 @@ extern "C" void RemoveTempFilesAndDie(int signal_number) {
   ::raise(signal_number);
 }
 
+// With SAM_TEST_PAUSE_WRITING=N (a number), the Nth temporary file is the one paused at.
+std::atomic<long> g_pause_countdown{1};
+
 void PauseAtTempFile(const char* path) {
+  if (g_pause_countdown.fetch_sub(1) != 1) return;
   // One write, so that a reader never sees half the line; then wait for the signal that ends
   // the program (only async-signal-safe calls from here on).
   std::string line = std::string(g_tool) + ": test hook: paused writing " + path + "\n";
@@ -140,7 +146,11 @@ void SetUpTool(const char* tool) {
     ::sigaction(signal_number, &action, nullptr);
   }
   const char* pause = std::getenv("SAM_TEST_PAUSE_WRITING");
-  if (pause != nullptr && *pause != '\0') sam::format::SetTempFileObserver(PauseAtTempFile);
+  if (pause != nullptr && *pause != '\0') {
+    const long nth = std::strtol(pause, nullptr, 10);
+    g_pause_countdown.store(nth > 0 ? nth : 1);
+    sam::format::SetTempFileObserver(PauseAtTempFile);
+  }
 }
 
 std::vector<std::string> IndexInputs(const std::vector<std::string>& index_paths) {
@@ -159,45 +169,13 @@ std::vector<std::string> IndexInputs(const std::vector<std::string>& index_paths
 
 void CheckOutputPath(const std::string& flag, const std::string& path,
                      const std::vector<std::string>& inputs) {
-  const std::string what = flag + " " + path;
-  if (path.empty()) throw UsageError(flag + ": empty output path");
-  struct stat out = {};
-  if (::lstat(path.c_str(), &out) == 0) {
-    if (S_ISLNK(out.st_mode))
-      throw UsageError(what + " is a symbolic link; refusing to replace it (give the target "
-                       "path itself, or remove the link)");
-    if (S_ISDIR(out.st_mode)) throw UsageError(what + " is a directory");
-    if (!S_ISREG(out.st_mode))
-      throw UsageError(what + " exists and is not a regular file (a device, FIFO or socket); "
-                       "refusing to replace it");
-    for (const std::string& input : inputs) {
-      struct stat in = {};
-      if (!input.empty() && ::stat(input.c_str(), &in) == 0 && in.st_dev == out.st_dev &&
-          in.st_ino == out.st_ino)
-        throw UsageError(what + " is the input " + input + "; refusing to overwrite an input");
-    }
-  } else if (errno != ENOENT && errno != ENOTDIR) {  // ENOTDIR: reported below
-    throw sam::Error(sam::ErrorCode::kIo, what + ": " + Errno(errno));
+  try {
+    sam::format::CheckOutputPath(path, inputs, {.label = flag, .probe_directory = true});
+  } catch (const sam::Error& e) {
+    // The messages already name the flag and the path.
+    if (e.code() == sam::ErrorCode::kInvalidArgument) throw UsageError(e.problem());
+    throw sam::Error(e.code(), e.problem());
   }
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  struct stat d = {};
-  if (::stat(dir.c_str(), &d) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR)
-      throw UsageError(what + ": directory " + dir.string() + " does not exist");
-    throw sam::Error(sam::ErrorCode::kIo, what + ": directory " + dir.string() + ": " + Errno(errno));
-  }
-  if (!S_ISDIR(d.st_mode)) throw UsageError(what + ": " + dir.string() + " is not a directory");
-  // Creating a file is the only honest test of writability (root, read-only mounts).
-  const std::string probe = path + ".probe-" + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    if (errno == EEXIST) return;  // a stale probe: the directory is writable enough to judge later
-    throw sam::Error(sam::ErrorCode::kIo, what + ": cannot create files in " + dir.string() + ": " +
-                             Errno(errno));
-  }
-  ::close(fd);
-  ::unlink(probe.c_str());
 }
 
 AtomicOutputFile::AtomicOutputFile(std::string path)

@@ -326,7 +326,10 @@ int main(int argc, char** argv) {
     if (cfg.text_split != "file" && cfg.text_split != "blank-line")
       throw UsageError("--text-split must be 'file' or 'blank-line', got '" + cfg.text_split + "'");
     if (!cfg.tokenizer_path.empty()) inputs.push_back(cfg.tokenizer_path);
-    sam::tools::CheckOutputPath("-o", cfg.output_path, inputs);
+    // -o and, with --max-memory, the manifest and shard files derived from it.
+    for (const std::string& out : sam::indexer::BuildOutputPaths(cfg))
+      sam::tools::CheckOutputPath(out == cfg.output_path ? "-o" : "-o " + cfg.output_path + ": output",
+                                  out, inputs);
     const bool tty = isatty(2);
     auto last = std::chrono::steady_clock::now() - std::chrono::seconds(10);
     const auto start = std::chrono::steady_clock::now();
