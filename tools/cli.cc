@@ -102,6 +102,39 @@ void GuardNumbers(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) GuardNumbers(*sub);
 }
 
+// An empty value given to any option ("--report ''", a script's unset
+// variable) would read as "not given" (no bound, a full index, no report), and
+// CLI11 drops the empty items of a delimited list ("1,,2" reads as 1,2): both
+// are usage errors. Returns the problem, or "" when there is none.
+std::string EmptyValueProblem(const CLI::App& app, int argc, char** argv) {
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_type_size() == 0 || option->count() == 0) continue;  // a flag, or not given
+    for (const std::string& value : option->results())
+      if (value.find_first_not_of(" \t") == std::string::npos)
+        return option->get_name() + ": empty value";
+  }
+  for (int i = 1; i + 1 <= argc; ++i) {
+    std::string arg = argv[i], value;
+    if (arg.rfind("--", 0) != 0) continue;
+    if (const size_t eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg.resize(eq);
+    } else if (i + 1 < argc) {
+      value = argv[i + 1];
+    } else {
+      continue;
+    }
+    const CLI::Option* option = app.get_option_no_throw(arg);
+    if (option == nullptr || option->get_delimiter() == '\0' || option->get_type_size() == 0)
+      continue;
+    const char d = option->get_delimiter();
+    if (!value.empty() && (value.front() == d || value.back() == d ||
+                           value.find(std::string(2, d)) != std::string::npos))
+      return arg + ": '" + value + "' has an empty item";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
@@ -111,6 +144,11 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e) == 0 ? 0 : 2;  // --help, --version
     std::cerr << app.get_name() << ": " << Indented(e.what()) << "\n"
+              << app.get_name() << ": run '" << app.get_name() << " --help' for usage\n";
+    return 2;
+  }
+  if (const std::string problem = EmptyValueProblem(app, argc, argv); !problem.empty()) {
+    std::cerr << app.get_name() << ": " << problem << "\n"
               << app.get_name() << ": run '" << app.get_name() << " --help' for usage\n";
     return 2;
   }

@@ -72,8 +72,8 @@ void WriteBlobFile(const std::string& path, const BlobMagic& magic, uint32_t ver
   const std::string existing = ReadFileHead(path, magic.size());
   if (!existing.empty() &&
       std::memcmp(existing.data(), magic.data(), std::min(existing.size(), magic.size())) != 0)
-    throw FormatError(ErrorCode::kInvalidArgument,
-                      path + " exists and is not a '" + std::string(magic.data(), magic.size()) +
+    throw FormatError(ErrorCode::kInvalidArgument, {.file = path},
+                      "exists and is not a '" + std::string(magic.data(), magic.size()) +
                           "' file; refusing to replace it");
   WriteFileAtomically(path, {std::span<const uint8_t>(head, kBlobHeaderSize), payload});
 }

@@ -19,48 +19,51 @@ std::string Errno(int error) { return std::strerror(error); }
 
 void CheckOutputPath(const std::string& path, std::span<const std::string> inputs,
                      const OutputCheckOptions& options) {
-  const std::string what = options.label.empty() ? path : options.label + " " + path;
+  // Messages read "LABEL PATH is a directory" with a label, else "is a directory" under the
+  // context's file (what() = "PATH: is a directory").
+  const std::string what = options.label.empty() ? "" : options.label + " " + path + " ";
+  const std::string at = options.label.empty() ? "" : options.label + " " + path + ": ";
   auto refuse = [&](const std::string& problem) {
-    throw FormatError(ErrorCode::kInvalidArgument, problem);  // the message names the path
+    throw FormatError(ErrorCode::kInvalidArgument, {.file = path}, problem);
+  };
+  auto io = [&](const std::string& problem) {
+    throw FormatError(ErrorCode::kIo, {.file = path}, problem);
   };
   if (path.empty()) refuse((options.label.empty() ? "" : options.label + ": ") + "empty output path");
-  if (path.find('\0') != std::string::npos) refuse(what + ": the path holds a NUL byte");
+  if (path.find('\0') != std::string::npos) refuse(at + "the path holds a NUL byte");
   struct stat out = {};
   if (::lstat(path.c_str(), &out) == 0) {
     if (S_ISLNK(out.st_mode))
-      refuse(what + " is a symbolic link; refusing to replace it (give the target path itself, "
+      refuse(what + "is a symbolic link; refusing to replace it (give the target path itself, "
                     "or remove the link)");
-    if (S_ISDIR(out.st_mode)) refuse(what + " is a directory");
+    if (S_ISDIR(out.st_mode)) refuse(what + "is a directory");
     if (!S_ISREG(out.st_mode))
-      refuse(what + " exists and is not a regular file (a device, FIFO or socket); refusing to "
+      refuse(what + "exists and is not a regular file (a device, FIFO or socket); refusing to "
                     "replace it");
     for (const std::string& input : inputs) {
       struct stat in = {};
       if (!input.empty() && ::stat(input.c_str(), &in) == 0 && in.st_dev == out.st_dev &&
           in.st_ino == out.st_ino)
-        refuse(what + " is the input " + input + "; refusing to overwrite an input");
+        refuse(what + "is the input " + input + "; refusing to overwrite an input");
     }
   } else if (errno != ENOENT && errno != ENOTDIR) {  // ENOTDIR: reported below
-    throw FormatError(ErrorCode::kIo, what + ": " + Errno(errno));
+    io(at + Errno(errno));
   }
   std::filesystem::path dir = std::filesystem::path(path).parent_path();
   if (dir.empty()) dir = ".";
   struct stat d = {};
   if (::stat(dir.c_str(), &d) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR)
-      refuse(what + ": directory " + dir.string() + " does not exist");
-    throw FormatError(ErrorCode::kIo,
-                      what + ": directory " + dir.string() + ": " + Errno(errno));
+    if (errno == ENOENT || errno == ENOTDIR) refuse(at + "directory " + dir.string() + " does not exist");
+    io(at + "directory " + dir.string() + ": " + Errno(errno));
   }
-  if (!S_ISDIR(d.st_mode)) refuse(what + ": " + dir.string() + " is not a directory");
+  if (!S_ISDIR(d.st_mode)) refuse(at + dir.string() + " is not a directory");
   if (!options.probe_directory) return;
   // Creating a file is the only honest test of writability (root, read-only mounts).
   const std::string probe = path + ".probe-" + std::to_string(::getpid());
   const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (fd < 0) {
     if (errno == EEXIST) return;  // a stale probe: the directory is writable enough to judge later
-    throw FormatError(ErrorCode::kIo,
-                      what + ": cannot create files in " + dir.string() + ": " + Errno(errno));
+    io(at + "cannot create files in " + dir.string() + ": " + Errno(errno));
   }
   ::close(fd);
   ::unlink(probe.c_str());

@@ -40,13 +40,13 @@ ResponseCacheFile ReadResponseCacheFile(const std::string& path) {
     at += key_size;
     const size_t count = get(4);
     if (count == 0 || (payload.size() - at) / 4 < count)
-      corrupt("response " + std::to_string(i) + " has an impossible length " +
+      corrupt("response " + std::to_string(i + 1) + " has an impossible length " +
               std::to_string(count));
     r.tokens.resize(count);
     for (uint32_t& t : r.tokens) {
       t = static_cast<uint32_t>(get(4));
       if (t == kResponseCacheSeparator)
-        corrupt("response " + std::to_string(i) + " holds the separator");
+        corrupt("response " + std::to_string(i + 1) + " holds the separator");
     }
     file.responses.push_back(std::move(r));
   }

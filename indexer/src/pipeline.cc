@@ -307,7 +307,13 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   for (const auto& c : cfg.corpora) all_ids = all_ids && c.kind == kIdsKind;
   for (const auto& c : cfg.corpora) CheckCorpusKind(c.kind);  // validates the names early
   const std::vector<std::string> inputs = BuildInputPaths(cfg);
-  for (const std::string& out : BuildOutputPaths(cfg)) format::CheckOutputPath(out, inputs);
+  for (const std::string& out : BuildOutputPaths(cfg)) {
+    try {
+      format::CheckOutputPath(out, inputs);
+    } catch (const sam::Error& e) {  // an output that cannot be written: an I/O error
+      throw BuildError(ErrorCode::kIo, e.context(), e.problem());
+    }
+  }
 
   for (const auto& c : cfg.corpora)
     if (c.kind == kCacheKind && cfg.tokenizer_path.empty())
@@ -322,14 +328,16 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
       throw BuildError(e);
     }
     if (vocab != 0 && vocab != tok->vocab_size())
-      throw BuildError("--vocab-size " + std::to_string(vocab) + " differs from the tokenizer's " +
-                       std::to_string(tok->vocab_size()) + " (" + cfg.tokenizer_path + ")");
+      throw BuildError(ErrorCode::kUsage,  // a flag conflict: sam-build exits 2
+                       "--vocab-size " + std::to_string(vocab) + " differs from the tokenizer's " +
+                           std::to_string(tok->vocab_size()) + " (" + cfg.tokenizer_path + ")");
     vocab = tok->vocab_size();
   } else if (!all_ids) {
     throw BuildError("text corpora need --tokenizer MODEL (only `ids` corpora can be indexed "
                      "without one)");
   } else if (vocab == 0) {
-    throw BuildError("pre-tokenized (ids) corpora without --tokenizer need --vocab-size");
+    throw BuildError(ErrorCode::kUsage,
+                     "pre-tokenized (ids) corpora without --tokenizer need --vocab-size");
   }
   std::error_code output_error;  // (without it, is_directory throws a std::filesystem_error)
   if (std::filesystem::is_directory(cfg.output_path, output_error))

@@ -747,6 +747,7 @@ Session::~Session() = default;
 void Session::AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index,
                            size_t group) {
   CheckVocabulary(*cursor.view());
+  if (cache_) cache_cursor_.set_vocab_limit(cursor.view()->vocab_size());  // ids the model knows
   for (size_t p = 1; p <= dynamic_.size(); ++p) cursor.Advance(dynamic_.Token(p));
   group_.push_back(group == SIZE_MAX ? cursors_.size() : group);
   cursors_.push_back(cursor);
@@ -847,6 +848,7 @@ void Session::AttachCache(std::shared_ptr<ResponseCache> cache, std::string_view
   std::vector<uint32_t> recent;
   for (size_t p = from + 1; p <= n; ++p) recent.push_back(dynamic_.Token(p));
   cursor.Advance(recent);
+  if (!cursors_.empty()) cursor.set_vocab_limit(cursors_[0].view()->vocab_size());
   cache_draft_.resize(options_.selection.draft_size);
   cache_ = std::move(cache);
   cache_cursor_ = std::move(cursor);

@@ -1271,6 +1271,41 @@ TEST_F(CapiTest, AttachRefusesAnotherVocabularyOrTokenizer) {
   std::remove(other_tok.c_str());
 }
 
+// A cache may hold ids of another vocabulary (a file saved elsewhere): the
+// session never drafts them; the draft stops before the first such id.
+TEST_F(CapiTest, CacheIdsAboveTheVocabularyAreNeverDrafted) {
+  sam_cache* cache = nullptr;
+  ASSERT_EQ(sam_cache_new(1 << 20, &cache), SAM_OK);
+  std::vector<uint32_t> response;
+  for (uint32_t t = 5; t <= 16; ++t) response.push_back(t);
+  response.push_back(4294967294u);
+  response.push_back(17);
+  ASSERT_EQ(sam_cache_insert(cache, "t", response.data(), response.size(), nullptr), SAM_OK);
+  sam_index* index = nullptr;
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &index), SAM_OK);
+  for (const bool cache_first : {true, false}) {
+    sam_session* session = nullptr;
+    ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
+    if (cache_first) {
+      ASSERT_EQ(sam_session_attach_cache(session, cache, "t"), SAM_OK);
+    }
+    ASSERT_EQ(sam_session_attach_index(session, index), SAM_OK);
+    if (!cache_first) {
+      ASSERT_EQ(sam_session_attach_cache(session, cache, "t"), SAM_OK);
+    }
+    ASSERT_EQ(sam_session_prefill(session, response.data(), 9), SAM_OK);  // 5..13
+    sam_draft draft{};
+    ASSERT_EQ(sam_session_propose(session, 14, &draft), SAM_OK);
+    // The cached continuation up to the foreign id: 15, 16.
+    EXPECT_EQ(draft.source, SAM_SOURCE_CACHE);
+    EXPECT_EQ(std::vector<uint32_t>(draft.tokens, draft.tokens + draft.count),
+              (std::vector<uint32_t>{14, 15, 16}));
+    sam_session_free(session);
+  }
+  sam_index_close(index);
+  sam_cache_free(cache);
+}
+
 // A length whose byte size overflows is refused, not taken as so many ids.
 TEST(Capi, LengthsWhoseByteSizeOverflowsAreRefused) {
   sam_session* session = nullptr;
@@ -1381,6 +1416,12 @@ TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
     shard_paths.push_back(path);
   }
   sam::format::WriteShardSetManifest(manifest_path, manifest);
+  {  // Opened as an index, the manifest is named for what it is.
+    sam_index* not_index = nullptr;
+    EXPECT_EQ(sam_index_open(manifest_path.c_str(), nullptr, &not_index), SAM_ERR_FORMAT);
+    EXPECT_NE(std::string(sam_last_error()).find("a shard set manifest, not an index file"),
+              std::string::npos) << sam_last_error();
+  }
 
   sam_shard_set* set = nullptr;
   ASSERT_EQ(sam_shard_set_open(manifest_path.c_str(), nullptr, SAM_OPEN_VERIFY, &set), SAM_OK)

@@ -765,6 +765,18 @@ class FilesTest(unittest.TestCase):
         keys = cache.tenants()
         self.assertEqual(keys, ["caf\udce9"])  # surrogateescape, as os.fsdecode
         self.assertEqual(keys[0].encode("utf-8", "surrogateescape"), b"caf\xe9")
+        # Saved and loaded back, and shown by sam-inspect --json (U+FFFD for the byte).
+        path = self.path("t.samc")
+        cache.save(path, self.tok)
+        loaded = sd.ResponseCache(1 << 20)
+        loaded.load(path, self.tok)
+        self.assertEqual(loaded.tenants(), ["caf\udce9"])
+        inspect = os.path.join(os.path.dirname(os.environ.get("SAM_BUILD_TOOL", "")), "sam-inspect")
+        if os.path.exists(inspect):
+            import subprocess
+            out = subprocess.run([inspect, "--json", path], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(json.loads(out.stdout)["tenants"][0]["tenant"], "caf\ufffd")
 
 
 class BoundsTest(unittest.TestCase):

@@ -184,5 +184,32 @@ else
   echo "note: sam-generate not built, its FIFO checks are skipped"
 fi
 
+# ---------------------------------------------------------------- empty values, flag conflicts: exit 2
+ids=(--vocab-size 10 --corpus ids="$tmp/ok.jsonl")
+expect 2 "max-memory: empty value" -- "$build" -q --max-memory "" -o "$tmp/e.sam" "${ids[@]}"
+expect 2 "shard: empty value" -- "$build" -q --shard "" -o "$tmp/e.sam" "${ids[@]}"
+expect 2 "report: empty value" -- "$replay" --index "$tmp/ok.sam" --traces "$tmp/traces.jsonl" --report ""
+[[ -e "$tmp/e.sam" ]] && FAIL "a build with an empty flag value wrote its output"
+expect 2 "need --vocab-size" -- "$build" -q -o "$tmp/e.sam" --corpus ids="$tmp/ok.jsonl"
+expect 2 "below the smallest bound" -- "$build" -q --max-memory 1 -o "$tmp/e.sam" "${ids[@]}"
+if [[ -n "$data" && -f "$data/tokenizer/llama-32k.model" ]]; then
+  expect 2 "--vocab-size 100 differs from the tokenizer's 32000" -- "$build" -q -o "$tmp/e.sam" \
+    --vocab-size 100 --tokenizer "$data/tokenizer/llama-32k.model" --corpus ids="$tmp/ok.jsonl"
+fi
+if [[ -x "$gen" ]]; then
+  expect 2 "sdsat-tokens: '1,,2' has an empty item" -- "$gen" --model "$tmp/model" --tokenizer x --prompt hi --sdsat-tokens 1,,2
+  # An endless prompt stream stops at a bound (a prompt must fit the model's context).
+  expect 0 "random model" -- "$gen" --make-random-model "$tmp/rnd" --random-vocab 100 --random-hidden 32 --random-layers 1
+  if [[ -n "$data" && -f "$data/tokenizer/llama-32k.model" ]]; then
+    expect 2 "prompt too long" -- "$gen" --model "$tmp/rnd" --tokenizer "$data/tokenizer/llama-32k.model" --prompt-file /dev/zero
+  fi
+fi
+
+# ---------------------------------------------------------------- messages name the file, line and field
+printf '{"prompt_ids": [1], "output_ids": [2, 3], "category": 7}\n' > "$tmp/cat.jsonl"
+expect 1 "cat.jsonl: line 1: field 'category'.*must be a string" -- "$replay" --index "$tmp/ok.sam" --traces "$tmp/cat.jsonl"
+printf '{"prompt_ids": [1], "output_ids": [2, 3]}\n[1e400]\n' > "$tmp/big.jsonl"
+expect 1 "big.jsonl: line 2: invalid JSON" -- "$replay" --index "$tmp/ok.sam" --traces "$tmp/big.jsonl"
+
 [[ $fail -eq 0 ]] && echo "all tools safety checks passed"
 exit $fail

@@ -11,7 +11,8 @@
 // be loaded, ids outside the vocabulary, I/O) are thrown as BuildError, a sam::Error (sam/error.h)
 // that keeps the code and context of the error that stopped the build (a
 // corpus error keeps kBadRecord, its file, line and field); the output path is
-// then untouched.
+// then untouched. Flag conflicts (--vocab-size against the tokenizer's, ids
+// corpora without a vocabulary size) have code kUsage.
 // An exception thrown while a corpus is tokenized or built (the builder's
 // 2^56-token limit, std::bad_alloc, the progress callback, a hook) stops and
 // joins the tokenizer threads and reaches the caller as a BuildError naming the
