@@ -200,7 +200,15 @@ if [[ -x "$gen" ]]; then
   expect 2 "sdsat-tokens: '1,,2' has an empty item" -- "$gen" --model "$tmp/model" --tokenizer x --prompt hi --sdsat-tokens 1,,2
   # An endless prompt stream stops at a bound (a prompt must fit the model's context).
   expect 0 "random model" -- "$gen" --make-random-model "$tmp/rnd" --random-vocab 100 --random-hidden 32 --random-layers 1
+  # A config.json whose layer count the checkpoint lacks is refused before per-layer state.
+  cp -r "$tmp/rnd" "$tmp/rnd-layers"
+  python3 - "$tmp/rnd-layers/config.json" <<'PY'
+import json, sys
+c = json.load(open(sys.argv[1])); c["num_hidden_layers"] = 10**7; json.dump(c, open(sys.argv[1], "w"))
+PY
   if [[ -n "$data" && -f "$data/tokenizer/llama-32k.model" ]]; then
+    expect 1 "model.layers.9999999.input_layernorm.weight' is missing" -- "$gen" --model "$tmp/rnd-layers" \
+      --tokenizer "$data/tokenizer/llama-32k.model" --prompt hi --max-new-tokens 1
     expect 2 "prompt too long" -- "$gen" --model "$tmp/rnd" --tokenizer "$data/tokenizer/llama-32k.model" --prompt-file /dev/zero
   fi
 fi
