@@ -208,7 +208,10 @@ std::vector<std::string> IndexInputs(const std::vector<std::string>& index_paths
 void CheckOutputPath(const std::string& flag, const std::string& path,
                      const std::vector<std::string>& inputs) {
   try {
-    sam::format::CheckOutputPath(path, inputs, {.label = flag, .probe_directory = true});
+    sam::format::CheckOutputPath(path, inputs,
+                                 {.label = flag,
+                                  .probe_directory = true,
+                                  .missing_folder_code = sam::ErrorCode::kInvalidArgument});
   } catch (const sam::Error& e) {
     // The messages already name the flag and the path.
     if (e.code() == sam::ErrorCode::kInvalidArgument) throw UsageError(e.problem());

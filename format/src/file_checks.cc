@@ -53,10 +53,14 @@ void CheckOutputPath(const std::string& path, std::span<const std::string> input
   if (dir.empty()) dir = ".";
   struct stat d = {};
   if (::stat(dir.c_str(), &d) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR) refuse(at + "directory " + dir.string() + " does not exist");
+    if (errno == ENOENT || errno == ENOTDIR)
+      throw FormatError(options.missing_folder_code, {.file = path},
+                        at + "directory " + dir.string() + " does not exist");
     io(at + "directory " + dir.string() + ": " + Errno(errno));
   }
-  if (!S_ISDIR(d.st_mode)) refuse(at + dir.string() + " is not a directory");
+  if (!S_ISDIR(d.st_mode))
+    throw FormatError(options.missing_folder_code, {.file = path},
+                      at + dir.string() + " is not a directory");
   if (!options.probe_directory) return;
   // Creating a file is the only honest test of writability (root, read-only mounts).
   const std::string probe = path + ".probe-" + std::to_string(::getpid());

@@ -15,6 +15,7 @@
 #include <span>
 #include <string>
 
+#include "sam/error.h"
 #include "sam/export.h"
 
 namespace sam::format {
@@ -25,15 +26,20 @@ struct OutputCheckOptions {
   // Also create and remove a probe file next to `path`, to learn before any
   // work whether files can be created there (permissions, read-only mounts).
   bool probe_directory = false;
+  // The code for a folder that does not exist or is not a folder: kIo (a
+  // library writer cannot create the file); the tools ask for kInvalidArgument
+  // (a usage error, before any work).
+  ErrorCode missing_folder_code = ErrorCode::kIo;
 };
 
 // Checks that `path` may be written (replaced by a rename) as an output.
 // Refuses (kInvalidArgument) an empty path or one holding a NUL byte; an
 // existing `path` that is a symbolic link (never followed nor replaced), a
-// directory, or not a regular file (a device, FIFO or socket); a `path` that
-// is the same file (device and inode) as one of `inputs`; and a folder that
-// does not exist or is not a folder. kIo when the path cannot be examined, or
-// (probe_directory) when no file can be created in its folder.
+// directory, or not a regular file (a device, FIFO or socket); and a `path`
+// that is the same file (device and inode) as one of `inputs`. A folder that
+// does not exist or is not a folder: options.missing_folder_code. kIo when the
+// path cannot be examined, or (probe_directory) when no file can be created in
+// its folder.
 SAM_API void CheckOutputPath(const std::string& path, std::span<const std::string> inputs = {},
                              const OutputCheckOptions& options = {});
 
