@@ -759,6 +759,12 @@ class FilesTest(unittest.TestCase):
             signal.alarm(0)
             signal.signal(signal.SIGALRM, old)
 
+    def test_cost_curve_with_a_byte_order_mark(self):
+        path = self.path("curve.csv")
+        with open(path, "w", encoding="utf-8-sig") as f:  # as spreadsheets save CSV
+            f.write("tokens,cost\n1,10\n8,12\n")
+        sd.Session(policy="sam-cal", cost_curve=path)
+
     def test_tenant_keys_that_are_not_utf8(self):
         cache = sd.ResponseCache(1 << 20)
         cache.insert(b"caf\xe9", [5, 6, 7])
