@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <iostream>
 
 #include "sam/format/error.h"
+#include "sam/format/file_checks.h"
 #include "sam/format/shard_set.h"
 #include "sam/format/temp_files.h"
 
@@ -30,7 +32,11 @@ extern "C" void RemoveTempFilesAndDie(int signal_number) {
   ::raise(signal_number);
 }
 
+// With SAM_TEST_PAUSE_WRITING=N (a number), the Nth temporary file is the one paused at.
+std::atomic<long> g_pause_countdown{1};
+
 void PauseAtTempFile(const char* path) {
+  if (g_pause_countdown.fetch_sub(1) != 1) return;
   // One write, so that a reader never sees half the line; then wait for the signal that ends
   // the program (only async-signal-safe calls from here on).
   std::string line = std::string(g_tool) + ": test hook: paused writing " + path + "\n";
@@ -96,6 +102,39 @@ void GuardNumbers(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) GuardNumbers(*sub);
 }
 
+// An empty value given to any option ("--report ''", a script's unset
+// variable) would read as "not given" (no bound, a full index, no report), and
+// CLI11 drops the empty items of a delimited list ("1,,2" reads as 1,2): both
+// are usage errors. Returns the problem, or "" when there is none.
+std::string EmptyValueProblem(const CLI::App& app, int argc, char** argv) {
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->get_type_size() == 0 || option->count() == 0) continue;  // a flag, or not given
+    for (const std::string& value : option->results())
+      if (value.find_first_not_of(" \t") == std::string::npos)
+        return option->get_name() + ": empty value";
+  }
+  for (int i = 1; i + 1 <= argc; ++i) {
+    std::string arg = argv[i], value;
+    if (arg.rfind("--", 0) != 0) continue;
+    if (const size_t eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg.resize(eq);
+    } else if (i + 1 < argc) {
+      value = argv[i + 1];
+    } else {
+      continue;
+    }
+    const CLI::Option* option = app.get_option_no_throw(arg);
+    if (option == nullptr || option->get_delimiter() == '\0' || option->get_type_size() == 0)
+      continue;
+    const char d = option->get_delimiter();
+    if (!value.empty() && (value.front() == d || value.back() == d ||
+                           value.find(std::string(2, d)) != std::string::npos))
+      return arg + ": '" + value + "' has an empty item";
+  }
+  return "";
+}
+
 }  // namespace
 
 std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
@@ -107,6 +146,11 @@ std::optional<int> ParseCommandLine(CLI::App& app, int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e) == 0 ? 0 : 2;  // --help, --version
     std::cerr << app.get_name() << ": " << Indented(e.what()) << "\n"
+              << app.get_name() << ": run '" << app.get_name() << " --help' for usage\n";
+    return 2;
+  }
+  if (const std::string problem = EmptyValueProblem(app, argc, argv); !problem.empty()) {
+    std::cerr << app.get_name() << ": " << problem << "\n"
               << app.get_name() << ": run '" << app.get_name() << " --help' for usage\n";
     return 2;
   }
@@ -142,7 +186,11 @@ void SetUpTool(const char* tool) {
     ::sigaction(signal_number, &action, nullptr);
   }
   const char* pause = std::getenv("SAM_TEST_PAUSE_WRITING");
-  if (pause != nullptr && *pause != '\0') sam::format::SetTempFileObserver(PauseAtTempFile);
+  if (pause != nullptr && *pause != '\0') {
+    const long nth = std::strtol(pause, nullptr, 10);
+    g_pause_countdown.store(nth > 0 ? nth : 1);
+    sam::format::SetTempFileObserver(PauseAtTempFile);
+  }
 }
 
 std::vector<std::string> IndexInputs(const std::vector<std::string>& index_paths) {
@@ -161,45 +209,16 @@ std::vector<std::string> IndexInputs(const std::vector<std::string>& index_paths
 
 void CheckOutputPath(const std::string& flag, const std::string& path,
                      const std::vector<std::string>& inputs) {
-  const std::string what = flag + " " + path;
-  if (path.empty()) throw UsageError(flag + ": empty output path");
-  struct stat out = {};
-  if (::lstat(path.c_str(), &out) == 0) {
-    if (S_ISLNK(out.st_mode))
-      throw UsageError(what + " is a symbolic link; refusing to replace it (give the target "
-                       "path itself, or remove the link)");
-    if (S_ISDIR(out.st_mode)) throw UsageError(what + " is a directory");
-    if (!S_ISREG(out.st_mode))
-      throw UsageError(what + " exists and is not a regular file (a device, FIFO or socket); "
-                       "refusing to replace it");
-    for (const std::string& input : inputs) {
-      struct stat in = {};
-      if (!input.empty() && ::stat(input.c_str(), &in) == 0 && in.st_dev == out.st_dev &&
-          in.st_ino == out.st_ino)
-        throw UsageError(what + " is the input " + input + "; refusing to overwrite an input");
-    }
-  } else if (errno != ENOENT && errno != ENOTDIR) {  // ENOTDIR: reported below
-    throw sam::Error(sam::ErrorCode::kIo, what + ": " + Errno(errno));
+  try {
+    sam::format::CheckOutputPath(path, inputs,
+                                 {.label = flag,
+                                  .probe_directory = true,
+                                  .missing_folder_code = sam::ErrorCode::kInvalidArgument});
+  } catch (const sam::Error& e) {
+    // The messages already name the flag and the path.
+    if (e.code() == sam::ErrorCode::kInvalidArgument) throw UsageError(e.problem());
+    throw sam::Error(e.code(), e.problem());
   }
-  fs::path dir = fs::path(path).parent_path();
-  if (dir.empty()) dir = ".";
-  struct stat d = {};
-  if (::stat(dir.c_str(), &d) != 0) {
-    if (errno == ENOENT || errno == ENOTDIR)
-      throw UsageError(what + ": directory " + dir.string() + " does not exist");
-    throw sam::Error(sam::ErrorCode::kIo, what + ": directory " + dir.string() + ": " + Errno(errno));
-  }
-  if (!S_ISDIR(d.st_mode)) throw UsageError(what + ": " + dir.string() + " is not a directory");
-  // Creating a file is the only honest test of writability (root, read-only mounts).
-  const std::string probe = path + ".probe-" + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    if (errno == EEXIST) return;  // a stale probe: the directory is writable enough to judge later
-    throw sam::Error(sam::ErrorCode::kIo, what + ": cannot create files in " + dir.string() + ": " +
-                             Errno(errno));
-  }
-  ::close(fd);
-  ::unlink(probe.c_str());
 }
 
 AtomicOutputFile::AtomicOutputFile(std::string path)

@@ -48,9 +48,9 @@ int RunTool(const char* tool, const std::function<int()>& body);
 // Installs handlers for SIGINT, SIGTERM and SIGHUP (unless ignored) that remove
 // every registered temporary file (sam/format/temp_files.h) and then die of the
 // signal. With the environment variable SAM_TEST_PAUSE_WRITING set (tests
-// only), the program also stops at each temporary file it creates, after
-// printing "<tool>: test hook: paused writing <path>" on stderr, until a
-// signal ends it.
+// only), the program also stops at the first temporary file it creates (the
+// Nth when the value is a number N), after printing "<tool>: test hook:
+// paused writing <path>" on stderr, until a signal ends it.
 void SetUpTool(const char* tool);
 
 // Checks, before any work, that `path` may be written as an output (named

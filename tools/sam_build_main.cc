@@ -99,7 +99,14 @@ uint64_t ParseSize(const std::string& flag, const std::string& text) {
   else if (!unit.empty()) used = 0;
   if (used == 0 || !(value > 0) || value * scale > 1e18)
     throw UsageError(flag + " expects a positive size such as 512M or 24G, got '" + text + "'");
-  return static_cast<uint64_t>(value * scale);
+  const uint64_t bytes = static_cast<uint64_t>(value * scale);
+  // Below this no shard fits, whatever else the process holds.
+  const uint64_t least = sam::indexer::kMinShardTokens * sam::indexer::kBuildPeakBytesPerToken;
+  if (bytes < least)
+    throw UsageError(flag + " " + text + " is below the smallest bound a build can keep (" +
+                     std::to_string(least) + " bytes for " +
+                     std::to_string(sam::indexer::kMinShardTokens) + " tokens, plus the process)");
+  return bytes;
 }
 
 nlohmann::json ReportJson(const BuildReport& r, const std::string& path) {
@@ -326,7 +333,10 @@ int main(int argc, char** argv) {
     if (cfg.text_split != "file" && cfg.text_split != "blank-line")
       throw UsageError("--text-split must be 'file' or 'blank-line', got '" + cfg.text_split + "'");
     if (!cfg.tokenizer_path.empty()) inputs.push_back(cfg.tokenizer_path);
-    sam::tools::CheckOutputPath("-o", cfg.output_path, inputs);
+    // -o and, with --max-memory, the manifest and shard files derived from it.
+    for (const std::string& out : sam::indexer::BuildOutputPaths(cfg))
+      sam::tools::CheckOutputPath(out == cfg.output_path ? "-o" : "-o " + cfg.output_path + ": output",
+                                  out, inputs);
     const bool tty = isatty(2);
     auto last = std::chrono::steady_clock::now() - std::chrono::seconds(10);
     const auto start = std::chrono::steady_clock::now();

@@ -115,6 +115,9 @@ void MakeRandomModel(const fs::path& dir, int64_t vocab, int64_t layers, int64_t
   config_file.Commit();
 }
 
+// More bytes than any model's context holds as text (a million tokens of 64 bytes).
+constexpr size_t kMaxPromptFileBytes = size_t{64} << 20;
+
 // The prompt text of --prompt-file: a regular file or a stream (FIFO, pipe, /dev/stdin), read
 // once to its end; a directory is refused by name.
 std::string ReadPromptFile(const std::string& path) {
@@ -140,6 +143,13 @@ std::string ReadPromptFile(const std::string& path) {
                        "cannot read prompt file " + path + ": " + std::strerror(error));
     }
     text.append(buffer, static_cast<size_t>(n));
+    if (text.size() > kMaxPromptFileBytes) {  // an endless stream such as /dev/zero
+      ::close(fd);
+      throw UsageError("--prompt-file " + path + ": prompt too long (more than " +
+                       std::to_string(kMaxPromptFileBytes >> 20) +
+                       " MiB; a prompt must fit the model's context, max_position_embeddings "
+                       "tokens)");
+    }
   }
   ::close(fd);
   return text;

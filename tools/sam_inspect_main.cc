@@ -56,7 +56,8 @@ int InspectResponseCache(const std::string& path, bool json) {
     j["tenants"] = nlohmann::json::array();
     for (const auto& [key, t] : tenants)
       j["tenants"].push_back({{"tenant", key}, {"responses", t.responses}, {"tokens", t.tokens}});
-    std::cout << j.dump(2) << "\n";
+    // A tenant key is bytes: one that is not UTF-8 is shown with U+FFFD, not refused.
+    std::cout << j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     return 0;
   }
   std::printf("file:       %s (response cache, read and checked in %.1f ms)\n", path.c_str(), ms);

@@ -58,13 +58,16 @@ std::vector<runtime::ReplayTrace> ReadTraces(const std::string& path, const Fiel
     json j;
     try {
       j = json::parse(line);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for 1e400
       throw Error(ErrorCode::kInvalidJson, where, std::string("invalid JSON: ") + e.what());
     }
     if (!j.is_object()) throw Error(ErrorCode::kBadRecord, where, "a trace must be a JSON object");
     runtime::ReplayTrace t;
     t.id = j.contains("id") ? (j["id"].is_string() ? j["id"].get<std::string>() : j["id"].dump())
                             : std::to_string(line_no);
+    if (j.contains("category") && !j["category"].is_string())
+      throw Error(ErrorCode::kBadRecord, InField(where, "category"),
+                  "must be a string, found " + j["category"].dump());
     t.category = j.value("category", std::string("all"));
     if (!tenant_field.empty()) {
       if (!j.contains(tenant_field))

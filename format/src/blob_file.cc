@@ -14,10 +14,12 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
 #include "sam/format/error.h"
+#include "sam/format/file_checks.h"
 #include "sam/format/temp_files.h"
 
 namespace sam::format {
@@ -64,18 +66,23 @@ void WriteBlobFile(const std::string& path, const BlobMagic& magic, uint32_t ver
   Put(head + 24, payload.size(), 8);
   Put(head + 32, Checksum(head, payload), 8);
 
+  // A blob file replaces only a blob file of its kind (or an empty file): never
+  // an index, a corpus or another program's file given by mistake.
+  CheckOutputPath(path);
+  const std::string existing = ReadFileHead(path, magic.size());
+  if (!existing.empty() &&
+      std::memcmp(existing.data(), magic.data(), std::min(existing.size(), magic.size())) != 0)
+    throw FormatError(ErrorCode::kInvalidArgument, {.file = path},
+                      "exists and is not a '" + std::string(magic.data(), magic.size()) +
+                          "' file; refusing to replace it");
   WriteFileAtomically(path, {std::span<const uint8_t>(head, kBlobHeaderSize), payload});
 }
 
 std::vector<uint8_t> ReadBlobFile(const std::string& path, const BlobMagic& magic,
                                   uint32_t max_version, uint32_t* version) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) Fail(ErrorCode::kIo, path, std::string("cannot open: ") + Errno());
+  const int fd = OpenRegularFile(path);  // never blocks: a FIFO or a directory is refused
   struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    Fail(ErrorCode::kIo, path, "not a regular file");
-  }
+  ::fstat(fd, &st);
   std::vector<uint8_t> bytes(static_cast<size_t>(st.st_size));
   size_t got = 0;
   while (got < bytes.size()) {

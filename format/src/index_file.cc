@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -272,8 +273,15 @@ void IndexFile::Init(const OpenOptions& options) {
   const uint8_t* h = data_;
   const bool magic_ok = size_ >= 8 && (std::memcmp(h, kMagic, 8) == 0 ||
                                        std::memcmp(h, kMagicIncomplete, 8) == 0);
-  if (size_ >= 4 && !magic_ok && !(h[0] == 0x89 && h[1] == 'S' && h[2] == 'A' && h[3] == 'M'))
+  if (size_ >= 4 && !magic_ok && !(h[0] == 0x89 && h[1] == 'S' && h[2] == 'A' && h[3] == 'M')) {
+    // A shard set manifest: '{' and its magic within the first 64 bytes.
+    const std::string_view head(reinterpret_cast<const char*>(h), std::min<uint64_t>(size_, 64));
+    if (head.front() == '{' && head.find("sam-shard-set") != std::string_view::npos)
+      Fail(ErrorCode::kBadMagic, p,
+           "a shard set manifest, not an index file: open it as a shard set (ShardSet.open, "
+           "sam_shard_set_open, ShardSet::Open)");
     Fail(ErrorCode::kBadMagic, p, "not a SAM index file (bad magic number)");
+  }
   if (size_ < kHeaderSize)
     Fail(ErrorCode::kTruncated, p,
          "file has " + Num(size_) + " bytes, less than the " + Num(kHeaderSize) +

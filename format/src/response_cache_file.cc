@@ -1,11 +1,11 @@
 #include "sam/format/response_cache_file.h"
 
 #include <algorithm>
-#include <fstream>
 #include <iterator>
 
 #include "sam/error.h"
 #include "sam/format/blob_file.h"
+#include "sam/format/file_checks.h"
 
 namespace sam::format {
 
@@ -40,13 +40,13 @@ ResponseCacheFile ReadResponseCacheFile(const std::string& path) {
     at += key_size;
     const size_t count = get(4);
     if (count == 0 || (payload.size() - at) / 4 < count)
-      corrupt("response " + std::to_string(i) + " has an impossible length " +
+      corrupt("response " + std::to_string(i + 1) + " has an impossible length " +
               std::to_string(count));
     r.tokens.resize(count);
     for (uint32_t& t : r.tokens) {
       t = static_cast<uint32_t>(get(4));
       if (t == kResponseCacheSeparator)
-        corrupt("response " + std::to_string(i) + " holds the separator");
+        corrupt("response " + std::to_string(i + 1) + " holds the separator");
     }
     file.responses.push_back(std::move(r));
   }
@@ -55,11 +55,9 @@ ResponseCacheFile ReadResponseCacheFile(const std::string& path) {
 }
 
 bool LooksLikeResponseCache(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  char magic[sizeof(kResponseCacheMagic)] = {};
-  in.read(magic, sizeof(magic));
-  return in.gcount() == static_cast<std::streamsize>(sizeof(magic)) &&
-         std::equal(std::begin(magic), std::end(magic), kResponseCacheMagic.begin());
+  const std::string magic = ReadFileHead(path, kResponseCacheMagic.size());  // never blocks
+  return magic.size() == kResponseCacheMagic.size() &&
+         std::equal(magic.begin(), magic.end(), kResponseCacheMagic.begin());
 }
 
 }  // namespace sam::format

@@ -3,6 +3,7 @@
 #include "sam/format/shard_set.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,9 +11,11 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 
 #include "sam/format/error.h"
+#include "sam/format/file_checks.h"
 #include "sam/format/temp_files.h"
 
 namespace sam::format {
@@ -26,8 +29,6 @@ constexpr uint64_t kMaxManifestBytes = uint64_t{64} << 20;
   throw FormatError(code, {.file = file}, problem);
 }
 
-std::string Errno() { return std::strerror(errno); }
-
 bool ValidFileName(const std::string& f) {
   return !f.empty() && f != "." && f != ".." && f.find('/') == std::string::npos &&
          f.find('\0') == std::string::npos;
@@ -40,20 +41,25 @@ void WriteAtomically(const std::string& path, const std::string& bytes) {
 }
 
 std::string ReadSmallFile(const std::string& path) {
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec))
-    Fail(ErrorCode::kIo, path, std::filesystem::exists(path, ec) ? "not a regular file"
-                                                                  : "cannot open: no such file");
-  const uint64_t size = std::filesystem::file_size(path, ec);
-  if (ec) Fail(ErrorCode::kIo, path, "cannot read its size: " + ec.message());
-  if (size > kMaxManifestBytes)
+  const int fd = OpenRegularFile(path, "shard set manifest");  // never blocks (a FIFO)
+  struct stat st = {};
+  ::fstat(fd, &st);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > kMaxManifestBytes) {
+    ::close(fd);
     Fail(ErrorCode::kBadMagic, path, "not a shard set manifest (" + std::to_string(size) +
                                          " bytes, more than a manifest holds)");
-  std::ifstream in(path, std::ios::binary);
-  if (!in) Fail(ErrorCode::kIo, path, "cannot open: " + Errno());
+  }
   std::string bytes(size, '\0');
-  in.read(bytes.data(), static_cast<std::streamsize>(size));
-  if (static_cast<uint64_t>(in.gcount()) != size) Fail(ErrorCode::kIo, path, "read failed");
+  size_t got = 0;
+  while (got < size) {
+    const ssize_t n = ::read(fd, bytes.data() + got, size - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  if (got != size) Fail(ErrorCode::kIo, path, "read failed");
   return bytes;
 }
 
@@ -86,20 +92,24 @@ std::string ManifestBody(const ShardSetManifest& m) {
 }  // namespace
 
 bool LooksLikeShardSet(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return false;
-  char head[64] = {};
-  in.read(head, sizeof(head) - 1);
-  const std::string s(head, static_cast<size_t>(in.gcount()));
+  const std::string s = ReadFileHead(path, 63);  // never blocks: only a regular file is read
   return !s.empty() && s[0] == '{' && s.find(kShardSetMagic) != std::string::npos;
 }
 
 void WriteShardSetManifest(const std::string& path, const ShardSetManifest& m) {
   if (m.shards.empty()) Fail(ErrorCode::kInvalidArgument, path, "a shard set needs a shard");
-  for (const auto& s : m.shards)
+  if (m.shards.size() > kMaxShards)
+    Fail(ErrorCode::kInvalidArgument, path,
+         std::to_string(m.shards.size()) + " shards, more than the " +
+             std::to_string(kMaxShards) + " a set may hold");
+  std::set<std::string> names;
+  for (const auto& s : m.shards) {
     if (!ValidFileName(s.file))
       Fail(ErrorCode::kInvalidArgument, path,
            "shard file name '" + s.file + "' is not a plain file name");
+    if (!names.insert(s.file).second)
+      Fail(ErrorCode::kInvalidArgument, path, "shard file '" + s.file + "' is listed twice");
+  }
   const auto build = nlohmann::json::parse(m.build_json, nullptr, /*allow_exceptions=*/false);
   if (!build.is_object())
     Fail(ErrorCode::kInvalidArgument, path, "build options are not a JSON object");
@@ -149,7 +159,12 @@ ShardSetManifest ReadShardSetManifest(const std::string& path) {
   const auto& shards = field(j, "shards", [](const nlohmann::json& v) {
     return v.is_array() && !v.empty();
   });
+  if (shards.size() > kMaxShards)
+    Fail(ErrorCode::kBadHeader, path,
+         "lists " + std::to_string(shards.size()) + " shards, more than the " +
+             std::to_string(kMaxShards) + " a set may hold");
   uint64_t tokens = 0, documents = 0;
+  std::set<std::string> names;
   for (const auto& s : shards) {
     if (!s.is_object()) Fail(ErrorCode::kBadHeader, path, "a shard entry is not an object");
     ShardEntry e;
@@ -157,6 +172,8 @@ ShardSetManifest ReadShardSetManifest(const std::string& path) {
                  .get<std::string>();
     if (!ValidFileName(e.file))
       Fail(ErrorCode::kBadHeader, path, "shard file name '" + e.file + "' is not a plain file name");
+    if (!names.insert(e.file).second)
+      Fail(ErrorCode::kBadHeader, path, "shard file '" + e.file + "' is listed twice");
     e.bytes = field(s, "bytes", is_uint).get<uint64_t>();
     e.sha256 = DigestFromHex(field(s, "sha256", is_hex).get<std::string>());
     e.tokens = field(s, "tokens", is_uint).get<uint64_t>();
@@ -179,7 +196,10 @@ std::string ShardPath(const std::string& manifest_path, const ShardEntry& shard)
 std::string CheckShardBytes(const std::string& manifest_path, const ShardEntry& shard) {
   const std::string p = ShardPath(manifest_path, shard);
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(p, ec)) return "missing (no regular file " + p + ")";
+  if (std::filesystem::is_directory(p, ec)) return "is a directory, not a shard file (" + p + ")";
+  if (!std::filesystem::exists(p, ec)) return "missing (" + p + ")";
+  if (!std::filesystem::is_regular_file(p, ec))
+    return "not a regular file (a FIFO, device or socket: " + p + ")";
   const uint64_t size = std::filesystem::file_size(p, ec);
   if (ec) return "cannot read its size: " + ec.message();
   if (size != shard.bytes)
@@ -205,6 +225,7 @@ ShardSet ShardSet::Open(const std::string& path, const OpenOptions& options) {
          "built with tokenizer " + DigestToHex(m.tokenizer_sha256) + ", expected " +
              DigestToHex(*options.expected_tokenizer_sha256));
   const size_t n = m.shards.size();
+  std::vector<std::pair<dev_t, ino_t>> identities;  // of shards 0..k-1
   for (size_t k = 0; k < n; ++k) {
     const ShardEntry& e = m.shards[k];
     const std::string file = ShardPath(path, e);
@@ -213,11 +234,25 @@ ShardSet ShardSet::Open(const std::string& path, const OpenOptions& options) {
     auto refuse = [&](ErrorCode code, const std::string& problem) {
       throw FormatError(code, {.file = file}, which + ": " + problem);
     };
-    std::error_code ec;
-    if (!std::filesystem::exists(file, ec)) refuse(ErrorCode::kIo, "missing");
-    if (std::filesystem::is_regular_file(file, ec) && std::filesystem::file_size(file, ec) != e.bytes)
-      refuse(ErrorCode::kTruncated, "size " + std::to_string(std::filesystem::file_size(file, ec)) +
+    struct stat st = {};
+    if (::stat(file.c_str(), &st) != 0) refuse(ErrorCode::kIo, "missing");
+    if (S_ISDIR(st.st_mode)) refuse(ErrorCode::kIo, "is a directory, not a shard file");
+    if (!S_ISREG(st.st_mode))
+      refuse(ErrorCode::kIo, "is not a regular file (a FIFO, device or socket)");
+    // The same file under two names (a hard or symbolic link) would be searched twice.
+    for (size_t j = 0; j < k; ++j)
+      if (identities[j].first == st.st_dev && identities[j].second == st.st_ino)
+        refuse(ErrorCode::kBadHeader, "the same file as shard " + std::to_string(j) + " (" +
+                                          ShardPath(path, m.shards[j]) + ")");
+    identities.emplace_back(st.st_dev, st.st_ino);
+    const uint64_t size = static_cast<uint64_t>(st.st_size);
+    if (size < e.bytes)
+      refuse(ErrorCode::kTruncated, "truncated: size " + std::to_string(size) +
                                         " bytes, the manifest says " + std::to_string(e.bytes));
+    if (size > e.bytes)
+      refuse(ErrorCode::kBadHeader, "size " + std::to_string(size) +
+                                        " bytes, more than the manifest's " +
+                                        std::to_string(e.bytes) + " (another file)");
     if (options.verify) {
       const std::string problem = CheckShardBytes(path, e);
       if (!problem.empty()) refuse(ErrorCode::kChecksumMismatch, problem);

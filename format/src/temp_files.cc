@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "sam/format/error.h"
+#include "sam/format/file_checks.h"
 
 namespace sam::format {
 namespace {
@@ -79,6 +80,7 @@ void WriteFileAtomically(const std::string& path,
   auto fail = [&](const std::string& what) {
     throw FormatError(ErrorCode::kIo, ErrorContext{.file = path}, what);
   };
+  CheckOutputPath(path);  // never a device, FIFO, directory or symbolic link
   const std::string temp = path + ".tmp-" + std::to_string(::getpid());
   const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot create " + temp + ": " + std::strerror(errno));

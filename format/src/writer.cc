@@ -13,6 +13,7 @@
 #include <cstring>
 
 #include "layout.h"
+#include "sam/format/file_checks.h"
 #include "sam/format/temp_files.h"
 
 namespace sam::format {
@@ -29,6 +30,7 @@ std::string Errno() { return std::strerror(errno); }
 }  // namespace
 
 IndexWriter::IndexWriter(const std::string& path) : path_(path) {
+  CheckOutputPath(path);  // never a device, FIFO, directory or symbolic link
   temp_path_ = path + ".tmp-" + std::to_string(::getpid());
   fd_ = ::open(temp_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) Fail(ErrorCode::kIo, path, "cannot create " + temp_path_ + ": " + Errno());

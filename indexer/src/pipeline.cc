@@ -1,6 +1,11 @@
 #include "sam/indexer/pipeline.h"
 
 #include <malloc.h>
+#include <pthread.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
 
 #include <algorithm>
 #include <atomic>
@@ -19,7 +24,9 @@
 
 #include "sam/corpora/corpora.h"
 #include "sam/corpora/error.h"
+#include "sam/format/file_checks.h"
 #include "sam/format/response_cache_file.h"
+#include "sam/format/temp_files.h"
 #include "sam/format/sha256.h"
 #include "sam/format/shard_set.h"
 #include "sam/indexer/builder.h"
@@ -210,6 +217,43 @@ std::string OutputBase(const std::string& output) {
   return output;
 }
 
+// Where shard `final_path` is written until the whole set is.
+std::string StagedShardPath(const std::string& final_path) {
+  return final_path + ".new-" + std::to_string(::getpid());
+}
+
+// Makes the new set visible at once: the manifest is written under a
+// temporary name first (the step that needs disk space), then, with the
+// termination signals blocked in this thread, every staged shard is renamed
+// to its name and the manifest last. An earlier set of that name stays usable
+// until these renames, which do not fail for lack of space.
+void CommitShardSet(const std::string& manifest_path, const format::ShardSetManifest& manifest,
+                    const std::vector<std::string>& staged, const std::vector<std::string>& finals) {
+  const std::string staged_manifest = StagedShardPath(manifest_path);
+  format::WriteShardSetManifest(staged_manifest, manifest);
+  format::RegisterTempFile(staged_manifest);
+  sigset_t block, old;
+  sigemptyset(&block);
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) sigaddset(&block, sig);
+  pthread_sigmask(SIG_BLOCK, &block, &old);
+  auto fail = [&](const std::string& from, const std::string& to) {
+    const std::string why = std::strerror(errno);
+    ::unlink(staged_manifest.c_str());
+    format::UnregisterTempFile(staged_manifest);
+    pthread_sigmask(SIG_SETMASK, &old, nullptr);
+    throw BuildError(ErrorCode::kIo, "cannot rename " + from + " to " + to + ": " + why);
+  };
+  for (size_t k = 0; k < staged.size(); ++k) {
+    if (std::rename(staged[k].c_str(), finals[k].c_str()) != 0) fail(staged[k], finals[k]);
+    format::UnregisterTempFile(staged[k]);
+  }
+  if (std::rename(staged_manifest.c_str(), manifest_path.c_str()) != 0)
+    fail(staged_manifest, manifest_path);
+  format::UnregisterTempFile(staged_manifest);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  format::FsyncParentDirectory(manifest_path);
+}
+
 }  // namespace
 
 std::string SingleIndexPath(const std::string& output) {
@@ -219,6 +263,37 @@ std::string SingleIndexPath(const std::string& output) {
 std::string ShardSetPath(const std::string& output) { return OutputBase(output) + ".samset"; }
 std::string ShardFilePath(const std::string& output, uint64_t k) {
   return OutputBase(output) + "." + std::to_string(k) + ".sam";
+}
+
+std::vector<std::string> BuildOutputPaths(const BuildConfig& cfg) {
+  std::vector<std::string> paths = {SingleIndexPath(cfg.output_path)};
+  if (cfg.output_path != paths[0]) paths.insert(paths.begin(), cfg.output_path);
+  if (!cfg.max_memory_bytes) return paths;
+  paths.push_back(ShardSetPath(cfg.output_path));
+  paths.push_back(ShardFilePath(cfg.output_path, 0));
+  // Every BASE.K.sam there now: a later shard may take any of these names.
+  const std::filesystem::path base(OutputBase(cfg.output_path));
+  std::filesystem::path dir = base.parent_path();
+  const std::string prefix = base.filename().string() + ".";
+  std::error_code ec;
+  for (const auto& entry :
+       std::filesystem::directory_iterator(dir.empty() ? "." : dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.size() <= prefix.size() + 4 || name.compare(0, prefix.size(), prefix) != 0 ||
+        !name.ends_with(".sam"))
+      continue;
+    const std::string k = name.substr(prefix.size(), name.size() - prefix.size() - 4);
+    if (k.find_first_not_of("0123456789") != std::string::npos || k == "0") continue;
+    paths.push_back((dir / name).string());
+  }
+  return paths;
+}
+
+std::vector<std::string> BuildInputPaths(const BuildConfig& cfg) {
+  std::vector<std::string> inputs;
+  for (const auto& c : cfg.corpora) inputs.push_back(c.path);
+  if (!cfg.tokenizer_path.empty()) inputs.push_back(cfg.tokenizer_path);
+  return inputs;
 }
 
 BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
@@ -231,6 +306,14 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   bool all_ids = true;
   for (const auto& c : cfg.corpora) all_ids = all_ids && c.kind == kIdsKind;
   for (const auto& c : cfg.corpora) CheckCorpusKind(c.kind);  // validates the names early
+  const std::vector<std::string> inputs = BuildInputPaths(cfg);
+  for (const std::string& out : BuildOutputPaths(cfg)) {
+    try {
+      format::CheckOutputPath(out, inputs);
+    } catch (const sam::Error& e) {  // an output that cannot be written: an I/O error
+      throw BuildError(ErrorCode::kIo, e.context(), e.problem());
+    }
+  }
 
   for (const auto& c : cfg.corpora)
     if (c.kind == kCacheKind && cfg.tokenizer_path.empty())
@@ -245,14 +328,16 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
       throw BuildError(e);
     }
     if (vocab != 0 && vocab != tok->vocab_size())
-      throw BuildError("--vocab-size " + std::to_string(vocab) + " differs from the tokenizer's " +
-                       std::to_string(tok->vocab_size()) + " (" + cfg.tokenizer_path + ")");
+      throw BuildError(ErrorCode::kUsage,  // a flag conflict: sam-build exits 2
+                       "--vocab-size " + std::to_string(vocab) + " differs from the tokenizer's " +
+                           std::to_string(tok->vocab_size()) + " (" + cfg.tokenizer_path + ")");
     vocab = tok->vocab_size();
   } else if (!all_ids) {
     throw BuildError("text corpora need --tokenizer MODEL (only `ids` corpora can be indexed "
                      "without one)");
   } else if (vocab == 0) {
-    throw BuildError("pre-tokenized (ids) corpora without --tokenizer need --vocab-size");
+    throw BuildError(ErrorCode::kUsage,
+                     "pre-tokenized (ids) corpora without --tokenizer need --vocab-size");
   }
   std::error_code output_error;  // (without it, is_directory throws a std::filesystem_error)
   if (std::filesystem::is_directory(cfg.output_path, output_error))
@@ -353,14 +438,17 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     uint64_t documents = 0, tokens = 0;
   };
   std::vector<Slice> slices;
-  // Shards written so far; removed if the build fails.
+  // Shards written so far, under their temporary names (the files this build
+  // created); removed if the build fails.
   struct WrittenShards {
     std::vector<std::string> paths;
     bool keep = false;
     ~WrittenShards() {
       if (keep) return;
-      std::error_code ec;
-      for (const auto& p : paths) std::filesystem::remove(p, ec);
+      for (const auto& p : paths) {
+        ::unlink(p.c_str());
+        format::UnregisterTempFile(p);
+      }
     }
   } written;
   auto new_builder = [&] {
@@ -414,6 +502,11 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
   // Writes the current builder as the next shard.
   auto finish_shard = [&] {
     const uint64_t k = rep.shards.size();
+    if (k >= format::kMaxShards)
+      throw BuildError(ErrorCode::kCapacity,
+                       "--max-memory " + std::to_string(cfg.max_memory_bytes) + " bytes needs more than " +
+                           std::to_string(format::kMaxShards) +
+                           " shards, the most a shard set holds: give a larger bound");
     shard.path = ShardFilePath(cfg.output_path, k);
     nlohmann::json meta = base_meta();
     for (const Slice& sl : slices) {
@@ -436,8 +529,12 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     shard.documents = builder->num_documents();
     shard.tokens = builder->num_tokens();
     shard.states = builder->num_states();
-    written.paths.push_back(shard.path);
-    const WriteReport w = builder->Write(shard.path, index_info(meta));
+    // Under a temporary name until the whole set is written (CommitShardSet).
+    format::CheckOutputPath(shard.path, inputs);
+    const std::string staged = StagedShardPath(shard.path);
+    const WriteReport w = builder->Write(staged, index_info(meta));
+    written.paths.push_back(staged);
+    format::RegisterTempFile(staged);  // a signal removes it (when the registry has room)
     builder.reset();
 #ifdef __GLIBC__
     // Give the freed automaton back to the system: glibc raises its mmap
@@ -482,8 +579,9 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
     const bool pretokenized = spec.kind == kIdsKind || spec.kind == kCacheKind;
     try {
       if (spec.kind == kCacheKind) {  // a regular file, read whole by its own reader
-        cr.source_sha256 = SourceHash(spec.path);
+        // Read first: its reader refuses a FIFO without waiting for a writer.
         ReadCacheCorpus(spec.path, cfg.cache_tenant, *tok, &ids);
+        cr.source_sha256 = SourceHash(spec.path);
         rs.records = rs.documents = ids.size();
       } else {
         input = corpora::Input::Open(spec.path);
@@ -747,7 +845,7 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
         format::ShardEntry e;
         e.file = std::filesystem::path(sh.path).filename().string();
         e.bytes = sh.file_bytes;
-        e.sha256 = format::Sha256File(sh.path);
+        e.sha256 = format::Sha256File(StagedShardPath(sh.path));
         e.tokens = sh.tokens;
         e.documents = sh.documents;
         e.states = sh.states;
@@ -757,7 +855,10 @@ BuildReport BuildIndex(const BuildConfig& cfg, const ProgressFn& progress) {
         rep.file_bytes += sh.file_bytes;
       }
       rep.index_path = ShardSetPath(cfg.output_path);
-      format::WriteShardSetManifest(rep.index_path, manifest);
+      format::CheckOutputPath(rep.index_path, inputs);
+      std::vector<std::string> finals;
+      for (const ShardReport& sh : rep.shards) finals.push_back(sh.path);
+      CommitShardSet(rep.index_path, manifest, written.paths, finals);
     } catch (const sam::Error& e) {
       throw BuildError(e);
     }

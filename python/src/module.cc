@@ -71,8 +71,12 @@ void RaiseError(ErrorCode code, const char* message) {
 
 // A path (str, bytes or os.PathLike) as the file system's bytes
 // (os.fsencode: undecodable names survive).
+// A path holding a NUL byte raises ValueError("embedded null byte"), as open()
+// does: the C library would read it only up to the NUL.
 std::string FsPath(py::handle object) {
-  return py::cast<std::string>(py::module_::import("os").attr("fsencode")(object));
+  std::string path = py::cast<std::string>(py::module_::import("os").attr("fsencode")(object));
+  if (path.find('\0') != std::string::npos) throw py::value_error("embedded null byte");
+  return path;
 }
 
 class Index {
@@ -153,6 +157,7 @@ class ShardSet {
   uint64_t num_tokens() const { return tokens_; }
   uint64_t num_documents() const { return documents_; }
   uint32_t vocab_size() const { return manifest_.vocab_size; }
+  const sam::format::Sha256Digest& tokenizer() const { return manifest_.tokenizer_sha256; }
   const std::vector<std::string>& paths() const { return paths_; }
 
  private:
@@ -315,12 +320,14 @@ class ResponseCache {
   static sam::format::Sha256Digest Digest(const std::optional<std::string>& hex) {
     return hex ? sam::format::DigestFromHex(*hex) : sam::format::Sha256Digest{};
   }
-  void Save(const std::string& path, const std::optional<std::string>& tokenizer_sha256) {
+  void Save(py::handle path_object, const std::optional<std::string>& tokenizer_sha256) {
+    const std::string path = FsPath(path_object);
     const auto digest = Digest(tokenizer_sha256);
     py::gil_scoped_release release;
     cache_->Save(path, digest);
   }
-  void Load(const std::string& path, const std::optional<std::string>& tokenizer_sha256) {
+  void Load(py::handle path_object, const std::optional<std::string>& tokenizer_sha256) {
+    const std::string path = FsPath(path_object);
     const auto digest = Digest(tokenizer_sha256);
     py::gil_scoped_release release;
     cache_->Load(path, digest);
@@ -522,7 +529,7 @@ class Session {
   static sam::runtime::CostCurve CostCurveOption(py::handle value) {
     if (value.is_none()) return {};
     if (py::isinstance<py::str>(value))
-      return sam::runtime::CostCurve::Load(py::cast<std::string>(value));
+      return sam::runtime::CostCurve::Load(FsPath(value));
     const auto pairs = Option<std::vector<std::pair<size_t, double>>>(
         "cost_curve", value, "a file path or a list of (tokens, cost) pairs");
     std::vector<sam::runtime::CostPoint> points;
@@ -532,12 +539,17 @@ class Session {
 
   void Attach(const Index& index) {
     InUse guard(this);
+    const sam::format::Sha256Digest& tokenizer = index.file().header().tokenizer_sha256;
+    CheckTokenizer(tokenizer, index.file().path());
     proposed_ = false;
-    index.AttachTo(session_.get());
+    index.AttachTo(session_.get());  // the session refuses another vocabulary
+    tokenizer_ = tokenizer;
   }
   void AttachSet(const ShardSet& set) {
     InUse guard(this);
+    CheckTokenizer(set.tokenizer(), "the shard set");
     set.AttachTo(session_.get());
+    tokenizer_ = set.tokenizer();
   }
 
   void Prefill(const py::handle& ids) {
@@ -666,6 +678,17 @@ class Session {
   std::string policy_;
   std::atomic<bool> busy_{false};
   bool proposed_ = false;  // buffer_ holds a proposal not yet committed
+  // The tokenizer fingerprint of the indexes attached so far (all alike).
+  std::optional<sam::format::Sha256Digest> tokenizer_;
+
+  void CheckTokenizer(const sam::format::Sha256Digest& tokenizer, const std::string& what) const {
+    if (tokenizer_ && *tokenizer_ != tokenizer)
+      throw Error(ErrorCode::kTokenizerMismatch,
+                  "attach: " + what + " was built with tokenizer " +
+                      sam::format::DigestToHex(tokenizer) + ", the session's indexes with " +
+                      sam::format::DigestToHex(*tokenizer_) +
+                      " (one session drafts for one tokenizer)");
+  }
 
   const sam::runtime::DraftTree& Proposal(const char* what) const {
     if (!proposed_)
@@ -964,7 +987,17 @@ PYBIND11_MODULE(_native, m) {
       .def("load", &ResponseCache::Load, py::arg("path"), py::arg("tokenizer_sha256") = py::none())
       .def("responses", [](const ResponseCache& c, const std::string& t) { return c.get()->Responses(t); },
            py::arg("tenant"))
-      .def("tenants", [](const ResponseCache& c) { return c.get()->Tenants(); })
+      .def("tenants",
+           [](const ResponseCache& c) {
+             // Keys are bytes; one that is not UTF-8 (from a file) decodes with
+             // surrogateescape, as os.fsdecode does, instead of failing.
+             py::list keys;
+             for (const std::string& key : c.get()->Tenants())
+               keys.append(py::reinterpret_steal<py::str>(
+                   PyUnicode_DecodeUTF8(key.data(), static_cast<Py_ssize_t>(key.size()),
+                                        "surrogateescape")));
+             return keys;
+           })
       .def_property_readonly("bytes", [](const ResponseCache& c) { return c.get()->bytes(); })
       .def_property_readonly("max_bytes", [](const ResponseCache& c) { return c.get()->max_bytes(); })
       .def_property_readonly("num_responses",

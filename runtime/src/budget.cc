@@ -3,15 +3,22 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <sstream>
 
 #include "sam/error.h"
+#include "sam/format/file_checks.h"
 #include "sam/runtime/selection.h"  // kMaxDraftSize
 
 namespace sam::runtime {
 
 namespace {
+
+// A cost curve has at most kMaxDraftSize rows; this bounds a file given by mistake.
+constexpr size_t kMaxCostCurveFileBytes = size_t{1} << 20;
 
 std::string_view Trim(std::string_view s) {
   const size_t b = s.find_first_not_of(" \t\r");
@@ -64,6 +71,7 @@ CostCurve CostCurve::FromPoints(std::span<const CostPoint> points, const std::st
 }
 
 CostCurve CostCurve::Parse(std::string_view text, const std::string& source) {
+  if (text.starts_with("\xEF\xBB\xBF")) text.remove_prefix(3);  // a UTF-8 byte-order mark
   std::vector<CostPoint> points;
   size_t line_no = 0;
   bool header_allowed = true;
@@ -107,12 +115,30 @@ CostCurve CostCurve::Parse(std::string_view text, const std::string& source) {
 }
 
 CostCurve CostCurve::Load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(ErrorCode::kIo, {.file = path}, "cannot open the cost curve file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (in.bad()) throw Error(ErrorCode::kIo, {.file = path}, "cannot read the cost curve file");
-  return Parse(text.str(), path);
+  // Never blocks (a FIFO without a writer is refused), and a cost curve is small.
+  const int fd = format::OpenRegularFile(path, "cost curve file");
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      ::close(fd);
+      throw Error(ErrorCode::kIo, {.file = path},
+                  std::string("cannot read the cost curve file: ") + std::strerror(error));
+    }
+    if (n == 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+    if (text.size() > kMaxCostCurveFileBytes) {
+      ::close(fd);
+      throw Error(ErrorCode::kBadRecord, {.file = path},
+                  "more than " + std::to_string(kMaxCostCurveFileBytes) +
+                      " bytes: not a cost curve file");
+    }
+  }
+  ::close(fd);
+  return Parse(text, path);
 }
 
 CostCurve CostCurve::Flat(size_t up_to) {

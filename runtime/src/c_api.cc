@@ -39,6 +39,7 @@ struct sam_cache {
 
 struct sam_shard_set {
   std::vector<std::shared_ptr<const sam::runtime::StaticIndex>> shards;
+  sam::format::Sha256Digest tokenizer{};  // the manifest's
   uint64_t tokens = 0, documents = 0;
 };
 
@@ -51,6 +52,11 @@ struct sam_session {
   // session shares the indexes it attaches: IndexFile::shared_view().)
   std::unique_ptr<sam::runtime::RecyclingDrafter> recycling;
   std::unique_ptr<sam::runtime::Session> session;
+  // The tokenizer fingerprint of the indexes attached so far (all alike).
+  std::optional<sam::format::Sha256Digest> tokenizer;
+  // The last sam_propose_batch call that held this session (duplicates are refused).
+  const sam_draft_pool* batch_pool = nullptr;
+  uint64_t batch_call = 0;
   std::string stats_json;
   bool collect_timing = false;
   // The session's statistics at the last sam_session_stats_reset (the totals' origin) and at
@@ -141,6 +147,17 @@ int Guard(Body&& body) noexcept {
   }
 }
 
+// Every index of a session is of one tokenizer (sam-replay refuses a mix too).
+void CheckSameTokenizer(const sam_session& session, const sam::format::Sha256Digest& tokenizer,
+                        const std::string& what) {
+  if (session.tokenizer && *session.tokenizer != tokenizer)
+    throw sam::Error(sam::ErrorCode::kTokenizerMismatch,
+                     "sam_session_attach: " + what + " was built with tokenizer " +
+                         sam::format::DigestToHex(tokenizer) + ", the session's indexes with " +
+                         sam::format::DigestToHex(*session.tokenizer) +
+                         " (one session drafts for one tokenizer)");
+}
+
 void Require(bool condition, const char* function, const char* what) {
   if (!condition)
     throw sam::Error(sam::ErrorCode::kInvalidArgument, std::string(function) + ": " + what);
@@ -148,6 +165,9 @@ void Require(bool condition, const char* function, const char* what) {
 
 std::span<const uint32_t> Ids(const uint32_t* ids, size_t n, const char* function) {
   Require(ids != nullptr || n == 0, function, "ids is NULL but n > 0");
+  // No array holds more bytes than PTRDIFF_MAX: a larger n is a caller's error.
+  Require(n <= static_cast<size_t>(PTRDIFF_MAX) / sizeof(uint32_t), function,
+          "n is larger than any array (its byte length overflows)");
   return {ids, n};
 }
 
@@ -390,6 +410,7 @@ int sam_shard_set_open(const char* path, const char* expected_tokenizer_sha256, 
     for (const auto& f : opened.shards())
       set->shards.push_back(
           sam::runtime::StaticIndex::Create(f.shared_view(), prepare));
+    set->tokenizer = opened.manifest().tokenizer_sha256;
     set->tokens = opened.num_tokens();
     set->documents = opened.num_documents();
     *out = set.release();
@@ -509,11 +530,14 @@ int sam_session_attach_index(sam_session* session, sam_index* index) {
   return Guard([&] {
     Require(session != nullptr, "sam_session_attach_index", "session is NULL");
     Require(index != nullptr, "sam_session_attach_index", "index is NULL");
+    const sam::format::Sha256Digest& tokenizer = index->file->header().tokenizer_sha256;
+    CheckSameTokenizer(*session, tokenizer, index->file->path());
     session->proposed = nullptr;
     // The session shares the index (and its prepared tables): it stays
-    // mapped after sam_index_close.
+    // mapped after sam_index_close. (The session refuses another vocabulary.)
     if (index->prepared) session->session->AttachIndex(index->prepared);
     else session->session->AttachIndex(index->file->shared_view());
+    session->tokenizer = tokenizer;
   });
 }
 
@@ -521,8 +545,10 @@ int sam_session_attach_shard_set(sam_session* session, sam_shard_set* set) {
   return Guard([&] {
     Require(session != nullptr, "sam_session_attach_shard_set", "session is NULL");
     Require(set != nullptr, "sam_session_attach_shard_set", "set is NULL");
+    CheckSameTokenizer(*session, set->tokenizer, "the shard set");
     session->proposed = nullptr;
     session->session->AttachShardSet(set->shards);  // shared: open after sam_shard_set_close
+    session->tokenizer = set->tokenizer;
   });
 }
 
@@ -669,6 +695,7 @@ struct sam_draft_pool {
   // Reused between calls: a step allocates nothing once they are big enough.
   std::vector<sam::runtime::Session*> sessions;
   std::vector<sam::runtime::BatchDraft> drafts;
+  uint64_t calls = 0;  // numbers the calls (sam_session::batch_call)
 };
 
 extern "C" {
@@ -700,6 +727,21 @@ int sam_propose_batch(sam_draft_pool* pool, sam_session* const* sessions,
         throw sam::Error(sam::ErrorCode::kInvalidArgument,
                          "sam_propose_batch: session " + std::to_string(i) + " is NULL");
     std::lock_guard lock(pool->mutex);
+    // A session twice would have its drafts overwrite each other: refused in
+    // O(n), by marking each session with this call's number.
+    const uint64_t call = ++pool->calls;
+    for (size_t i = 0; i < n; ++i) {
+      sam_session* s = sessions[i];
+      if (s->batch_pool == pool && s->batch_call == call) {
+        size_t first = 0;
+        while (sessions[first] != s) ++first;
+        throw sam::Error(sam::ErrorCode::kInvalidArgument,
+                         "sam_propose_batch: sessions " + std::to_string(first) + " and " +
+                             std::to_string(i) + " are the same session (each may appear once)");
+      }
+      s->batch_pool = pool;
+      s->batch_call = call;
+    }
     pool->sessions.resize(n);
     pool->drafts.resize(n);
     for (size_t i = 0; i < n; ++i) {

@@ -62,12 +62,24 @@ RecyclingDrafter::Template() {
   return slots;
 }
 
+namespace {
+// Checked before the table is allocated.
+uint32_t CheckedVocabSize(uint32_t vocab_size) {
+  if (vocab_size == 0)
+    throw Error(ErrorCode::kInvalidArgument, "recycling_vocab_size is 0");
+  if (vocab_size > RecyclingDrafter::kMaxVocabSize)
+    throw Error(ErrorCode::kInvalidArgument,
+                "recycling_vocab_size " + std::to_string(vocab_size) + " is above the limit of " +
+                    std::to_string(RecyclingDrafter::kMaxVocabSize) +
+                    " ids (the model's vocabulary size is expected)");
+  return vocab_size;
+}
+}  // namespace
+
 RecyclingDrafter::RecyclingDrafter(uint32_t vocab_size)
-    : vocab_size_(vocab_size),
+    : vocab_size_(CheckedVocabSize(vocab_size)),
       table_(static_cast<size_t>(vocab_size) * kCandidates),
       counts_(vocab_size, 0) {
-  if (vocab_size == 0)
-    throw Error(ErrorCode::kInvalidArgument, "RecyclingDrafter: vocab_size is 0");
   Template();  // build (and check) the template now rather than on the first draft
 }
 

@@ -652,6 +652,8 @@ uint32_t ResponseCache::Cursor::Peek(uint32_t token, size_t want, bool climb_lin
   uint32_t state = state_, len = len_;
   Transfer(*tenant_->sam, token, &state, &len);
   *count = Continue(*tenant_->sam, state, want, climb_links, out);
+  for (size_t i = 0; i < *count; ++i)
+    if (out[i] >= vocab_limit_) *count = i;  // (ends the loop)
   return len;
 }
 

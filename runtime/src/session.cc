@@ -25,9 +25,28 @@ uint64_t NowNs() {
 
 }  // namespace
 
+namespace {
+
+// SessionOptions::max_dynamic_bytes, 0 meaning the default; checked before
+// anything is reserved.
+size_t DynamicBytes(size_t bytes) {
+  if (bytes == 0) return SessionOptions{}.max_dynamic_bytes;
+  const size_t least = DynamicSam::BytesForCapacity(kMinDynamicWindowTokens);
+  if (bytes < least)
+    throw Error(ErrorCode::kInvalidArgument,
+                "SessionOptions: max_dynamic_bytes " + std::to_string(bytes) +
+                    " holds no useful window: give 0 (the default, " +
+                    std::to_string(SessionOptions{}.max_dynamic_bytes) + ") or at least " +
+                    std::to_string(least) + " (a window of " +
+                    std::to_string(kMinDynamicWindowTokens) + " tokens)");
+  return bytes;
+}
+
+}  // namespace
+
 Session::Session(const SessionOptions& options)
     : options_(options),
-      dynamic_(DynamicSam::CapacityForBytes(options.max_dynamic_bytes)) {
+      dynamic_(DynamicSam::CapacityForBytes(DynamicBytes(options.max_dynamic_bytes))) {
   const SelectionOptions& sel = options_.selection;
   if (sel.draft_size < 1 || sel.draft_size > kMaxDraftSize)
     throw Error(ErrorCode::kInvalidArgument,
@@ -40,9 +59,10 @@ Session::Session(const SessionOptions& options)
                     std::to_string(sel.max_tree_nodes));
   // A width of 0 would draft no static node, and a NaN floor would silently
   // drop every static expansion (no comparison with it holds).
-  if (sel.max_width < 1)
+  if (sel.max_width < 1 || sel.max_width > kMaxWidth)
     throw Error(ErrorCode::kInvalidArgument,
-                "SessionOptions: selection.max_width must be at least 1");
+                "SessionOptions: selection.max_width must be at least 1 and at most " +
+                    std::to_string(kMaxWidth) + ", got " + std::to_string(sel.max_width));
   if (!(sel.chain_min_path_probability >= 0.0 && sel.chain_min_path_probability <= 1.0))
     throw Error(ErrorCode::kInvalidArgument,
                 "SessionOptions: selection.chain_min_path_probability must be in [0, 1], got " +
@@ -59,6 +79,8 @@ Session::~Session() = default;
 
 void Session::AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index,
                            size_t group) {
+  CheckVocabulary(*cursor.view());
+  if (cache_) cache_cursor_.set_vocab_limit(cursor.view()->vocab_size());  // ids the model knows
   for (size_t p = 1; p <= dynamic_.size(); ++p) cursor.Advance(dynamic_.Token(p));
   internal::StaticSource source;
   source.group = group == SIZE_MAX ? sources_.size() : group;
@@ -70,6 +92,15 @@ void Session::AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticInde
 size_t Session::num_indexes() const { return sources_.size(); }
 
 const StaticCursor& Session::cursor(size_t i) const { return sources_[i].cursor; }
+
+void Session::CheckVocabulary(const format::IndexView& view) const {
+  if (!sources_.empty() && sources_[0].cursor.view()->vocab_size() != view.vocab_size())
+    throw Error(ErrorCode::kInvalidArgument,
+                "Session::AttachIndex: an index of vocabulary size " +
+                    std::to_string(view.vocab_size()) + " beside one of " +
+                    std::to_string(sources_[0].cursor.view()->vocab_size()) +
+                    " (one session drafts for one vocabulary)");
+}
 
 void Session::AdvanceCursor(size_t i, uint32_t token) {
   StaticCursor& c = sources_[i].cursor;
@@ -106,9 +137,11 @@ void Session::PrefetchPeek(size_t i) const {
 void Session::AttachShardSet(std::span<const std::shared_ptr<const StaticIndex>> shards) {
   if (shards.empty())
     throw Error(ErrorCode::kInvalidArgument, "Session::AttachShardSet: no shard");
-  for (const auto& shard : shards)
+  for (const auto& shard : shards) {
     if (shard == nullptr)
       throw Error(ErrorCode::kInvalidArgument, "Session::AttachShardSet: null StaticIndex");
+    CheckVocabulary(shard->view());  // before anything is attached
+  }
   const size_t group = sources_.size();
   for (const auto& shard : shards) AttachCursor(StaticCursor(shard.get()), shard, group);
 }
@@ -151,6 +184,7 @@ void Session::AttachCache(std::shared_ptr<ResponseCache> cache, std::string_view
   std::vector<uint32_t> recent;
   for (size_t p = from + 1; p <= n; ++p) recent.push_back(dynamic_.Token(p));
   cursor.Advance(recent);
+  if (!sources_.empty()) cursor.set_vocab_limit(sources_[0].cursor.view()->vocab_size());
   cache_draft_.resize(options_.selection.draft_size);
   cache_ = std::move(cache);
   cache_cursor_ = std::move(cursor);

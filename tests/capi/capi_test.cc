@@ -2,6 +2,8 @@
 // identical to the C++ Session's on the same inputs.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <cstddef>
@@ -1251,6 +1253,192 @@ TEST(CapiCache, SaveLoadAndErrors) {
   sam_cache_free(nullptr);
 }
 
+// sam_cache_save replaces only a regular file that is a response cache (or
+// empty): never a device, FIFO, directory, symbolic link or another kind of
+// file such as an index, which all stay as they were.
+TEST_F(CapiTest, CacheSaveRefusesWhatIsNotACacheFile) {
+  sam_cache* cache = nullptr;
+  ASSERT_EQ(sam_cache_new(1 << 20, &cache), SAM_OK);
+  const uint32_t ids[] = {5, 6, 7, 8};
+  ASSERT_EQ(sam_cache_insert(cache, "t", ids, 4, nullptr), SAM_OK);
+  const std::string hex = sam::format::DigestToHex(FakeTokenizerDigest());
+  const std::string dir = TempPath("save-targets");
+  std::filesystem::create_directories(dir);
+  auto refused = [&](const std::string& path, const std::string& why) {
+    EXPECT_EQ(sam_cache_save(cache, path.c_str(), hex.c_str()), SAM_ERR_INVALID_ARGUMENT) << path;
+    EXPECT_NE(std::string(sam_last_error()).find(why), std::string::npos) << sam_last_error();
+  };
+  const std::string fifo = dir + "/fifo.samc";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  refused(fifo, "not a regular file");
+  EXPECT_TRUE(std::filesystem::is_fifo(fifo));
+  refused(dir, "is a directory");
+  const std::string target = dir + "/target.samc", link = dir + "/link.samc";
+  { std::ofstream(target) << "keep"; }
+  std::filesystem::create_symlink(target, link);
+  refused(link, "symbolic link");
+  EXPECT_TRUE(std::filesystem::is_symlink(link));
+  // The index of the fixture: another kind of file.
+  const auto index_digest = sam::format::Sha256File(*path_);
+  refused(*path_, "is not a 'SAMCACHE' file");
+  EXPECT_EQ(sam::format::Sha256File(*path_), index_digest);
+  if (::geteuid() == 0) {  // as root, a device node (/dev/null's numbers) would be replaced
+    const std::string node = dir + "/null";
+    ASSERT_EQ(::mknod(node.c_str(), S_IFCHR | 0666, ::makedev(1, 3)), 0);
+    refused(node, "not a regular file");
+    EXPECT_TRUE(std::filesystem::is_character_file(node));
+  }
+  // A response cache file (and a new path) is written.
+  const std::string ok = dir + "/ok.samc";
+  EXPECT_EQ(sam_cache_save(cache, ok.c_str(), hex.c_str()), SAM_OK);
+  EXPECT_EQ(sam_cache_save(cache, ok.c_str(), hex.c_str()), SAM_OK);
+  std::filesystem::remove_all(dir);
+  sam_cache_free(cache);
+}
+
+// One session drafts for one vocabulary and one tokenizer: attaching an index
+// of another is refused (as sam-replay refuses the mix), and nothing changes.
+TEST_F(CapiTest, AttachRefusesAnotherVocabularyOrTokenizer) {
+  const std::vector<std::vector<uint32_t>> docs = {{1, 2, 3, 4}, {2, 3, 4, 5}};
+  const std::string wider = TempPath("wider.sam"), other_tok = TempPath("other-tok.sam");
+  sam::indexer::IndexInfo info;
+  info.tokenizer_sha256 = FakeTokenizerDigest();
+  sam::indexer::BuildIndexFile(docs, kVocab + 10, wider, info);
+  sam::indexer::IndexInfo other;
+  other.tokenizer_sha256 = sam::format::Sha256("another model", 13);
+  sam::indexer::BuildIndexFile(docs, kVocab, other_tok, other);
+  sam_index *base = nullptr, *a = nullptr, *b = nullptr;
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &base), SAM_OK);
+  ASSERT_EQ(sam_index_open(wider.c_str(), nullptr, &a), SAM_OK);
+  ASSERT_EQ(sam_index_open(other_tok.c_str(), nullptr, &b), SAM_OK);
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
+  ASSERT_EQ(sam_session_attach_index(session, base), SAM_OK);
+  EXPECT_EQ(sam_session_attach_index(session, a), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("vocabulary size 60 beside one of 50"),
+            std::string::npos) << sam_last_error();
+  EXPECT_EQ(sam_session_attach_index(session, b), SAM_ERR_TOKENIZER_MISMATCH);
+  EXPECT_NE(std::string(sam_last_error()).find("other-tok.sam"), std::string::npos)
+      << sam_last_error();
+  ASSERT_EQ(sam_session_attach_index(session, base), SAM_OK);  // the same kind again is fine
+  sam_session_free(session);
+  sam_index_close(base);
+  sam_index_close(a);
+  sam_index_close(b);
+  std::remove(wider.c_str());
+  std::remove(other_tok.c_str());
+}
+
+// A cache may hold ids of another vocabulary (a file saved elsewhere): the
+// session never drafts them; the draft stops before the first such id.
+TEST_F(CapiTest, CacheIdsAboveTheVocabularyAreNeverDrafted) {
+  sam_cache* cache = nullptr;
+  ASSERT_EQ(sam_cache_new(1 << 20, &cache), SAM_OK);
+  std::vector<uint32_t> response;
+  for (uint32_t t = 5; t <= 16; ++t) response.push_back(t);
+  response.push_back(4294967294u);
+  response.push_back(17);
+  ASSERT_EQ(sam_cache_insert(cache, "t", response.data(), response.size(), nullptr), SAM_OK);
+  sam_index* index = nullptr;
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &index), SAM_OK);
+  for (const bool cache_first : {true, false}) {
+    sam_session* session = nullptr;
+    ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
+    if (cache_first) {
+      ASSERT_EQ(sam_session_attach_cache(session, cache, "t"), SAM_OK);
+    }
+    ASSERT_EQ(sam_session_attach_index(session, index), SAM_OK);
+    if (!cache_first) {
+      ASSERT_EQ(sam_session_attach_cache(session, cache, "t"), SAM_OK);
+    }
+    ASSERT_EQ(sam_session_prefill(session, response.data(), 9), SAM_OK);  // 5..13
+    sam_draft draft{};
+    ASSERT_EQ(sam_session_propose(session, 14, &draft), SAM_OK);
+    // The cached continuation up to the foreign id: 15, 16.
+    EXPECT_EQ(draft.source, SAM_SOURCE_CACHE);
+    EXPECT_EQ(std::vector<uint32_t>(draft.tokens, draft.tokens + draft.count),
+              (std::vector<uint32_t>{14, 15, 16}));
+    sam_session_free(session);
+  }
+  sam_index_close(index);
+  sam_cache_free(cache);
+}
+
+// A length whose byte size overflows is refused, not taken as so many ids.
+TEST(Capi, LengthsWhoseByteSizeOverflowsAreRefused) {
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
+  const uint32_t ids[] = {1, 2, 3};
+  const size_t huge = size_t{1} << 62;
+  EXPECT_EQ(sam_session_prefill(session, ids, huge), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("overflows"), std::string::npos) << sam_last_error();
+  EXPECT_EQ(sam_session_observe_topk(session, ids, huge, ids, 1), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_observe_topk(session, ids, 1, ids, huge), SAM_ERR_INVALID_ARGUMENT);
+  const nlohmann::json stats = nlohmann::json::parse(sam_session_stats_json(session));
+  EXPECT_EQ(stats.dump().find(std::to_string(huge)), std::string::npos) << stats.dump();
+  sam_session_free(session);
+}
+
+// The same session twice in one batch is refused before anything is drafted,
+// under every policy (its drafts would overwrite each other).
+TEST_F(CapiTest, BatchRefusesTheSameSessionTwice) {
+  sam_index* index = nullptr;
+  ASSERT_EQ(sam_index_open_ex(path_->c_str(), nullptr, SAM_OPEN_PREPARE, &index), SAM_OK);
+  sam_draft_pool* pool = nullptr;
+  ASSERT_EQ(sam_draft_pool_new(2, &pool), SAM_OK);
+  for (const char* policy : {"sam", "sam-tree", "sam-cal"}) {
+    sam_session_config config;
+    sam_session_config_init(&config);
+    ASSERT_EQ(sam_policy_from_name(policy, &config.policy, nullptr), SAM_OK) << policy;
+    sam_session *a = nullptr, *b = nullptr;
+    ASSERT_EQ(sam_session_new_ex(&config, &a), SAM_OK) << policy;
+    ASSERT_EQ(sam_session_new_ex(&config, &b), SAM_OK) << policy;
+    for (sam_session* s : {a, b}) {
+      ASSERT_EQ(sam_session_attach_index(s, index), SAM_OK);
+      ASSERT_EQ(sam_session_prefill(s, (*documents_)[0].data(), 20), SAM_OK);
+    }
+    sam_session* const sessions[] = {a, b, a};
+    const uint32_t starts[] = {(*documents_)[0][20], (*documents_)[0][20], (*documents_)[0][20]};
+    sam_draft out[3];
+    int statuses[3] = {-1, -1, -1};
+    EXPECT_EQ(sam_propose_batch(pool, sessions, starts, 3, out, statuses), SAM_ERR_INVALID_ARGUMENT)
+        << policy;
+    EXPECT_NE(std::string(sam_last_error()).find("sessions 0 and 2 are the same session"),
+              std::string::npos) << sam_last_error();
+    EXPECT_EQ(statuses[0], -1);  // nothing ran
+    // Without the duplicate the batch runs (and the marks of the refused call do not linger).
+    EXPECT_EQ(sam_propose_batch(pool, sessions, starts, 2, out, statuses), SAM_OK) << policy;
+    EXPECT_EQ(sam_propose_batch(pool, sessions, starts, 2, out, statuses), SAM_OK) << policy;
+    EXPECT_EQ(statuses[0], SAM_OK);
+    EXPECT_EQ(statuses[1], SAM_OK);
+    sam_session_free(a);
+    sam_session_free(b);
+  }
+  sam_draft_pool_free(pool);
+  sam_index_close(index);
+}
+
+// Opening never blocks: a FIFO without a writer, given as a cache file, an
+// index or a shard set manifest, is refused at once (SAM_ERR_IO). alarm()
+// turns a hang into a failure.
+TEST(Capi, OpeningAFifoNeverBlocks) {
+  const std::string fifo = TempPath("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  ::alarm(20);
+  sam_cache* cache = nullptr;
+  ASSERT_EQ(sam_cache_new(1 << 20, &cache), SAM_OK);
+  EXPECT_EQ(sam_cache_load(cache, fifo.c_str(), std::string(64, '0').c_str()), SAM_ERR_IO);
+  EXPECT_NE(std::string(sam_last_error()).find("not a regular file"), std::string::npos)
+      << sam_last_error();
+  sam_index* index = nullptr;
+  EXPECT_EQ(sam_index_open(fifo.c_str(), nullptr, &index), SAM_ERR_IO);
+  sam_shard_set* set = nullptr;
+  EXPECT_EQ(sam_shard_set_open(fifo.c_str(), nullptr, 0, &set), SAM_ERR_IO);
+  ::alarm(0);
+  sam_cache_free(cache);
+  std::remove(fifo.c_str());
+}
+
 }  // namespace
 
 // A shard set (three shards over consecutive documents, manifest written by
@@ -1286,6 +1474,12 @@ TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
     shard_paths.push_back(path);
   }
   sam::format::WriteShardSetManifest(manifest_path, manifest);
+  {  // Opened as an index, the manifest is named for what it is.
+    sam_index* not_index = nullptr;
+    EXPECT_EQ(sam_index_open(manifest_path.c_str(), nullptr, &not_index), SAM_ERR_FORMAT);
+    EXPECT_NE(std::string(sam_last_error()).find("a shard set manifest, not an index file"),
+              std::string::npos) << sam_last_error();
+  }
 
   sam_shard_set* set = nullptr;
   ASSERT_EQ(sam_shard_set_open(manifest_path.c_str(), nullptr, SAM_OPEN_VERIFY, &set), SAM_OK)

@@ -706,6 +706,161 @@ class ResponseCacheTest(unittest.TestCase):
             self.assertIn(path, str(e.exception))
 
 
+class FilesTest(unittest.TestCase):
+    """Paths with a NUL byte, writes that would destroy data, and opens that would block."""
+
+    def setUp(self):
+        import tempfile
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        self.cache = sd.ResponseCache(1 << 20)
+        self.cache.insert("t", [5, 6, 7])
+        self.tok = "ab" * 32
+
+    def path(self, name):
+        return os.path.join(self.dir.name, name)
+
+    def test_embedded_nul_is_a_value_error_like_open(self):
+        import shutil
+        index = self.path("idx.sam")
+        shutil.copy(INDEX, index)
+        before = pathlib.Path(index).read_bytes()
+        for call in (lambda p: self.cache.save(p, self.tok), lambda p: self.cache.load(p, self.tok),
+                     sd.Index.open, sd.ShardSet.open,
+                     lambda p: sd.Session(policy="sam-cal", cost_curve=p)):
+            with self.subTest(call=call):
+                with self.assertRaisesRegex(ValueError, "embedded null byte"):
+                    call(index + "\x00.samc")
+        self.assertEqual(pathlib.Path(index).read_bytes(), before)
+        with self.assertRaisesRegex(ValueError, "embedded null byte"):
+            open(index + "\x00.samc")  # the behaviour followed
+
+    def test_save_never_replaces_what_is_not_a_cache_file(self):
+        import shutil
+        index = self.path("idx.sam")
+        shutil.copy(INDEX, index)
+        before = pathlib.Path(index).read_bytes()
+        fifo = self.path("fifo.samc")
+        os.mkfifo(fifo)
+        target = self.path("target")
+        pathlib.Path(target).write_text("keep")
+        link = self.path("link.samc")
+        os.symlink(target, link)
+        for path, why in ((index, "is not a 'SAMCACHE' file"), (fifo, "not a regular file"),
+                          (link, "symbolic link"), (self.dir.name, "is a directory")):
+            with self.subTest(path=path):
+                with self.assertRaises(sd.Error) as e:
+                    self.cache.save(path, self.tok)
+                self.assertEqual(e.exception.code, "invalid-argument")
+                self.assertIn(why, str(e.exception))
+        self.assertEqual(pathlib.Path(index).read_bytes(), before)
+        self.assertTrue(pathlib.Path(fifo).is_fifo())
+        self.assertTrue(os.path.islink(link))
+        self.assertEqual(pathlib.Path(target).read_text(), "keep")
+        self.cache.save(self.path("ok.samc"), self.tok)
+        self.cache.save(self.path("ok.samc"), self.tok)  # a cache file is replaced
+
+    def test_opening_a_fifo_never_blocks(self):
+        import signal
+        fifo = self.path("fifo")
+        os.mkfifo(fifo)
+        def hang(signum, frame):
+            raise AssertionError("opening a FIFO blocked")
+        old = signal.signal(signal.SIGALRM, hang)
+        signal.alarm(20)
+        try:
+            for name, call in (("ResponseCache.load", lambda: self.cache.load(fifo, self.tok)),
+                               ("Index.open", lambda: sd.Index.open(fifo)),
+                               ("ShardSet.open", lambda: sd.ShardSet.open(fifo)),
+                               ("cost_curve", lambda: sd.Session(policy="sam-cal",
+                                                                 cost_curve=fifo))):
+                with self.subTest(call=name):
+                    with self.assertRaises(sd.Error) as e:
+                        call()
+                    self.assertEqual(e.exception.code, "io")
+                    self.assertRegex(str(e.exception), "not a regular file|is a FIFO")
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, old)
+
+    def test_cost_curve_with_a_byte_order_mark(self):
+        path = self.path("curve.csv")
+        with open(path, "w", encoding="utf-8-sig") as f:  # as spreadsheets save CSV
+            f.write("tokens,cost\n1,10\n8,12\n")
+        sd.Session(policy="sam-cal", cost_curve=path)
+
+    def test_tenant_keys_that_are_not_utf8(self):
+        cache = sd.ResponseCache(1 << 20)
+        cache.insert(b"caf\xe9", [5, 6, 7])
+        keys = cache.tenants()
+        self.assertEqual(keys, ["caf\udce9"])  # surrogateescape, as os.fsdecode
+        self.assertEqual(keys[0].encode("utf-8", "surrogateescape"), b"caf\xe9")
+        # Saved and loaded back, and shown by sam-inspect --json (U+FFFD for the byte).
+        path = self.path("t.samc")
+        cache.save(path, self.tok)
+        loaded = sd.ResponseCache(1 << 20)
+        loaded.load(path, self.tok)
+        self.assertEqual(loaded.tenants(), ["caf\udce9"])
+        inspect = os.path.join(os.path.dirname(os.environ.get("SAM_BUILD_TOOL", "")), "sam-inspect")
+        if os.path.exists(inspect):
+            import subprocess
+            out = subprocess.run([inspect, "--json", path], capture_output=True, text=True)
+            self.assertEqual(out.returncode, 0, out.stderr)
+            self.assertEqual(json.loads(out.stdout)["tenants"][0]["tenant"], "caf\ufffd")
+
+
+class BoundsTest(unittest.TestCase):
+    """Options that would size memory without bound are refused before anything is allocated."""
+
+    def assertRefused(self, pattern, **options):
+        with self.assertRaises(sd.Error) as e:
+            sd.Session(**options)
+        self.assertEqual(e.exception.code, "invalid-argument")
+        self.assertRegex(str(e.exception), pattern)
+
+    def test_max_width(self):
+        self.assertRefused("max_width must be at least 1 and at most 64, got 30000000",
+                           policy="sam-cal", max_width=30_000_000)
+        self.assertRefused("at most 64, got 65", policy="sam-tree", max_width=65)
+        sd.Session(policy="sam-cal", max_width=64)
+
+    def test_recycling_vocab_size(self):
+        self.assertRefused("recycling_vocab_size 268435456 is above the limit of 4194304",
+                           policy="sam-rec", recycling_vocab_size=2**28)
+        sd.Session(policy="sam-rec", recycling_vocab_size=32000)
+
+    def test_max_dynamic_bytes(self):
+        for small in (1, 1000):
+            self.assertRefused("max_dynamic_bytes %d holds no useful window: give 0" % small,
+                               max_dynamic_bytes=small)
+        # 0 is the default: dynamic drafting works (the prompt's repeat is drafted).
+        for bytes_ in (0, 64 << 20):
+            session = sd.Session(policy="dynamic", max_dynamic_bytes=bytes_)
+            session.prefill([1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3])
+            self.assertEqual(session.propose(4).tokens.tolist()[:3], [4, 5, 6], bytes_)
+
+    def test_attach_refuses_another_vocabulary(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            docs = os.path.join(d, "docs.jsonl")
+            with open(docs, "w") as f:
+                f.write("[1, 2, 3]\n")
+            wide = os.path.join(d, "wide.sam")
+            sam_build = os.environ.get("SAM_BUILD_TOOL", "")
+            if not os.path.exists(sam_build):
+                self.skipTest("sam-build not found (SAM_BUILD_TOOL)")
+            import subprocess
+            subprocess.run([sam_build, "-q", "--vocab-size", str(sd.Index.open(INDEX).vocab_size + 7),
+                            "--corpus", "ids=" + docs, "-o", wide], check=True,
+                           stdout=subprocess.DEVNULL)
+            session = sd.Session()
+            session.attach(sd.Index.open(INDEX))
+            with self.assertRaises(sd.Error) as e:
+                session.attach(sd.Index.open(wide))
+            self.assertEqual(e.exception.code, "invalid-argument")
+            self.assertIn("one session drafts for one vocabulary", str(e.exception))
+
+
 class DocsExampleTest(unittest.TestCase):
     def test_docs_example_runs(self):
         """Runs the first python block of docs/python.md with INDEX_PATH set."""

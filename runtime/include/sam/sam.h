@@ -526,8 +526,8 @@ SAM_API size_t sam_draft_pool_num_threads(const sam_draft_pool* pool);
  * (out[i] is meaningful only when it is SAM_OK); the call returns SAM_OK
  * when it ran, failed sessions or not, and sam_last_error() then names the
  * first failed session and its message. A NULL pool, array or session (when
- * n > 0) is SAM_ERR_INVALID_ARGUMENT before anything is drafted. A session
- * may appear once in a batch and must not be used elsewhere during the call;
+ * n > 0), or a session that appears twice, is SAM_ERR_INVALID_ARGUMENT
+ * before anything is drafted. A session must not be used elsewhere during the call;
  * concurrent calls on one pool run one after the other. The draft arrays
  * stay valid until the next call on their session. */
 SAM_API int sam_propose_batch(sam_draft_pool* pool, sam_session* const* sessions,

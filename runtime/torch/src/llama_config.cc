@@ -1,10 +1,14 @@
 #include "sam/torch/llama_config.h"
 
+#include <unistd.h>
+#include <cerrno>
 #include <cstdint>
 #include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
+
+#include "sam/format/file_checks.h"
 
 namespace sam::torch_backend {
 namespace {
@@ -156,11 +160,23 @@ LlamaConfig LlamaConfig::FromJsonText(std::string_view text, const std::string& 
 }
 
 LlamaConfig LlamaConfig::Load(const std::filesystem::path& config_json) {
-  std::ifstream in(config_json, std::ios::binary);
-  if (!in) throw Error(ErrorCode::kIo, "cannot open '" + config_json.string() + "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return FromJsonText(text.str(), config_json.string());
+  // Never blocks (a FIFO is refused); a directory is named as one.
+  const int fd = format::OpenRegularFile(config_json.string(), "model config");
+  std::string text;
+  char buffer[65536];
+  for (;;) {
+    const ssize_t n = ::read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    text.append(buffer, static_cast<size_t>(n));
+    if (text.size() > (size_t{64} << 20)) {
+      ::close(fd);
+      throw Error(ErrorCode::kBadModelConfig,
+                  config_json.string() + ": more than 64 MiB, not a model's config.json");
+    }
+  }
+  ::close(fd);
+  return FromJsonText(text, config_json.string());
 }
 
 void LlamaConfig::Validate(const std::string& source) const {

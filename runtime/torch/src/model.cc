@@ -222,6 +222,17 @@ Model Model::Build(const LlamaConfig& config, Lookup&& lookup, const ModelOption
   model.dtype_ = ParseDtypeOption(options.dtype, model.device_, config);
   const auto target = torch::TensorOptions().dtype(model.dtype_).device(model.device_);
 
+  // The checkpoint must hold config.json's last layer before anything is sized by the layer
+  // count (a wrong num_hidden_layers would otherwise cost memory and time per layer first).
+  {
+    const std::string last = "model.layers." + std::to_string(config.num_hidden_layers - 1) +
+                             ".input_layernorm.weight";
+    const Found found = lookup(last);
+    if (!found.tensor.defined())
+      throw Error(ErrorCode::kMissingTensor,
+                  found.where + ": tensor '" + last + "' is missing (config.json says " +
+                      std::to_string(config.num_hidden_layers) + " layers)");
+  }
   std::map<std::string, torch::Tensor> loaded;
   for (const auto& [name, shape] : LlamaTensorShapes(config)) {
     Found found = lookup(name);

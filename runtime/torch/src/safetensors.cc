@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sam/format/file_checks.h"
+
 namespace sam::torch_backend {
 namespace {
 
@@ -129,11 +131,8 @@ struct SafetensorsFile::Mapping {
 };
 
 SafetensorsFile SafetensorsFile::Open(const std::filesystem::path& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    throw Error(ErrorCode::kIo,
-                "cannot open safetensors file '" + path.string() + "': " + std::strerror(errno));
-  }
+  // Never blocks (a FIFO is refused); a directory is named as one.
+  const int fd = format::OpenRegularFile(path.string(), "safetensors file");
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     const int err = errno;

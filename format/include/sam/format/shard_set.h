@@ -34,6 +34,9 @@ namespace sam::format {
 
 inline constexpr char kShardSetMagic[] = "sam-shard-set";
 inline constexpr uint32_t kShardSetVersion = 1;
+// Most shards a set may list (each is mapped; far below the kernel's default
+// limit of 65530 mappings per process).
+inline constexpr size_t kMaxShards = 4096;
 
 struct SAM_API ShardEntry {
   std::string file;  // file name in the manifest's folder (no '/')
@@ -54,13 +57,15 @@ struct SAM_API ShardSetManifest {
 SAM_API bool LooksLikeShardSet(const std::string& path);
 
 // Writes the manifest atomically. Throws FormatError: kInvalidArgument for
-// no shard, a file name with '/' or empty, or build_json not a JSON object;
+// no shard or more than kMaxShards, a file name with '/' or empty or listed
+// twice, or build_json not a JSON object;
 // kIo on I/O errors (then `path` is untouched).
 SAM_API void WriteShardSetManifest(const std::string& path, const ShardSetManifest& manifest);
 
 // Reads and checks a manifest (not its shards). Throws FormatError: kIo,
 // kBadMagic (not a manifest), kChecksumMismatch, kUnsupportedVersion,
-// kBadHeader (a field missing or out of range).
+// kBadHeader (a field missing or out of range, a file listed twice, more
+// than kMaxShards shards).
 SAM_API ShardSetManifest ReadShardSetManifest(const std::string& path);
 
 // The path of a shard: the manifest's folder joined with its file name.
@@ -76,7 +81,10 @@ class SAM_API ShardSet {
   // options.verify: also each shard's SHA-256 and IndexFile::Verify.
   // options.expected_tokenizer_sha256 / expected_vocab_size apply to every
   // shard. Throws FormatError as above; a shard's error names the shard's
-  // file (context file) and says "shard K of N of MANIFEST".
+  // file (context file) and says "shard K of N of MANIFEST": kIo when it is
+  // missing or not a regular file, kTruncated when shorter than the manifest
+  // says, kBadHeader when longer or when it is the same file (device and
+  // inode) as an earlier shard.
   static ShardSet Open(const std::string& path, const OpenOptions& options = {});
 
   const std::string& path() const { return path_; }

@@ -22,7 +22,7 @@
 
 namespace sam::format {
 
-inline constexpr size_t kMaxTempFiles = 16;
+inline constexpr size_t kMaxTempFiles = 256;  // a shard set stages one file per shard
 inline constexpr size_t kMaxTempPathBytes = 4096;
 
 // Records `path` (copied). Thread-safe; false when the registry is full or the

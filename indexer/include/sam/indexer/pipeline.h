@@ -11,7 +11,8 @@
 // be loaded, ids outside the vocabulary, I/O) are thrown as BuildError, a sam::Error (sam/error.h)
 // that keeps the code and context of the error that stopped the build (a
 // corpus error keeps kBadRecord, its file, line and field); the output path is
-// then untouched.
+// then untouched. Flag conflicts (--vocab-size against the tokenizer's, ids
+// corpora without a vocabulary size) have code kUsage.
 // An exception thrown while a corpus is tokenized or built (the builder's
 // 2^56-token limit, std::bad_alloc, the progress callback, a hook) stops and
 // joins the tokenizer threads and reaches the caller as a BuildError naming the
@@ -24,9 +25,13 @@
 // when it starts - the largest corpus input) / kBuildPeakBytesPerToken tokens
 // (one document alone may exceed it), each built and written as its own index
 // (BASE.K.sam, K = 0, 1, ...) while the next is built, then listed in the
-// manifest BASE.samset (sam/format/shard_set.h), written last. A build whose
-// documents fit one shard writes one index file, as without the bound. On an
-// error, shards already written are removed.
+// manifest BASE.samset (sam/format/shard_set.h). A build whose documents fit
+// one shard writes one index file, as without the bound. Every output path
+// (BuildOutputPaths) is checked before any work (format::CheckOutputPath:
+// never a device, FIFO, directory, symbolic link or an input). The shards are
+// written under temporary names (BASE.K.sam.new-PID) and renamed, with the
+// manifest, only once all are written: an error or a signal leaves an earlier
+// set of that name usable, and removes only the files this build created.
 //
 // Memory: the rendered documents of one corpus are held while it is built;
 // tokenization runs ahead of construction by at most
@@ -184,6 +189,13 @@ inline constexpr uint64_t kMinShardTokens = 4096;
 std::string SingleIndexPath(const std::string& output);
 std::string ShardSetPath(const std::string& output);
 std::string ShardFilePath(const std::string& output, uint64_t k);
+
+// The files a build with `config` may replace: its single index and, with
+// max_memory_bytes, its manifest and every shard file BASE.K.sam (K a decimal
+// number) that exists now in the output's folder, plus BASE.0.sam. The paths
+// the inputs are read from (corpora, tokenizer): BuildInputPaths.
+std::vector<std::string> BuildOutputPaths(const BuildConfig& config);
+std::vector<std::string> BuildInputPaths(const BuildConfig& config);
 
 struct Progress {
   std::string stage;   // "read", "tokenize", "construct", "write"

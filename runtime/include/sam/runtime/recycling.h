@@ -66,7 +66,10 @@ class SAM_API RecyclingDrafter : public Drafter {
   // The template in breadth-first order (slot s is element s - 1).
   static const std::array<TemplateSlot, kTemplateNodes>& Template();
 
-  // Throws sam::Error (kInvalidArgument) when vocab_size is 0.
+  // The largest vocabulary a table is made for: 16 times the largest model
+  // vocabularies in use (256K ids); the table takes 32 bytes an id (128 MiB here).
+  static constexpr uint32_t kMaxVocabSize = uint32_t{1} << 22;
+  // Throws sam::Error (kInvalidArgument) when vocab_size is 0 or above kMaxVocabSize.
   explicit RecyclingDrafter(uint32_t vocab_size);
 
   std::string_view name() const override { return "recycling"; }

@@ -204,6 +204,10 @@ class SAM_API ResponseCache {
     Compiled compiled();
     const std::string& tenant() const { return key_; }
     bool attached() const { return cache_ != nullptr; }
+    // Peek's continuation stops before the first id >= `vocab_size` (a cache
+    // file's responses may hold ids of another vocabulary): the session
+    // sets its indexes' vocabulary. Default: no limit.
+    void set_vocab_limit(uint32_t vocab_size) { vocab_limit_ = vocab_size; }
 
    private:
     friend class ResponseCache;
@@ -211,6 +215,7 @@ class SAM_API ResponseCache {
     void Resolve();  // finds the tenant again after the cache's key set changed
     void Sync();     // under the tenant's shared lock: re-match after a change
     const ResponseCache* cache_ = nullptr;
+    uint32_t vocab_limit_ = UINT32_MAX;
     std::string key_;
     std::shared_ptr<Tenant> tenant_;
     uint64_t map_version_ = ~uint64_t{0};

@@ -85,6 +85,10 @@ SAM_API std::string PolicyHelp();
 // API's SAM_MAX_DRAFT_SIZE). Far above what one verification pass can use,
 // and low enough that a draft's depths always fit DraftTree's uint16_t.
 inline constexpr size_t kMaxDraftSize = 4096;
+// The largest SelectionOptions::max_width (the tools' --max-width range): a
+// tree wider than a draft's kMaxDraftSize nodes would be cut anyway, and a
+// width sizes per-node scratch.
+inline constexpr size_t kMaxWidth = 64;
 
 struct SAM_API SelectionOptions {
   // The default everywhere (C, Python, tools, engine adapters): kCalibrated
@@ -106,6 +110,7 @@ struct SAM_API SelectionOptions {
   // kTree; at most kMaxDraftSize.
   size_t max_tree_nodes = 60;
   // kTree: nodes per depth; kCalibrated: static children offered per node.
+  // 1..kMaxWidth.
   size_t max_width = 8;
   // kCalibrated: nodes below this estimated path probability are not drafted
   // (0.015 since the backoff children: 23.5 tokens verified per step on the

@@ -65,11 +65,15 @@ struct StepContext;
 class DraftPolicy;
 }  // namespace internal
 
+// The smallest dynamic window SessionOptions::max_dynamic_bytes may give.
+inline constexpr size_t kMinDynamicWindowTokens = 64;
+
 struct SAM_API SessionOptions {
   // Memory bound of the dynamic automaton (text, states, transitions). The
   // default (64 MiB) holds a window of about 490K tokens (111-153 bytes a token);
   // when the context outgrows it, the window keeps the most recent half
-  // (dynamic_sam.h).
+  // (dynamic_sam.h). 0 means the default; a value too small for a window of
+  // kMinDynamicWindowTokens tokens is refused (kInvalidArgument).
   size_t max_dynamic_bytes = size_t{64} << 20;
   SelectionOptions selection;
   // Drafter used when the policy falls back (not owned; may be null).
@@ -115,7 +119,8 @@ class SAM_API Session : public Drafter {
   // shards that have the node's string, the set's match length, one lookup
   // a node against max_static_lookups): its drafts equal the single index's.
   // Throws sam::Error (kInvalidArgument) for no shard or a null one; then
-  // nothing is attached.
+  // nothing is attached. Every Attach* refuses (kInvalidArgument) an index
+  // whose vocabulary size differs from the indexes attached before.
   void AttachShardSet(std::span<const std::shared_ptr<const StaticIndex>> shards);
   size_t num_indexes() const;
   // Replaces the fallback drafter (may be null). It is not reset or prefilled.
@@ -179,6 +184,8 @@ class SAM_API Session : public Drafter {
  private:
   // group: the cursor index of the first shard of its shard set (SIZE_MAX:
   // an index of its own).
+  // Throws kInvalidArgument when `view`'s vocabulary differs from the attached indexes'.
+  void CheckVocabulary(const format::IndexView& view) const;
   void AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index,
                     size_t group = SIZE_MAX);
   void ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tree);
