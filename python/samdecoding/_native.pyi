@@ -96,7 +96,7 @@ class ResponseCache:
 
 
 class Session:
-    def __init__(self, policy: str = "sam", draft_size: Optional[int] = None,
+    def __init__(self, policy: str = "sam-cal", draft_size: Optional[int] = None,
                  l_bias: Optional[int] = None, l_threshold: Optional[int] = None,
                  adaptive_length: Optional[bool] = None, length_per_match: Optional[int] = None,
                  dynamic_link_fallback: Optional[bool] = None,
@@ -105,7 +105,8 @@ class Session:
                  backoff_count: Optional[int] = None, max_static_lookups: Optional[int] = None,
                  cost_curve: Union[None, str, Sequence[tuple[int, float]]] = None,
                  max_dynamic_bytes: Optional[int] = None, collect_timing: Optional[bool] = None,
-                 recycling_vocab_size: Optional[int] = None) -> None: ...
+                 recycling_vocab_size: Optional[int] = None,
+                 shape: Optional[str] = None) -> None: ...
     def attach(self, index: Union[Index, ShardSet]) -> None: ...
     def prefill(self, ids: Ids) -> None: ...
     def propose(self, start: int) -> Draft: ...

@@ -766,7 +766,7 @@ std::unique_ptr<Session> MakeSession(const py::object& policy, const py::object&
                     const py::object& backoff_count, const py::object& max_static_lookups,
                     const py::object& cost_curve, const py::object& max_dynamic_bytes,
                     const py::object& collect_timing, const py::object& recycling_vocab_size,
-                    const py::kwargs& unknown) {
+                    const py::object& shape, const py::kwargs& unknown) {
   const std::pair<const char*, const py::object*> named[] = {
       {"policy", &policy},
       {"draft_size", &draft_size},
@@ -783,7 +783,8 @@ std::unique_ptr<Session> MakeSession(const py::object& policy, const py::object&
       {"cost_curve", &cost_curve},
       {"max_dynamic_bytes", &max_dynamic_bytes},
       {"collect_timing", &collect_timing},
-      {"recycling_vocab_size", &recycling_vocab_size}};
+      {"recycling_vocab_size", &recycling_vocab_size},
+      {"shape", &shape}};
   py::kwargs options;  // an unknown name is the constructor's error (it lists the valid ones)
   for (const auto& [name, value] : unknown) options[name] = value;
   for (const auto& [name, value] : named)
@@ -931,7 +932,7 @@ PYBIND11_MODULE(_native, m) {
                       "generation, the indexes it drafts from, and the policy's learned state.\n"
                       "Options left None keep the runtime's defaults (docs/python.md); an unknown\n"
                       "option or a bad value raises Error ('invalid-argument'). One thread at a time.")
-      .def(py::init(&MakeSession), py::arg("policy") = "sam", py::arg("draft_size") = py::none(),
+      .def(py::init(&MakeSession), py::arg("policy") = "sam-cal", py::arg("draft_size") = py::none(),
            py::arg("l_bias") = py::none(), py::arg("l_threshold") = py::none(),
            py::arg("adaptive_length") = py::none(), py::arg("length_per_match") = py::none(),
            py::arg("dynamic_link_fallback") = py::none(), py::arg("max_tree_nodes") = py::none(),
@@ -939,8 +940,11 @@ PYBIND11_MODULE(_native, m) {
            py::arg("backoff_count") = py::none(), py::arg("max_static_lookups") = py::none(),
            py::arg("cost_curve") = py::none(), py::arg("max_dynamic_bytes") = py::none(),
            py::arg("collect_timing") = py::none(), py::arg("recycling_vocab_size") = py::none(),
+           py::arg("shape") = py::none(),
            "A session drafting with `policy` (samdecoding.POLICIES); draft_size: the most\n"
-           "nodes a draft holds, the start id included; the other options tune the policy.")
+           "nodes a draft holds, the start id included; shape: 'tree' (default) or 'chain'\n"
+           "(one path of each draft, for verifiers that take one sequence); the other\n"
+           "options tune the policy.")
       .def("attach", &Session::Attach, py::arg("index"), "Drafts from `index` too (an Index).")
       .def("attach", &Session::AttachSet, py::arg("index"), "Drafts from a ShardSet too.")
       .def("prefill", &Session::Prefill, py::arg("ids"),

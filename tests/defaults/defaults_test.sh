@@ -15,7 +15,7 @@ shift 4
 found=$("$probe") || { echo "FAIL: $probe exited $?"; exit 1; }
 if [[ -n $python ]]; then
   found+=$'\n'$(PYTHONPATH=$pythonpath "$python" - "$index" <<'PY'
-import inspect, sys
+import inspect, sys, types
 import samdecoding as sd
 import samdecoding.hf, samdecoding.sglang, samdecoding.vllm
 index = sys.argv[1]
@@ -23,10 +23,15 @@ print("python:Session", sd.Session().policy)
 print("python:hf.generate", inspect.signature(samdecoding.hf.generate).parameters["policy"].default)
 print("python:hf.SamCandidateGenerator",
       inspect.signature(samdecoding.hf.SamCandidateGenerator).parameters["policy"].default)
+config = types.SimpleNamespace(
+    speculative_config=types.SimpleNamespace(method="custom_class",
+                                             model="samdecoding.vllm.SamProposer",
+                                             num_speculative_tokens=4),
+    model_config=types.SimpleNamespace(max_model_len=4096))
 print("python:vllm.SamProposer",
-      samdecoding.vllm.SamProposer(index=index, num_speculative_tokens=4)._pool.options["policy"])
-print("python:sglang.SamNgramCache",
-      samdecoding.sglang.SamNgramCache(4, index=index)._pool.options["policy"])
+      type("P", (samdecoding.vllm.SamProposer,), {"index_path": index})(config)._pool.options["policy"])
+print("python:sglang.SamCorpus",
+      samdecoding.sglang.SamCorpus(4, index=index)._pool.options["policy"])
 PY
 ) || { echo "FAIL: the Python checks exited $?"; exit 1; }
 fi

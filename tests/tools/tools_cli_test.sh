@@ -169,8 +169,9 @@ if have sam-generate; then
   printf '# ok\n1,10\n8,12\n' > "$tmp/curve.csv"
   expect 1 "bad-curve.csv: line 3: field 'cost'" -- "$gen" "${base[@]}" --policy sam-cal --cost-curve "$tmp/bad-curve.csv"
   expect 1 "cost curve" -- "$gen" "${base[@]}" --policy sam-cal --cost-curve "$tmp/no-curve.csv"
-  expect 2 "use it with --policy sam-cal" -- "$gen" "${base[@]}" --cost-curve "$tmp/curve.csv"
+  expect 2 "use it with --policy sam-cal" -- "$gen" "${base[@]}" --policy sam --cost-curve "$tmp/curve.csv"
   expect 1 "$tmp/none does not exist" -- "$gen" "${base[@]}" --policy sam-cal --cost-curve "$tmp/curve.csv"
+  expect 1 "$tmp/none does not exist" -- "$gen" "${base[@]}" --cost-curve "$tmp/curve.csv"  # sam-cal, the default
 fi
 
 # ---------------------------------------------------------------- sam-build -o safety
