@@ -736,8 +736,8 @@ int sam_propose_batch(sam_draft_pool* pool, sam_session* const* sessions,
         size_t first = 0;
         while (sessions[first] != s) ++first;
         throw sam::Error(sam::ErrorCode::kInvalidArgument,
-                         "sam_propose_batch: sessions " + std::to_string(first) + " and " +
-                             std::to_string(i) + " are the same session (each may appear once)");
+                         "sam_propose_batch: sessions[" + std::to_string(first) + "] and sessions[" +
+                             std::to_string(i) + "] are the same session (each may appear once)");
       }
       s->batch_pool = pool;
       s->batch_call = call;

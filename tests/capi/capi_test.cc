@@ -1342,8 +1342,11 @@ TEST_F(CapiTest, CacheIdsAboveTheVocabularyAreNeverDrafted) {
   sam_index* index = nullptr;
   ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &index), SAM_OK);
   for (const bool cache_first : {true, false}) {
+    sam_session_config config;
+    sam_session_config_init(&config);
+    config.policy = SAM_POLICY_PAPER;  // a linear draft: the cache's continuation as it is
     sam_session* session = nullptr;
-    ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
+    ASSERT_EQ(sam_session_new_ex(&config, &session), SAM_OK);
     if (cache_first) {
       ASSERT_EQ(sam_session_attach_cache(session, cache, "t"), SAM_OK);
     }
@@ -1403,7 +1406,7 @@ TEST_F(CapiTest, BatchRefusesTheSameSessionTwice) {
     int statuses[3] = {-1, -1, -1};
     EXPECT_EQ(sam_propose_batch(pool, sessions, starts, 3, out, statuses), SAM_ERR_INVALID_ARGUMENT)
         << policy;
-    EXPECT_NE(std::string(sam_last_error()).find("sessions 0 and 2 are the same session"),
+    EXPECT_NE(std::string(sam_last_error()).find("sessions[0] and sessions[2] are the same session"),
               std::string::npos) << sam_last_error();
     EXPECT_EQ(statuses[0], -1);  // nothing ran
     // Without the duplicate the batch runs (and the marks of the refused call do not linger).

@@ -36,8 +36,9 @@ PY
 ) || { echo "FAIL: the Python checks exited $?"; exit 1; }
 fi
 for tool in "$@"; do
-  # CLI11 shows "--policy TEXT=NAME"; a help text may say "(default NAME".
-  line=$("$tool" --help | grep -E -- '--polic(y|ies)( |$)' | head -1)
+  # CLI11 shows the option as "--policy TEXT=NAME"; a help text may say "(default NAME".
+  # (Usage examples in the help also name policies: only the option's own line counts.)
+  line=$("$tool" --help | grep -E -- '--polic(y|ies) TEXT' | head -1)
   name=$(sed -nE 's/.*--polic(y|ies) TEXT( \.\.\.)?=\[?([a-z-]+).*/\3/p; s/.*\(default ([a-z-]+).*/\1/p' <<< "$line" | head -1)
   found+=$'\n'"tool:${tool##*/} ${name:-?}"
 done

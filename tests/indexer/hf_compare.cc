@@ -72,7 +72,7 @@ std::vector<std::string> Adversarial() {
       "<|special|> <|reserved_special_token_5|> and <|eot_id|> <|begin_of_te",
       "mongolian\u180eseparator nbsp\u00a0x ideographic\u3000x line\u2028x next\u0085x",
       "IT'S 'LL 'Ve \u017f 'S \u212a",
-      "Hello world! It's 2024-10-01, 3.14159; x=42**2\n\n\tdef f(x):\n    return x",
+      "Hello world! It's 1999-10-01, 3.14159; x=42**2\n\n\tdef f(x):\n    return x",
       "\U0001F9EC \U00013000 \ua66e \U0010FFFD",
       "a\u2581b \u2581\u2581 x",
       std::string(3000, 'a'),

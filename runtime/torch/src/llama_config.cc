@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sam/format/file_checks.h"
+#include "torch_errors.h"
 
 namespace sam::torch_backend {
 namespace {
@@ -161,7 +162,7 @@ LlamaConfig LlamaConfig::FromJsonText(std::string_view text, const std::string& 
 
 LlamaConfig LlamaConfig::Load(const std::filesystem::path& config_json) {
   // Never blocks (a FIFO is refused); a directory is named as one.
-  const int fd = format::OpenRegularFile(config_json.string(), "model config");
+  const int fd = internal::OpenRegularFile(config_json.string(), "model config");
   std::string text;
   char buffer[65536];
   for (;;) {

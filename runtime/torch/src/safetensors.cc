@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sam/format/file_checks.h"
+#include "torch_errors.h"
 
 namespace sam::torch_backend {
 namespace {
@@ -132,7 +133,7 @@ struct SafetensorsFile::Mapping {
 
 SafetensorsFile SafetensorsFile::Open(const std::filesystem::path& path) {
   // Never blocks (a FIFO is refused); a directory is named as one.
-  const int fd = format::OpenRegularFile(path.string(), "safetensors file");
+  const int fd = internal::OpenRegularFile(path.string(), "safetensors file");
   struct stat st {};
   if (fstat(fd, &st) != 0) {
     const int err = errno;

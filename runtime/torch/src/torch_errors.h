@@ -9,6 +9,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "sam/format/file_checks.h"
+
 #include "sam/torch/error.h"
 
 namespace sam::torch_backend::internal {
@@ -32,6 +34,16 @@ decltype(auto) TranslateTorchErrors(std::string_view what, F&& f) {
                         message.find("out of memory") != std::string::npos;
     throw Error(memory ? ErrorCode::kCapacity : ErrorCode::kInternal,
                 std::string(what) + (memory ? ": out of memory: " : ": libtorch failed: ") + message);
+  }
+}
+
+// format::OpenRegularFile (never blocks; a directory or FIFO is refused naming
+// the file), its refusal thrown as this backend's Error like its other I/O errors.
+inline int OpenRegularFile(const std::string& path, const std::string& what) {
+  try {
+    return format::OpenRegularFile(path, what);
+  } catch (const sam::Error& e) {
+    throw Error(e.code(), e.context(), e.problem());
   }
 }
 
