@@ -928,7 +928,7 @@ class DistributionTest(unittest.TestCase):
         version = re.search(r"project\(sam_decoding VERSION ([0-9.]+)", cmake.read_text())
         self.assertEqual(sd.__version__, version.group(1))
         signature = sd.Session.__init__.__doc__
-        for option in ("policy: object = 'sam'", "draft_size: object = None",
+        for option in ("policy: object = 'sam-cal'", "draft_size: object = None",
                        "max_width: object = None", "recycling_vocab_size: object = None"):
             self.assertIn(option, signature)
         for documented in (sd.Session, sd.Session.propose, sd.Session.commit, sd.Index,
