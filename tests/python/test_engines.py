@@ -168,8 +168,8 @@ class HandDrivenSession:
     docs/python.md says (prefill the prompt, then commit what was verified
     and propose from the last id, at most limit + 1 nodes)."""
 
-    def __init__(self, index, policy, context):
-        self.session = sd.Session(policy=policy, shape="chain")
+    def __init__(self, index, policy, context, shape="chain"):
+        self.session = sd.Session(policy=policy, shape=shape)
         self.session.attach(index)
         self.session.prefill(context[:-1])
         self.taken = len(context) - 1
@@ -179,12 +179,13 @@ class HandDrivenSession:
             self.session.commit(context[self.taken:len(context) - 1])
             self.taken = len(context) - 1
         draft = self.session.propose(context[-1], max_nodes=max(limit, 0) + 1)
-        self.assertLinear(draft)
-        return draft.tokens.tolist()[1:]
-
-    @staticmethod
-    def assertLinear(draft):
-        assert draft.parents.tolist() == list(range(-1, len(draft) - 1)), "a chain"
+        tokens, parents = draft.tokens.tolist(), draft.parents.tolist()
+        chain, node = [], 0  # a tree's first-child chain; a chain's ids
+        for i in range(1, len(tokens)):
+            if parents[i] == node:
+                chain.append(tokens[i])
+                node = i
+        return chain
 
 
 class ReferenceChainsTest(unittest.TestCase):
@@ -247,7 +248,7 @@ class VllmCustomProposerTest(unittest.TestCase):
         return REQUESTS[requests[j]]["prompt"]
 
     def run_engine(self, user_class, policy, requests, max_model_len, rng=None,
-                   prefill_chunks=None, cpp_reference=None):
+                   prefill_chunks=None, cpp_reference=None, shape="chain"):
         """Serves `requests` (indices into REQUESTS) through the proposer.
         rng: random swap_states and admission order; prefill_chunks[j]: the
         steps request j's prefill takes. Checks every draft against a
@@ -321,7 +322,7 @@ class VllmCustomProposerTest(unittest.TestCase):
                     continue
                 context = batch.token_ids_cpu[row, :batch.num_tokens_no_spec[row]].tolist()
                 if st["oracle"] is None:
-                    st["oracle"] = HandDrivenSession(index, policy, context)
+                    st["oracle"] = HandDrivenSession(index, policy, context, shape)
                 where = "%s request %d step %d" % (policy, j, st["step"])
                 limit = min(K, max_model_len - len(context))
                 self.assertEqual(drafts[row], st["oracle"].chain(context, limit), where)
@@ -350,6 +351,13 @@ class VllmCustomProposerTest(unittest.TestCase):
                                                  reuse_sessions=(policy == "sam"))
                 self.run_engine(user_class, policy, list(range(len(REQUESTS))), 4096,
                                 prefill_chunks={1: 3}, cpp_reference=ENG["chain"][policy])
+
+    def test_tree_shape_gives_first_child_chains(self):
+        """session_options {"shape": "tree"}: each row gets the first-child
+        chain of a tree of at most K + 1 nodes."""
+        user_class = self.proposer_class(policy="sam-cal", session_options={"shape": "tree"},
+                                         reuse_sessions=False)
+        self.run_engine(user_class, "sam-cal", list(range(len(REQUESTS))), 4096, shape="tree")
 
     def test_rows_move_and_steps_are_skipped(self):
         """Fourteen requests in four rows, admitted in random order, rows
