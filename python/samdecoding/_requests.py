@@ -31,12 +31,23 @@ def as_ids(context):
     return array
 
 
+def chain_options(options):
+    """Session options for a chain-verifying engine (vLLM, HF assisted
+    generation): shape "chain" unless the options name a shape. The session
+    then cuts each step's chain (Session.propose's max_nodes: the engine's
+    limit + 1) from the policy's whole tree of draft_size nodes: the root
+    path with the most expected accepted tokens (docs/runtime.md, "Chains")."""
+    options = dict(options)
+    options.setdefault("shape", "chain")
+    return options
+
+
 def chain_of(draft, limit):
-    """The chain a chain-verifying engine (vLLM, HF assisted generation) gets
-    from `draft`: its first-child chain (node 1, its first child, and so on),
-    at most `limit` tokens. For linear drafts (the paper rule `sam`) this is
-    the whole draft. Every adapter that hands over one sequence per request
-    shapes it here, and only here."""
+    """The ids a chain-verifying engine gets from `draft`, at most `limit`:
+    a chain's ids after its start (shape "chain", or a linear draft), or,
+    for a tree (a session with shape "tree"), its first-child chain (node 1,
+    its first child, and so on). The one place a draft becomes the list an
+    engine verifies."""
     tokens, parents = draft.tokens.tolist(), draft.parents.tolist()
     chain, node = [], 0
     for i in range(1, len(tokens)):
@@ -185,11 +196,12 @@ class RequestDrafter:
             self._take(context[self.taken:n - 1])
         return int(context[n - 1])
 
-    def propose(self, context):
+    def propose(self, context, max_nodes=None):
         """Commits what joined the context since the last step and proposes
-        from its last token."""
+        from its last token (at most max_nodes nodes, the start included;
+        None: the session's draft_size)."""
         start = self.advance(context)
-        self.last_draft = self.session.propose(start)
+        self.last_draft = self.session.propose(start, max_nodes)
         return self.last_draft
 
     def _take(self, new):

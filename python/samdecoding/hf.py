@@ -20,8 +20,9 @@ add **kwargs to get_candidates); src/transformers/generation/utils.py
 SamCandidateGenerator implements that interface (it subclasses transformers'
 CandidateGenerator when transformers is installed) with one session for the
 sequence being generated: prefilled with the prompt at the first call, then
-fed the verified tokens, so its drafts are the session's (the first-child
-chain of the policy's draft, at most num_output_tokens ids).
+fed the verified tokens, so its drafts are the session's: with shape "chain"
+(the default here) the root path of the policy's tree with the most expected
+accepted tokens, at most num_output_tokens ids.
 
 generate() runs model.generate() with it. transformers has no public argument
 for a custom candidate generator; generate() enters assisted generation the
@@ -44,7 +45,8 @@ sequence with torch tensors (tests/python/test_engines.py).
 """
 import logging
 
-from ._requests import AdapterMetrics, RequestDrafter, SessionPool, chain_of, open_index
+from ._requests import (AdapterMetrics, RequestDrafter, SessionPool, chain_of, chain_options,
+                        open_index)
 from ._requests import response_cache as _response_cache
 
 logger = logging.getLogger(__name__)
@@ -64,8 +66,9 @@ class SamCandidateGenerator(_Base):
             raise ValueError("SamCandidateGenerator: num_output_tokens must be at least 1")
         self.num_output_tokens = int(num_output_tokens)
         self.max_length = max_length
-        options = dict(options, policy=policy)
-        options.setdefault("draft_size", self.num_output_tokens + 1)
+        # One sequence verified per step: each step's chain is cut from the
+        # policy's whole tree (at most num_output_tokens ids).
+        options = chain_options(dict(options, policy=policy))
         self.index = open_index(index, tokenizer)
         self._pool = SessionPool(self.index, options, reuse=True,
                                  cache=_response_cache(response_cache), tenant=cache_tenant)
@@ -105,11 +108,11 @@ class SamCandidateGenerator(_Base):
             self._serial += 1
             drafter = self._drafter = RequestDrafter(self._pool.get(), context,
                                                      serial=self._serial, metrics=self._metrics)
-        draft = drafter.propose(context)
         limit = self.num_output_tokens
         if self.max_length is not None:
-            limit = min(limit, self.max_length - 1 - len(context))
-        chain = chain_of(draft, limit) if limit > 0 else []
+            limit = max(min(limit, self.max_length - 1 - len(context)), 0)
+        draft = drafter.propose(context, max_nodes=limit + 1)
+        chain = chain_of(draft, limit)
         self._metrics.offer(drafter, draft.source, chain)
         if not chain:
             return input_ids, None

@@ -64,10 +64,13 @@ has a sampled id (prefilled with its tokens) and freed when it leaves the
 batch. A request is recognised by its tokens: a row whose tokens continue
 the text a session has taken in is that session's request (moved or not).
 Each step the tokens verified since the last step are committed, then all
-rows draft in one batched call (samdecoding.DraftPool, the GIL released),
-and each row gets the chain of its draft (vLLM verifies one sequence per
-request; samdecoding._requests.chain_of), at most num_speculative_tokens
-ids and never past max_model_len.
+rows draft in one batched call (samdecoding.DraftPool, the GIL released).
+vLLM verifies one sequence per request: sessions draft with shape "chain"
+(unless SAM_OPTIONS or session_options name a shape), and each row gets the
+root path of the policy's whole tree with the most expected accepted
+tokens, at most num_speculative_tokens ids and never past max_model_len
+(Session.propose's max_nodes). With shape "tree" a row gets the first-child
+chain of a tree of at most that many nodes.
 
 vLLM cannot be installed where this package is developed: the adapter
 follows those files and is tested by a driver that replays their call
@@ -81,8 +84,8 @@ import os
 import numpy as np
 
 from ._native import DraftPool, Error
-from ._requests import (AdapterMetrics, RequestDrafter, SessionPool, chain_of, drafting_threads,
-                        open_index)
+from ._requests import (AdapterMetrics, RequestDrafter, SessionPool, chain_of, chain_options,
+                        drafting_threads, open_index)
 from ._requests import response_cache as _response_cache
 
 logger = logging.getLogger(__name__)
@@ -116,8 +119,9 @@ class SamProposer:
         options.update(json.loads(os.environ.get("SAM_OPTIONS", "{}")))
         options["policy"] = (self.policy or os.environ.get("SAM_POLICY") or
                              options.get("policy") or "sam-cal")
-        # The draft may hold every id vLLM verifies, and the start id.
-        options.setdefault("draft_size", self.num_speculative_tokens + 1)
+        # vLLM verifies one sequence per request: each step's chain is cut
+        # from the policy's whole tree (at most K ids a row, see propose).
+        options = chain_options(options)
         index = self.index_path or os.environ.get("SAM_INDEX")
         self.index = open_index(index, self.tokenizer_path or os.environ.get("SAM_TOKENIZER"))
         self._pool = SessionPool(self.index, options, reuse=self.reuse_sessions,
@@ -165,7 +169,7 @@ class SamProposer:
         num_rows = len(sampled_token_ids)
         drafts = [[] for _ in range(num_rows)]
         previous, claimed = self._by_row, {}
-        sessions, starts, drafting = [], [], []
+        sessions, starts, limits, drafting = [], [], [], []
         for i, sampled in enumerate(sampled_token_ids):
             context = buffer[i, :int(counts[i])]
             drafter = _find(previous, i, context, len(context) - len(sampled))
@@ -180,20 +184,23 @@ class SamProposer:
             claimed[i] = drafter
             starts.append(drafter.advance(context))
             sessions.append(drafter.session)
+            # Draft ids for this row: K, and no more than the row has room
+            # for before max_model_len.
+            limit = self.num_speculative_tokens
+            if self.max_model_len is not None:
+                limit = min(limit, self.max_model_len - len(context))
+            limits.append(max(limit, 0))
             drafting.append(i)
         for drafter in previous.values():  # requests that left the batch
             self._metrics.finished(drafter)
             self._pool.put(drafter.session)
         self._by_row = claimed
         if sessions:
-            proposals = self._draft_pool.propose(sessions, starts)
-            for i, proposal in zip(drafting, proposals):
+            proposals = self._draft_pool.propose(sessions, starts, [k + 1 for k in limits])
+            for i, limit, proposal in zip(drafting, limits, proposals):
                 if isinstance(proposal, Error):
                     raise proposal
-                limit = self.num_speculative_tokens
-                if self.max_model_len is not None:
-                    limit = min(limit, self.max_model_len - int(counts[i]))
-                chain = chain_of(proposal, limit) if limit > 0 else []
+                chain = chain_of(proposal, limit)
                 self._metrics.offer(claimed[i], proposal.source, chain)
                 drafts[i] = chain
         return drafts

@@ -221,6 +221,46 @@ uint32_t TokenOf(PyObject* item, const char* what, size_t index) {
   ThrowInvalid(name + " = " + std::string(py::str(item)) + " is outside the token range [0, 2^32)");
 }
 
+// A draft's node limit (max_nodes: the start id included) from a Python
+// integer of at least 1; None is no limit (SIZE_MAX).
+size_t NodeLimitOf(py::handle value, const std::string& what) {
+  if (value.is_none()) return SIZE_MAX;
+  PyObject* number = PyNumber_Index(value.ptr());
+  if (number == nullptr) {
+    PyErr_Clear();
+    ThrowInvalid(what + " must be an integer or None");
+  }
+  int overflow = 0;
+  const long long n = PyLong_AsLongLongAndOverflow(number, &overflow);
+  Py_DECREF(number);
+  if (overflow > 0) return SIZE_MAX;
+  if (overflow < 0 || n < 1)
+    ThrowInvalid(what + " = " + std::string(py::str(value)) +
+                 ": a draft holds at least 1 node (the start id)");
+  return static_cast<size_t>(n);
+}
+
+// Per-session node limits of a batch: None (empty: no limit), one integer
+// for every session, or a sequence of n integers or Nones.
+std::vector<size_t> NodeLimits(py::handle value, size_t n, const char* what) {
+  std::vector<size_t> limits;
+  if (value.is_none()) return limits;
+  if (PyIndex_Check(value.ptr())) {
+    limits.assign(n, NodeLimitOf(value, std::string(what) + ": max_nodes"));
+    return limits;
+  }
+  if (PyUnicode_Check(value.ptr()) || !PySequence_Check(value.ptr()))
+    ThrowInvalid(std::string(what) + ": max_nodes must be an integer, a sequence of them or None");
+  py::sequence items = py::reinterpret_borrow<py::sequence>(value);
+  if (items.size() != n)
+    ThrowInvalid(std::string(what) + ": " + std::to_string(n) + " sessions but " +
+                 std::to_string(items.size()) + " max_nodes");
+  limits.resize(n);
+  for (size_t i = 0; i < n; ++i)
+    limits[i] = NodeLimitOf(items[i], std::string(what) + ": max_nodes[" + std::to_string(i) + "]");
+  return limits;
+}
+
 // Token ids from Python: a C-contiguous uint32 array is read in place; a
 // list, tuple or other sequence of integers is converted, each id checked to
 // be in [0, 2^32) (into a small inline buffer when it fits: commits are
@@ -560,15 +600,16 @@ class Session {
     session_->Prefill(tokens.span());
   }
 
-  Draft Propose(py::handle start_id) {
+  Draft Propose(py::handle start_id, py::handle max_nodes) {
     const uint32_t start = TokenOf(start_id.ptr(), "propose", SIZE_MAX);
+    const size_t limit = NodeLimitOf(max_nodes, "propose: max_nodes");
     InUse guard(this);
     {
       py::gil_scoped_release release;
       // The Drafter overload copies the proposal into our buffer (a memcpy of
       // at most draft_size nodes): its capacity is fixed, so earlier arrays
       // stay valid memory.
-      session_->Propose(start, SIZE_MAX, &buffer_->tree);
+      session_->Propose(start, limit, &buffer_->tree);
     }
     proposed_ = true;
     const sam::runtime::DraftTree& tree = buffer_->tree;
@@ -704,12 +745,13 @@ class Session {
 // (not raised) of a session whose proposal failed. Refuses (before drafting)
 // a session that is busy in another thread or appears twice.
 py::list ProposeBatch(sam::runtime::DraftPool& pool, const py::sequence& sessions,
-                      const py::handle& starts) {
+                      const py::handle& starts, const py::handle& max_nodes) {
   TokenIds start_ids(starts, "propose_batch");
   const size_t n = sessions.size();
   if (start_ids.span().size() != n)
     ThrowInvalid("propose_batch: " + std::to_string(n) + " sessions but " +
                  std::to_string(start_ids.span().size()) + " start ids");
+  const std::vector<size_t> limits = NodeLimits(max_nodes, n, "propose_batch");
   std::vector<Session*> wrappers(n);
   for (size_t i = 0; i < n; ++i) {
     py::object item = sessions[i];
@@ -735,7 +777,7 @@ py::list ProposeBatch(sam::runtime::DraftPool& pool, const py::sequence& session
   std::vector<Draft> taken(n);
   {
     py::gil_scoped_release release;
-    pool.Propose(natives, start_ids.span(), drafts);
+    pool.Propose(natives, start_ids.span(), limits, drafts);
     for (size_t i = 0; i < n; ++i)
       if (!drafts[i].error) taken[i] = wrappers[i]->Take(*drafts[i].tree);
   }
@@ -949,8 +991,10 @@ PYBIND11_MODULE(_native, m) {
       .def("attach", &Session::AttachSet, py::arg("index"), "Drafts from a ShardSet too.")
       .def("prefill", &Session::Prefill, py::arg("ids"),
            "Takes in the prompt ids (all but the first start id).")
-      .def("propose", &Session::Propose, py::arg("start"),
-           "The draft that follows `start` (the last id the model produced): a Draft.")
+      .def("propose", &Session::Propose, py::arg("start"), py::arg("max_nodes") = py::none(),
+           "The draft that follows `start` (the last id the model produced): a Draft.\n"
+           "max_nodes: at most this many nodes, the start included (None: draft_size); with\n"
+           "shape='chain' the chain is cut from the policy's whole tree.")
       .def("commit", &Session::Commit, py::arg("ids"),
            "Takes in the verified ids: the last start id and the accepted draft ids.")
       .def("observe_topk", &Session::ObserveTopK, py::arg("tokens"), py::arg("topk"),
@@ -1019,8 +1063,10 @@ PYBIND11_MODULE(_native, m) {
            "A pool of `threads` threads, the caller's included (0: one per core).")
       .def_property_readonly("threads", &sam::runtime::DraftPool::num_threads)
       .def("propose", &ProposeBatch, py::arg("sessions"), py::arg("starts"),
-           "session.propose(start) for every pair, on the pool's threads with the GIL\n"
-           "released: a list of Drafts (or the Error of a session that failed).");
+           py::arg("max_nodes") = py::none(),
+           "session.propose(start, max_nodes) for every pair, on the pool's threads with\n"
+           "the GIL released: a list of Drafts (or the Error of a session that failed).\n"
+           "max_nodes: None, one limit for all, or one per session.");
 
   py::class_<sam::runtime::Rng>(m, "Rng")
       .def(py::init<uint64_t>(), py::arg("seed") = 0)
@@ -1111,10 +1157,13 @@ PYBIND11_MODULE(_native, m) {
       py::arg("weights"), py::arg("rng"));
   m.def(
       "propose_batch",
-      [](const py::sequence& sessions, const py::handle& starts, py::object pool) {
-        if (pool.is_none()) return ProposeBatch(DefaultPool(), sessions, starts);
-        return ProposeBatch(py::cast<sam::runtime::DraftPool&>(pool), sessions, starts);
+      [](const py::sequence& sessions, const py::handle& starts, py::object pool,
+         const py::handle& max_nodes) {
+        if (pool.is_none()) return ProposeBatch(DefaultPool(), sessions, starts, max_nodes);
+        return ProposeBatch(py::cast<sam::runtime::DraftPool&>(pool), sessions, starts,
+                            max_nodes);
       },
       py::arg("sessions"), py::arg("starts"), py::arg("pool") = py::none(),
+      py::arg("max_nodes") = py::none(),
       "DraftPool.propose on `pool` (None: a pool over all cores, made on first use).");
 }

@@ -25,6 +25,7 @@ struct DraftPool::State {
     uint32_t generation = 0;
     std::span<Session* const> sessions;
     std::span<const uint32_t> starts;
+    std::span<const size_t> max_nodes;  // empty: no limit
     std::span<BatchDraft> out;
   };
 
@@ -48,7 +49,8 @@ struct DraftPool::State {
       const size_t i = t & 0xFFFFFFFFu;
       BatchDraft& d = j.out[i];
       try {
-        d.tree = &j.sessions[i]->Propose(j.starts[i]);
+        d.tree = j.max_nodes.empty() ? &j.sessions[i]->Propose(j.starts[i])
+                                     : &j.sessions[i]->Propose(j.starts[i], j.max_nodes[i]);
         d.error = nullptr;
       } catch (...) {
         d.tree = nullptr;
@@ -102,11 +104,21 @@ size_t DraftPool::num_threads() const { return state_->workers.size() + 1; }
 
 void DraftPool::Propose(std::span<Session* const> sessions,
                         std::span<const uint32_t> start_tokens, std::span<BatchDraft> out) {
+  Propose(sessions, start_tokens, {}, out);
+}
+
+void DraftPool::Propose(std::span<Session* const> sessions,
+                        std::span<const uint32_t> start_tokens, std::span<const size_t> max_nodes,
+                        std::span<BatchDraft> out) {
   if (start_tokens.size() != sessions.size() || out.size() != sessions.size())
     throw Error(ErrorCode::kInvalidArgument,
                 "DraftPool::Propose: " + std::to_string(sessions.size()) + " sessions, " +
                     std::to_string(start_tokens.size()) + " start tokens, " +
                     std::to_string(out.size()) + " outputs; expected equal sizes");
+  if (!max_nodes.empty() && max_nodes.size() != sessions.size())
+    throw Error(ErrorCode::kInvalidArgument,
+                "DraftPool::Propose: " + std::to_string(sessions.size()) + " sessions but " +
+                    std::to_string(max_nodes.size()) + " node limits");
   for (size_t i = 0; i < sessions.size(); ++i)
     if (sessions[i] == nullptr)
       throw Error(ErrorCode::kInvalidArgument,
@@ -119,7 +131,7 @@ void DraftPool::Propose(std::span<Session* const> sessions,
   State::Job j;
   {
     std::lock_guard lock(s.mutex);
-    j = {s.job.generation + 1, sessions, start_tokens, out};
+    j = {s.job.generation + 1, sessions, start_tokens, max_nodes, out};
     s.job = j;
     s.remaining.store(sessions.size(), std::memory_order_relaxed);
     s.ticket.store(uint64_t{j.generation} << 32, std::memory_order_relaxed);

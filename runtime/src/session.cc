@@ -275,17 +275,20 @@ void Session::Prefill(std::span<const uint32_t> prompt) {
 }
 
 const DraftTree& Session::Propose(uint32_t start_token) {
-  ProposeInto(start_token, std::numeric_limits<size_t>::max(), &tree_);
-  return Shaped(std::numeric_limits<size_t>::max());
+  return Propose(start_token, std::numeric_limits<size_t>::max());
 }
 
-bool Session::Propose(uint32_t start_token, size_t max_nodes, DraftTree* out) {
+const DraftTree& Session::Propose(uint32_t start_token, size_t max_nodes) {
   max_nodes = std::max<size_t>(max_nodes, 1);
   // max_nodes bounds what is verified: a chain of max_nodes is cut from the
   // policy's whole tree.
   const bool chain = options_.selection.shape == DraftShape::kChain;
   ProposeInto(start_token, chain ? std::numeric_limits<size_t>::max() : max_nodes, &tree_);
-  *out = Shaped(max_nodes);
+  return Shaped(max_nodes);
+}
+
+bool Session::Propose(uint32_t start_token, size_t max_nodes, DraftTree* out) {
+  *out = Propose(start_token, max_nodes);
   return out->size() > 1;
 }
 

@@ -19,6 +19,7 @@
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -88,25 +89,17 @@ std::vector<uint32_t> AcceptedPath(const sam::runtime::DraftTree& tree,
   return path;
 }
 
-// The first-child chain of `tree` (node 1, its first child, ...), at most
-// `limit` tokens: what the chain-verifying engine adapters (vLLM, HF) hand over.
-std::vector<uint32_t> FirstChildChain(const sam::runtime::DraftTree& tree, size_t limit) {
-  std::vector<uint32_t> chain;
-  int node = 0;
-  for (size_t i = 1; i < tree.size() && chain.size() < limit; ++i)
-    if (tree.parents[i] == node) {
-      chain.push_back(tree.tokens[i]);
-      node = static_cast<int>(i);
-    }
-  return chain;
-}
-
 // The engine interface tests' oracle (test_engines.py): kEngineRequests
 // requests (prompt, generation), and for policies sam and sam-cal what a
 // fresh C++ session per request drafts when an engine verifies
-//   "chain": the first-child chain of at most kChainTokens tokens (vLLM,
-//            HF transformers; session draft_size kChainTokens + 1),
-//            accepting its longest prefix that the generation continues;
+//   "chain": a chain of at most kChainTokens tokens (vLLM, HF transformers:
+//            shape kChain, the default draft_size, Propose(start,
+//            kChainTokens + 1)), accepting its longest prefix that the
+//            generation continues; each step also records the tree the
+//            chain was cut from (last_tree: tokens, parents, depths,
+//            accept_estimates), for the tests' brute-force best chain;
+//   "chain_bare": the same from the bare prompt (prefilled but its last id,
+//            which starts the first draft: HF's first get_candidates);
 //   "tree":  the whole tree (SGLang; draft_size kTreeNodes), accepting the
 //            longest root path that the generation continues.
 constexpr size_t kEngineRequests = 6;
@@ -129,30 +122,51 @@ nlohmann::json EngineReference(const sam::format::IndexFile& file, Text& text) {
                         {"tree_nodes", kTreeNodes},
                         {"requests", requests}};
   for (const char* policy : {"sam", "sam-cal"}) {
-    for (const bool chain_mode : {true, false}) {
+    for (const char* mode : {"chain", "chain_bare", "tree"}) {
+      const bool chain_mode = std::string(mode) != "tree";
+      const bool bare = std::string(mode) == "chain_bare";
       nlohmann::json per_request = nlohmann::json::array();
       for (size_t r = 0; r < kEngineRequests; ++r) {
         sam::runtime::SessionOptions options;
         options.selection.policy = sam::runtime::FindPolicy(policy).policy;
-        options.selection.draft_size = chain_mode ? kChainTokens + 1 : kTreeNodes;
+        if (chain_mode)
+          options.selection.shape = sam::runtime::DraftShape::kChain;
+        else
+          options.selection.draft_size = kTreeNodes;
         sam::runtime::Session session(options);
         session.AttachIndex(file.shared_view());
         // The engines' first step: the prompt is prefilled and the model's
-        // first token (generation[0]) is the first start token.
-        session.Prefill(prompts[r]);
-        const auto& generation = generations[r];
+        // first token (generation[0]) is the first start token; from the
+        // bare prompt, its last id starts the first draft.
+        std::vector<uint32_t> generation = generations[r];
+        if (bare) {
+          session.Prefill(std::span(prompts[r]).first(prompts[r].size() - 1));
+          generation.insert(generation.begin(), prompts[r].back());
+        } else {
+          session.Prefill(prompts[r]);
+        }
         nlohmann::json steps = nlohmann::json::array();
         for (size_t i = 0; i + 1 < generation.size();) {
-          const sam::runtime::DraftTree& tree = session.Propose(generation[i]);
           std::vector<uint32_t> path = {generation[i]};
           if (chain_mode) {
-            const std::vector<uint32_t> chain = FirstChildChain(tree, kChainTokens);
+            const sam::runtime::DraftTree& drafted =
+                session.Propose(generation[i], kChainTokens + 1);
+            const std::vector<uint32_t> chain(drafted.tokens.begin() + 1, drafted.tokens.end());
             for (size_t k = 0; k < chain.size() && i + 1 + k < generation.size() &&
                                chain[k] == generation[i + 1 + k];
                  ++k)
               path.push_back(chain[k]);
-            steps.push_back({{"chain", chain}, {"accepted", path.size() - 1}});
+            const sam::runtime::DraftTree& tree = session.last_tree();
+            const std::vector<double> estimates(tree.accept_estimates.begin(),
+                                                tree.accept_estimates.end());
+            steps.push_back({{"chain", chain},
+                             {"accepted", path.size() - 1},
+                             {"tokens", tree.tokens},
+                             {"parents", tree.parents},
+                             {"depths", tree.depths},
+                             {"estimates", estimates}});
           } else {
+            const sam::runtime::DraftTree& tree = session.Propose(generation[i]);
             path = AcceptedPath(tree, generation, i);
             steps.push_back({{"tokens", tree.tokens},
                              {"parents", tree.parents},
@@ -163,7 +177,7 @@ nlohmann::json EngineReference(const sam::format::IndexFile& file, Text& text) {
         }
         per_request.push_back(steps);
       }
-      out[chain_mode ? "chain" : "tree"][policy] = per_request;
+      out[mode][policy] = per_request;
     }
   }
   return out;

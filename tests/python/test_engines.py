@@ -46,6 +46,50 @@ def accepted_prefix(draft, generation, pos):
     return k
 
 
+def first_child_chain(step, limit):
+    """The recorded tree's first-child chain (node 1, its first child, ...),
+    at most `limit` ids."""
+    chain, node = [], 0
+    for i in range(1, len(step["tokens"])):
+        if step["parents"][i] == node and len(chain) < limit:
+            chain.append(step["tokens"][i])
+            node = i
+    return chain
+
+
+def best_chain(step, limit):
+    """Brute force over the root paths of the tree a chain was cut from
+    (reference.json: the C++ session's last_tree()): the path of at most
+    `limit` ids whose expected accepted tokens, the sum over its nodes of
+    the product of accept_estimates (clamped to [0, 1]) down to each, is the
+    largest; ties go to the shallower path, then to the first in node order.
+    A tree without estimates (the paper rule's linear drafts) gives its
+    first-child chain."""
+    tokens, parents, depths, estimates = (step["tokens"], step["parents"], step["depths"],
+                                          step["estimates"])
+    if not estimates:
+        return first_child_chain(step, limit)
+
+    def root_path(v):
+        path = []
+        while v > 0:
+            path.append(v)
+            v = parents[v]
+        return path[::-1]
+
+    best, best_expected = 0, 0.0
+    for v in range(1, len(tokens)):
+        if depths[v] > limit:
+            continue
+        probability, expected = 1.0, 0.0
+        for u in root_path(v):
+            probability *= min(max(estimates[u], 0.0), 1.0)
+            expected += probability
+        if expected > best_expected or (expected == best_expected and depths[v] < depths[best]):
+            best, best_expected = v, expected
+    return [tokens[u] for u in root_path(best)]
+
+
 class InputBatch:
     """The part of vLLM's InputBatch that a custom proposer sees, with its
     row moves (vllm-project/vllm vllm/v1/worker/gpu_input_batch.py, commit
@@ -120,12 +164,12 @@ class InputBatch:
 
 
 class HandDrivenSession:
-    """The oracle of one request: a session driven by hand as docs/python.md
-    says (prefill the prompt, then commit what was verified and propose from
-    the last id), its draft's first-child chain written out here."""
+    """The oracle of one request: a chain session driven by hand as
+    docs/python.md says (prefill the prompt, then commit what was verified
+    and propose from the last id, at most limit + 1 nodes)."""
 
-    def __init__(self, index, policy, context):
-        self.session = sd.Session(policy=policy, draft_size=K + 1)
+    def __init__(self, index, policy, context, shape="chain"):
+        self.session = sd.Session(policy=policy, shape=shape)
         self.session.attach(index)
         self.session.prefill(context[:-1])
         self.taken = len(context) - 1
@@ -134,14 +178,36 @@ class HandDrivenSession:
         if len(context) - 1 > self.taken:
             self.session.commit(context[self.taken:len(context) - 1])
             self.taken = len(context) - 1
-        draft = self.session.propose(context[-1])
+        draft = self.session.propose(context[-1], max_nodes=max(limit, 0) + 1)
         tokens, parents = draft.tokens.tolist(), draft.parents.tolist()
-        chain, node = [], 0
+        chain, node = [], 0  # a tree's first-child chain; a chain's ids
         for i in range(1, len(tokens)):
-            if parents[i] == node and len(chain) < limit:
+            if parents[i] == node:
                 chain.append(tokens[i])
                 node = i
         return chain
+
+
+class ReferenceChainsTest(unittest.TestCase):
+    """The oracle itself: the C++ chain session's chains (max_nodes K + 1)
+    are the best root paths of the trees they were cut from, and for
+    sam-cal these differ from the first-child chains often enough for the
+    engine tests to tell them apart."""
+
+    def test_chains_are_the_best_root_paths(self):
+        for mode in ("chain", "chain_bare"):
+            for policy in POLICIES:
+                differ = steps = 0
+                for r, request_steps in enumerate(ENG[mode][policy]):
+                    for n, step in enumerate(request_steps):
+                        where = "%s %s request %d step %d" % (mode, policy, r, n)
+                        self.assertEqual(step["chain"], best_chain(step, K), where)
+                        differ += step["chain"] != first_child_chain(step, K)
+                        steps += 1
+                if policy == "sam":  # linear drafts: the chain is the draft's first K ids
+                    self.assertEqual(differ, 0)
+                else:
+                    self.assertGreater(differ, steps // 20, "%s: best vs first-child" % mode)
 
 
 class VllmCustomProposerTest(unittest.TestCase):
@@ -182,7 +248,7 @@ class VllmCustomProposerTest(unittest.TestCase):
         return REQUESTS[requests[j]]["prompt"]
 
     def run_engine(self, user_class, policy, requests, max_model_len, rng=None,
-                   prefill_chunks=None, cpp_reference=None):
+                   prefill_chunks=None, cpp_reference=None, shape="chain"):
         """Serves `requests` (indices into REQUESTS) through the proposer.
         rng: random swap_states and admission order; prefill_chunks[j]: the
         steps request j's prefill takes. Checks every draft against a
@@ -256,13 +322,14 @@ class VllmCustomProposerTest(unittest.TestCase):
                     continue
                 context = batch.token_ids_cpu[row, :batch.num_tokens_no_spec[row]].tolist()
                 if st["oracle"] is None:
-                    st["oracle"] = HandDrivenSession(index, policy, context)
+                    st["oracle"] = HandDrivenSession(index, policy, context, shape)
                 where = "%s request %d step %d" % (policy, j, st["step"])
                 limit = min(K, max_model_len - len(context))
                 self.assertEqual(drafts[row], st["oracle"].chain(context, limit), where)
                 if cpp_reference is not None and j not in finished:
-                    self.assertEqual(drafts[row], cpp_reference[requests[j]][st["step"]]["chain"],
-                                     where)
+                    reference = cpp_reference[requests[j]][st["step"]]
+                    self.assertEqual(drafts[row], reference["chain"], where)
+                    self.assertEqual(drafts[row], best_chain(reference, limit), where)
                 st["draft"] = drafts[row]
                 st["step"] += 1
             self.assertLessEqual(proposer.num_requests, batch.num_reqs)
@@ -284,6 +351,13 @@ class VllmCustomProposerTest(unittest.TestCase):
                                                  reuse_sessions=(policy == "sam"))
                 self.run_engine(user_class, policy, list(range(len(REQUESTS))), 4096,
                                 prefill_chunks={1: 3}, cpp_reference=ENG["chain"][policy])
+
+    def test_tree_shape_gives_first_child_chains(self):
+        """session_options {"shape": "tree"}: each row gets the first-child
+        chain of a tree of at most K + 1 nodes."""
+        user_class = self.proposer_class(policy="sam-cal", session_options={"shape": "tree"},
+                                         reuse_sessions=False)
+        self.run_engine(user_class, "sam-cal", list(range(len(REQUESTS))), 4096, shape="tree")
 
     def test_rows_move_and_steps_are_skipped(self):
         """Fourteen requests in four rows, admitted in random order, rows
@@ -390,7 +464,9 @@ class VllmCustomProposerTest(unittest.TestCase):
                 proposer = user_class(config)
             self.assertEqual(proposer._pool.options["policy"], "sam-tree")
             self.assertEqual(proposer._pool.options["max_width"], 4)
-            self.assertEqual(proposer._pool.options["draft_size"], K + 1)
+            # A chain cut from the policy's whole tree (its own draft_size).
+            self.assertEqual(proposer._pool.options["shape"], "chain")
+            self.assertNotIn("draft_size", proposer._pool.options)
             self.assertEqual(proposer._draft_pool.threads, 2)
             self.assertIn("SAM-Decoding drafter active", logs.output[0])
             self.assertIn(INDEX, logs.output[0])
@@ -637,6 +713,7 @@ class HfCandidateGeneratorTest(unittest.TestCase):
                                                                 policy=policy)
                     input_ids = torch.tensor([prompt], dtype=torch.long)
                     oracle = HandDrivenSession(index, policy, prompt)
+                    reference = ENG["chain_bare"][policy][r]  # the C++ session's chains
                     step = 0
                     while input_ids.shape[1] - len(prompt) < len(gen):
                         pos = input_ids.shape[1] - len(prompt)
@@ -647,6 +724,9 @@ class HfCandidateGeneratorTest(unittest.TestCase):
                                          input_ids[0].tolist())
                         where = "%s request %d step %d" % (policy, r, step)
                         self.assertEqual(draft, oracle.chain(input_ids[0].tolist(), K), where)
+                        if step < len(reference):
+                            self.assertEqual(draft, reference[step]["chain"], where)
+                            self.assertEqual(draft, best_chain(reference[step], K), where)
                         n_matches = accepted_prefix(draft, gen, pos)
                         if input_ids.shape[1] + n_matches + 1 - len(prompt) < len(gen):
                             accepted += n_matches  # a later call shows the generator

@@ -338,6 +338,51 @@ class BatchTest(unittest.TestCase):
                     k = REF["top_k"]
                     sessions[i].observe_topk(step["commit"], np.array(step["topk"]).reshape(-1, k))
 
+    def test_max_nodes(self):
+        """propose(start, max_nodes): a tree of at most max_nodes nodes, or a
+        chain of at most that many cut from the whole tree; propose_batch's
+        per-session limits draft what each session's own propose drafts."""
+        index = sd.Index.open(INDEX)
+        steps = REF["policies"]["sam-cal"]["steps"]
+
+        def sessions(shape):
+            out = []
+            for _ in range(3):
+                s = sd.Session(policy="sam-cal", shape=shape)
+                s.attach(index)
+                s.prefill(REF["prompt"])
+                out.append(s)
+            return out
+
+        for shape in ("tree", "chain"):
+            own, batched = sessions(shape), sessions(shape)
+            longer = 0
+            for n, step in enumerate(steps):
+                limits = [1 + n % 5, 8, None]
+                drafts = sd.propose_batch(batched, [step["start"]] * 3, max_nodes=limits)
+                for s, limit, draft in zip(own, limits, drafts):
+                    want = s.propose(step["start"], max_nodes=limit)
+                    where = "%s step %d limit %s" % (shape, n, limit)
+                    self.assertEqual(draft.tokens.tolist(), want.tokens.tolist(), where)
+                    self.assertEqual(draft.parents.tolist(), want.parents.tolist(), where)
+                    self.assertLessEqual(len(want), limit or s.draft_size, where)
+                    if shape == "chain":
+                        self.assertEqual(want.parents.tolist(), list(range(-1, len(want) - 1)))
+                    longer += limit is None and len(want) > 8
+                for s in own + batched:
+                    s.commit(step["commit"])
+            self.assertGreater(longer, 0, "no limit: longer drafts than 8 nodes")
+            one = sd.DraftPool(2).propose(batched[:2], [steps[0]["start"]] * 2, max_nodes=2)
+            self.assertTrue(all(len(d) <= 2 for d in one))
+        s = own[0]
+        for bad in (0, -1, "x", 2.5):
+            with self.assertRaises(sd.Error, msg=repr(bad)):
+                s.propose(steps[0]["start"], max_nodes=bad)
+        with self.assertRaises(sd.Error):
+            sd.propose_batch(own[:2], [1, 1], max_nodes=[3])
+        with self.assertRaises(sd.Error):
+            sd.propose_batch(own[:2], [1, 1], max_nodes=[3, 0])
+
     def test_bad_batches_are_refused(self):
         s = new_session("sam")
         s.attach(sd.Index.open(INDEX))

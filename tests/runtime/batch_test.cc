@@ -43,12 +43,14 @@ std::vector<Stream> MakeStreams(std::mt19937& rng, const std::vector<Text>& docs
 
 std::vector<std::unique_ptr<Session>> MakeSessions(const std::vector<Stream>& streams,
                                                    std::shared_ptr<const StaticIndex> index,
-                                                   Policy policy) {
+                                                   Policy policy,
+                                                   DraftShape shape = DraftShape::kTree) {
   std::vector<std::unique_ptr<Session>> sessions;
   for (const Stream& s : streams) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
     o.selection.policy = policy;
+    o.selection.shape = shape;
     sessions.push_back(std::make_unique<Session>(o));
     sessions.back()->AttachIndex(index);
     sessions.back()->Prefill(s.prompt);
@@ -112,6 +114,68 @@ TEST(DraftPool, SameDraftsAsSequentialPropose) {
           }
         }
       }
+    }
+  }
+}
+
+// Per-session node limits: each session drafts what its own
+// Propose(start, max_nodes) drafts, trees and chains alike.
+TEST(DraftPool, PerSessionNodeLimits) {
+  std::mt19937 rng(33);
+  const std::vector<Text> docs = test_util::RandomTexts(rng, 200, 30, 60, 50);
+  const test_util::BuiltIndex built(docs, 50, "batch_limits.sam");
+  const auto index = StaticIndex::Create(&built.view(), {.min_degree = 4, .top_k = 8});
+  DraftPool pool(3);
+  for (DraftShape shape : {DraftShape::kTree, DraftShape::kChain}) {
+    for (Policy policy : {Policy::kPaper, Policy::kCalibrated}) {
+      SCOPED_TRACE(std::string(DraftShapeName(shape)) + ", policy " +
+                   std::to_string(static_cast<int>(policy)));
+      constexpr size_t n = 24;
+      std::vector<Stream> streams = MakeStreams(rng, docs, n);
+      std::vector<Stream> expected_streams = streams;
+      auto batched = MakeSessions(streams, index, policy, shape);
+      auto sequential = MakeSessions(streams, index, policy, shape);
+      std::vector<Session*> active;
+      std::vector<size_t> which, limits;
+      std::vector<uint32_t> starts;
+      std::vector<BatchDraft> drafts;
+      size_t checked = 0;
+      for (;;) {
+        active.clear();
+        which.clear();
+        starts.clear();
+        limits.clear();
+        for (size_t i = 0; i < n; ++i) {
+          if (streams[i].at >= streams[i].output.size()) continue;
+          active.push_back(batched[i].get());
+          which.push_back(i);
+          starts.push_back(streams[i].output[streams[i].at]);
+          limits.push_back(1 + (i + streams[i].at) % 9);  // 1 .. 9 nodes
+        }
+        if (active.empty()) break;
+        drafts.assign(active.size(), {});
+        pool.Propose(active, starts, limits, drafts);
+        for (size_t k = 0; k < active.size(); ++k) {
+          const size_t i = which[k];
+          ASSERT_FALSE(drafts[k].error);
+          const DraftTree& want = sequential[i]->Propose(starts[k], limits[k]);
+          ASSERT_EQ(drafts[k].tree->tokens, want.tokens);
+          ASSERT_EQ(drafts[k].tree->parents, want.parents);
+          ASSERT_LE(want.size(), limits[k]);
+          if (shape == DraftShape::kChain) {
+            ASSERT_TRUE(want.IsLinear());
+          }
+          ++checked;
+          Advance(*drafts[k].tree, batched[i].get(), &streams[i]);
+          Advance(want, sequential[i].get(), &expected_streams[i]);
+        }
+      }
+      EXPECT_GT(checked, n);
+      std::vector<Session*> all;
+      for (auto& s : batched) all.push_back(s.get());
+      std::vector<uint32_t> all_starts(n, 1);
+      std::vector<BatchDraft> out(n);
+      EXPECT_THROW(pool.Propose(all, all_starts, std::vector<size_t>(n - 1, 4), out), Error);
     }
   }
 }

@@ -12,7 +12,7 @@
 //   }
 //
 // Propose gives the same drafts as calling sessions[i]->Propose(starts[i])
-// for each i in turn: sessions do not interact. Each session's tree is its
+// (or Propose(starts[i], max_nodes[i])) for each i in turn: sessions do not interact. Each session's tree is its
 // own (Session::Propose), so a step allocates nothing beyond what a session
 // allocates itself (an error's exception_ptr aside).
 //
@@ -68,6 +68,11 @@ class SAM_API DraftPool {
   // null (before drafting anything).
   void Propose(std::span<Session* const> sessions, std::span<const uint32_t> start_tokens,
                std::span<BatchDraft> out);
+  // The same with sessions[i]->Propose(start_tokens[i], max_nodes[i]): a
+  // per-session limit on the draft's nodes (Session::Propose). Throws
+  // sam::Error (kInvalidArgument) when max_nodes's size differs too.
+  void Propose(std::span<Session* const> sessions, std::span<const uint32_t> start_tokens,
+               std::span<const size_t> max_nodes, std::span<BatchDraft> out);
 
  private:
   struct State;

@@ -152,9 +152,14 @@ class SAM_API Session : public Drafter {
   // Proposes a draft rooted at start_token. The reference stays valid until
   // the next call on the session.
   const DraftTree& Propose(uint32_t start_token);
-  // Drafter interface: Propose with at most max_nodes nodes, copied to *out
-  // (SelectionOptions::shape kChain: a chain of at most max_nodes nodes, cut
-  // from the policy's whole tree).
+  // Propose with at most max_nodes nodes, the start included (at least 1):
+  // a tree of at most max_nodes nodes, or with SelectionOptions::shape
+  // kChain a chain of at most max_nodes nodes cut from the policy's whole
+  // tree (draft_size nodes), which the statistics and calibration then
+  // count. For a verifier with a per-step limit (vLLM's
+  // num_speculative_tokens + 1).
+  const DraftTree& Propose(uint32_t start_token, size_t max_nodes);
+  // Drafter interface: Propose(start_token, max_nodes) copied to *out.
   bool Propose(uint32_t start_token, size_t max_nodes, DraftTree* out) override;
   // Commits the tokens that joined the verified context: the start token of
   // the last proposal followed by the accepted draft tokens. Updates the
