@@ -163,6 +163,16 @@ expect 1 "fifo.samc.*not a regular file" -- "$replay" --index "$tmp/ok.sam" --tr
   --policy sam-cal --cross-request --load-cache "$tmp/fifo.samc"
 expect 1 "fifo.csv.*not a regular file" -- "$replay" --index "$tmp/ok.sam" --traces "$tmp/traces.jsonl" \
   --policy sam-cal --cost-curve "$tmp/fifo.csv"
+# A response cache of another vocabulary (ids up to 40000, saved by a replay without an index): a
+# replay over an index of vocabulary 10 refuses to load it, naming the file, response, id and
+# vocabulary; sam-inspect shows its largest id.
+echo '{"prompt_ids": [1, 2], "output_ids": [2, 3, 40000, 2, 3]}' > "$tmp/wide.jsonl"
+expect 0 "" -- "$replay" --traces "$tmp/wide.jsonl" --policy sam --cross-request --save-cache "$tmp/wide.samc"
+expect 1 "wide.samc: response 1 (tenant '') holds id 40000, at or above the vocabulary size 10" -- \
+  "$replay" --index "$tmp/ok.sam" --traces "$tmp/traces.jsonl" --policy sam-cal --cross-request \
+  --load-cache "$tmp/wide.samc"
+expect 0 "largest id: 40000" -- "$inspect" "$tmp/wide.samc"
+expect 0 '"max_id": 40000' -- "$inspect" --json "$tmp/wide.samc"
 # A shard set whose shard is a FIFO.
 if [[ $asan -eq 0 ]]; then
   cp "$tmp/v.samset" "$tmp/w.samset"
