@@ -18,6 +18,7 @@
 
 #include "sam/error.h"
 #include "sam/format/blob_file.h"
+#include "sam/format/response_cache_file.h"
 #include "same_automaton.h"
 #include "temp_dir.h"
 #include "sam/indexer/builder.h"
@@ -754,6 +755,23 @@ TEST(ResponseCacheFileTest, RefusesDamagedFilesAndAnotherTokenizer) {
   for (const auto& p : impossible) {
     format::WriteBlobFile(bad, format::kResponseCacheMagic, 1, p);
     ExpectLoadFails(bad, tok, ErrorCode::kCorruptStructure);
+  }
+  // Responses are numbered from 1 in these messages, as sam-build's cache
+  // corpora number them (the reader is shared by Load, sam-inspect and
+  // sam-build): the first response is "response 1", the second "response 2".
+  const std::vector<std::pair<std::vector<uint8_t>, std::string>> numbered = {
+      {payload_of(1, {0, 1000000}), "response 1 has an impossible length"},
+      {payload_of(2, {0, 1, 5, 0, 2, 6, ResponseCache::kSeparator}),
+       "response 2 holds the separator"},
+  };
+  for (const auto& [p, message] : numbered) {
+    format::WriteBlobFile(bad, format::kResponseCacheMagic, 1, p);
+    try {
+      format::ReadResponseCacheFile(bad);
+      ADD_FAILURE() << "read " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
   }
 }
 
