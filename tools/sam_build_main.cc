@@ -377,6 +377,13 @@ int main(int argc, char** argv) {
         std::cerr << "sam-build: warning: " << c.spec.kind << "=" << c.spec.path
                   << " gave no documents (" << c.records << " records"
                   << (c.skip_summary.empty() ? "" : "; " + c.skip_summary) << ")\n";
+    // The plan is an estimate (bytes a token, the process's memory at each
+    // shard's start): say so when the measured peak went past the bound.
+    if (cfg.max_memory_bytes && r.peak_rss_bytes > cfg.max_memory_bytes)
+      std::fprintf(stderr,
+                   "sam-build: warning: the peak RSS, %.1f MiB, exceeded --max-memory %.1f MiB "
+                   "(the shards' plan is an estimate; give a larger bound to stay within it)\n",
+                   r.peak_rss_bytes / 1048576.0, cfg.max_memory_bytes / 1048576.0);
     if (json) std::cout << ReportJson(r, r.index_path).dump(2) << "\n";
     else PrintSummary(r, r.index_path);
     return 0;

@@ -1,6 +1,7 @@
 // sam-inspect: what is in an index file (header, manifest, sections, stats),
 // and --verify to check every checksum, value and self-test sample.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <iostream>
@@ -36,7 +37,9 @@ int InspectResponseCache(const std::string& path, bool json) {
   };
   std::map<std::string, Tenant> tenants;
   uint64_t tokens = 0;
+  uint32_t max_id = 0;  // shown: a cache holding ids of another vocabulary stands out
   for (const auto& r : file.responses) {
+    for (uint32_t id : r.tokens) max_id = std::max(max_id, id);
     Tenant& t = tenants[r.tenant];
     ++t.responses;
     t.tokens += r.tokens.size();
@@ -52,6 +55,7 @@ int InspectResponseCache(const std::string& path, bool json) {
     j["tokenizer_sha256"] = tokenizer;
     j["responses"] = file.responses.size();
     j["tokens"] = tokens;
+    j["max_id"] = max_id;
     j["read_ms"] = ms;
     j["tenants"] = nlohmann::json::array();
     for (const auto& [key, t] : tenants)
@@ -65,6 +69,7 @@ int InspectResponseCache(const std::string& path, bool json) {
   std::printf("responses:  %zu, %llu tokens, %zu tenant%s\n", file.responses.size(),
               static_cast<unsigned long long>(tokens), tenants.size(),
               tenants.size() == 1 ? "" : "s");
+  std::printf("largest id: %u (sessions of a smaller vocabulary refuse this cache)\n", max_id);
   for (const auto& [key, t] : tenants)
     std::printf("  tenant '%s': %llu responses, %llu tokens\n", key.c_str(),
                 static_cast<unsigned long long>(t.responses),

@@ -699,6 +699,8 @@ int main(int argc, char** argv) {
           rt::ResponseCache::CompileOptions compile;
           compile.enabled = cache_compile;
           cache = std::make_shared<rt::ResponseCache>(cache_mib << 20, compile);
+          // The indexes' vocabulary first: a cache file of another one is refused.
+          if (vocab != UINT32_MAX) cache->RequireVocabulary(vocab);
           if (!load_cache_path.empty()) cache->Load(load_cache_path, cache_tokenizer);
           rt::Session* session = r.session;
           hooks.before_trace = [&, session](const rt::ReplayTrace& t) {

@@ -169,13 +169,25 @@ std::vector<uint32_t> TextOf(const DynamicSam& sam) {
 // compares with the same budget after the build. Checking it first spares a
 // build whose time and memory grow with the largest id, not with the text:
 // one stray id near 2^31 would cost seconds and gigabytes per compile.
-ResponseCache::Compiled BuildCompiled(const std::string& key, std::span<const uint32_t> text,
-                                      size_t budget) {
+// Once the cache knows its sessions' vocabulary (`vocab_size` > 0), an id at
+// or above it (inserted before the vocabulary was known) ends the piece of
+// response before it, like a separator: no session drafts it, and it never
+// sizes the index.
+ResponseCache::Compiled BuildCompiled(const std::string& key, std::vector<uint32_t> text,
+                                      size_t budget, uint32_t vocab_size) {
   ResponseCache::Compiled out;
   uint32_t max_id = 0;
   uint64_t tokens = 0;
-  for (uint32_t id : text) {
-    if (id == ResponseCache::kSeparator) continue;
+  size_t responses = 0;
+  for (uint32_t& id : text) {
+    if (id == ResponseCache::kSeparator) {
+      ++responses;
+      continue;
+    }
+    if (vocab_size > 0 && id >= vocab_size) {
+      id = ResponseCache::kSeparator;
+      continue;
+    }
     max_id = std::max(max_id, id);
     ++tokens;
   }
@@ -183,13 +195,14 @@ ResponseCache::Compiled BuildCompiled(const std::string& key, std::span<const ui
   auto holder = std::make_shared<CompiledHolder>();
   try {
     indexer::SuffixAutomatonBuilder builder(max_id + 1, text.size());
+    const std::span<const uint32_t> all(text);
     size_t begin = 0;
-    for (size_t p = 0; p < text.size(); ++p) {
-      if (text[p] != ResponseCache::kSeparator) continue;
-      builder.AddDocument(text.subspan(begin, p - begin));
+    for (size_t p = 0; p < all.size(); ++p) {
+      if (all[p] != ResponseCache::kSeparator) continue;
+      if (p > begin) builder.AddDocument(all.subspan(begin, p - begin));
       begin = p + 1;
-      ++out.responses;
     }
+    out.responses = responses;
     const std::string name = "response cache tenant '" + key + "'";
     builder.WriteToMemory({}, &holder->bytes, name);
     holder->file.emplace(
@@ -236,7 +249,8 @@ void ResponseCache::MaybeCompile(const std::shared_ptr<Tenant>& t) {
   if (!CompileDue(*t)) return;
   if (!compile_.background) {
     // Only this writer changes t's automaton: read it without its lock.
-    Publish(*t, BuildCompiled(t->key, TextOf(*t->sam), compile_budget()));
+    Publish(*t, BuildCompiled(t->key, TextOf(*t->sam), compile_budget(),
+                               vocab_size_.load(std::memory_order_relaxed)));
     return;
   }
   if (t->compile_queued) return;  // the queued compile will read the newer text
@@ -267,7 +281,8 @@ void ResponseCache::CompileLoop() {
         std::shared_lock read(t->mu);
         text = TextOf(*t->sam);
       }
-      Compiled built = BuildCompiled(t->key, text, compile_budget());
+      Compiled built = BuildCompiled(t->key, std::move(text), compile_budget(),
+                                     vocab_size_.load(std::memory_order_relaxed));
       std::lock_guard write(write_mu_);
       t->compile_queued = false;
       // Not for a tenant that Clear() or eviction removed meanwhile.
@@ -349,6 +364,13 @@ void ResponseCache::Rebuild(Tenant& t, size_t skip_tokens, std::span<const uint3
 }
 
 bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> tokens) {
+  return InsertFrom(tenant, tokens, nullptr);
+}
+
+// `origin` names a loaded response (file, response number) for the error of a
+// later RequireVocabulary; null for an inserted one.
+bool ResponseCache::InsertFrom(std::string_view tenant, std::span<const uint32_t> tokens,
+                               const std::string* origin) {
   if (tokens.empty()) return false;
   if (tokens.size() > kMaxResponseTokens)
     throw Error(ErrorCode::kInvalidArgument,
@@ -362,6 +384,14 @@ bool ResponseCache::Insert(std::string_view tenant, std::span<const uint32_t> to
   if (TenantBytes(tenant.size(), need_new, 1) > automata_bytes_) return false;
 
   std::lock_guard write(write_mu_);
+  const uint32_t largest = *std::max_element(tokens.begin(), tokens.end());
+  const uint32_t vocab_size = vocab_size_.load(std::memory_order_relaxed);
+  if (vocab_size > 0 && largest >= vocab_size) return false;  // an id no session knows
+  if (origin != nullptr && (!has_loaded_ids_ || largest > loaded_max_id_)) {
+    has_loaded_ids_ = true;
+    loaded_max_id_ = largest;
+    loaded_max_id_origin_ = *origin;
+  }
   std::shared_ptr<Tenant> t;
   if (auto it = tenants_.find(tenant); it != tenants_.end()) t = it->second;
   const uint64_t sequence = next_sequence_++;
@@ -485,6 +515,20 @@ void ResponseCache::Clear() {
   compiled_bytes_ = 0;
   responses_ = 0;
   evicted_ = 0;
+  has_loaded_ids_ = false;
+  loaded_max_id_ = 0;
+  loaded_max_id_origin_.clear();
+}
+
+void ResponseCache::RequireVocabulary(uint32_t vocab_size) {
+  std::lock_guard write(write_mu_);
+  if (has_loaded_ids_ && loaded_max_id_ >= vocab_size)
+    throw Error(ErrorCode::kInvalidArgument,
+                loaded_max_id_origin_ + " holds id " + std::to_string(loaded_max_id_) +
+                    ", at or above the vocabulary size " + std::to_string(vocab_size) +
+                    " of the session's indexes (a cache of another vocabulary)");
+  const uint32_t known = vocab_size_.load(std::memory_order_relaxed);
+  if (known == 0 || vocab_size < known) vocab_size_.store(vocab_size, std::memory_order_relaxed);
 }
 
 uint32_t ResponseCache::Draft(std::string_view tenant, std::span<const uint32_t> context,
@@ -589,7 +633,22 @@ void ResponseCache::Load(const std::string& path, const format::Sha256Digest& to
     throw Error(ErrorCode::kTokenizerMismatch, ErrorContext{.file = path},
                 "the cache was saved with tokenizer " + format::DigestToHex(file.tokenizer_sha256) +
                     ", this deployment uses " + format::DigestToHex(tokenizer_sha256));
-  for (const format::CachedResponse& r : file.responses) Insert(r.tenant, r.tokens);
+  const uint32_t vocab_size = vocab_size_.load(std::memory_order_relaxed);
+  if (vocab_size > 0) {
+    for (size_t i = 0; i < file.responses.size(); ++i)
+      for (uint32_t id : file.responses[i].tokens)
+        if (id >= vocab_size)
+          throw Error(ErrorCode::kInvalidArgument, ErrorContext{.file = path},
+                      "response " + std::to_string(i + 1) + " (tenant '" +
+                          file.responses[i].tenant + "') holds id " + std::to_string(id) +
+                          ", at or above the vocabulary size " + std::to_string(vocab_size) +
+                          " of the sessions drafting from this cache");
+  }
+  std::string origin;
+  for (size_t i = 0; i < file.responses.size(); ++i) {
+    origin = path + ", response " + std::to_string(i + 1);
+    InsertFrom(file.responses[i].tenant, file.responses[i].tokens, &origin);
+  }
 }
 
 ResponseCache::Cursor ResponseCache::OpenCursor(std::string_view tenant) const {

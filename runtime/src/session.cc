@@ -80,6 +80,7 @@ Session::~Session() = default;
 void Session::AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index,
                            size_t group) {
   CheckVocabulary(*cursor.view());
+  if (cache_) cache_->RequireVocabulary(cursor.view()->vocab_size());
   if (cache_) cache_cursor_.set_vocab_limit(cursor.view()->vocab_size());  // ids the model knows
   for (size_t p = 1; p <= dynamic_.size(); ++p) cursor.Advance(dynamic_.Token(p));
   internal::StaticSource source;
@@ -169,6 +170,9 @@ void Session::AttachIndex(std::shared_ptr<const StaticIndex> index) {
 void Session::SetFallback(Drafter* fallback) { options_.fallback = fallback; }
 
 void Session::AttachCache(std::shared_ptr<ResponseCache> cache, std::string_view tenant) {
+  // Before any change: a cache holding ids the indexes do not know is refused.
+  if (cache != nullptr && !sources_.empty())
+    cache->RequireVocabulary(sources_[0].cursor.view()->vocab_size());
   if (cache_compiled_.index) policy_->ForgetViews();  // its view may be freed (above)
   cache_compiled_ = ResponseCache::Compiled{};
   cache_static_ = StaticCursor();

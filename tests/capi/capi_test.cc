@@ -1341,6 +1341,11 @@ TEST_F(CapiTest, CacheIdsAboveTheVocabularyAreNeverDrafted) {
   ASSERT_EQ(sam_cache_insert(cache, "t", response.data(), response.size(), nullptr), SAM_OK);
   sam_index* index = nullptr;
   ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &index), SAM_OK);
+  // The paper rule, whose draft is the cache's continuation when its match is
+  // the longer (the default, sam-cal, may prefer the index's tree).
+  sam_session_config config;
+  sam_session_config_init(&config);
+  ASSERT_EQ(sam_policy_from_name("sam", &config.policy, nullptr), SAM_OK);
   for (const bool cache_first : {true, false}) {
     sam_session_config config;
     sam_session_config_init(&config);
@@ -1365,6 +1370,50 @@ TEST_F(CapiTest, CacheIdsAboveTheVocabularyAreNeverDrafted) {
   }
   sam_index_close(index);
   sam_cache_free(cache);
+}
+
+// A cache file of another vocabulary: loading it and then attaching it to a
+// session whose index has a smaller vocabulary is refused, naming the file,
+// the response, the id and the vocabulary; once a session attached the cache,
+// loading such a file is refused and inserts nothing.
+TEST_F(CapiTest, CacheFilesWithIdsAboveTheVocabularyAreRefused) {
+  const std::string path = TempPath("foreign.samc");
+  {
+    sam_cache* cache = nullptr;
+    ASSERT_EQ(sam_cache_new(1 << 20, &cache), SAM_OK);
+    const uint32_t ids[] = {2, 4294967294u, 40000, 5};
+    ASSERT_EQ(sam_cache_insert(cache, "t", ids, 4, nullptr), SAM_OK);
+    ASSERT_EQ(sam_cache_save(cache, path.c_str(), nullptr), SAM_OK) << sam_last_error();
+    sam_cache_free(cache);
+  }
+  sam_index* index = nullptr;
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &index), SAM_OK);
+  const std::string vocab = std::to_string(sam_index_vocab_size(index));
+  auto names_all = [&](const std::string& m) {
+    EXPECT_NE(m.find(path), std::string::npos) << m;
+    EXPECT_NE(m.find("response 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("4294967294"), std::string::npos) << m;
+    EXPECT_NE(m.find("vocabulary size " + vocab), std::string::npos) << m;
+  };
+  sam_cache* cache = nullptr;
+  ASSERT_EQ(sam_cache_new(1 << 20, &cache), SAM_OK);
+  ASSERT_EQ(sam_cache_load(cache, path.c_str(), nullptr), SAM_OK) << sam_last_error();
+  sam_session* session = nullptr;
+  ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
+  ASSERT_EQ(sam_session_attach_index(session, index), SAM_OK);
+  EXPECT_EQ(sam_session_attach_cache(session, cache, "t"), SAM_ERR_INVALID_ARGUMENT);
+  names_all(sam_last_error());
+  sam_cache* fresh = nullptr;
+  ASSERT_EQ(sam_cache_new(1 << 20, &fresh), SAM_OK);
+  ASSERT_EQ(sam_session_attach_cache(session, fresh, "t"), SAM_OK) << sam_last_error();
+  EXPECT_EQ(sam_cache_load(fresh, path.c_str(), nullptr), SAM_ERR_INVALID_ARGUMENT);
+  names_all(sam_last_error());
+  EXPECT_EQ(sam_cache_num_responses(fresh), 0u);
+  sam_session_free(session);
+  sam_cache_free(fresh);
+  sam_cache_free(cache);
+  sam_index_close(index);
+  std::remove(path.c_str());
 }
 
 // A length whose byte size overflows is refused, not taken as so many ids.

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "sam/format/error.h"
+#include "sam/format/file_checks.h"
 #include "sam/format/index.h"
 #include "sam/format/writer.h"
 #include "temp_dir.h"
@@ -162,6 +163,22 @@ TEST_F(FormatErrorContextTest, WriterNamesTheFile) {
   const sam::Error e = Thrown([&] { sam::format::IndexWriter writer(path); });
   EXPECT_EQ(e.code(), ErrorCode::kIo);
   EXPECT_EQ(e.context().file, path);
+}
+
+// The opener of every file a tool reads whole (sam-generate's config.json and
+// safetensors shards, cache files, cost curves): a directory at the path is
+// said to be one, under the file's name and label, never parsed or mapped.
+TEST_F(FormatErrorContextTest, OpeningADirectorySaysIsADirectory) {
+  for (const std::string& name : {"config.json", "model.safetensors"}) {
+    const std::string path = (dir_ / name).string();
+    fs::create_directory(path);
+    const sam::Error e = Thrown([&] { sam::format::OpenRegularFile(path, "model config"); });
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+    EXPECT_EQ(e.context().file, path);
+    EXPECT_NE(std::string(e.what()).find(path + ": model config is a directory, not a file"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

@@ -726,6 +726,37 @@ class ResponseCacheTest(unittest.TestCase):
         with self.assertRaises(sd.Error):
             sd.ResponseCache(1 << 20, compile=True, compile_bytes=1 << 20)
 
+    def test_a_cache_of_another_vocabulary_is_refused(self):
+        """A loaded cache holding an id at or above the index's vocabulary is
+        refused when attached (and, once a session attached the cache, at
+        load), naming the file, the response, the id and the vocabulary."""
+        import tempfile
+        index = sd.Index.open(INDEX)
+        vocab = REF["vocab_size"]
+        foreign = sd.ResponseCache(1 << 20)
+        foreign.insert("t", [2, 4294967294, 40000, 5])
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "foreign.samc")
+            foreign.save(path)
+            loaded = sd.ResponseCache(1 << 20)
+            loaded.load(path)
+            session = sd.Session(policy="sam")
+            session.attach(index)
+
+            def refused(call):
+                with self.assertRaises(sd.Error) as e:
+                    call()
+                message = str(e.exception)
+                for part in (path, "response 1", "4294967294",
+                             "vocabulary size %d" % vocab):
+                    self.assertIn(part, message)
+
+            refused(lambda: session.attach_cache(loaded, "t"))
+            fresh = sd.ResponseCache(1 << 20)
+            session.attach_cache(fresh, "t")
+            refused(lambda: fresh.load(path))
+            self.assertEqual(fresh.num_responses, 0)
+
     def test_save_and_load(self):
         import tempfile
         cache = sd.ResponseCache(1 << 20)

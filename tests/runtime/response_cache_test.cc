@@ -18,6 +18,7 @@
 
 #include "sam/error.h"
 #include "sam/format/blob_file.h"
+#include "sam/format/response_cache_file.h"
 #include "same_automaton.h"
 #include "temp_dir.h"
 #include "sam/indexer/builder.h"
@@ -754,6 +755,109 @@ TEST(ResponseCacheFileTest, RefusesDamagedFilesAndAnotherTokenizer) {
   for (const auto& p : impossible) {
     format::WriteBlobFile(bad, format::kResponseCacheMagic, 1, p);
     ExpectLoadFails(bad, tok, ErrorCode::kCorruptStructure);
+  }
+  // Responses are numbered from 1 in these messages, as sam-build's cache
+  // corpora number them (the reader is shared by Load, sam-inspect and
+  // sam-build): the first response is "response 1", the second "response 2".
+  const std::vector<std::pair<std::vector<uint8_t>, std::string>> numbered = {
+      {payload_of(1, {0, 1000000}), "response 1 has an impossible length"},
+      {payload_of(2, {0, 1, 5, 0, 2, 6, ResponseCache::kSeparator}),
+       "response 2 holds the separator"},
+  };
+  for (const auto& [p, message] : numbered) {
+    format::WriteBlobFile(bad, format::kResponseCacheMagic, 1, p);
+    try {
+      format::ReadResponseCacheFile(bad);
+      ADD_FAILURE() << "read " << message;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  }
+}
+
+
+// A cache file holds no vocabulary: the cache learns it from the sessions
+// drafting from it. A loaded response with an id at or above that vocabulary
+// is refused, whichever comes first (the load or the attach), naming the
+// file, the response (from 1), the id and the vocabulary; once known, a file
+// of another vocabulary is refused with nothing inserted, and a compile is
+// never sized by an out-of-vocabulary id inserted before.
+TEST(ResponseCacheFileTest, IdsAtOrAboveTheSessionsVocabularyAreRefused) {
+  testing::TempDir dir("sam_cache_test");
+  const std::string path = (dir.path() / "c.samc").string();
+  const format::Sha256Digest tok{};
+  const Tokens good = {1, 2, 3, 4, 5};
+  const Tokens foreign = {2, 4294967294u, 40000, 5};
+  {
+    ResponseCache cache(1 << 20);
+    cache.Insert("a", good);
+    cache.Insert("a", foreign);
+    cache.Save(path, tok);
+  }
+  const auto oracle = BuildOracle({Tokens{7, 8, 9, 31}});  // vocabulary 32
+  ASSERT_EQ(oracle->file->view().vocab_size(), 32u);
+  const auto index = StaticIndex::Create(&oracle->file->view(), {});
+  auto expect_message = [&](const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument) << m;
+    EXPECT_NE(m.find(path), std::string::npos) << m;
+    EXPECT_NE(m.find("response 2"), std::string::npos) << m;
+    EXPECT_NE(m.find("4294967294"), std::string::npos) << m;
+    EXPECT_NE(m.find("32"), std::string::npos) << m;
+  };
+  // Loaded first: attaching the cache, or an index after it, is refused.
+  for (const bool index_first : {true, false}) {
+    auto cache = std::make_shared<ResponseCache>(1 << 20);
+    cache->Load(path, tok);
+    Session s{SessionOptions{}};
+    try {
+      if (index_first) {
+        s.AttachIndex(index);
+        s.AttachCache(cache, "a");
+      } else {
+        s.AttachCache(cache, "a");
+        s.AttachIndex(index);
+      }
+      ADD_FAILURE() << "attached a cache holding id 4294967294 to a vocabulary of 32";
+    } catch (const Error& e) {
+      expect_message(e);
+    }
+  }
+  // Vocabulary known first: the load is refused and inserts nothing.
+  {
+    auto cache = std::make_shared<ResponseCache>(1 << 20);
+    Session s{SessionOptions{}};
+    s.AttachIndex(index);
+    s.AttachCache(cache, "a");
+    try {
+      cache->Load(path, tok);
+      ADD_FAILURE() << "loaded id 4294967294 into a cache of vocabulary 32";
+    } catch (const Error& e) {
+      expect_message(e);
+    }
+    EXPECT_EQ(cache->num_responses(), 0u);
+    // Inserting such a response does not cache it; an in-vocabulary one does.
+    EXPECT_FALSE(cache->Insert("a", foreign));
+    EXPECT_TRUE(cache->Insert("a", good));
+  }
+  // A compile after the vocabulary is known ignores an out-of-vocabulary id
+  // inserted before (an id the sessions never draft): the compiled index has
+  // the vocabulary of the ids below it, not the stray id's.
+  {
+    ResponseCache::CompileOptions compile;
+    compile.enabled = true;
+    compile.min_tokens = 12;
+    auto cache = std::make_shared<ResponseCache>(size_t{64} << 20, compile);
+    ASSERT_TRUE(cache->Insert("t", Tokens{3, 4, 5, 6, 2000000000u, 7, 8, 9}));
+    ASSERT_EQ(cache->num_compiles(), 0u);  // below min_tokens
+    Session s{SessionOptions{}};
+    s.AttachIndex(index);
+    s.AttachCache(cache, "t");
+    ASSERT_TRUE(cache->Insert("t", Tokens{11, 12, 13, 14}));
+    const ResponseCache::Compiled c = cache->CompiledIndex("t");
+    ASSERT_NE(c.index, nullptr);
+    EXPECT_EQ(c.index->view().vocab_size(), 15u);
+    EXPECT_EQ(c.responses, 2u);
   }
 }
 

@@ -163,6 +163,16 @@ expect 1 "fifo.samc.*not a regular file" -- "$replay" --index "$tmp/ok.sam" --tr
   --policy sam-cal --cross-request --load-cache "$tmp/fifo.samc"
 expect 1 "fifo.csv.*not a regular file" -- "$replay" --index "$tmp/ok.sam" --traces "$tmp/traces.jsonl" \
   --policy sam-cal --cost-curve "$tmp/fifo.csv"
+# A response cache of another vocabulary (ids up to 40000, saved by a replay without an index): a
+# replay over an index of vocabulary 10 refuses to load it, naming the file, response, id and
+# vocabulary; sam-inspect shows its largest id.
+echo '{"prompt_ids": [1, 2], "output_ids": [2, 3, 40000, 2, 3]}' > "$tmp/wide.jsonl"
+expect 0 "" -- "$replay" --traces "$tmp/wide.jsonl" --policy sam --cross-request --save-cache "$tmp/wide.samc"
+expect 1 "wide.samc: response 1 (tenant '') holds id 40000, at or above the vocabulary size 10" -- \
+  "$replay" --index "$tmp/ok.sam" --traces "$tmp/traces.jsonl" --policy sam-cal --cross-request \
+  --load-cache "$tmp/wide.samc"
+expect 0 "largest id: 40000" -- "$inspect" "$tmp/wide.samc"
+expect 0 '"max_id": 40000' -- "$inspect" --json "$tmp/wide.samc"
 # A shard set whose shard is a FIFO.
 if [[ $asan -eq 0 ]]; then
   cp "$tmp/v.samset" "$tmp/w.samset"
@@ -180,6 +190,9 @@ if [[ -x "$gen" ]]; then
   mkdir -p "$tmp/model"
   mkfifo "$tmp/model/config.json"
   expect 1 "config.json.*not a regular file" -- "$gen" --model "$tmp/model" --tokenizer x --prompt hi --max-new-tokens 1
+  # A config.json or model.safetensors that is a directory is said to be one.
+  mkdir -p "$tmp/dirmodel/config.json"
+  expect 1 "config.json: model config is a directory" -- "$gen" --model "$tmp/dirmodel" --tokenizer x --prompt hi --max-new-tokens 1
 else
   echo "note: sam-generate not built, its FIFO checks are skipped"
 fi
@@ -195,6 +208,32 @@ expect 2 "below the smallest bound" -- "$build" -q --max-memory 1 -o "$tmp/e.sam
 if [[ -n "$data" && -f "$data/tokenizer/llama-32k.model" ]]; then
   expect 2 "--vocab-size 100 differs from the tokenizer's 32000" -- "$build" -q -o "$tmp/e.sam" \
     --vocab-size 100 --tokenizer "$data/tokenizer/llama-32k.model" --corpus ids="$tmp/ok.jsonl"
+fi
+
+# ---------------------------------------------------------------- small --max-memory bounds
+# The capacity error's hint is a bound that works when given (it once asked for more each time),
+# and a build whose measured peak RSS exceeds the bound says so.
+if [[ -n "$data" && -f "$data/tokenizer/llama-32k.model" && -f "$data/gsm8k/test.jsonl" ]]; then
+  small=(-q --tokenizer "$data/tokenizer/llama-32k.model" --corpus gsm8k="$data/gsm8k/test.jsonl")
+  expect 1 "too small.*give at least [0-9]*M" -- "$build" "${small[@]}" --max-memory 1M -o "$tmp/m.sam"
+  hint=$(grep -o "give at least [0-9]*M" "$tmp/err" | grep -o "[0-9]*M")
+  if [[ -n "$hint" ]]; then
+    expect 0 "wrote" -- "$build" "${small[@]}" --max-memory "$hint" -o "$tmp/m.sam"
+    for bound in "$hint" 20M; do
+      "$build" "${small[@]}" --max-memory "$bound" -o "$tmp/m.sam" >"$tmp/out" 2>"$tmp/err"
+      peak=$(grep -o "^peak RSS [0-9.]* MiB" "$tmp/out" | grep -o "[0-9.]*")
+      mib=${bound%M}
+      if awk -v p="$peak" -v b="$mib" 'BEGIN { exit !(p > b) }'; then
+        grep -q "warning: the peak RSS, .* exceeded --max-memory" "$tmp/err" ||
+          FAIL "--max-memory $bound: peak RSS $peak MiB went past the bound without a warning"
+      else
+        grep -q "exceeded --max-memory" "$tmp/err" && FAIL "--max-memory $bound: a warning within the bound"
+      fi
+      echo "ok: --max-memory $bound: peak RSS $peak MiB, warned: $(grep -c exceeded "$tmp/err")"
+    done
+  fi
+else
+  echo "note: no tokenizer or gsm8k data, the --max-memory hint checks are skipped"
 fi
 if [[ -x "$gen" ]]; then
   expect 2 "sdsat-tokens: '1,,2' has an empty item" -- "$gen" --model "$tmp/model" --tokenizer x --prompt hi --sdsat-tokens 1,,2

@@ -588,10 +588,16 @@ SAM_API int sam_cache_save(const sam_cache* cache, const char* path,
                            const char* tokenizer_sha256);
 /* Adds the responses of a saved file, oldest first. A file saved with
  * another tokenizer is SAM_ERR_TOKENIZER_MISMATCH; a damaged one
- * SAM_ERR_FORMAT (or SAM_ERR_IO); nothing is added then. */
+ * SAM_ERR_FORMAT (or SAM_ERR_IO); once a session with indexes attached the
+ * cache, a file holding an id at or above their vocabulary is
+ * SAM_ERR_INVALID_ARGUMENT (naming the file, response, id and vocabulary);
+ * nothing is added then. */
 SAM_API int sam_cache_load(sam_cache* cache, const char* path, const char* tokenizer_sha256);
 /* Drafts also from `cache` under `tenant` (NULL is ""); a NULL cache
- * detaches. Call again to change the tenant, e.g. per request. */
+ * detaches. Call again to change the tenant, e.g. per request. A cache
+ * holding a loaded response with an id at or above the vocabulary of the
+ * session's indexes is SAM_ERR_INVALID_ARGUMENT (naming the file, response,
+ * id and vocabulary); so is attaching such an index after the cache. */
 SAM_API int sam_session_attach_cache(sam_session* session, sam_cache* cache, const char* tenant);
 /* Adds the current request's text (its committed output; with
  * include_prompt, the prompt and the output as one text) to the attached

@@ -153,6 +153,19 @@ class SAM_API ResponseCache {
   void Save(const std::string& path, const format::Sha256Digest& tokenizer_sha256) const;
   void Load(const std::string& path, const format::Sha256Digest& tokenizer_sha256);
 
+  // Vocabulary. The cache file records no vocabulary, so the cache learns it
+  // from the sessions that draft from it: RequireVocabulary(v) (called by
+  // Session::AttachCache and AttachIndex with the indexes' vocabulary) throws
+  // sam::Error (kInvalidArgument) when a response loaded from a file holds an
+  // id >= v, naming the file, the response (counted from 1), the id and v;
+  // otherwise the cache keeps the smallest such v. From then on Load refuses
+  // a file holding an id >= v the same way (nothing inserted), Insert does
+  // not cache a response holding one (returns false), and a compile treats
+  // such an id (inserted before) as a response boundary, so that no
+  // out-of-vocabulary id sizes a compiled index. Sessions never draft such
+  // an id (Cursor::set_vocab_limit).
+  void RequireVocabulary(uint32_t vocab_size);
+
   // The longest suffix of `context` that occurs inside one of the tenant's
   // responses (length 0: none, or unknown tenant), and up to `want` tokens
   // that follow its first occurrence in the tenant's text (oldest response
@@ -234,6 +247,8 @@ class SAM_API ResponseCache {
   };
   using Tenant = Cursor::Tenant;
   std::shared_ptr<Tenant> Find(std::string_view tenant) const;
+  bool InsertFrom(std::string_view tenant, std::span<const uint32_t> tokens,
+                  const std::string* origin);
   // Rebuilds t's automaton over its text after the first skip_tokens tokens,
   // followed by `extra` and a separator when extra is not empty, with the
   // given capacity; swaps it in (write_mu_ held).
@@ -262,6 +277,10 @@ class SAM_API ResponseCache {
   std::atomic<uint64_t> map_version_{0};  // changes when tenants_ gains or loses a key
   std::deque<std::pair<uint64_t, Tenant*>> order_;  // (sequence, tenant), oldest first
   uint64_t next_sequence_ = 0;
+  std::atomic<uint32_t> vocab_size_{0};  // learnt by RequireVocabulary (0: none yet)
+  uint32_t loaded_max_id_ = 0;   // largest id loaded from a file since construction or Clear
+  bool has_loaded_ids_ = false;
+  std::string loaded_max_id_origin_;  // its file and response (for the error)
   size_t bytes_ = 0;  // the automata's, formula above
   size_t responses_ = 0;
   uint64_t evicted_ = 0;
