@@ -10,6 +10,7 @@
 #include "sam/runtime/draft.h"
 #include "sam/runtime/drafter.h"
 #include "sam/runtime/dynamic_sam.h"
+#include "policy.h"
 #include "static_source.h"
 
 namespace sam::runtime::internal {
@@ -35,6 +36,21 @@ void DraftCacheChain(std::span<const uint32_t> draft, uint32_t len, size_t size,
 // The fallback drafter's tree of at most `size` nodes (kOther when it names
 // no source); the start token alone when it proposes nothing.
 void DraftFromFallback(Drafter& fallback, uint32_t start_token, size_t size, DraftTree* tree);
+
+// A policy whose proposals may be a linear static draft (the paper rule,
+// static-only): Commit moves the drafting source's cursor over the accepted
+// tokens (the corpus text after its match) in one climb.
+class LinearStaticDraftPolicy : public DraftPolicy {
+ public:
+  void Forget() override { linear_source_ = SIZE_MAX; }
+  size_t FollowKnown(size_t i, std::span<const uint32_t> /*tokens*/, size_t accepted,
+                     const DraftTree& /*tree*/, StaticSource& source) override {
+    return i == linear_source_ && accepted > 0 ? FollowStaticChain(accepted, source) : 1;
+  }
+
+ protected:
+  size_t linear_source_ = SIZE_MAX;  // the last proposal's linear static draft's
+};
 
 }  // namespace sam::runtime::internal
 

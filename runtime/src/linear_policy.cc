@@ -10,7 +10,7 @@ namespace sam::runtime::internal {
 
 namespace {
 
-class LinearPolicy : public DraftPolicy {
+class LinearPolicy : public LinearStaticDraftPolicy {
  public:
   explicit LinearPolicy(const SelectionOptions& options)
       : sel_(options), from_static_(options.policy == Policy::kStaticOnly) {}
@@ -27,18 +27,10 @@ class LinearPolicy : public DraftPolicy {
                         sel_.dynamic_link_fallback, tree);
     }
   }
-  void Forget() override { linear_source_ = SIZE_MAX; }
-  // Accepted tokens of a linear static draft are the corpus text after the
-  // drafting source's match: its cursor jumps over them in one climb.
-  size_t FollowKnown(size_t i, std::span<const uint32_t> /*tokens*/, size_t accepted,
-                     const DraftTree& /*tree*/, StaticSource& source) override {
-    return i == linear_source_ && accepted > 0 ? FollowStaticChain(accepted, source) : 1;
-  }
 
  private:
   SelectionOptions sel_;
   bool from_static_;
-  size_t linear_source_ = SIZE_MAX;  // the last proposal's linear static draft's
 };
 
 }  // namespace

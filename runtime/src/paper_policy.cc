@@ -14,7 +14,7 @@ namespace sam::runtime::internal {
 
 namespace {
 
-class PaperPolicy : public DraftPolicy {
+class PaperPolicy : public LinearStaticDraftPolicy {
  public:
   explicit PaperPolicy(const SelectionOptions& options) : sel_(options) { uses_cache_ = true; }
 
@@ -44,17 +44,9 @@ class PaperPolicy : public DraftPolicy {
       case Choice::kNone: break;
     }
   }
-  void Forget() override { linear_source_ = SIZE_MAX; }
-  // Accepted tokens of a linear static draft are the corpus text after the
-  // drafting source's match: its cursor jumps over them in one climb.
-  size_t FollowKnown(size_t i, std::span<const uint32_t> /*tokens*/, size_t accepted,
-                     const DraftTree& /*tree*/, StaticSource& source) override {
-    return i == linear_source_ && accepted > 0 ? FollowStaticChain(accepted, source) : 1;
-  }
 
  private:
   SelectionOptions sel_;
-  size_t linear_source_ = SIZE_MAX;  // the last proposal's linear static draft's
 };
 
 }  // namespace
