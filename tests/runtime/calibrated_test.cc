@@ -491,22 +491,8 @@ class Oracle {
   size_t subtree_nodes_ = 0, top_k_ = 8;
 };
 
-// Random streams: stretches copied from the indexed documents (so that
-// drafts are accepted and the estimates move) mixed with random tokens.
 Text Stream(std::mt19937& rng, const std::vector<Text>& docs, size_t n, uint32_t vocab) {
-  Text out;
-  while (out.size() < n) {
-    if (rng() % 3 == 0) {
-      out.push_back(rng() % vocab);
-      continue;
-    }
-    const Text& d = docs[rng() % docs.size()];
-    const size_t from = rng() % d.size();
-    const size_t len = 1 + rng() % 12;
-    for (size_t k = from; k < d.size() && k < from + len; ++k) out.push_back(d[k]);
-  }
-  out.resize(n);
-  return out;
+  return test_util::CopiedStream(rng, docs, n, vocab, 3, 12);
 }
 
 // How the session holds its indexes: bare views, shared StaticIndexes with

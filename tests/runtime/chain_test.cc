@@ -175,21 +175,8 @@ TEST(Chain, ShapeNames) {
   EXPECT_THROW(Session{bad}, Error);
 }
 
-// Streams copied from the documents with random tokens between, so that
-// drafts are accepted and trees branch.
 Text Stream(std::mt19937& rng, const std::vector<Text>& docs, size_t n, uint32_t vocab) {
-  Text out;
-  while (out.size() < n) {
-    if (rng() % 4 == 0) {
-      out.push_back(rng() % vocab);
-      continue;
-    }
-    const Text& d = docs[rng() % docs.size()];
-    const size_t from = rng() % d.size();
-    for (size_t k = from; k < d.size() && k < from + 1 + rng() % 15; ++k) out.push_back(d[k]);
-  }
-  out.resize(n);
-  return out;
+  return test_util::CopiedStream(rng, docs, n, vocab, 4, 15);
 }
 
 // A session drafting chains drafts the chain of the tree the same policy

@@ -233,20 +233,8 @@ std::set<Path> RootPaths(const DraftTree& t) {
   return paths;
 }
 
-// Streams from the documents with random tokens between.
 Text Stream(std::mt19937& rng, const std::vector<Text>& docs, size_t n, uint32_t vocab) {
-  Text out;
-  while (out.size() < n) {
-    if (rng() % 4 == 0) {
-      out.push_back(rng() % vocab);
-      continue;
-    }
-    const Text& d = docs[rng() % docs.size()];
-    const size_t from = rng() % d.size();
-    for (size_t k = from; k < d.size() && k < from + 1 + rng() % 10; ++k) out.push_back(d[k]);
-  }
-  out.resize(n);
-  return out;
+  return test_util::CopiedStream(rng, docs, n, vocab, 4, 10);
 }
 
 TEST(SglangNgram, MatchesTheNaiveOracle) {

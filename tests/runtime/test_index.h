@@ -31,6 +31,27 @@ inline std::vector<Text> RandomTexts(std::mt19937& rng, size_t count, size_t min
   return texts;
 }
 
+// A stream of n tokens for a session to replay: stretches of 1 to max_span
+// tokens copied from random places of `docs` (so that drafts are accepted
+// and trees branch), with one token in `random_one_in` drawn uniformly from
+// [0, vocab) instead.
+inline Text CopiedStream(std::mt19937& rng, const std::vector<Text>& docs, size_t n,
+                         uint32_t vocab, uint32_t random_one_in, uint32_t max_span) {
+  Text out;
+  while (out.size() < n) {
+    if (rng() % random_one_in == 0) {
+      out.push_back(rng() % vocab);
+      continue;
+    }
+    const Text& d = docs[rng() % docs.size()];
+    const size_t from = rng() % d.size();
+    const size_t len = 1 + rng() % max_span;
+    for (size_t k = from; k < d.size() && k < from + len; ++k) out.push_back(d[k]);
+  }
+  out.resize(n);
+  return out;
+}
+
 // A path in the temporary directory, distinct per process (ctest runs test
 // binaries in parallel).
 inline std::string TempPath(const std::string& name) {
