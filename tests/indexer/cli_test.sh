@@ -5,17 +5,7 @@ set -u
 build=$1 inspect=$2 data=${3:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail=0
-expect() {  # expect CODE PATTERN -- command...
-  local code=$1 pattern=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [[ $rc -ne $code ]] || ! grep -q -- "$pattern" <<<"$out"; then
-    echo "FAIL: '$*' exited $rc (want $code), output: $out"; fail=1
-  else
-    echo "ok: $* -> $rc"
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../common/expect.sh"
 expect 0 "Examples" -- "$build" --help
 expect 0 "verify" -- "$inspect" --help
 expect 2 "output" -- "$build" --corpus gsm8k=x

@@ -11,17 +11,7 @@ build=$1 inspect=$2 replay=$3 data=$4
 [[ -f $data/gsm8k/test.jsonl ]] || { echo "SKIP: no $data/gsm8k/test.jsonl"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-fail=0
-expect() {  # expect CODE PATTERN -- command...
-  local code=$1 pattern=$2; shift 3
-  local out rc
-  out=$("$@" 2>&1); rc=$?
-  if [[ $rc -ne $code ]] || ! grep -q -- "$pattern" <<<"$out"; then
-    echo "FAIL: '$*' exited $rc (want $code), output: $out"; fail=1
-  else
-    echo "ok: $* -> $rc"
-  fi
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../common/expect.sh"
 
 # tiny.json: the 256 byte-level characters, a few merges, two special tokens; variants of it.
 python3 - "$tmp" <<'EOF'
