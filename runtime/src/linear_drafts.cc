@@ -52,7 +52,6 @@ bool DraftStaticChain(const StaticSource& source, size_t size, DraftTree* tree) 
 
 size_t FollowStaticChain(size_t accepted, StaticSource& source) {
   source.cursor.Set(AdvanceAlongFirstOccurrence(source.view(), source.peeked, accepted));
-  source.record = StaticIndex::kNoRecord;
   return 1 + accepted;
 }
 

@@ -103,38 +103,6 @@ void Session::CheckVocabulary(const format::IndexView& view) const {
                     " (one session drafts for one vocabulary)");
 }
 
-void Session::AdvanceCursor(size_t i, uint32_t token) {
-  StaticCursor& c = sources_[i].cursor;
-  const StaticIndex* index = sources_[i].index.get();
-  if (index == nullptr || !index->has_records()) {
-    c.Advance(token);
-    return;
-  }
-  c.Set(TransferByRecords(*index, c.match(), sources_[i].record, token, &sources_[i].record));
-}
-
-void Session::PrefetchPeek(size_t i) const {
-  const StaticCursor& c = sources_[i].cursor;
-  const StaticIndex* index = sources_[i].index.get();
-  if (index == nullptr || !index->has_records()) {
-    c.Prefetch();
-    return;
-  }
-  // What TransferByRecords reads first: the text after a position (its
-  // implicit transition) and its suffix link's record; a clone's record.
-  const uint64_t v = c.match().state;
-  const format::IndexView& view = *c.view();
-  if (v == format::kRoot) return;
-  if (!view.IsClone(v)) {
-    view.PrefetchToken(v + 1);
-    index->PrefetchPositionLinkRecord(v);
-  } else if (sources_[i].record != StaticIndex::kNoRecord) {
-    index->PrefetchRecordAt(sources_[i].record);
-  } else {
-    c.Prefetch();
-  }
-}
-
 void Session::AttachShardSet(std::span<const std::shared_ptr<const StaticIndex>> shards) {
   if (shards.empty())
     throw Error(ErrorCode::kInvalidArgument, "Session::AttachShardSet: no shard");
@@ -150,15 +118,15 @@ void Session::AttachShardSet(std::span<const std::shared_ptr<const StaticIndex>>
 void Session::AttachIndex(const format::IndexView* view) {
   if (view == nullptr)
     throw Error(ErrorCode::kInvalidArgument, "Session::AttachIndex: null index view");
-  AttachCursor(StaticCursor(view), nullptr);
+  std::shared_ptr<const StaticIndex> bare = StaticIndex::Bare(view);
+  AttachCursor(StaticCursor(bare.get()), bare);
 }
 
 void Session::AttachIndex(std::shared_ptr<const format::IndexView> view) {
   if (view == nullptr)
     throw Error(ErrorCode::kInvalidArgument, "Session::AttachIndex: null index view");
-  owned_views_.reserve(owned_views_.size() + 1);  // no throw after attaching
-  AttachCursor(StaticCursor(view.get()), nullptr);
-  owned_views_.push_back(std::move(view));
+  std::shared_ptr<const StaticIndex> bare = StaticIndex::Bare(std::move(view));
+  AttachCursor(StaticCursor(bare.get()), bare);
 }
 
 void Session::AttachIndex(std::shared_ptr<const StaticIndex> index) {
@@ -227,10 +195,7 @@ void Session::Reset() {
   cache_cursor_.Reset();
   cache_static_.Reset();
   output_begin_ = 0;
-  for (internal::StaticSource& s : sources_) {
-    s.cursor.Reset();
-    s.record = StaticIndex::kNoRecord;
-  }
+  for (internal::StaticSource& s : sources_) s.cursor.Reset();
   if (options_.fallback) options_.fallback->Reset();
   pending_ = false;
   tree_.Reset(0, DraftSource::kNone);
@@ -242,36 +207,25 @@ void Session::ResetStatistics() {
   policy_->ClearLearned();
 }
 
-void Session::PrefillCursor(StaticCursor& c, const StaticIndex* index, uint32_t* record,
-                            std::span<const uint32_t> tokens) {
-  auto advance = [&](uint32_t t) {
-    if (index == nullptr || !index->has_records()) c.Advance(t);
-    else c.Set(TransferByRecords(*index, c.match(), *record, t, record));
-  };
+void Session::PrefillCursor(StaticCursor& c, std::span<const uint32_t> tokens) {
   if (tokens.size() > kPrefillMatchWindow) {
     const StaticMatch before = c.match();
-    const uint32_t before_record = *record;
+    const uint32_t before_record = c.record();
     c.Reset();
-    *record = StaticIndex::kNoRecord;
-    for (uint32_t t : tokens.last(kPrefillMatchWindow)) advance(t);
+    for (uint32_t t : tokens.last(kPrefillMatchWindow)) c.Advance(t);
     if (c.match().len < kPrefillMatchWindow) return;  // the whole text's match
-    c.Set(before);  // it may be longer than the window: match every token
-    *record = before_record;
+    c.Set(before, before_record);  // it may be longer than the window: match every token
   }
-  for (uint32_t t : tokens) advance(t);
+  for (uint32_t t : tokens) c.Advance(t);
 }
 
 void Session::Prefill(std::span<const uint32_t> prompt) {
   const uint64_t t0 = options_.collect_timing ? NowNs() : 0;
   dynamic_.Extend(prompt);
-  for (size_t i = 0; i < sources_.size(); ++i)
-    PrefillCursor(sources_[i].cursor, sources_[i].index.get(), &sources_[i].record, prompt);
+  for (internal::StaticSource& s : sources_) PrefillCursor(s.cursor, prompt);
   if (options_.fallback) options_.fallback->Prefill(prompt);
   if (cache_) cache_cursor_.Advance(prompt);
-  if (cache_compiled_.index) {
-    uint32_t no_record = StaticIndex::kNoRecord;
-    PrefillCursor(cache_static_, nullptr, &no_record, prompt);
-  }
+  if (cache_compiled_.index) PrefillCursor(cache_static_, prompt);
   output_begin_ = dynamic_.total_extended();
   pending_ = false;
   stats_.prefill_tokens += prompt.size();
@@ -327,11 +281,10 @@ void Session::PrefetchPeekedChildren(const internal::StaticSource& s) const {
   view.PrefetchCount(v);
   view.PrefetchToken(v + 1);
   if (options_.selection.backoff_count > 0) view.PrefetchLink(v);
-  if (const StaticIndex* shared = s.index.get()) {
-    shared->PrefetchHubBit(v);
-    shared->PrefetchRecord(v);
-    if (shared->has_records() && !view.IsClone(v)) shared->PrefetchPositionLinkRecord(v);
-  }
+  const StaticIndex& index = *s.index;
+  index.PrefetchHubBit(v);
+  index.PrefetchRecord(v);
+  if (index.has_records() && !view.IsClone(v)) index.PrefetchPositionLinkRecord(v);
 }
 
 void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tree) {
@@ -396,13 +349,7 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
 void Session::PeekSources(uint32_t start_token, internal::StepContext* step) {
   for (size_t i = 0; i < sources_.size(); ++i) {
     internal::StaticSource& s = sources_[i];
-    if (s.has_records()) {
-      s.peeked = TransferByRecords(*s.index, s.cursor.match(), s.record, start_token,
-                                   &s.peeked_record);
-    } else {
-      s.peeked = s.cursor.Peek(start_token);
-      s.peeked_record = StaticIndex::kNoRecord;
-    }
+    s.peeked = s.cursor.Peek(start_token, &s.peeked_record);
     if (s.peeked.len > step->best_len) {
       step->best_len = s.peeked.len;
       step->best = i;
@@ -484,16 +431,17 @@ void Session::Commit(std::span<const uint32_t> tokens) {
     internal::StaticSource& s = sources_[i];
     size_t k = 0;
     if (peeked && i < num_peeked_) {  // not if attached since
-      s.cursor.Set(s.peeked);
-      s.record = s.peeked_record;
+      s.cursor.Set(s.peeked, s.peeked_record);
       // Further along what the proposal already knows (a linear static
       // draft's text, a calibrated tree's states).
       k = policy_->FollowKnown(i, tokens, accepted, tree_, s);
     }
-    for (; k < tokens.size(); ++k) AdvanceCursor(i, tokens[k]);
+    for (; k < tokens.size(); ++k) s.cursor.Advance(tokens[k]);
     // The next proposal starts with a Peek from here: its first cache misses
-    // overlap the dynamic automaton's update below.
-    PrefetchPeek(i);
+    // overlap the dynamic automaton's update below. (A second stage at the
+    // end of Commit, the suffix link's record itself, cost the paper rule
+    // 10-40%: its read of the first stage's line stalls a short Commit.)
+    s.cursor.Prefetch();
   }
   SAM_PHASE_END(kCommitCursors);
   dynamic_.Extend(tokens);

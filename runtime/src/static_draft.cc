@@ -50,9 +50,12 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
                               const StaticTreeOptions& options, DraftTree* tree,
                               std::vector<double>* weights_out) {
   auto heavier = [](const Candidate& a, const Candidate& b) { return a.weight < b.weight; };
-  // The shared hub table answers for hubs of its own view only.
-  const StaticIndex* hubs =
-      options.hubs != nullptr && &options.hubs->view() == &view ? options.hubs : nullptr;
+  // The shared hub table answers for hubs of its own view only (a Bare()
+  // index has none: the builder's cache does).
+  const StaticIndex* hubs = options.hubs != nullptr && options.hubs->prepared() &&
+                                    &options.hubs->view() == &view
+                                ? options.hubs
+                                : nullptr;
   heap_.clear();
   node_state_.assign(tree->size(), format::kRoot);
   node_state_[0] = state;

@@ -33,6 +33,23 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(
   return index;
 }
 
+std::shared_ptr<const StaticIndex> StaticIndex::Bare(
+    std::shared_ptr<const format::IndexView> view) {
+  std::shared_ptr<StaticIndex> index = std::const_pointer_cast<StaticIndex>(Bare(view.get()));
+  index->owner_ = std::move(view);
+  return index;
+}
+
+std::shared_ptr<const StaticIndex> StaticIndex::Bare(const format::IndexView* view) {
+  if (view == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "StaticIndex::Bare: null index view");
+  std::shared_ptr<StaticIndex> index(new StaticIndex());
+  index->view_ = view;
+  index->options_.filter_bits_per_edge = 0;  // what it holds: nothing
+  index->prepared_ = false;
+  return index;
+}
+
 std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* view,
                                                        const Options& options) {
   if (view == nullptr)

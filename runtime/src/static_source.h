@@ -15,20 +15,22 @@
 namespace sam::runtime::internal {
 
 struct StaticSource {
+  // Its matching cursor, over `index`: the one transition path (the index's
+  // accelerators, child records followed from record to record, are the
+  // cursor's; StaticCursor).
   StaticCursor cursor;
-  // Its StaticIndex (hub tables, child records); null for a bare view.
+  // Its StaticIndex (hub tables, child records), never null: a Bare() one
+  // for a bare view.
   std::shared_ptr<const StaticIndex> index;
   // The first source of its shard set (itself for an index of its own).
   size_t group = 0;
-  // The child record of the cursor's state when known (StaticIndex::kNoRecord:
-  // unknown), so that matching steps from record to record (TransferByRecords).
-  uint32_t record = StaticIndex::kNoRecord;
-  // The last proposal's match with its start token, and that state's record.
+  // The last proposal's match with its start token, and that state's record
+  // (StaticIndex::kNoRecord: unknown).
   uint32_t peeked_record = StaticIndex::kNoRecord;
   StaticMatch peeked;
 
   const format::IndexView& view() const { return *cursor.view(); }
-  bool has_records() const { return index != nullptr && index->has_records(); }
+  bool has_records() const { return index->has_records(); }
 };
 
 }  // namespace sam::runtime::internal

@@ -520,6 +520,60 @@ TEST(SharedStaticIndex, TransferByRecordsEqualsTransfer) {
   }
 }
 
+// One transition path: a StaticCursor over any StaticIndex (a Bare() one, a
+// prepared one, one with child records, one with subtree records) moves
+// exactly as a cursor over the bare view (the plain transfer rule) on random
+// streams that mix corpus stretches, random tokens and out-of-vocabulary
+// ones, through Advance, Peek and Set; the record it keeps is its state's.
+// A Bare() index holds nothing and is made without a pass over the states.
+TEST(SharedStaticIndex, CursorOverEveryIndexFollowsTheBareView) {
+  using sam::runtime::StaticCursor;
+  using sam::runtime::StaticIndex;
+  std::mt19937 rng(37);
+  Docs docs = HubDocs(rng, 200, 60, 40);
+  TestIndex index(docs, 40, "one_path");
+  const format::IndexView& view = index.view();
+  const auto bare = StaticIndex::Bare(&view);
+  EXPECT_FALSE(bare->prepared());
+  EXPECT_FALSE(bare->has_records());
+  EXPECT_EQ(bare->num_hubs(), 0u);
+  EXPECT_EQ(bare->filter_bytes(), 0u);
+  EXPECT_THROW(StaticIndex::Bare(static_cast<const format::IndexView*>(nullptr)), sam::Error);
+  const std::vector<std::shared_ptr<const StaticIndex>> indexes = {
+      bare, StaticIndex::Create(&view),
+      StaticIndex::Create(&view, {.min_degree = 4, .top_k = 2, .record_min_count = 2}),
+      StaticIndex::Create(&view, sam::runtime::PrepareOptions(true, 8))};
+  for (const auto& s : indexes) {
+    StaticCursor want(&view), got(s.get());
+    for (int step = 0; step < 20000; ++step) {
+      uint32_t c = 0;
+      if (rng() % 3 != 0) {  // the corpus's next token: long matches
+        const uint64_t v = want.match().state;
+        c = v != format::kRoot && v < view.num_tokens() ? view.Token(v + 1) : rng() % 40;
+      } else {
+        c = rng() % 42;  // 40, 41: out of the vocabulary
+      }
+      uint32_t record = 0;
+      const StaticMatch peeked = got.Peek(c, &record);
+      want.Advance(c);
+      ASSERT_EQ(peeked.state, want.match().state) << step;
+      ASSERT_EQ(peeked.len, want.match().len) << step;
+      if (record != StaticIndex::kNoRecord) ASSERT_EQ(record, s->RecordOf(peeked.state)) << step;
+      if (step % 2 == 0) got.Set(peeked, record);
+      else got.Advance(c);
+      ASSERT_EQ(got.match().state, want.match().state) << step;
+      ASSERT_EQ(got.match().len, want.match().len) << step;
+      if (got.record() != StaticIndex::kNoRecord)
+        ASSERT_EQ(got.record(), s->RecordOf(got.match().state)) << step;
+      got.Prefetch();
+      if (step % 5000 == 4999) {
+        got.Reset();
+        want.Reset();
+      }
+    }
+  }
+}
+
 // An index written with wide widths (the builder's min_width: state ids of
 // 40 and 57 bits, as a corpus past 2^32 states has) gives the same
 // transitions, matches, linear drafts and trees as the narrow one, with its

@@ -127,7 +127,7 @@ void CalibratedPolicy::PrefetchRootBackoff() const {
     const CandidateTrie::IndexState& r = trie_.states[i];  // node 0's, index i
     if (r.state == format::kNoState || r.count == 0 || r.count >= sel_.backoff_count) continue;
     const format::IndexView& view = src_[i].view();
-    if (const StaticIndex* shared = src_[i].index.get(); shared != nullptr && shared->has_records()) {
+    if (const StaticIndex* shared = src_[i].index.get(); shared->has_records()) {
       // With child records the link's record holds all of it: found through
       // the root's record (known from the peek) or a position's link record.
       if (r.record != StaticIndex::kNoRecord) {
@@ -144,10 +144,8 @@ void CalibratedPolicy::PrefetchRootBackoff() const {
     view.PrefetchLink(w);  // its link, and a clone's length
     view.PrefetchCount(w);
     if (w < view.num_tokens()) view.PrefetchToken(w + 1);
-    if (const StaticIndex* shared = src_[i].index.get()) {
-      shared->PrefetchHubBit(w);
-      shared->PrefetchRecord(w);
-    }
+    src_[i].index->PrefetchHubBit(w);
+    src_[i].index->PrefetchRecord(w);
   }
 }
 
@@ -208,7 +206,7 @@ std::span<const StaticIndex::Child> CalibratedPolicy::TopChildren(size_t i, uint
   }
   const StaticIndex* hubs = src_[i].index.get();
   std::span<const StaticIndex::Child> top;
-  if (hubs != nullptr && width <= hubs->options().top_k) {
+  if (width <= hubs->options().top_k) {
     // The state's child record (Options::record_min_count), else a hub's
     // table (a hub's record holds its table's children). The record
     // first: its offset was prefetched when the state was offered, the
@@ -248,13 +246,13 @@ void CalibratedPolicy::PrefetchChild(size_t i, uint64_t target, uint64_t count,
   }
   if (count > 1) {
     view.PrefetchEdgeRange(target);
-    if (shared != nullptr && shared->has_records()) shared->PrefetchRecord(target);
+    if (shared->has_records()) shared->PrefetchRecord(target);
   }
   // A rare string backs off to its suffix link's state if it ranks:
   // its link (and a clone's length) start loading too, or with records a
   // position's suffix link's record.
   if (count < sel_.backoff_count) {
-    if (shared != nullptr && shared->has_records() && !view.IsClone(target))
+    if (shared->has_records() && !view.IsClone(target))
       shared->PrefetchPositionLinkRecord(target);
     else
       view.PrefetchLink(target);
@@ -478,7 +476,7 @@ StaticMatch CalibratedPolicy::MatchIn(int32_t node, size_t i) {
   const size_t at = static_cast<size_t>(node) * trie_.num_indexes + i;
   if (trie_.match_known[at]) return trie_.matches[at];
   const StaticMatch from = MatchIn(trie_.nodes[node].parent, i);
-  const StaticMatch r = Transfer(src_[i].view(), from, trie_.nodes[node].token, src_[i].index.get());
+  const StaticMatch r = Transfer(*src_[i].index, from, trie_.nodes[node].token);
   trie_.matches[at] = r;
   trie_.match_known[at] = 1;
   return r;
@@ -841,8 +839,7 @@ size_t CalibratedPolicy::FollowKnown(size_t i, std::span<const uint32_t> tokens,
         trie_.states[static_cast<size_t>(trie_.ranked[child]) * trie_.num_indexes + i];
     // A backoff child's state is a shorter match than the longest one.
     if (known.state == format::kNoState || known.len != source.peeked.len + k) break;
-    source.cursor.Set(StaticMatch{known.state, source.peeked.len + k});
-    source.record = known.record;
+    source.cursor.Set(StaticMatch{known.state, source.peeked.len + k}, known.record);
     node = child;
   }
   return k;

@@ -45,13 +45,13 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
       if (e.state < view.num_tokens() && view.Token(e.state + 1) < view.separator())
         lists.push_back({view.Token(e.state + 1), e.state + 1, 1});
     } else {
-      if (hubs != nullptr && hubs->TopChildren(e.state, &top)) {
+      if (hubs->TopChildren(e.state, &top)) {
         e.complete = top.size() < hubs->options().top_k;  // a hub's list: never scanned
       } else {
         // Its child record when it has one that holds the long list (a
         // shard's top_k is kShardTopK): the list's children without the
         // scan; else the long list.
-        if (hubs != nullptr && hubs->options().top_k >= kLongChildren) {
+        if (hubs->options().top_k >= kLongChildren) {
           top = hubs->RecordChildren(e.state, &record_children);
           top = top.first(std::min(top.size(), kLongChildren));
         }
@@ -112,8 +112,7 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
       const ShardState& s = shard_states[e];
       if (s.complete || targets[c.row * n + e] != format::kNoState) continue;
       const format::IndexView& view = sources[s.cursor].view();
-      const StaticIndex* hubs = sources[s.cursor].index.get();
-      const uint64_t t = hubs ? hubs->Next(s.state, c.token) : view.Next(s.state, c.token);
+      const uint64_t t = sources[s.cursor].index->Next(s.state, c.token);
       if (t == format::kNoState) continue;
       targets[c.row * n + e] = t;
       target_counts[c.row * n + e] = view.Count(t);

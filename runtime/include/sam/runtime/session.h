@@ -209,20 +209,10 @@ class SAM_API Session : public Drafter {
   SessionOptions options_;
   DynamicSam dynamic_;
   // The static sources (an attached index, or a shard of a shard set): each
-  // with its cursor, StaticIndex, shard set, records and last peek.
+  // with its cursor, StaticIndex (a Bare() one for a bare view), shard set
+  // and last peek.
   std::vector<internal::StaticSource> sources_;
-  std::vector<std::shared_ptr<const format::IndexView>> owned_views_;  // kept alive
-  // Moves source i's cursor by `token` (TransferByRecords when its index
-  // has records, keeping its record); starts loading what the next peek
-  // reads first (StaticCursor::Prefetch, or with records the state's record
-  // or a position's suffix link's record). A second stage at the end of
-  // Commit, the link's record itself, cost the paper rule 10-40% (its
-  // read of the first stage's line stalls a short Commit) and gave sam-cal
-  // nothing.
-  void AdvanceCursor(size_t i, uint32_t token);
-  void PrefetchPeek(size_t i) const;
-  // Moves cursor c (index: its StaticIndex or null; *record: its record,
-  // kept as AdvanceCursor keeps a source's) over a prompt. The match
+  // Moves cursor c over a prompt. The match
   // after the prompt is the longest suffix of the text that occurs in the
   // index. When it is shorter than kPrefillMatchWindow tokens, it is a
   // suffix of the prompt's last kPrefillMatchWindow tokens, and matching
@@ -231,8 +221,7 @@ class SAM_API Session : public Drafter {
   // 128K-token prompt's prefill was mostly these cache misses, and evicted
   // the caches the first steps then read). A match as long as the window may
   // be longer in the whole text: then every token is matched, as before.
-  static void PrefillCursor(StaticCursor& c, const StaticIndex* index, uint32_t* record,
-                            std::span<const uint32_t> tokens);
+  static void PrefillCursor(StaticCursor& c, std::span<const uint32_t> tokens);
   // The drafting policy (options_.selection.policy; runtime/src/policy.h).
   std::unique_ptr<internal::DraftPolicy> policy_;
   DraftTree tree_;

@@ -130,8 +130,21 @@ class SAM_API StaticIndex {
     return Create(view, Options{});
   }
 
+  // A trivial index over `view`: no accelerators (no edge filter, hub
+  // tables or records), made in O(1). A session holds one for a bare view
+  // that was attached, so that every static source steps through the same
+  // entry point (StaticCursor); its matching is the plain transfer rule
+  // (prepared() is false). The first form shares the view, the second
+  // borrows it (it must outlive the index). Throws sam::Error
+  // (kInvalidArgument) for a null view.
+  static std::shared_ptr<const StaticIndex> Bare(std::shared_ptr<const format::IndexView> view);
+  static std::shared_ptr<const StaticIndex> Bare(const format::IndexView* view);
+
   const format::IndexView& view() const { return *view_; }
   const Options& options() const { return options_; }
+  // False for a Bare() index: then nothing below accelerates anything
+  // (no hub, no record, no filter), and matching reads the view alone.
+  bool prepared() const { return prepared_; }
   // True when `state` is a hub; then *children receives its (at most top_k)
   // heaviest children, heaviest first (count descending, then token ascending;
   // document-end transitions excluded).
@@ -362,6 +375,7 @@ class SAM_API StaticIndex {
   format::HugeArray<uint64_t> hub_bits_;  // bit v: state v is a hub
   format::HugeArray<LabelSlot> label_slots_;
   bool slots_hold_targets_ = false;
+  bool prepared_ = true;  // false: Bare()
   format::HugeArray<uint64_t> filter_;  // kFilterWords words a block; empty: no filter
   // Child records: clone c (state N + 1 + c) has records_[record_begin_[c],
   // record_begin_[c + 1]) (empty: none), a RecordHead then its children

@@ -72,15 +72,13 @@ inline StaticMatch Transfer(const format::IndexView& view, StaticMatch m, uint32
   return StaticMatch{next, len + 1};
 }
 
-// The match after the k tokens that follow the first occurrence of m's
-// strings, i.e. k transfers on Token(e + 1), ..., Token(e + k) where
-// e = MinEndpos(m.state): the length-(m.len + k) suffix of the corpus prefix
-// ending at e + k, whose state is found by climbing suffix links from the
-// non-clone state e + k (usually one or two links) instead of k lookups.
-// Requires m.state != root, k >= 1, e + k <= num_tokens() and no document
-// end among those k tokens (what StaticContinuation copies); otherwise
-// (root, 0). On a corrupt index the climb stops where lengths stop
-// decreasing.
+// Transfer over `index`: through its accelerators when it is prepared, the
+// plain rule over a Bare() index. (Matching that follows records from record
+// to record is StaticCursor's.)
+inline StaticMatch Transfer(const StaticIndex& index, StaticMatch m, uint32_t token) {
+  return Transfer(index.view(), m, token, index.prepared() ? &index : nullptr);
+}
+
 // Transfer(index.view(), m, token, &index), the same match, through the
 // index's child records (StaticIndex::Options::record_min_count): a climb
 // to a suffix link reads the link's record (its length and heaviest
@@ -158,6 +156,15 @@ inline StaticMatch TransferByRecords(const StaticIndex& index, StaticMatch m, ui
   }
 }
 
+// The match after the k tokens that follow the first occurrence of m's
+// strings, i.e. k transfers on Token(e + 1), ..., Token(e + k) where
+// e = MinEndpos(m.state): the length-(m.len + k) suffix of the corpus prefix
+// ending at e + k, whose state is found by climbing suffix links from the
+// non-clone state e + k (usually one or two links) instead of k lookups.
+// Requires m.state != root, k >= 1, e + k <= num_tokens() and no document
+// end among those k tokens (what StaticContinuation copies); otherwise
+// (root, 0). On a corrupt index the climb stops where lengths stop
+// decreasing.
 inline StaticMatch AdvanceAlongFirstOccurrence(const format::IndexView& view, StaticMatch m,
                                                uint64_t k) {
   const uint64_t first_end = view.MinEndpos(m.state);
@@ -177,25 +184,60 @@ inline StaticMatch AdvanceAlongFirstOccurrence(const format::IndexView& view, St
   return StaticMatch{v, length};
 }
 
+// A match that moves token by token: the one transition path of a static
+// source. Over a StaticIndex it uses whatever accelerators the index holds
+// (child records, followed from record to record: TransferByRecords; hub
+// label tables and the edge filter: StaticIndex::Next); over a bare view or
+// a Bare() index it is the plain transfer rule. The match is the same
+// either way.
 class SAM_API StaticCursor {
  public:
   StaticCursor() = default;
   explicit StaticCursor(const format::IndexView* view) : view_(view) {}
-  // A cursor over index->view() that uses its hub tables (borrowed).
-  explicit StaticCursor(const StaticIndex* index) : view_(&index->view()), hubs_(index) {}
+  // A cursor over index->view() that uses its accelerators (borrowed).
+  explicit StaticCursor(const StaticIndex* index)
+      : view_(&index->view()),
+        hubs_(index->prepared() ? index : nullptr),
+        records_(index->has_records() ? index : nullptr) {}
 
-  void Reset() { match_ = StaticMatch{}; }
-  void Advance(uint32_t token) { match_ = Transfer(*view_, match_, token, hubs_); }
-  // The match after `token` without moving the cursor.
-  StaticMatch Peek(uint32_t token) const { return Transfer(*view_, match_, token, hubs_); }
-  // Moves to a match obtained from Peek() at the current position.
-  void Set(StaticMatch m) { match_ = m; }
+  void Reset() {
+    match_ = StaticMatch{};
+    record_ = StaticIndex::kNoRecord;
+  }
+  void Advance(uint32_t token) { match_ = Step(token, &record_); }
+  // The match after `token` without moving the cursor; *record (when given)
+  // receives its state's child record when known on the way, else
+  // StaticIndex::kNoRecord (always without records).
+  StaticMatch Peek(uint32_t token) const {
+    uint32_t record = StaticIndex::kNoRecord;
+    return Step(token, &record);
+  }
+  StaticMatch Peek(uint32_t token, uint32_t* record) const { return Step(token, record); }
+  // Moves to a match obtained from Peek() at the current position, or
+  // otherwise known; `record` is its state's child record when known.
+  void Set(StaticMatch m, uint32_t record = StaticIndex::kNoRecord) {
+    match_ = m;
+    record_ = record;
+  }
   // Starts loading what the next Peek() or Advance() reads first, before its
-  // token is known (a hint): the state's suffix link, the text after it
-  // (its implicit transition), its hub bit and its edge range.
+  // token is known (a hint): with child records, a position's next token and
+  // its suffix link's record, or a clone's record when known; else the
+  // state's suffix link, the text after it (its implicit transition), its
+  // hub bit and its edge range.
   void Prefetch() const {
     const uint64_t v = match_.state;
     if (view_ == nullptr || v == format::kRoot) return;
+    if (records_ != nullptr) {
+      if (!view_->IsClone(v)) {
+        view_->PrefetchToken(v + 1);
+        records_->PrefetchPositionLinkRecord(v);
+        return;
+      }
+      if (record_ != StaticIndex::kNoRecord) {
+        records_->PrefetchRecordAt(record_);
+        return;
+      }
+    }
     view_->PrefetchLink(v);
     view_->PrefetchToken(v + 1);
     view_->PrefetchEdgeRange(v);
@@ -206,12 +248,22 @@ class SAM_API StaticCursor {
   }
 
   const StaticMatch& match() const { return match_; }
+  // The child record of match().state when known, else StaticIndex::kNoRecord.
+  uint32_t record() const { return record_; }
   const format::IndexView* view() const { return view_; }
 
  private:
+  StaticMatch Step(uint32_t token, uint32_t* record_out) const {
+    if (records_ != nullptr) return TransferByRecords(*records_, match_, record_, token, record_out);
+    *record_out = StaticIndex::kNoRecord;
+    return Transfer(*view_, match_, token, hubs_);
+  }
+
   const format::IndexView* view_ = nullptr;
-  const StaticIndex* hubs_ = nullptr;
+  const StaticIndex* hubs_ = nullptr;     // a prepared index: its Next
+  const StaticIndex* records_ = nullptr;  // an index with child records
   StaticMatch match_;
+  uint32_t record_ = StaticIndex::kNoRecord;
 };
 
 // Copies up to `want` tokens that follow the first occurrence (MinEndpos) of
