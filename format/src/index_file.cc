@@ -162,6 +162,270 @@ int OpenRegularFile(const std::string& path, uint64_t* size) {
 // Init reads an empty file from here and reports it as truncated.
 const uint64_t kEmptyFile = 0;
 
+// The magic number, with the likely mistakes named: a shard set manifest, a
+// file the writer did not finish, a text-mode copy.
+void CheckMagic(const uint8_t* h, uint64_t size, const std::string& p) {
+  const bool magic_ok = size >= 8 && (std::memcmp(h, kMagic, 8) == 0 ||
+                                       std::memcmp(h, kMagicIncomplete, 8) == 0);
+  if (size >= 4 && !magic_ok && !(h[0] == 0x89 && h[1] == 'S' && h[2] == 'A' && h[3] == 'M')) {
+    // A shard set manifest: '{' and its magic within the first 64 bytes.
+    const std::string_view head(reinterpret_cast<const char*>(h), std::min<uint64_t>(size, 64));
+    if (head.front() == '{' && head.find("sam-shard-set") != std::string_view::npos)
+      Fail(ErrorCode::kBadMagic, p,
+           "a shard set manifest, not an index file: open it as a shard set (ShardSet.open, "
+           "sam_shard_set_open, ShardSet::Open)");
+    Fail(ErrorCode::kBadMagic, p, "not a SAM index file (bad magic number)");
+  }
+  if (size < kHeaderSize)
+    Fail(ErrorCode::kTruncated, p,
+         "file has " + Num(size) + " bytes, less than the " + Num(kHeaderSize) +
+             "-byte header; truncated or not an index file");
+  if (std::memcmp(h, kMagicIncomplete, 8) == 0)
+    Fail(ErrorCode::kBadMagic, p, "incomplete index file (the writer did not finish)");
+  if (std::memcmp(h, kMagic, 8) != 0) {
+    // A text-mode copy turns "\r\n" into "\n" and shifts the magic.
+    if (h[0] == 0x89 && h[1] == 'S' && h[2] == 'A' && h[3] == 'M')
+      Fail(ErrorCode::kBadMagic, p,
+           "magic number mangled (line endings converted by a text-mode transfer?)");
+    Fail(ErrorCode::kBadMagic, p, "not a SAM index file (bad magic number)");
+  }
+}
+
+// The fixed header: magic, byte order, version, feature bits, sizes, the
+// section table's place (checked against the file's size) and the header
+// checksum; then its fields, unchecked (CheckParameters).
+void ReadHeader(const uint8_t* h, uint64_t size, const std::string& p, IndexHeader* header,
+                uint32_t* section_count) {
+  IndexHeader& hd = *header;
+  if (Read32(h + kOffByteOrder) != kByteOrderMark)
+    Fail(ErrorCode::kBadByteOrder, p, "byte-order mark does not read as little-endian");
+  hd.major_version = Read16(h + kOffMajor);
+  hd.minor_version = Read16(h + kOffMinor);
+  if (hd.major_version != kMajorVersion)
+    Fail(ErrorCode::kUnsupportedVersion, p,
+         "format version " + Num(hd.major_version) + "." + Num(hd.minor_version) +
+             " is not supported (this library reads " + Num(kMajorVersion) +
+             ".x); rebuild the index with this version of sam-build");
+  hd.required_features = Read64(h + kOffRequired);
+  hd.optional_features = Read64(h + kOffOptional);
+  if (hd.required_features & ~kKnownRequiredFeatures) {
+    std::ostringstream os;
+    os << "unknown required feature bits 0x" << std::hex
+       << (hd.required_features & ~kKnownRequiredFeatures)
+       << "; the file needs a newer reader";
+    Fail(ErrorCode::kUnknownRequiredFeature, p, os.str());
+  }
+  if (!(hd.required_features & kFeatureAutomatonV1))
+    Fail(ErrorCode::kBadHeader, p, "required feature 'automaton v1' is not set");
+  hd.file_size = Read64(h + kOffFileSize);
+  if (hd.file_size != size) {
+    if (size < hd.file_size)
+      Fail(ErrorCode::kTruncated, p,
+           "file is truncated: " + Num(size) + " bytes, header says " + Num(hd.file_size));
+    Fail(ErrorCode::kBadHeader, p,
+         "file has " + Num(size) + " bytes, header says " + Num(hd.file_size) +
+             " (trailing garbage?)");
+  }
+  if (Read32(h + kOffHeaderSize) != kHeaderSize)
+    Fail(ErrorCode::kBadHeader, p, "header size " + Num(Read32(h + kOffHeaderSize)) +
+                                       ", expected " + Num(kHeaderSize));
+  const uint32_t nsec = Read32(h + kOffSectionCount);
+  const uint32_t table = Read32(h + kOffSectionTable);
+  *section_count = nsec;
+  const uint32_t align = Read32(h + kOffAlignment);
+  if (nsec == 0 || nsec > kMaxSections)
+    Fail(ErrorCode::kBadSectionTable, p, "section count " + Num(nsec) + " outside [1, 64]");
+  if (align != kAlignment)
+    Fail(ErrorCode::kBadHeader, p, "alignment " + Num(align) + ", expected 4096");
+  if (table != kHeaderSize || uint64_t{table} + uint64_t{nsec} * kSectionEntrySize > size)
+    Fail(ErrorCode::kBadSectionTable, p, "section table outside the file");
+  // Header checksum: XXH3 of header (checksum field zeroed) + table.
+  {
+    uint8_t head[kHeaderSize];
+    std::memcpy(head, h, kHeaderSize);
+    Write64(head + kOffHeaderChecksum, 0);
+    XXH3_state_t* st = XXH3_createState();
+    XXH3_64bits_reset(st);
+    XXH3_64bits_update(st, head, kHeaderSize);
+    XXH3_64bits_update(st, h + table, uint64_t{nsec} * kSectionEntrySize);
+    const uint64_t sum = XXH3_64bits_digest(st);
+    XXH3_freeState(st);
+    if (sum != Read64(h + kOffHeaderChecksum))
+      Fail(ErrorCode::kChecksumMismatch, p, "header checksum mismatch (corrupted header)");
+  }
+  hd.num_tokens = Read64(h + kOffNumTokens);
+  hd.num_clones = Read64(h + kOffNumClones);
+  hd.num_states = Read64(h + kOffNumStates);
+  hd.num_edges = Read64(h + kOffNumEdges);
+  hd.num_documents = Read64(h + kOffNumDocuments);
+  hd.num_prefix_counts = Read64(h + kOffNumPrefixCounts);
+  hd.vocab_size = Read32(h + kOffVocabSize);
+  hd.separator_id = Read32(h + kOffSeparator);
+  hd.bos_id = Read32(h + kOffBos);
+  hd.eos_id = Read32(h + kOffEos);
+  hd.token_width = h[kOffTokenWidth];
+  hd.state_width = h[kOffStateWidth];
+  hd.position_width = h[kOffPositionWidth];
+  hd.clone_len_width = h[kOffCloneLenWidth];
+  hd.count_width = h[kOffCountWidth];
+  hd.select_width = h[kOffSelectWidth];
+  hd.select_rate_log2 = Read16(h + kOffSelectRateLog2);
+  std::memcpy(hd.tokenizer_sha256.data(), h + kOffTokenizerSha, 32);
+}
+
+// The header's sizes, ids and widths, bounded before any use.
+void CheckParameters(const IndexHeader& hd, const std::string& p) {
+  const uint64_t n = hd.num_tokens, c = hd.num_clones, s = hd.num_states, e = hd.num_edges;
+  const uint64_t kMaxCount = uint64_t{1} << 56;
+  if (n == 0 || n >= kMaxCount || c >= kMaxCount || e >= kMaxCount || s != 1 + n + c)
+    Fail(ErrorCode::kBadHeader, p,
+         "inconsistent automaton sizes: tokens " + Num(n) + ", clones " + Num(c) +
+             ", states " + Num(s) + " (states must be 1 + tokens + clones)");
+  if (hd.vocab_size == 0 || hd.vocab_size >= (1u << 31) || hd.separator_id != hd.vocab_size)
+    Fail(ErrorCode::kBadHeader, p,
+         "vocab size " + Num(hd.vocab_size) + " / separator " + Num(hd.separator_id) +
+             " invalid (separator must equal vocab size)");
+  auto check_token_id = [&](const char* field, uint32_t id) {
+    if (id != kNoToken && id >= hd.vocab_size)
+      Fail(ErrorCode::kBadHeader, p,
+           std::string(field) + " " + Num(id) + " is not below the vocab size " +
+               Num(hd.vocab_size) + " (and is not 0xFFFFFFFF, none)");
+  };
+  check_token_id("BOS id", hd.bos_id);
+  check_token_id("EOS id", hd.eos_id);
+  if (hd.num_prefix_counts > n)
+    Fail(ErrorCode::kBadHeader, p, "prefix count entries " + Num(hd.num_prefix_counts) +
+                                       " exceed the token count " + Num(n));
+  if (hd.num_documents == 0 || hd.num_documents > n)
+    Fail(ErrorCode::kBadHeader, p, "document count " + Num(hd.num_documents) + " invalid");
+  auto check_width = [&](const char* name, unsigned w, uint64_t max_value) {
+    if (w < BitsFor(max_value) || w > kMaxPackedWidth)
+      Fail(ErrorCode::kBadHeader, p,
+           std::string(name) + " width " + Num(w) + " bits cannot hold " + Num(max_value));
+  };
+  check_width("token", hd.token_width, hd.vocab_size);
+  check_width("state", hd.state_width, s - 1);
+  check_width("position", hd.position_width, n);
+  check_width("clone length", hd.clone_len_width, 1);
+  check_width("count", hd.count_width, 1);
+  check_width("select", hd.select_width, s + e);
+  if (hd.select_rate_log2 < 1 || hd.select_rate_log2 > 16)
+    Fail(ErrorCode::kBadHeader, p, "select sampling rate 2^" + Num(hd.select_rate_log2) +
+                                       " outside [2^1, 2^16]");
+}
+
+// The section table: each entry inside the file, in order without
+// overlap, unique; hot sections raw, page-aligned and of the size the header
+// implies; required ones present; optional feature bits as the sections say.
+std::vector<SectionInfo> ReadSectionTable(const uint8_t* h, uint64_t size, const IndexHeader& hd,
+                                          uint32_t nsec, const std::string& p) {
+  const uint64_t n = hd.num_tokens, c = hd.num_clones, s = hd.num_states, e = hd.num_edges;
+  const uint32_t table = kHeaderSize;  // ReadHeader checked it
+  const uint64_t select_samples = (s + (uint64_t{1} << hd.select_rate_log2) - 1) >>
+                                  hd.select_rate_log2;
+  auto expected_raw = [&](const std::string& tag) -> uint64_t {
+    if (tag == "TEXT") return PackedBytes(n, hd.token_width);
+    if (tag == "LINK") return PackedBytes(s, hd.state_width);
+    if (tag == "CLEN") return PackedBytes(c, hd.clone_len_width);
+    if (tag == "CMEP") return PackedBytes(c, hd.position_width);
+    if (tag == "CCNT") return PackedBytes(c, hd.count_width);
+    if (tag == "NCNT") return PackedBytes(hd.num_prefix_counts, hd.count_width);
+    if (tag == "ROOT") return PackedBytes(hd.vocab_size, hd.state_width);
+    if (tag == "EDGE") return PackedBytes(e, hd.state_width);
+    if (tag == "EDEG") return DegreeBytes(s, e);
+    if (tag == "ESEL") return PackedBytes(select_samples, hd.select_width);
+    return 0;
+  };
+  std::vector<SectionInfo> sections;
+  auto find = [&](const char* tag) {
+    for (const auto& si : sections)
+      if (si.tag == tag) return true;
+    return false;
+  };
+  uint64_t prev_end = table + uint64_t{nsec} * kSectionEntrySize;
+  for (uint32_t i = 0; i < nsec; ++i) {
+    const uint8_t* t = h + table + uint64_t{i} * kSectionEntrySize;
+    SectionInfo si;
+    si.tag = TagString(Read32(t + kSecTag));
+    const uint32_t codec = Read32(t + kSecCodec);
+    si.codec = codec == kCodecRaw ? "raw" : codec == kCodecZstd ? "zstd" : "?";
+    si.required = (Read32(t + kSecFlags) & kSectionRequired) != 0;
+    si.offset = Read64(t + kSecOffset);
+    si.stored_bytes = Read64(t + kSecStored);
+    si.raw_bytes = Read64(t + kSecRaw);
+    si.checksum = Read64(t + kSecChecksum);
+    const std::string where = "section " + si.tag;
+    if (si.codec == "?")
+      Fail(ErrorCode::kBadSectionTable, p, where + ": unknown codec " + Num(codec));
+    if (si.offset > size || si.stored_bytes > size - si.offset)
+      Fail(ErrorCode::kBadSectionTable, p,
+           where + " [" + Num(si.offset) + ", +" + Num(si.stored_bytes) +
+               ") lies outside the file of " + Num(size) + " bytes");
+    if (si.offset < prev_end)
+      Fail(ErrorCode::kOverlappingSections, p,
+           where + " at offset " + Num(si.offset) + " overlaps the previous section or the "
+               "section table (ending at " + Num(prev_end) + ")");
+    prev_end = si.offset + si.stored_bytes;
+    for (const auto& other : sections)
+      if (other.tag == si.tag) Fail(ErrorCode::kBadSectionTable, p, where + " appears twice");
+    const SectionKind* known = FindSectionKind(si.tag);
+    if (!known && si.required)
+      Fail(ErrorCode::kUnknownRequiredFeature, p,
+           where + " is required but unknown to this reader");
+    if (known && known->hot) {
+      if (si.codec != "raw" || si.offset % kAlignment != 0)
+        Fail(ErrorCode::kBadSectionTable, p, where + " must be raw and page-aligned");
+      const uint64_t want = expected_raw(si.tag);
+      if (si.stored_bytes != want || si.raw_bytes != want)
+        Fail(ErrorCode::kBadSectionTable, p,
+             where + " has " + Num(si.stored_bytes) + " bytes, the header implies " +
+                 Num(want));
+    } else if (si.codec == "raw" && si.raw_bytes != si.stored_bytes) {
+      Fail(ErrorCode::kBadSectionTable, p, where + ": raw section with differing sizes");
+    } else if (si.raw_bytes > (uint64_t{1} << 34)) {
+      Fail(ErrorCode::kBadSectionTable, p, where + ": absurd decompressed size");
+    }
+    sections.push_back(si);
+  }
+  for (const SectionKind& k : kSectionKinds) {
+    const bool present = find(k.tag);
+    if (k.required && !present)
+      Fail(ErrorCode::kBadSectionTable, p,
+           std::string("required section ") + k.tag + " is missing");
+    // The optional feature bits say which optional sections exist.
+    if (k.optional_feature != 0 && ((hd.optional_features & k.optional_feature) != 0) != present) {
+      std::ostringstream os;
+      os << "optional features 0x" << std::hex << hd.optional_features << " say section "
+         << k.tag << (present ? " is absent, but the file has it"
+                              : " is present, but the file has none");
+      Fail(ErrorCode::kBadSectionTable, p, os.str());
+    }
+  }
+
+  return sections;
+}
+
+// The tokenizer and vocabulary the caller expects, if any.
+void CheckTokenizer(const IndexHeader& hd, const OpenOptions& options, const std::string& p) {
+  if (options.expected_tokenizer_sha256) {
+    if (!hd.has_tokenizer())
+      Fail(ErrorCode::kTokenizerMismatch, p,
+           "index was built from pre-tokenized ids with no tokenizer fingerprint; "
+           "cannot confirm it matches tokenizer " +
+               DigestToHex(*options.expected_tokenizer_sha256));
+    if (*options.expected_tokenizer_sha256 != hd.tokenizer_sha256)
+      Fail(ErrorCode::kTokenizerMismatch, p,
+           "index was built with tokenizer sha256 " + DigestToHex(hd.tokenizer_sha256) +
+               " but the given tokenizer has sha256 " +
+               DigestToHex(*options.expected_tokenizer_sha256) +
+               "; rebuild the index with this tokenizer");
+  }
+  if (options.expected_vocab_size && *options.expected_vocab_size != hd.vocab_size)
+    Fail(ErrorCode::kTokenizerMismatch, p,
+         "index vocabulary has " + Num(hd.vocab_size) + " ids, the model/tokenizer has " +
+             Num(*options.expected_vocab_size));
+}
+
 }  // namespace
 
 // The mapping (or buffer) and the view over it, in one heap block shared by
@@ -270,242 +534,17 @@ const SectionInfo* IndexFile::FindSection(const char* tag) const {
 
 void IndexFile::Init(const OpenOptions& options) {
   const std::string& p = path_;
-  const uint8_t* h = data_;
-  const bool magic_ok = size_ >= 8 && (std::memcmp(h, kMagic, 8) == 0 ||
-                                       std::memcmp(h, kMagicIncomplete, 8) == 0);
-  if (size_ >= 4 && !magic_ok && !(h[0] == 0x89 && h[1] == 'S' && h[2] == 'A' && h[3] == 'M')) {
-    // A shard set manifest: '{' and its magic within the first 64 bytes.
-    const std::string_view head(reinterpret_cast<const char*>(h), std::min<uint64_t>(size_, 64));
-    if (head.front() == '{' && head.find("sam-shard-set") != std::string_view::npos)
-      Fail(ErrorCode::kBadMagic, p,
-           "a shard set manifest, not an index file: open it as a shard set (ShardSet.open, "
-           "sam_shard_set_open, ShardSet::Open)");
-    Fail(ErrorCode::kBadMagic, p, "not a SAM index file (bad magic number)");
-  }
-  if (size_ < kHeaderSize)
-    Fail(ErrorCode::kTruncated, p,
-         "file has " + Num(size_) + " bytes, less than the " + Num(kHeaderSize) +
-             "-byte header; truncated or not an index file");
-  if (std::memcmp(h, kMagicIncomplete, 8) == 0)
-    Fail(ErrorCode::kBadMagic, p, "incomplete index file (the writer did not finish)");
-  if (std::memcmp(h, kMagic, 8) != 0) {
-    // A text-mode copy turns "\r\n" into "\n" and shifts the magic.
-    if (h[0] == 0x89 && h[1] == 'S' && h[2] == 'A' && h[3] == 'M')
-      Fail(ErrorCode::kBadMagic, p,
-           "magic number mangled (line endings converted by a text-mode transfer?)");
-    Fail(ErrorCode::kBadMagic, p, "not a SAM index file (bad magic number)");
-  }
-  if (Read32(h + kOffByteOrder) != kByteOrderMark)
-    Fail(ErrorCode::kBadByteOrder, p, "byte-order mark does not read as little-endian");
-  IndexHeader& hd = header_;
-  hd.major_version = Read16(h + kOffMajor);
-  hd.minor_version = Read16(h + kOffMinor);
-  if (hd.major_version != kMajorVersion)
-    Fail(ErrorCode::kUnsupportedVersion, p,
-         "format version " + Num(hd.major_version) + "." + Num(hd.minor_version) +
-             " is not supported (this library reads " + Num(kMajorVersion) +
-             ".x); rebuild the index with this version of sam-build");
-  hd.required_features = Read64(h + kOffRequired);
-  hd.optional_features = Read64(h + kOffOptional);
-  if (hd.required_features & ~kKnownRequiredFeatures) {
-    std::ostringstream os;
-    os << "unknown required feature bits 0x" << std::hex
-       << (hd.required_features & ~kKnownRequiredFeatures)
-       << "; the file needs a newer reader";
-    Fail(ErrorCode::kUnknownRequiredFeature, p, os.str());
-  }
-  if (!(hd.required_features & kFeatureAutomatonV1))
-    Fail(ErrorCode::kBadHeader, p, "required feature 'automaton v1' is not set");
-  hd.file_size = Read64(h + kOffFileSize);
-  if (hd.file_size != size_) {
-    if (size_ < hd.file_size)
-      Fail(ErrorCode::kTruncated, p,
-           "file is truncated: " + Num(size_) + " bytes, header says " + Num(hd.file_size));
-    Fail(ErrorCode::kBadHeader, p,
-         "file has " + Num(size_) + " bytes, header says " + Num(hd.file_size) +
-             " (trailing garbage?)");
-  }
-  if (Read32(h + kOffHeaderSize) != kHeaderSize)
-    Fail(ErrorCode::kBadHeader, p, "header size " + Num(Read32(h + kOffHeaderSize)) +
-                                       ", expected " + Num(kHeaderSize));
-  const uint32_t nsec = Read32(h + kOffSectionCount);
-  const uint32_t table = Read32(h + kOffSectionTable);
-  const uint32_t align = Read32(h + kOffAlignment);
-  if (nsec == 0 || nsec > kMaxSections)
-    Fail(ErrorCode::kBadSectionTable, p, "section count " + Num(nsec) + " outside [1, 64]");
-  if (align != kAlignment)
-    Fail(ErrorCode::kBadHeader, p, "alignment " + Num(align) + ", expected 4096");
-  if (table != kHeaderSize || uint64_t{table} + uint64_t{nsec} * kSectionEntrySize > size_)
-    Fail(ErrorCode::kBadSectionTable, p, "section table outside the file");
-  // Header checksum: XXH3 of header (checksum field zeroed) + table.
-  {
-    uint8_t head[kHeaderSize];
-    std::memcpy(head, h, kHeaderSize);
-    Write64(head + kOffHeaderChecksum, 0);
-    XXH3_state_t* st = XXH3_createState();
-    XXH3_64bits_reset(st);
-    XXH3_64bits_update(st, head, kHeaderSize);
-    XXH3_64bits_update(st, h + table, uint64_t{nsec} * kSectionEntrySize);
-    const uint64_t sum = XXH3_64bits_digest(st);
-    XXH3_freeState(st);
-    if (sum != Read64(h + kOffHeaderChecksum))
-      Fail(ErrorCode::kChecksumMismatch, p, "header checksum mismatch (corrupted header)");
-  }
-  hd.num_tokens = Read64(h + kOffNumTokens);
-  hd.num_clones = Read64(h + kOffNumClones);
-  hd.num_states = Read64(h + kOffNumStates);
-  hd.num_edges = Read64(h + kOffNumEdges);
-  hd.num_documents = Read64(h + kOffNumDocuments);
-  hd.num_prefix_counts = Read64(h + kOffNumPrefixCounts);
-  hd.vocab_size = Read32(h + kOffVocabSize);
-  hd.separator_id = Read32(h + kOffSeparator);
-  hd.bos_id = Read32(h + kOffBos);
-  hd.eos_id = Read32(h + kOffEos);
-  hd.token_width = h[kOffTokenWidth];
-  hd.state_width = h[kOffStateWidth];
-  hd.position_width = h[kOffPositionWidth];
-  hd.clone_len_width = h[kOffCloneLenWidth];
-  hd.count_width = h[kOffCountWidth];
-  hd.select_width = h[kOffSelectWidth];
-  hd.select_rate_log2 = Read16(h + kOffSelectRateLog2);
-  std::memcpy(hd.tokenizer_sha256.data(), h + kOffTokenizerSha, 32);
+  CheckMagic(data_, size_, p);
+  uint32_t section_count = 0;
+  ReadHeader(data_, size_, p, &header_, &section_count);
+  CheckParameters(header_, p);
+  sections_ = ReadSectionTable(data_, size_, header_, section_count, p);
+  CheckTokenizer(header_, options, p);
 
-  // Parameters: bounded before any use.
+  const IndexHeader& hd = header_;
   const uint64_t n = hd.num_tokens, c = hd.num_clones, s = hd.num_states, e = hd.num_edges;
-  const uint64_t kMaxCount = uint64_t{1} << 56;
-  if (n == 0 || n >= kMaxCount || c >= kMaxCount || e >= kMaxCount || s != 1 + n + c)
-    Fail(ErrorCode::kBadHeader, p,
-         "inconsistent automaton sizes: tokens " + Num(n) + ", clones " + Num(c) +
-             ", states " + Num(s) + " (states must be 1 + tokens + clones)");
-  if (hd.vocab_size == 0 || hd.vocab_size >= (1u << 31) || hd.separator_id != hd.vocab_size)
-    Fail(ErrorCode::kBadHeader, p,
-         "vocab size " + Num(hd.vocab_size) + " / separator " + Num(hd.separator_id) +
-             " invalid (separator must equal vocab size)");
-  auto check_token_id = [&](const char* field, uint32_t id) {
-    if (id != kNoToken && id >= hd.vocab_size)
-      Fail(ErrorCode::kBadHeader, p,
-           std::string(field) + " " + Num(id) + " is not below the vocab size " +
-               Num(hd.vocab_size) + " (and is not 0xFFFFFFFF, none)");
-  };
-  check_token_id("BOS id", hd.bos_id);
-  check_token_id("EOS id", hd.eos_id);
-  if (hd.num_prefix_counts > n)
-    Fail(ErrorCode::kBadHeader, p, "prefix count entries " + Num(hd.num_prefix_counts) +
-                                       " exceed the token count " + Num(n));
-  if (hd.num_documents == 0 || hd.num_documents > n)
-    Fail(ErrorCode::kBadHeader, p, "document count " + Num(hd.num_documents) + " invalid");
-  auto check_width = [&](const char* name, unsigned w, uint64_t max_value) {
-    if (w < BitsFor(max_value) || w > kMaxPackedWidth)
-      Fail(ErrorCode::kBadHeader, p,
-           std::string(name) + " width " + Num(w) + " bits cannot hold " + Num(max_value));
-  };
-  check_width("token", hd.token_width, hd.vocab_size);
-  check_width("state", hd.state_width, s - 1);
-  check_width("position", hd.position_width, n);
-  check_width("clone length", hd.clone_len_width, 1);
-  check_width("count", hd.count_width, 1);
-  check_width("select", hd.select_width, s + e);
-  if (hd.select_rate_log2 < 1 || hd.select_rate_log2 > 16)
-    Fail(ErrorCode::kBadHeader, p, "select sampling rate 2^" + Num(hd.select_rate_log2) +
-                                       " outside [2^1, 2^16]");
-
-  // Section table.
   const uint64_t select_samples = (s + (uint64_t{1} << hd.select_rate_log2) - 1) >>
                                   hd.select_rate_log2;
-  auto expected_raw = [&](const std::string& tag) -> uint64_t {
-    if (tag == "TEXT") return PackedBytes(n, hd.token_width);
-    if (tag == "LINK") return PackedBytes(s, hd.state_width);
-    if (tag == "CLEN") return PackedBytes(c, hd.clone_len_width);
-    if (tag == "CMEP") return PackedBytes(c, hd.position_width);
-    if (tag == "CCNT") return PackedBytes(c, hd.count_width);
-    if (tag == "NCNT") return PackedBytes(hd.num_prefix_counts, hd.count_width);
-    if (tag == "ROOT") return PackedBytes(hd.vocab_size, hd.state_width);
-    if (tag == "EDGE") return PackedBytes(e, hd.state_width);
-    if (tag == "EDEG") return DegreeBytes(s, e);
-    if (tag == "ESEL") return PackedBytes(select_samples, hd.select_width);
-    return 0;
-  };
-  sections_.clear();
-  uint64_t prev_end = table + uint64_t{nsec} * kSectionEntrySize;
-  for (uint32_t i = 0; i < nsec; ++i) {
-    const uint8_t* t = h + table + uint64_t{i} * kSectionEntrySize;
-    SectionInfo si;
-    si.tag = TagString(Read32(t + kSecTag));
-    const uint32_t codec = Read32(t + kSecCodec);
-    si.codec = codec == kCodecRaw ? "raw" : codec == kCodecZstd ? "zstd" : "?";
-    si.required = (Read32(t + kSecFlags) & kSectionRequired) != 0;
-    si.offset = Read64(t + kSecOffset);
-    si.stored_bytes = Read64(t + kSecStored);
-    si.raw_bytes = Read64(t + kSecRaw);
-    si.checksum = Read64(t + kSecChecksum);
-    const std::string where = "section " + si.tag;
-    if (si.codec == "?")
-      Fail(ErrorCode::kBadSectionTable, p, where + ": unknown codec " + Num(codec));
-    if (si.offset > size_ || si.stored_bytes > size_ - si.offset)
-      Fail(ErrorCode::kBadSectionTable, p,
-           where + " [" + Num(si.offset) + ", +" + Num(si.stored_bytes) +
-               ") lies outside the file of " + Num(size_) + " bytes");
-    if (si.offset < prev_end)
-      Fail(ErrorCode::kOverlappingSections, p,
-           where + " at offset " + Num(si.offset) + " overlaps the previous section or the "
-               "section table (ending at " + Num(prev_end) + ")");
-    prev_end = si.offset + si.stored_bytes;
-    for (const auto& other : sections_)
-      if (other.tag == si.tag) Fail(ErrorCode::kBadSectionTable, p, where + " appears twice");
-    const SectionKind* known = FindSectionKind(si.tag);
-    if (!known && si.required)
-      Fail(ErrorCode::kUnknownRequiredFeature, p,
-           where + " is required but unknown to this reader");
-    if (known && known->hot) {
-      if (si.codec != "raw" || si.offset % kAlignment != 0)
-        Fail(ErrorCode::kBadSectionTable, p, where + " must be raw and page-aligned");
-      const uint64_t want = expected_raw(si.tag);
-      if (si.stored_bytes != want || si.raw_bytes != want)
-        Fail(ErrorCode::kBadSectionTable, p,
-             where + " has " + Num(si.stored_bytes) + " bytes, the header implies " +
-                 Num(want));
-    } else if (si.codec == "raw" && si.raw_bytes != si.stored_bytes) {
-      Fail(ErrorCode::kBadSectionTable, p, where + ": raw section with differing sizes");
-    } else if (si.raw_bytes > (uint64_t{1} << 34)) {
-      Fail(ErrorCode::kBadSectionTable, p, where + ": absurd decompressed size");
-    }
-    sections_.push_back(si);
-  }
-  for (const SectionKind& k : kSectionKinds) {
-    const bool present = FindSection(k.tag) != nullptr;
-    if (k.required && !present)
-      Fail(ErrorCode::kBadSectionTable, p,
-           std::string("required section ") + k.tag + " is missing");
-    // The optional feature bits say which optional sections exist.
-    if (k.optional_feature != 0 && ((hd.optional_features & k.optional_feature) != 0) != present) {
-      std::ostringstream os;
-      os << "optional features 0x" << std::hex << hd.optional_features << " say section "
-         << k.tag << (present ? " is absent, but the file has it"
-                              : " is present, but the file has none");
-      Fail(ErrorCode::kBadSectionTable, p, os.str());
-    }
-  }
-
-  // Tokenizer / vocabulary compatibility.
-  if (options.expected_tokenizer_sha256) {
-    if (!hd.has_tokenizer())
-      Fail(ErrorCode::kTokenizerMismatch, p,
-           "index was built from pre-tokenized ids with no tokenizer fingerprint; "
-           "cannot confirm it matches tokenizer " +
-               DigestToHex(*options.expected_tokenizer_sha256));
-    if (*options.expected_tokenizer_sha256 != hd.tokenizer_sha256)
-      Fail(ErrorCode::kTokenizerMismatch, p,
-           "index was built with tokenizer sha256 " + DigestToHex(hd.tokenizer_sha256) +
-               " but the given tokenizer has sha256 " +
-               DigestToHex(*options.expected_tokenizer_sha256) +
-               "; rebuild the index with this tokenizer");
-  }
-  if (options.expected_vocab_size && *options.expected_vocab_size != hd.vocab_size)
-    Fail(ErrorCode::kTokenizerMismatch, p,
-         "index vocabulary has " + Num(hd.vocab_size) + " ids, the model/tokenizer has " +
-             Num(*options.expected_vocab_size));
-
-  // Views.
   IndexView& v = storage_->view;
   auto packed = [&](const char* tag, uint64_t count, unsigned w) {
     return PackedView(SectionData(*FindSection(tag)), count, w);
@@ -525,6 +564,7 @@ void IndexFile::Init(const OpenOptions& options) {
   v.degree_bit_count_ = s + e;
   v.select_samples_ = packed("ESEL", select_samples, hd.select_width);
   v.select_rate_log2_ = hd.select_rate_log2;
+
 
   if (options.verify) {
     Verify();
