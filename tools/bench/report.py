@@ -54,6 +54,11 @@ def load(work, name):
         return json.load(f)
 
 
+def read(work, name):
+    with open(os.path.join(work, name)) as f:
+        return f.read()
+
+
 def policies(report):
     return {p["name"]: p for p in report["policies"]}
 
@@ -185,6 +190,34 @@ def main():
             "cell's median moves by up to about 25% between runs.", "", step_table(step), "",
             "`sam-cal`'s fast setting (`--max-static-lookups 1 --draft 24 --record-min-count 2",
             "--subtree-nodes 8`):", "", step_table(step_fast)]
+
+    single = {(r[0], r[1]): r for r in bench_rows(read(w, "step_default.txt"))}
+    rows = []
+    for r in bench_rows(read(w, "step_shard.txt")):
+        one = single.get((r[0], r[1]))
+        if one:
+            rows.append([r[0], f"`{r[1]}`", f"{one[2]} / {one[3]}", f"{r[2]} / {r[3]}",
+                         f"{float(r[2]) / float(one[2]):.1f}x / {float(r[3]) / float(one[3]):.1f}x"])
+    doc += ["", "### Shard sets", "",
+            "The same corpus as 4 shards (`sam-build --shard I/4`, joined by `--write-samset`), each",
+            "with its own `StaticIndex`, against the single file: the same settings, the paper rule",
+            "and `sam-cal` interleaved, one bench-step run per index.", "",
+            table(["context", "policy", "single file p50 / p99 us", "4 shards p50 / p99 us",
+                   "4 shards / single"], rows)]
+
+    mem = [line.split() for line in read(w, "memory.txt").splitlines() if line.strip()]
+    rows = []
+    for label, name in (("one", "one process"), ("two", "each of two at once")):
+        m = next(m for m in mem if m[0] == label)
+        rows.append([name] + [f"{int(kb) / 1024:.1f}" for kb in m[2:5]])
+    doc += ["", "## Memory per process", "",
+            "`sam-replay --policy sam-cal` over the dev traces (index mapped, shared `StaticIndex`",
+            "prepared at open), alone and then two at once (`tools/bench/memory.sh`: the last",
+            "/proc/PID/smaps_rollup sample while every process runs). Pss shares each page among",
+            "the processes that map it: the index file's pages count half in each of two;",
+            "Private_Dirty is what a process wrote for itself (the `StaticIndex`, the session, the",
+            "traces).", "",
+            table(["", "Rss MiB", "Pss MiB", "Private_Dirty MiB"], rows)]
 
     with open(os.path.join(w, "batch.txt")) as f:
         batch = f.read()

@@ -15,8 +15,10 @@
 # What it runs (a few minutes on 2 cores): sam-build --preset default (build speed, peak memory,
 # bytes per token), sam-inspect (open time), sam-replay make-traces --template raw (the dev traces:
 # GSM8K test questions with reference answers, HumanEval prompts with canonical solutions),
-# sam-replay per policy, per draft size and with the cross-request cache, bench-step (per-step
-# cost against context length) and bench-batch (many sessions). Prints progress; asserts nothing.
+# sam-replay per policy, per draft size and with the cross-request cache, tools/bench/memory.sh
+# (resident memory of one and two processes), bench-step (per-step cost against context length;
+# a 4-shard set of the same corpus against the single file) and bench-batch (many sessions).
+# Prints progress; asserts nothing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 data=${SAM_DATA_DIR:-../shared/data}
@@ -68,6 +70,18 @@ step "bench-step: per-step cost against context length"
 "$bin/bench-step" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
   --contexts 1024,16384,131072 --steps 2000 --runs 3 --load read --policies sam-cal \
   --max-static-lookups 1 --draft 24 --record-min-count 2 --subtree-nodes 8 > "$work/step_fast.txt"
+step "memory: one process, then two at once (sam-replay --policy sam-cal)"
+tools/bench/memory.sh -- "${replay[@]}" --policy sam-cal > "$work/memory.txt"
+step "bench-step: the same corpus as a 4-shard set"
+for i in 0 1 2 3; do
+  "$bin/sam-build" --data-dir "$data" --preset default --shard "$i/4" -o "$work/shard.$i.sam" > /dev/null
+done
+"$bin/sam-build" --write-samset -o "$work/shard.samset" "$work"/shard.{0,1,2,3}.sam > /dev/null
+for index in default.sam shard.samset; do
+  "$bin/bench-step" --index "$work/$index" --traces "$work/traces.jsonl" --tokenizer "$tok" \
+    --contexts 1024 --steps 2000 --runs 3 --load read --policies sam,sam-cal --interleave \
+    > "$work/step_${index%%.*}.txt"
+done
 step "bench-batch: many sessions"
 "$bin/bench-batch" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
   --sessions 1,8,64 --steps 200 --runs 3 --dynamic-mib 64 > "$work/batch.txt"
