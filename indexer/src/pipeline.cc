@@ -31,7 +31,7 @@
 #include "sam/format/temp_files.h"
 #include "sam/format/sha256.h"
 #include "sam/format/shard_set.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/indexer/tokenizer.h"
 
 namespace sam::indexer {
@@ -472,7 +472,7 @@ class IndexBuild {
   void ReportConstructed(size_t ci, uint64_t done, uint64_t ndocs);
   void NewBuilder();
   void AddDocument(size_t ci, const std::vector<uint32_t>& doc);
-  IndexInfo MakeIndexInfo(const nlohmann::json& meta) const;
+  automaton::IndexInfo MakeIndexInfo(const nlohmann::json& meta) const;
   nlohmann::json BuildOptionsJson() const;
   nlohmann::json BaseMeta() const;
   nlohmann::json WholeBuildMeta() const;
@@ -494,7 +494,7 @@ class IndexBuild {
   std::vector<Tokenizer::Cache> caches_;
   // The builder is created when the first document reaches it (a new one per
   // shard), reserving memory for the whole build from the input sizes.
-  std::unique_ptr<SuffixAutomatonBuilder> builder_;
+  std::unique_ptr<automaton::SuffixAutomatonBuilder> builder_;
   uint64_t tokens_added_ = 0;
   uint64_t largest_input_ = 0, reserve_tokens_ = 0;
   // Memory-bounded builds: tokens per shard from the bound, less what the
@@ -662,7 +662,7 @@ void IndexBuild::NewBuilder() {
     shard_budget_ = PlanShard();
     rep_.shard_token_budget = std::min(rep_.shard_token_budget, shard_budget_);
   }
-  builder_ = std::make_unique<SuffixAutomatonBuilder>(vocab_, reserve_tokens_, cfg_.builder_options);
+  builder_ = std::make_unique<automaton::SuffixAutomatonBuilder>(vocab_, reserve_tokens_, cfg_.builder_options);
   shard_ = ShardReport{};
   shard_.token_budget = shard_budget_;
   shard_.first_document = documents_added_;
@@ -685,8 +685,8 @@ void IndexBuild::AddDocument(size_t ci, const std::vector<uint32_t>& doc) {
 }
 
 // Everything an index file holds besides the automaton; `meta` for META.
-IndexInfo IndexBuild::MakeIndexInfo(const nlohmann::json& meta) const {
-  IndexInfo info;
+automaton::IndexInfo IndexBuild::MakeIndexInfo(const nlohmann::json& meta) const {
+  automaton::IndexInfo info;
   if (tok_) {
     info.tokenizer_sha256 = tok_->sha256();
     info.bos_id = tok_->bos_id();
@@ -775,7 +775,7 @@ void IndexBuild::FinishShard() {
   // Under a temporary name until the whole set is written (CommitShardSet).
   format::CheckOutputPath(shard_.path, inputs_);
   const std::string staged = StagedShardPath(shard_.path);
-  const WriteReport w = builder_->Write(staged, MakeIndexInfo(meta));
+  const automaton::WriteReport w = builder_->Write(staged, MakeIndexInfo(meta));
   written_.paths.push_back(staged);
   format::RegisterTempFile(staged);  // a signal removes it (when the registry has room)
   builder_.reset();
@@ -954,7 +954,7 @@ void IndexBuild::WriteSingleIndex(const nlohmann::json& meta) {
   rep_.index_path = SingleIndexPath(cfg_.output_path);
   Report({"write", rep_.index_path, 0, 0, tokens_added_, cfg_.corpora.size(),
           cfg_.corpora.size()});
-  const IndexInfo info = MakeIndexInfo(meta);
+  const automaton::IndexInfo info = MakeIndexInfo(meta);
 #ifdef __GLIBC__
   // The corpora were read and tokenized on other threads, whose malloc arenas
   // keep the freed documents resident; give them back before the freeze
@@ -969,7 +969,7 @@ void IndexBuild::WriteSingleIndex(const nlohmann::json& meta) {
   });
   tok_.reset();
   caches_.clear();
-  WriteReport w;
+  automaton::WriteReport w;
   try {
     rep_.states = builder_->num_states();
     rep_.clones = builder_->num_clones();

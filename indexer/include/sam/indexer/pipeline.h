@@ -49,7 +49,7 @@
 
 #include "sam/error.h"
 #include "sam/format/index.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 
 namespace sam::indexer {
 
@@ -118,7 +118,7 @@ struct BuildConfig {
   uint64_t max_pending_documents = 0;
   // Id type and minimum widths (defaults: 32-bit ids widened as needed,
   // widths from the data); the others test the 64-bit paths.
-  BuilderOptions builder_options;
+  automaton::BuilderOptions builder_options;
   // Bound on the build's memory in bytes (0: none); see the top of this file.
   uint64_t max_memory_bytes = 0;
   // Distributed builds (sam-build --shard I/N): with shard_count N > 0, only

@@ -1,6 +1,6 @@
 // Online suffix automaton construction (Blumer et al. 1985) with implicit
 // non-clone states and a compact edge arena, and the freeze into format v1.
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 
 #include <algorithm>
 #include <bit>
@@ -15,7 +15,7 @@
 #include "sam/format/sections.h"
 #include "sam/format/writer.h"
 
-namespace sam::indexer {
+namespace sam::automaton {
 namespace {
 
 using format::ErrorCode;
@@ -698,4 +698,4 @@ WriteReport BuildIndexFile(const std::vector<std::vector<uint32_t>>& documents,
   return b.Write(path, info);
 }
 
-}  // namespace sam::indexer
+}  // namespace sam::automaton
