@@ -302,7 +302,7 @@ namespace {
 
 // One corpus read into memory: its documents (texts, or ids for `ids` and
 // `cache` corpora), the reader's statistics and the source's hash.
-struct ReadCorpus {
+struct CorpusRead {
   std::vector<std::string> texts;
   std::vector<std::vector<uint32_t>> ids;
   corpora::ReadStats stats;
@@ -313,10 +313,10 @@ struct ReadCorpus {
 // from those bytes and parsed from them: reading it twice would find it
 // empty). `tok` is needed for `cache` corpora, `vocab` for `ids`. Thread-safe:
 // a build reads the next corpus on another thread while it builds one.
-ReadCorpus ReadWholeCorpus(const CorpusSpec& spec, const BuildConfig& cfg,
+CorpusRead ReadWholeCorpus(const CorpusSpec& spec, const BuildConfig& cfg,
                            const corpora::ReadOptions& ropts, const Tokenizer* tok,
                            uint32_t vocab) {
-  ReadCorpus r;
+  CorpusRead r;
   std::optional<corpora::Input> input;
   try {
     if (spec.kind == kCacheKind) {  // a regular file, read whole by its own reader
@@ -385,7 +385,9 @@ struct TokenizeQueue {
   // A worker: the next chunk it may tokenize, or false when there is none.
   bool Claim(size_t* c) {
     std::unique_lock<std::mutex> lock(mu);
-    cv.wait(lock, [&] { return stop || next_chunk >= nchunks || next_chunk < built_chunks + window; });
+    cv.wait(lock, [&] {
+      return stop || next_chunk >= nchunks || next_chunk < built_chunks + window;
+    });
     if (stop || next_chunk >= nchunks) return false;
     *c = next_chunk++;
     pending += ChunkEnd(*c) - ChunkBegin(*c);
@@ -464,8 +466,8 @@ class IndexBuild {
   void ParseReadOptions();
   void PlanMemory();
   uint64_t PlanShard() const;
-  std::future<ReadCorpus> StartRead(size_t ci);
-  void BuildCorpus(size_t ci, ReadCorpus&& read);
+  std::future<CorpusRead> StartRead(size_t ci);
+  void BuildCorpus(size_t ci, CorpusRead&& read);
   void TokenizeAndBuild(size_t ci, std::vector<std::string>& texts,
                         std::vector<std::vector<uint32_t>>& ids, CorpusReport& cr);
   void BuildPretokenized(size_t ci, std::vector<std::vector<uint32_t>>& ids, CorpusReport& cr);
@@ -606,7 +608,8 @@ void IndexBuild::PlanMemory() {
   // documents are tokenized ahead of construction.
   const uint64_t max_pending =
       cfg_.max_pending_documents ? cfg_.max_pending_documents : kDefaultMaxPendingDocuments;
-  chunk_ = static_cast<size_t>(std::clamp<uint64_t>(max_pending / (2 * uint64_t{threads_}), 1, 256));
+  chunk_ = static_cast<size_t>(
+      std::clamp<uint64_t>(max_pending / (2 * uint64_t{threads_}), 1, 256));
   window_ = static_cast<size_t>(std::max<uint64_t>(1, max_pending / chunk_));
   rep_.max_pending_documents = max_pending;
 }
@@ -645,7 +648,7 @@ uint64_t IndexBuild::PlanShard() const {
 
 // Reads corpus ci on another thread. A memory-bounded build reads in place
 // (its plan counts one corpus's documents), and so does a pipe or FIFO.
-std::future<ReadCorpus> IndexBuild::StartRead(size_t ci) {
+std::future<CorpusRead> IndexBuild::StartRead(size_t ci) {
   const CorpusSpec& spec = cfg_.corpora[ci];
   const Tokenizer* tok = tok_ ? &*tok_ : nullptr;
   const bool needs_vocab = spec.kind == kCacheKind || spec.kind == kIdsKind;
@@ -662,7 +665,8 @@ void IndexBuild::NewBuilder() {
     shard_budget_ = PlanShard();
     rep_.shard_token_budget = std::min(rep_.shard_token_budget, shard_budget_);
   }
-  builder_ = std::make_unique<automaton::SuffixAutomatonBuilder>(vocab_, reserve_tokens_, cfg_.builder_options);
+  builder_ = std::make_unique<automaton::SuffixAutomatonBuilder>(vocab_, reserve_tokens_,
+                                                                 cfg_.builder_options);
   shard_ = ShardReport{};
   shard_.token_budget = shard_budget_;
   shard_.first_document = documents_added_;
@@ -747,7 +751,8 @@ void IndexBuild::FinishShard() {
   const uint64_t k = rep_.shards.size();
   if (k >= format::kMaxShards)
     throw BuildError(ErrorCode::kCapacity,
-                     "--max-memory " + std::to_string(cfg_.max_memory_bytes) + " bytes needs more than " +
+                     "--max-memory " + std::to_string(cfg_.max_memory_bytes) +
+                         " bytes needs more than " +
                          std::to_string(format::kMaxShards) +
                          " shards, the most a shard set holds: give a larger bound");
   shard_.path = ShardFilePath(cfg_.output_path, k);
@@ -907,7 +912,7 @@ void IndexBuild::BuildPretokenized(size_t ci, std::vector<std::vector<uint32_t>>
 
 // Builds corpus ci from what was read: the --shard selection, the report's
 // read statistics, then its documents into the builder.
-void IndexBuild::BuildCorpus(size_t ci, ReadCorpus&& read) {
+void IndexBuild::BuildCorpus(size_t ci, CorpusRead&& read) {
   const CorpusSpec& spec = cfg_.corpora[ci];
   const bool pretokenized = spec.kind == kIdsKind || spec.kind == kCacheKind;
   CorpusReport cr;
@@ -1037,7 +1042,7 @@ BuildReport IndexBuild::Run() {
   // tokenizer (a text corpus: ids and cache corpora need its vocabulary). The
   // tokenizer is loaded here so that its memory comes from this thread's
   // arena, where the freed parse leaves no resident pages behind.
-  std::future<ReadCorpus> next;
+  std::future<CorpusRead> next;
   if (!read_options_error && cfg_.corpora[0].kind != kIdsKind &&
       cfg_.corpora[0].kind != kCacheKind)
     next = StartRead(0);
@@ -1053,11 +1058,11 @@ BuildReport IndexBuild::Run() {
 
   for (size_t ci = 0; ci < cfg_.corpora.size(); ++ci) {
     const auto t = Clock::now();
-    ReadCorpus read = next.valid() ? next.get()
+    CorpusRead read = next.valid() ? next.get()
                                    : ReadWholeCorpus(cfg_.corpora[ci], cfg_, ropts_,
                                                      tok_ ? &*tok_ : nullptr, vocab_);
     rep_.read_seconds += Since(t);
-    next = ci + 1 < cfg_.corpora.size() ? StartRead(ci + 1) : std::future<ReadCorpus>();
+    next = ci + 1 < cfg_.corpora.size() ? StartRead(ci + 1) : std::future<CorpusRead>();
     BuildCorpus(ci, std::move(read));
   }
   if (!builder_ || builder_->num_documents() == 0) {
