@@ -15,7 +15,7 @@
 
 #include "cli.h"
 #include "sam/corpora/corpora.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/indexer/pipeline.h"
 #include "sam/indexer/tokenizer.h"
 #include "sam/runtime/percentile.h"
@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
     for (int r = 0; r < repeats; ++r) {
       const double c0 = CpuSeconds();
       const auto t1 = std::chrono::steady_clock::now();
-      sam::indexer::SuffixAutomatonBuilder b(tok.vocab_size(), tokens);
+      sam::automaton::SuffixAutomatonBuilder b(tok.vocab_size(), tokens);
       for (const auto& d : docs) b.AddDocument(d);
       cons_only.push_back(
           std::chrono::duration<double>(std::chrono::steady_clock::now() - t1).count());

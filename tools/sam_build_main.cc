@@ -275,7 +275,7 @@ int main(int argc, char** argv) {
       if (!max_memory.empty()) throw UsageError("--shard and --max-memory cannot be combined");
     }
     if (!max_memory.empty()) cfg.max_memory_bytes = ParseSize("--max-memory", max_memory);
-    if (wide_ids) cfg.builder_options.ids = sam::indexer::BuilderOptions::Ids::kWide;
+    if (wide_ids) cfg.builder_options.ids = sam::automaton::BuilderOptions::Ids::kWide;
     cfg.builder_options.min_width = min_width;
     if (cfg.threads > 1024)
       throw UsageError("--threads " + std::to_string(cfg.threads) + " is absurd (at most 1024)");

@@ -31,6 +31,7 @@
 #include "sam/runtime/shard_set.h"
 #include "sam/runtime/pld.h"
 #include "sam/runtime/recycling.h"
+#include "sam/runtime/percentile.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/sglang_ngram.h"

@@ -12,6 +12,7 @@
 #include <array>
 #include <cstring>
 #include <functional>
+#include <future>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <queue>
@@ -690,158 +691,152 @@ uint32_t ConfigToken(const json& config, const char* key, const HfTokenizer::Sta
 HfTokenizer::HfTokenizer() : s_(std::make_unique<State>()) {}
 HfTokenizer::~HfTokenizer() = default;
 
-std::unique_ptr<HfTokenizer> HfTokenizer::Parse(const std::string& path, std::string_view text,
-                                                std::string_view config_text,
-                                                bool named_json) {
-  json j;
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    Refuse(path, std::string(named_json ? "not a valid tokenizer.json ("
-                                        : "not a SentencePiece model, nor a tokenizer.json (") +
-                     e.what() + ")");
+namespace {
+
+using State = HfTokenizer::State;
+
+// model: its type and options, then the vocabulary.
+void ParseModelVocab(const std::string& path, const json& model, State& s) {
+  // Files written by older versions of tokenizers may omit model.type for BPE.
+  const std::string type = model.contains("type") ? StringField(path, model, "type", "model")
+                                                  : std::string("BPE");
+  if (type != "BPE") Refuse(path, "model type \"" + type + "\" is not supported (supported: BPE)");
+  if (model.contains("dropout") && !model["dropout"].is_null() &&
+      model["dropout"].get<double>() != 0.0)
+    Refuse(path, "BPE dropout is not supported (it makes encoding random)");
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty())
+      Refuse(path, std::string("BPE ") + key + " is not supported");
+  s.ignore_merges = BoolField(model, "ignore_merges", false);
+  s.byte_fallback = BoolField(model, "byte_fallback", false);
+  s.fuse_unk = BoolField(model, "fuse_unk", false);
+
+  const json& vocab = Field(path, model, "vocab", "model");
+  if (!vocab.is_object()) Refuse(path, "model.vocab is not an object");
+  s.vocab.reserve(vocab.size());
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    if (!it.value().is_number_unsigned() || it.value().get<uint64_t>() >= (uint64_t{1} << 31))
+      Refuse(path, "model.vocab[\"" + it.key() + "\"] is not a token id");
+    const uint32_t id = it.value().get<uint32_t>();
+    s.vocab.emplace(it.key(), id);
+    s.vocab_size = std::max(s.vocab_size, id + 1);
   }
-  if (!j.is_object()) Refuse(path, "not a tokenizer.json (the top level is not an object)");
-  std::unique_ptr<HfTokenizer> tok(new HfTokenizer());
-  State& s = *tok->s_;
-  s.path = path;
-  try {
-    const json& model = Field(path, j, "model", "tokenizer.json");
-    // Files written by older versions of tokenizers may omit model.type for BPE.
-    const std::string type = model.contains("type") ? StringField(path, model, "type", "model")
-                                                    : std::string("BPE");
-    if (type != "BPE")
-      Refuse(path, "model type \"" + type + "\" is not supported (supported: BPE)");
-    if (model.contains("dropout") && !model["dropout"].is_null() &&
-        model["dropout"].get<double>() != 0.0)
-      Refuse(path, "BPE dropout is not supported (it makes encoding random)");
-    for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
-      if (model.contains(key) && model[key].is_string() && !model[key].get<std::string>().empty())
-        Refuse(path, std::string("BPE ") + key + " is not supported");
-    s.ignore_merges = BoolField(model, "ignore_merges", false);
-    s.byte_fallback = BoolField(model, "byte_fallback", false);
-    s.fuse_unk = BoolField(model, "fuse_unk", false);
+}
 
-    const json& vocab = Field(path, model, "vocab", "model");
-    if (!vocab.is_object()) Refuse(path, "model.vocab is not an object");
-    s.vocab.reserve(vocab.size());
-    for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-      if (!it.value().is_number_unsigned() || it.value().get<uint64_t>() >= (uint64_t{1} << 31))
-        Refuse(path, "model.vocab[\"" + it.key() + "\"] is not a token id");
-      const uint32_t id = it.value().get<uint32_t>();
-      s.vocab.emplace(it.key(), id);
-      s.vocab_size = std::max(s.vocab_size, id + 1);
-    }
-    const json& added = j.contains("added_tokens") ? j["added_tokens"] : json::array();
-    if (!added.is_array()) Refuse(path, "added_tokens is not an array");
-    for (const json& a : added) {
-      AddedToken t;
-      t.content = StringField(path, a, "content", "added token");
-      const json& id = Field(path, a, "id", "added token \"" + t.content + "\"");
-      if (!id.is_number_unsigned() || id.get<uint64_t>() >= (uint64_t{1} << 31))
-        Refuse(path, "added token \"" + t.content + "\" has no valid id");
-      t.id = id.get<uint32_t>();
-      t.special = BoolField(a, "special", false);
-      t.lstrip = BoolField(a, "lstrip", false);
-      t.rstrip = BoolField(a, "rstrip", false);
-      t.normalized = BoolField(a, "normalized", !t.special);
-      if (BoolField(a, "single_word", false))
-        Refuse(path, "added token \"" + t.content + "\" has single_word, which is not supported");
-      s.vocab_size = std::max(s.vocab_size, t.id + 1);
-      s.added.push_back(std::move(t));
-    }
-    s.id_to_token.assign(s.vocab_size, std::string());
-    s.is_added.assign(s.vocab_size, false);
-    for (const auto& [token, id] : s.vocab) s.id_to_token[id] = token;
-    for (uint32_t k = 0; k < s.added.size(); ++k) {
-      const AddedToken& t = s.added[k];
-      s.id_to_token[t.id] = t.content;
-      s.is_added[t.id] = true;
-      (t.normalized ? s.normalized_matcher : s.raw_matcher).Add(t.content, k);
-    }
+// added_tokens, then the id -> piece table and the added tokens' matchers.
+void ParseAddedTokens(const std::string& path, const json& added, State& s) {
+  if (!added.is_array()) Refuse(path, "added_tokens is not an array");
+  for (const json& a : added) {
+    AddedToken t;
+    t.content = StringField(path, a, "content", "added token");
+    const json& id = Field(path, a, "id", "added token \"" + t.content + "\"");
+    if (!id.is_number_unsigned() || id.get<uint64_t>() >= (uint64_t{1} << 31))
+      Refuse(path, "added token \"" + t.content + "\" has no valid id");
+    t.id = id.get<uint32_t>();
+    t.special = BoolField(a, "special", false);
+    t.lstrip = BoolField(a, "lstrip", false);
+    t.rstrip = BoolField(a, "rstrip", false);
+    t.normalized = BoolField(a, "normalized", !t.special);
+    if (BoolField(a, "single_word", false))
+      Refuse(path, "added token \"" + t.content + "\" has single_word, which is not supported");
+    s.vocab_size = std::max(s.vocab_size, t.id + 1);
+    s.added.push_back(std::move(t));
+  }
+  s.id_to_token.assign(s.vocab_size, std::string());
+  s.is_added.assign(s.vocab_size, false);
+  for (const auto& [token, id] : s.vocab) s.id_to_token[id] = token;
+  for (uint32_t k = 0; k < s.added.size(); ++k) {
+    const AddedToken& t = s.added[k];
+    s.id_to_token[t.id] = t.content;
+    s.is_added[t.id] = true;
+    (t.normalized ? s.normalized_matcher : s.raw_matcher).Add(t.content, k);
+  }
+}
 
-    const json& merges = Field(path, model, "merges", "model");
-    if (!merges.is_array()) Refuse(path, "model.merges is not an array");
-    s.merges.reserve(merges.size());
-    std::string merged;
-    for (size_t rank = 0; rank < merges.size(); ++rank) {
-      const json& m = merges[rank];
-      std::string a, b;
-      if (m.is_string()) {
-        const std::string line = m.get<std::string>();
-        const size_t space = line.find(' ');
-        if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
-          Refuse(path, "model.merges[" + std::to_string(rank) + "] is not two tokens: \"" +
-                           line + "\"");
-        a = line.substr(0, space);
-        b = line.substr(space + 1);
-      } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-        a = m[0].get<std::string>();
-        b = m[1].get<std::string>();
-      } else {
-        Refuse(path, "model.merges[" + std::to_string(rank) + "] is not a pair of tokens");
-      }
-      merged = a + b;
-      const auto ia = s.vocab.find(a), ib = s.vocab.find(b), im = s.vocab.find(merged);
-      if (ia == s.vocab.end() || ib == s.vocab.end() || im == s.vocab.end())
-        Refuse(path, "model.merges[" + std::to_string(rank) + "] (\"" + a + "\", \"" + b +
-                         "\") names a token missing from model.vocab");
-      s.merges.emplace((uint64_t{ia->second} << 32) | ib->second,
-                       Merge{static_cast<uint32_t>(rank), im->second});
-    }
-    if (model.contains("unk_token") && model["unk_token"].is_string()) {
-      const auto it = s.vocab.find(model["unk_token"].get<std::string>());
-      if (it == s.vocab.end())
-        Refuse(path, "model.unk_token \"" + model["unk_token"].get<std::string>() +
-                         "\" is not in model.vocab");
-      s.unk = it->second;
-    }
-
-    ParseNormalizer(path, j.value("normalizer", json()), &s.normalizers);
-    ParsePreTokenizer(path, j.value("pre_tokenizer", json()), &s.pre);
-    ParseDecoder(path, j.value("decoder", json()), &s.decoders);
-
-    if (s.pre.byte_level) {
-      const std::array<uint32_t, 256> alphabet = ByteLevelAlphabet();
-      for (int b = 0; b < 256; ++b) {
-        AppendUtf8(alphabet[b], &s.byte_char[b]);
-        s.char_byte[alphabet[b]] = static_cast<uint8_t>(b);
-        const auto it = s.vocab.find(s.byte_char[b]);
-        if (it == s.vocab.end())
-          Refuse(path, "pre_tokenizer is ByteLevel but model.vocab lacks the byte-level "
-                       "character of byte " + std::to_string(b));
-        s.byte_token[b] = it->second;
-      }
+// model.merges ("a b" strings or ["a", "b"] pairs) by rank, and unk_token.
+void ParseMerges(const std::string& path, const json& model, State& s) {
+  const json& merges = Field(path, model, "merges", "model");
+  if (!merges.is_array()) Refuse(path, "model.merges is not an array");
+  s.merges.reserve(merges.size());
+  std::string merged;
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const json& m = merges[rank];
+    std::string_view a, b;
+    if (m.is_string()) {
+      const std::string& line = m.get_ref<const std::string&>();
+      const size_t space = line.find(' ');
+      if (space == std::string::npos || line.find(' ', space + 1) != std::string::npos)
+        Refuse(path, "model.merges[" + std::to_string(rank) + "] is not two tokens: \"" + line +
+                         "\"");
+      a = std::string_view(line).substr(0, space);
+      b = std::string_view(line).substr(space + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      a = m[0].get_ref<const std::string&>();
+      b = m[1].get_ref<const std::string&>();
     } else {
-      // The decoder may be ByteLevel even when the pre-tokenizer is not.
-      const std::array<uint32_t, 256> alphabet = ByteLevelAlphabet();
-      for (int b = 0; b < 256; ++b) s.char_byte[alphabet[b]] = static_cast<uint8_t>(b);
+      Refuse(path, "model.merges[" + std::to_string(rank) + "] is not a pair of tokens");
     }
-    if (s.byte_fallback) {
-      s.have_fallback_tokens = true;
-      for (int b = 0; b < 256; ++b) {
-        char name[8];
-        std::snprintf(name, sizeof(name), "<0x%02X>", b);
-        const auto it = s.vocab.find(std::string_view(name));
-        if (it == s.vocab.end()) {
-          s.have_fallback_tokens = false;
-          break;
-        }
-        s.fallback_token[b] = it->second;
-      }
-    }
-
-    // Fingerprint: the canonical serialisation (std::map keys are sorted) of what decides ids.
-    std::string canonical = "sam-tokenizer-json-1\n";
-    canonical += model.dump() + "\n";
-    canonical += j.value("normalizer", json()).dump() + "\n";
-    canonical += j.value("pre_tokenizer", json()).dump() + "\n";
-    canonical += added.dump() + "\n";
-    s.fingerprint = format::Sha256(canonical.data(), canonical.size());
-  } catch (const json::exception& e) {
-    Refuse(path, std::string("malformed tokenizer.json (") + e.what() + ")");
+    merged.assign(a).append(b);
+    const auto ia = s.vocab.find(a), ib = s.vocab.find(b), im = s.vocab.find(merged);
+    if (ia == s.vocab.end() || ib == s.vocab.end() || im == s.vocab.end())
+      Refuse(path, "model.merges[" + std::to_string(rank) + "] (\"" + std::string(a) + "\", \"" +
+                       std::string(b) + "\") names a token missing from model.vocab");
+    s.merges.emplace((uint64_t{ia->second} << 32) | ib->second,
+                     Merge{static_cast<uint32_t>(rank), im->second});
   }
+  if (model.contains("unk_token") && model["unk_token"].is_string()) {
+    const auto it = s.vocab.find(model["unk_token"].get<std::string>());
+    if (it == s.vocab.end())
+      Refuse(path, "model.unk_token \"" + model["unk_token"].get<std::string>() +
+                       "\" is not in model.vocab");
+    s.unk = it->second;
+  }
+}
 
+// The byte-level alphabet (encoding and decoding) and the byte-fallback tokens.
+void SetUpBytes(const std::string& path, State& s) {
+  const std::array<uint32_t, 256> alphabet = ByteLevelAlphabet();
+  // The decoder may be ByteLevel even when the pre-tokenizer is not.
+  for (int b = 0; b < 256; ++b) s.char_byte[alphabet[b]] = static_cast<uint8_t>(b);
+  if (s.pre.byte_level) {
+    for (int b = 0; b < 256; ++b) {
+      AppendUtf8(alphabet[b], &s.byte_char[b]);
+      const auto it = s.vocab.find(s.byte_char[b]);
+      if (it == s.vocab.end())
+        Refuse(path, "pre_tokenizer is ByteLevel but model.vocab lacks the byte-level "
+                     "character of byte " + std::to_string(b));
+      s.byte_token[b] = it->second;
+    }
+  }
+  if (s.byte_fallback) {
+    s.have_fallback_tokens = true;
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof(name), "<0x%02X>", b);
+      const auto it = s.vocab.find(std::string_view(name));
+      if (it == s.vocab.end()) {
+        s.have_fallback_tokens = false;
+        break;
+      }
+      s.fallback_token[b] = it->second;
+    }
+  }
+}
+
+// Fingerprint: the canonical serialisation (std::map keys are sorted) of what decides ids.
+format::Sha256Digest Fingerprint(const json& root, const json& model, const json& added) {
+  std::string canonical = "sam-tokenizer-json-1\n";
+  canonical += model.dump() + "\n";
+  canonical += root.value("normalizer", json()).dump() + "\n";
+  canonical += root.value("pre_tokenizer", json()).dump() + "\n";
+  canonical += added.dump() + "\n";
+  return format::Sha256(canonical.data(), canonical.size());
+}
+
+// BOS and EOS: tokenizer_config.json's when given, else the BOS a TemplateProcessing
+// post-processor puts first.
+void ParseSpecialIds(const std::string& path, const json& root, std::string_view config_text,
+                     State& s) {
   if (!config_text.empty()) {
     json config;
     try {
@@ -851,20 +846,58 @@ std::unique_ptr<HfTokenizer> HfTokenizer::Parse(const std::string& path, std::st
     }
     if (BoolField(config, "add_bos_token", true)) s.bos = ConfigToken(config, "bos_token", s);
     s.eos = ConfigToken(config, "eos_token", s);
+    return;
   }
-  if (s.bos == format::kNoToken && config_text.empty()) {
-    // Without tokenizer_config.json: the BOS a TemplateProcessing post-processor puts first.
-    const json pp = j.value("post_processor", json());
-    if (pp.is_object() && pp.value("type", "") == "TemplateProcessing" && pp.contains("single") &&
-        pp["single"].is_array() && !pp["single"].empty() && pp["single"][0].is_object() &&
-        pp["single"][0].contains("SpecialToken")) {
-      const json& special = pp["single"][0]["SpecialToken"];
-      if (special.is_object() && special.contains("id") && special["id"].is_string()) {
-        json holder{{"bos_token", special["id"]}};
-        s.bos = ConfigToken(holder, "bos_token", s);
-      }
+  const json pp = root.value("post_processor", json());
+  if (pp.is_object() && pp.value("type", "") == "TemplateProcessing" && pp.contains("single") &&
+      pp["single"].is_array() && !pp["single"].empty() && pp["single"][0].is_object() &&
+      pp["single"][0].contains("SpecialToken")) {
+    const json& special = pp["single"][0]["SpecialToken"];
+    if (special.is_object() && special.contains("id") && special["id"].is_string()) {
+      json holder{{"bos_token", special["id"]}};
+      s.bos = ConfigToken(holder, "bos_token", s);
     }
   }
+}
+
+}  // namespace
+
+std::unique_ptr<HfTokenizer> HfTokenizer::Parse(const std::string& path, std::string_view text,
+                                                std::string_view config_text,
+                                                bool named_json) {
+  json parsed;
+  try {
+    parsed = json::parse(text);
+  } catch (const json::exception& e) {
+    Refuse(path, std::string(named_json ? "not a valid tokenizer.json ("
+                                        : "not a SentencePiece model, nor a tokenizer.json (") +
+                     e.what() + ")");
+  }
+  const json& j = parsed;  // read only from here: the fingerprint's thread reads it too
+  if (!j.is_object()) Refuse(path, "not a tokenizer.json (the top level is not an object)");
+  std::unique_ptr<HfTokenizer> tok(new HfTokenizer());
+  State& s = *tok->s_;
+  s.path = path;
+  try {
+    const json& model = Field(path, j, "model", "tokenizer.json");
+    const json no_added = json::array();
+    const json& added = j.contains("added_tokens") ? j["added_tokens"] : no_added;
+    // The fingerprint serialises the whole model (most of the file) while the
+    // tables are built from it.
+    std::future<format::Sha256Digest> fingerprint = std::async(
+        std::launch::async, [&] { return Fingerprint(j, model, added); });
+    ParseModelVocab(path, model, s);
+    ParseAddedTokens(path, added, s);
+    ParseMerges(path, model, s);
+    ParseNormalizer(path, j.value("normalizer", json()), &s.normalizers);
+    ParsePreTokenizer(path, j.value("pre_tokenizer", json()), &s.pre);
+    ParseDecoder(path, j.value("decoder", json()), &s.decoders);
+    SetUpBytes(path, s);
+    s.fingerprint = fingerprint.get();
+  } catch (const json::exception& e) {
+    Refuse(path, std::string("malformed tokenizer.json (") + e.what() + ")");
+  }
+  ParseSpecialIds(path, j, config_text, s);
   return tok;
 }
 

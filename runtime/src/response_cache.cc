@@ -14,7 +14,7 @@
 #include "sam/format/packed.h"
 #include "sam/format/response_cache_file.h"
 #include "sam/format/sha256.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 
 namespace sam::runtime {
 
@@ -194,7 +194,7 @@ ResponseCache::Compiled BuildCompiled(const std::string& key, std::vector<uint32
   if (format::PackedBytes(uint64_t{max_id} + 1, format::BitsFor(tokens)) > budget) return out;
   auto holder = std::make_shared<CompiledHolder>();
   try {
-    indexer::SuffixAutomatonBuilder builder(max_id + 1, text.size());
+    automaton::SuffixAutomatonBuilder builder(max_id + 1, text.size());
     const std::span<const uint32_t> all(text);
     size_t begin = 0;
     for (size_t p = 0; p < all.size(); ++p) {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/runtime/replay.h"  // AcceptedLength
 #include "sam/sam.h"
 
@@ -46,7 +46,7 @@ TEST(CapiBatch, SameDraftsAsSessionPropose) {
   }
   const std::string path =
       testing::TempDir() + "capi_batch_" + std::to_string(::getpid()) + ".sam";
-  sam::indexer::BuildIndexFile(docs, kVocab, path);
+  sam::automaton::BuildIndexFile(docs, kVocab, path);
   sam_index* index = nullptr;
   ASSERT_EQ(sam_index_open(path.c_str(), nullptr, &index), SAM_OK) << sam_last_error();
   std::remove(path.c_str());  // stays mapped

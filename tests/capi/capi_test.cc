@@ -21,7 +21,7 @@
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
 #include "sam/format/shard_set.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"  // AcceptedLength
 #include "sam/runtime/selection.h"
@@ -66,9 +66,9 @@ class CapiTest : public testing::Test {
       }
       documents_->push_back(doc);
     }
-    sam::indexer::IndexInfo info;
+    sam::automaton::IndexInfo info;
     info.tokenizer_sha256 = FakeTokenizerDigest();
-    sam::indexer::BuildIndexFile(*documents_, kVocab, *path_, info);
+    sam::automaton::BuildIndexFile(*documents_, kVocab, *path_, info);
   }
   static void TearDownTestSuite() { std::remove(path_->c_str()); }
 
@@ -1301,12 +1301,12 @@ TEST_F(CapiTest, CacheSaveRefusesWhatIsNotACacheFile) {
 TEST_F(CapiTest, AttachRefusesAnotherVocabularyOrTokenizer) {
   const std::vector<std::vector<uint32_t>> docs = {{1, 2, 3, 4}, {2, 3, 4, 5}};
   const std::string wider = TempPath("wider.sam"), other_tok = TempPath("other-tok.sam");
-  sam::indexer::IndexInfo info;
+  sam::automaton::IndexInfo info;
   info.tokenizer_sha256 = FakeTokenizerDigest();
-  sam::indexer::BuildIndexFile(docs, kVocab + 10, wider, info);
-  sam::indexer::IndexInfo other;
+  sam::automaton::BuildIndexFile(docs, kVocab + 10, wider, info);
+  sam::automaton::IndexInfo other;
   other.tokenizer_sha256 = sam::format::Sha256("another model", 13);
-  sam::indexer::BuildIndexFile(docs, kVocab, other_tok, other);
+  sam::automaton::BuildIndexFile(docs, kVocab, other_tok, other);
   sam_index *base = nullptr, *a = nullptr, *b = nullptr;
   ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &base), SAM_OK);
   ASSERT_EQ(sam_index_open(wider.c_str(), nullptr, &a), SAM_OK);
@@ -1505,14 +1505,14 @@ TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
     for (auto& t : d) t = rng() % 3 == 0 ? rng() % 2 : rng() % kSetVocab;
   }
   const std::string single_path = TempPath("set_single.sam");
-  sam::indexer::BuildIndexFile(docs, kSetVocab, single_path);
+  sam::automaton::BuildIndexFile(docs, kSetVocab, single_path);
   const std::string manifest_path = TempPath("set.samset");
   sam::format::ShardSetManifest manifest;
   manifest.vocab_size = kSetVocab;
   std::vector<std::string> shard_paths;
   for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, 20}, {20, 45}, {45, 60}}) {
     const std::string path = TempPath("set_shard" + std::to_string(begin) + ".sam");
-    const auto w = sam::indexer::BuildIndexFile(
+    const auto w = sam::automaton::BuildIndexFile(
         std::vector<std::vector<uint32_t>>(docs.begin() + begin, docs.begin() + end), kSetVocab,
         path);
     sam::format::ShardEntry e;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 
 int main(int argc, char** argv) {
   const bool sam_h_ids = argc == 3 && std::string(argv[2]) == "--sam-h-ids";
@@ -29,7 +29,7 @@ int main(int argc, char** argv) {
     vocab_size = 32000;
   }
   try {
-    sam::indexer::BuildIndexFile(documents, vocab_size, argv[1]);
+    sam::automaton::BuildIndexFile(documents, vocab_size, argv[1]);
   } catch (const std::exception& e) {
     std::cerr << "capi_make_index: " << e.what() << "\n";
     return 1;

@@ -21,7 +21,7 @@
 #include "sam/format/sections.h"
 #include "sam/format/sha256.h"
 #include "sam/format/writer.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "reseal.h"
 #include "temp_dir.h"
 
@@ -44,13 +44,13 @@ class FormatTest : public ::testing::Test {
       for (auto& t : doc) t = rng() % 12;
       docs_.push_back(doc);
     }
-    sam::indexer::IndexInfo info;
+    sam::automaton::IndexInfo info;
     info.tokenizer_sha256 = sam::format::Sha256("model", 5);
     info.bos_id = 1;
     info.eos_id = 2;
     info.metadata_json = R"({"tool_version":"test","corpora":[{"name":"x","kind":"ids","tokens":7}]})";
     for (int i = 0; i < 12; ++i) info.vocabulary.push_back("piece" + std::to_string(i));
-    sam::indexer::BuildIndexFile(docs_, 12, path_, info);
+    sam::automaton::BuildIndexFile(docs_, 12, path_, info);
     std::ifstream in(path_, std::ios::binary);
     bytes_.assign(std::istreambuf_iterator<char>(in), {});
   }
@@ -422,7 +422,7 @@ TEST_F(FormatTest, OptionalFeatureBitsMustMatchTheSections) {
   ASSERT_EQ(written, 3u);  // the fixture has VOCB and TEST
   // An index without VOCB whose bit 0 claims one.
   const std::string ids = (dir_ / "ids.sam").string();
-  sam::indexer::BuildIndexFile(docs_, 12, ids);
+  sam::automaton::BuildIndexFile(docs_, 12, ids);
   std::ifstream in(ids, std::ios::binary);
   Bytes no_vocab(std::istreambuf_iterator<char>(in), {});
   ASSERT_EQ(FindSection(no_vocab, "VOCB"), -1);
@@ -526,7 +526,7 @@ TEST_F(FormatTest, TokenizerAndVocabularyMismatchAreRefused) {
   EXPECT_EQ(OpenCode(path_, v), ErrorCode::kTokenizerMismatch);
   // An index from raw ids has no fingerprint and cannot be confirmed.
   const std::string ids = (dir_ / "ids.sam").string();
-  sam::indexer::BuildIndexFile(docs_, 12, ids);
+  sam::automaton::BuildIndexFile(docs_, 12, ids);
   EXPECT_EQ(OpenCode(ids, o), ErrorCode::kTokenizerMismatch);
 }
 
@@ -601,9 +601,9 @@ TEST_F(FormatTest, WriterRefusesWhatTheReaderWouldRefuse) {
   EXPECT_FALSE(fs::exists(p));
   // A BOS or EOS id outside the vocabulary, through the indexer.
   for (const bool bos : {true, false}) {
-    sam::indexer::IndexInfo info;
+    sam::automaton::IndexInfo info;
     (bos ? info.bos_id : info.eos_id) = 12;
-    EXPECT_EQ(code_of([&] { sam::indexer::BuildIndexFile(docs_, 12, p, info); }),
+    EXPECT_EQ(code_of([&] { sam::automaton::BuildIndexFile(docs_, 12, p, info); }),
               ErrorCode::kInvalidArgument);
     EXPECT_EQ(last_message_,
               p + ": " + (bos ? "BOS" : "EOS") + " id 12 is not below the vocab size 12");

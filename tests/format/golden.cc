@@ -50,7 +50,7 @@ GoldenSpec LoadGoldenSpec(const fs::path& json_path) {
       for (auto& d : spec.documents)
         for (auto& id : d) id &= 0xff;  // char is signed: the byte value
     }
-    indexer::IndexInfo& info = spec.info;
+    automaton::IndexInfo& info = spec.info;
     info.bos_id = IdOrNone(j, "bos_id");
     info.eos_id = IdOrNone(j, "eos_id");
     if (j.contains("tokenizer_sha256"))
@@ -85,7 +85,7 @@ std::vector<fs::path> GoldenSpecs(const fs::path& dir) {
 }
 
 void BuildGolden(const GoldenSpec& spec, const std::string& path) {
-  indexer::BuildIndexFile(spec.documents, spec.vocab_size, path, spec.info);
+  automaton::BuildIndexFile(spec.documents, spec.vocab_size, path, spec.info);
 }
 
 }  // namespace sam::golden

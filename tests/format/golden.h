@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 
 namespace sam::golden {
 
@@ -18,7 +18,7 @@ struct GoldenSpec {
   std::string name;                             // NAME of NAME.json / NAME.sam
   uint32_t vocab_size = 0;
   std::vector<std::vector<uint32_t>> documents;  // token ids, no separators
-  indexer::IndexInfo info;                      // BOS, EOS, fingerprint, META, VOCB, TEST
+  automaton::IndexInfo info;                      // BOS, EOS, fingerprint, META, VOCB, TEST
 };
 
 // Reads NAME.json (and the text file it may name, relative to it). Throws

@@ -16,7 +16,7 @@
 
 #include "reseal.h"
 #include "sam/format/index.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 
 namespace {
 
@@ -25,10 +25,10 @@ std::vector<uint8_t> SmallIndexBytes() {
   const std::string path = (std::filesystem::temp_directory_path() /
                             ("sam_fuzz_findings_" + std::to_string(::getpid()) + ".idx"))
                                .string();
-  sam::indexer::IndexInfo info;
+  sam::automaton::IndexInfo info;
   for (uint32_t i = 0; i < 16; ++i) info.vocabulary.push_back("p" + std::to_string(i));
   info.self_test_samples = 8;
-  sam::indexer::BuildIndexFile({{1, 2, 3, 4, 2, 3, 5}, {2, 3, 4, 6}}, 16, path, info);
+  sam::automaton::BuildIndexFile({{1, 2, 3, 4, 2, 3, 5}, {2, 3, 4, 6}}, 16, path, info);
   std::ifstream in(path, std::ios::binary);
   std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   std::remove(path.c_str());

@@ -21,7 +21,7 @@
 
 #include "compact.h"
 #include "reseal.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 
 namespace {
 
@@ -40,9 +40,9 @@ void WriteAll(const std::string& path, const void* data, size_t size) {
 }
 
 void Write(const std::string& dir, const std::string& name, const Docs& docs, uint32_t vocab,
-           const sam::indexer::IndexInfo& info = {}) {
+           const sam::automaton::IndexInfo& info = {}) {
   const std::string path = dir + "/loader/" + name;
-  const auto report = sam::indexer::BuildIndexFile(docs, vocab, path, info);
+  const auto report = sam::automaton::BuildIndexFile(docs, vocab, path, info);
   const std::vector<uint8_t> file = ReadAll(path);
   const std::vector<uint8_t> compact = sam::fuzz::Compact(file.data(), file.size());
   WriteAll(dir + "/session/" + name, compact.data(), compact.size());
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
   try {
     std::filesystem::create_directories(dir + "/loader");
     std::filesystem::create_directories(dir + "/session");
-    sam::indexer::IndexInfo small_info;
+    sam::automaton::IndexInfo small_info;
     small_info.self_test_samples = 8;
 
     // Two documents of distinct ids (the C example's index).
@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
     Write(dir, "hub", hub, 300, small_info);
 
     // BOS/EOS, a vocabulary section (VOCB), metadata, more self-test samples.
-    sam::indexer::IndexInfo full;
+    sam::automaton::IndexInfo full;
     full.bos_id = 1;
     full.eos_id = 2;
     full.metadata_json = R"({"corpora":[{"name":"seed","kind":"ids","documents":3}]})";

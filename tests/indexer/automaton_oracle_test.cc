@@ -10,7 +10,7 @@
 #include <random>
 
 #include "sam/format/index.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 
 namespace {
 
@@ -125,9 +125,9 @@ Docs RandomDocs(std::mt19937& rng, int ndocs, int max_len, uint32_t alphabet) {
 }
 
 void RoundTrip(const Docs& docs, uint32_t vocab, std::mt19937& rng, size_t max_sub = 6,
-               const sam::indexer::BuilderOptions& builder = {}) {
+               const sam::automaton::BuilderOptions& builder = {}) {
   const std::string path = TempPath("oracle");
-  sam::indexer::BuildIndexFile(docs, vocab, path, {}, builder);
+  sam::automaton::BuildIndexFile(docs, vocab, path, {}, builder);
   sam::format::OpenOptions opts;
   opts.verify = true;
   IndexFile f = IndexFile::Open(path, opts);
@@ -188,7 +188,7 @@ std::vector<char> FileBytes(const std::string& path) {
 }
 
 TEST(AutomatonOracle, WideIdsWriteTheSameFile) {
-  using sam::indexer::BuilderOptions;
+  using sam::automaton::BuilderOptions;
   std::mt19937 rng(6);
   for (int rep = 0; rep < 12; ++rep) {
     const uint32_t vocab = rep % 3 == 0 ? 2 : rep % 3 == 1 ? 7 : 500;
@@ -197,13 +197,13 @@ TEST(AutomatonOracle, WideIdsWriteTheSameFile) {
     for (const auto& d : docs) tokens += d.size() + 1;
     const std::string narrow = TempPath("narrow"), wide = TempPath("wide"),
                       widened = TempPath("widened");
-    sam::indexer::BuildIndexFile(docs, vocab, narrow);
-    sam::indexer::BuildIndexFile(docs, vocab, wide, {}, {.ids = BuilderOptions::Ids::kWide});
+    sam::automaton::BuildIndexFile(docs, vocab, narrow);
+    sam::automaton::BuildIndexFile(docs, vocab, wide, {}, {.ids = BuilderOptions::Ids::kWide});
     {
       // Widened before the document that takes the corpus past half its
       // tokens (expected_tokens 0: nothing reserved, so widening also moves
       // arrays that are not full).
-      sam::indexer::SuffixAutomatonBuilder b(vocab, 0, {.widen_at_tokens = tokens / 2 + 1});
+      sam::automaton::SuffixAutomatonBuilder b(vocab, 0, {.widen_at_tokens = tokens / 2 + 1});
       bool widened_mid_build = false;
       for (const auto& d : docs) {
         const bool before = b.wide_ids();
@@ -230,10 +230,10 @@ TEST(AutomatonOracle, InMemoryIndexEqualsTheFile) {
     const uint32_t vocab = rep % 2 == 0 ? 5 : 300;
     const Docs docs = RandomDocs(rng, 1 + rng() % 30, 60, vocab);
     const std::string path = TempPath("file");
-    sam::indexer::IndexInfo info;
+    sam::automaton::IndexInfo info;
     info.metadata_json = "{\"rep\": " + std::to_string(rep) + "}";
-    sam::indexer::BuildIndexFile(docs, vocab, path, info);
-    sam::indexer::SuffixAutomatonBuilder b(vocab);
+    sam::automaton::BuildIndexFile(docs, vocab, path, info);
+    sam::automaton::SuffixAutomatonBuilder b(vocab);
     for (const auto& d : docs) b.AddDocument(d);
     std::vector<uint8_t> memory = {1, 2, 3};  // replaced
     const auto report = b.WriteToMemory(info, &memory, "memory");
@@ -247,13 +247,13 @@ TEST(AutomatonOracle, InMemoryIndexEqualsTheFile) {
     EXPECT_EQ(file.view().num_tokens(), sam::format::IndexFile::Open(path).view().num_tokens());
     std::filesystem::remove(path);
   }
-  sam::indexer::SuffixAutomatonBuilder empty(10);
+  sam::automaton::SuffixAutomatonBuilder empty(10);
   std::vector<uint8_t> memory = {1};
   EXPECT_THROW(empty.WriteToMemory({}, &memory, "memory"), sam::format::FormatError);
 }
 
 TEST(AutomatonOracle, WideWidthsGiveTheSameAutomaton) {
-  using sam::indexer::BuilderOptions;
+  using sam::automaton::BuilderOptions;
   std::mt19937 rng(7);
   for (int rep = 0; rep < 6; ++rep) {
     const uint32_t vocab = rep % 2 ? 4 : 300;
@@ -262,8 +262,8 @@ TEST(AutomatonOracle, WideWidthsGiveTheSameAutomaton) {
       RoundTrip(docs, vocab, rng, 6, {.ids = BuilderOptions::Ids::kWide, .min_width = width});
       // Every state and transition equals the narrow build's.
       const std::string narrow = TempPath("narrow"), wide = TempPath("wide");
-      sam::indexer::BuildIndexFile(docs, vocab, narrow);
-      sam::indexer::BuildIndexFile(docs, vocab, wide, {}, {.min_width = width});
+      sam::automaton::BuildIndexFile(docs, vocab, narrow);
+      sam::automaton::BuildIndexFile(docs, vocab, wide, {}, {.min_width = width});
       sam::format::OpenOptions opts;
       opts.verify = true;
       IndexFile a = IndexFile::Open(narrow, opts), b = IndexFile::Open(wide, opts);
@@ -290,18 +290,18 @@ TEST(AutomatonOracle, WideWidthsGiveTheSameAutomaton) {
 }
 
 TEST(AutomatonOracle, BuilderOptionsAreChecked) {
-  EXPECT_THROW(sam::indexer::SuffixAutomatonBuilder(10, 0, {.min_width = 58}),
+  EXPECT_THROW(sam::automaton::SuffixAutomatonBuilder(10, 0, {.min_width = 58}),
                sam::format::FormatError);
-  EXPECT_THROW(sam::indexer::SuffixAutomatonBuilder(10, sam::indexer::kMaxBuilderTokens),
+  EXPECT_THROW(sam::automaton::SuffixAutomatonBuilder(10, sam::automaton::kMaxBuilderTokens),
                sam::format::FormatError);
-  EXPECT_FALSE(sam::indexer::SuffixAutomatonBuilder(10, 1000).wide_ids());
+  EXPECT_FALSE(sam::automaton::SuffixAutomatonBuilder(10, 1000).wide_ids());
 }
 
 TEST(AutomatonOracle, NoMatchCrossesDocuments) {
   std::mt19937 rng(5);
   const std::string path = TempPath("boundary");
   Docs docs = {{1, 2, 3}, {4, 5, 6}};
-  sam::indexer::BuildIndexFile(docs, 10, path);
+  sam::automaton::BuildIndexFile(docs, 10, path);
   IndexFile f = IndexFile::Open(path);
   const IndexView& v = f.view();
   // "3 4" spans the boundary and must not be found.
@@ -317,9 +317,9 @@ TEST(AutomatonOracle, NoMatchCrossesDocuments) {
 
 TEST(AutomatonOracle, EmptyDocumentsAreSkippedAndEmptyCorpusRefused) {
   const std::string path = TempPath("empty");
-  EXPECT_THROW(sam::indexer::BuildIndexFile({{}, {}}, 10, path), sam::format::FormatError);
+  EXPECT_THROW(sam::automaton::BuildIndexFile({{}, {}}, 10, path), sam::format::FormatError);
   EXPECT_FALSE(std::filesystem::exists(path));
-  EXPECT_THROW(sam::indexer::BuildIndexFile({{1, 11}}, 10, path), sam::format::FormatError);
+  EXPECT_THROW(sam::automaton::BuildIndexFile({{1, 11}}, 10, path), sam::format::FormatError);
 }
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "sam/error.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/indexer/pipeline.h"
 #include "sam/indexer/tokenizer.h"
 #include "temp_dir.h"
@@ -41,7 +41,7 @@ TEST_F(IndexerErrorsTest, ErrorTypesAreTheOneFamily) {
 }
 
 TEST_F(IndexerErrorsTest, BuilderNamesTheDocument) {
-  sam::indexer::SuffixAutomatonBuilder builder(10);
+  sam::automaton::SuffixAutomatonBuilder builder(10);
   builder.AddDocument(std::vector<uint32_t>{1, 2, 3});
   builder.AddDocument(std::vector<uint32_t>{4});
   const sam::Error e =
@@ -54,7 +54,7 @@ TEST_F(IndexerErrorsTest, BuilderNamesTheDocument) {
 
 TEST_F(IndexerErrorsTest, BuilderWriteWithoutDocumentsNamesTheOutput) {
   const std::string out = (dir_ / "empty.sam").string();
-  sam::indexer::SuffixAutomatonBuilder builder(10);
+  sam::automaton::SuffixAutomatonBuilder builder(10);
   const sam::Error e = Thrown([&] { builder.Write(out, {}); });
   EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
   EXPECT_EQ(e.context().file, out);

@@ -12,7 +12,7 @@
 
 #include "sam/format/index.h"
 #include "sam/format/shard_set.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/indexer/pipeline.h"
 #include "temp_dir.h"
 #include "thrown.h"
@@ -125,7 +125,7 @@ TEST(ShardedBuild, ShardsPartitionTheDocumentsInOrderWithinTheBudget) {
     // Each shard is the index of its documents: identical to building them alone.
     const fs::path alone = dir.path() / "alone.sam";
     const Docs first(docs.begin(), docs.begin() + set.manifest().shards[0].documents);
-    sam::indexer::BuildIndexFile(first, kVocab, alone.string());
+    sam::automaton::BuildIndexFile(first, kVocab, alone.string());
     const IndexFile a = IndexFile::Open(alone.string());
     const auto& s0 = set.shards()[0].view();
     ASSERT_EQ(a.view().num_states(), s0.num_states());
@@ -198,7 +198,7 @@ TEST(PartitionedBuild, ShardsHoldDocumentsGModNAndJoinIntoASet) {
       [&] { sam::indexer::WriteShardSet({files[0], files[1], files[1]}, manifest, "test"); });
   EXPECT_EQ(e.context().file, files[1]) << e.what();
   const std::string plain = (dir.path() / "plain.sam").string();
-  sam::indexer::BuildIndexFile(first, kVocab, plain);
+  sam::automaton::BuildIndexFile(first, kVocab, plain);
   e = sam::testing::Thrown([&] { sam::indexer::WriteShardSet({plain}, manifest, "test"); });
   EXPECT_EQ(e.context().file, plain) << e.what();
   EXPECT_FALSE(fs::exists(manifest));
@@ -284,9 +284,9 @@ TEST_F(ShardSetRefusals, ForeignShard) {
   // An index of the same documents built with another tokenizer fingerprint.
   Docs part;
   for (size_t g = 1; g < docs_.size(); g += 3) part.push_back(docs_[g]);
-  sam::indexer::IndexInfo info;
+  sam::automaton::IndexInfo info;
   info.tokenizer_sha256[0] = 1;
-  const auto w = sam::indexer::BuildIndexFile(part, kVocab, shard1_, info);
+  const auto w = sam::automaton::BuildIndexFile(part, kVocab, shard1_, info);
   auto m = sam::format::ReadShardSetManifest(manifest_);
   m.shards[1].bytes = w.file_bytes;
   sam::format::WriteShardSetManifest(manifest_, m);

@@ -26,7 +26,7 @@
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
 #include "sam/format/shard_set.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
@@ -210,9 +210,9 @@ int Fixture(const std::string& dir, size_t num_documents, size_t generation_leng
     doc.insert(doc.end(), body.begin(), body.end());
     documents.push_back(doc);
   }
-  sam::indexer::IndexInfo info;
+  sam::automaton::IndexInfo info;
   info.bos_id = kBos;
-  sam::indexer::BuildIndexFile(documents, kVocab, dir + "/index.sam", info);
+  sam::automaton::BuildIndexFile(documents, kVocab, dir + "/index.sam", info);
   // The same documents as a shard set of three shards (set.samset), which
   // drafts as index.sam does, every policy.
   {
@@ -221,7 +221,7 @@ int Fixture(const std::string& dir, size_t num_documents, size_t generation_leng
     const size_t cuts[] = {0, documents.size() / 3, documents.size() / 2, documents.size()};
     for (size_t k = 0; k < 3; ++k) {
       const std::string file = "set." + std::to_string(k) + ".sam";
-      const auto w = sam::indexer::BuildIndexFile(
+      const auto w = sam::automaton::BuildIndexFile(
           std::vector<std::vector<uint32_t>>(documents.begin() + cuts[k],
                                              documents.begin() + cuts[k + 1]),
           kVocab, dir + "/" + file, info);

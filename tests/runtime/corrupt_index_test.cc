@@ -30,7 +30,7 @@
 
 #include "sam/format/error.h"
 #include "sam/format/index.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
 #include "sam/runtime/static_match.h"
@@ -170,9 +170,9 @@ Corpus BuildCorpus(const std::string& path) {
     }
     c.docs.push_back(doc);
   }
-  indexer::IndexInfo info;
+  automaton::IndexInfo info;
   for (uint32_t t = 0; t < kVocab; ++t) info.vocabulary.push_back("t" + std::to_string(t));
-  indexer::BuildIndexFile(c.docs, kVocab, path, info);
+  automaton::BuildIndexFile(c.docs, kVocab, path, info);
   c.bytes = ReadFile(path);
   return c;
 }

@@ -1,4 +1,5 @@
 // Replay harness, statistics and draft-tree limits on hand-computed values.
+#include "sam/runtime/percentile.h"
 #include "sam/runtime/replay.h"
 
 #include <gtest/gtest.h>

@@ -21,7 +21,7 @@
 #include "sam/format/response_cache_file.h"
 #include "same_automaton.h"
 #include "temp_dir.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
 
@@ -303,7 +303,7 @@ std::unique_ptr<OracleIndex> BuildOracle(const std::vector<Tokens>& responses) {
   uint32_t max_id = 0;
   for (const Tokens& r : responses)
     for (uint32_t t : r) max_id = std::max(max_id, t);
-  indexer::SuffixAutomatonBuilder b(max_id + 1);
+  automaton::SuffixAutomatonBuilder b(max_id + 1);
   for (const Tokens& r : responses) b.AddDocument(r);
   auto o = std::make_unique<OracleIndex>();
   b.WriteToMemory({}, &o->bytes, "oracle");

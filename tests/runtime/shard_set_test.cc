@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "sam/format/index.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
@@ -99,7 +99,7 @@ void Build(const Docs& docs, size_t k, std::mt19937& rng, Built* out,
   auto open = [&](const Docs& part, const std::string& name) {
     const std::string path = test_util::TempPath(name);
     out->paths.push_back(path);
-    indexer::BuildIndexFile(part, vocab, path);
+    automaton::BuildIndexFile(part, vocab, path);
     return StaticIndex::Create(format::IndexFile::Open(path).shared_view(), hubs);
   };
   out->single = open(docs, "single");

@@ -15,7 +15,7 @@
 
 #include "sam/format/error.h"
 #include "sam/format/index.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/runtime/session.h"
 #include "subtree_walk.h"
 #include "test_index.h"
@@ -582,12 +582,12 @@ TEST(SharedStaticIndex, WideWidthsGiveTheSameAnswers) {
   std::mt19937 rng(31);
   Docs docs = HubDocs(rng, 150, 60, 30);
   const std::string narrow_path = TempPath("narrow_widths");
-  indexer::BuildIndexFile(docs, 30, narrow_path);
+  automaton::BuildIndexFile(docs, 30, narrow_path);
   const format::IndexFile narrow = format::IndexFile::Open(narrow_path);
   const auto narrow_index = StaticIndex::Create(&narrow.view(), {.min_degree = 4, .top_k = 8});
   for (const unsigned width : {40u, 57u}) {
     const std::string wide_path = TempPath("wide_widths");
-    indexer::BuildIndexFile(docs, 30, wide_path, {}, {.min_width = width});
+    automaton::BuildIndexFile(docs, 30, wide_path, {}, {.min_width = width});
     format::OpenOptions verify;
     verify.verify = true;
     const format::IndexFile wide = format::IndexFile::Open(wide_path, verify);
@@ -660,7 +660,7 @@ TEST(SharedStaticIndex, EdgeFilterHasNoFalseNegativesAndFewFalsePositives) {
 TEST(CorruptIndex, FailsToOpenOrStaysSafe) {
   std::mt19937 rng(3);
   const std::string path = TempPath("corrupt_src.sam");
-  indexer::BuildIndexFile(RandomDocs(rng, 40, 60, 30), 30, path);
+  automaton::BuildIndexFile(RandomDocs(rng, 40, 60, 30), 30, path);
   std::vector<format::SectionInfo> sections = format::IndexFile::Open(path).sections();
   std::vector<char> bytes;
   {

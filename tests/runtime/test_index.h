@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "sam/format/index.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 
 namespace sam::runtime::test_util {
 
@@ -92,7 +92,7 @@ struct BuiltIndex {
  private:
   static format::IndexFile Build(const std::vector<Text>& docs, uint32_t vocab,
                                  const std::string& path) {
-    indexer::BuildIndexFile(docs, vocab, path);
+    automaton::BuildIndexFile(docs, vocab, path);
     return format::IndexFile::Open(path);
   }
 };

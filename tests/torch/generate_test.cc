@@ -29,7 +29,7 @@
 
 #include "temp_dir.h"
 #include "sam/format/index.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/runtime/verify.h"
 #include "sam/torch/error.h"
 #include "sam/torch/generate.h"
@@ -201,7 +201,7 @@ class GreedyExactness : public ::testing::Test {
       }
     }
     index_path_ = (dir_.path() / "own_outputs.sam").string();
-    sam::indexer::BuildIndexFile(documents, kVocab, index_path_);
+    sam::automaton::BuildIndexFile(documents, kVocab, index_path_);
     index_ = std::make_unique<sam::format::IndexFile>(sam::format::IndexFile::Open(index_path_));
   }
 
@@ -594,7 +594,7 @@ TEST_F(GreedyExactness, InvalidArguments) {
   EXPECT_THROW(generator.Generate(bad, {}), tb::Error);
   // An index with a bigger vocabulary is refused.
   const std::string big = (dir_.path() / "big.sam").string();
-  sam::indexer::BuildIndexFile({{1, 5, kVocab + 3, 9}}, kVocab + 10, big);
+  sam::automaton::BuildIndexFile({{1, 5, kVocab + 3, 9}}, kVocab + 10, big);
   auto big_index = sam::format::IndexFile::Open(big);
   EXPECT_THROW(generator.AttachIndex(&big_index.view()), tb::Error);
 }
@@ -645,7 +645,7 @@ class SamplingDistribution : public ::testing::Test {
       doc.insert(doc.end(), r.output_ids.begin(), r.output_ids.end());
       documents.push_back(doc);
     }
-    sam::indexer::BuildIndexFile(documents, kVocab, (dir_.path() / "samples.sam").string());
+    sam::automaton::BuildIndexFile(documents, kVocab, (dir_.path() / "samples.sam").string());
     index_ = std::make_unique<sam::format::IndexFile>(
         sam::format::IndexFile::Open((dir_.path() / "samples.sam").string()));
   }

@@ -24,7 +24,7 @@
 #include "run_command.h"
 #include "sam/format/sha256.h"
 #include "sam/format/shard_set.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 #include "sam/indexer/tokenizer.h"
 #include "temp_dir.h"
 
@@ -167,12 +167,12 @@ TEST_F(WithTokenizer, GeneratesJsonWithAnIndex) {
   const auto tokenizer = sam::indexer::Tokenizer::Load(tokenizer_path_.string());
   std::vector<uint32_t> doc{tokenizer.bos_id()};
   tokenizer.Encode("The quick brown fox jumps over the lazy dog. The quick brown fox.", &doc);
-  sam::indexer::IndexInfo info;
+  sam::automaton::IndexInfo info;
   info.tokenizer_sha256 = tokenizer.sha256();
   info.bos_id = tokenizer.bos_id();
   info.eos_id = tokenizer.eos_id();
   const fs::path index = dir_.path() / "small.sam";
-  sam::indexer::BuildIndexFile({doc}, tokenizer.vocab_size(), index.string(), info);
+  sam::automaton::BuildIndexFile({doc}, tokenizer.vocab_size(), index.string(), info);
 
   for (const std::string mode : {"", " --no-spec", " --temperature 0.8 --top-k 40 --top-p 0.9 --seed 3",
                                  " --policy sam-tree --template vicuna"}) {
@@ -273,18 +273,18 @@ TEST_F(WithTokenizer, AShardSetDraftsAsTheSingleIndex) {
     docs.push_back({tokenizer.bos_id()});
     tokenizer.Encode(text, &docs.back());
   }
-  sam::indexer::IndexInfo info;
+  sam::automaton::IndexInfo info;
   info.tokenizer_sha256 = tokenizer.sha256();
   info.bos_id = tokenizer.bos_id();
   info.eos_id = tokenizer.eos_id();
   const fs::path single = dir_.path() / "single.sam";
-  sam::indexer::BuildIndexFile(docs, tokenizer.vocab_size(), single.string(), info);
+  sam::automaton::BuildIndexFile(docs, tokenizer.vocab_size(), single.string(), info);
   sam::format::ShardSetManifest manifest;
   manifest.tokenizer_sha256 = tokenizer.sha256();
   manifest.vocab_size = tokenizer.vocab_size();
   for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, 1}, {1, 3}}) {
     const fs::path shard = dir_.path() / ("set." + std::to_string(begin) + ".sam");
-    const auto w = sam::indexer::BuildIndexFile(
+    const auto w = sam::automaton::BuildIndexFile(
         std::vector<std::vector<uint32_t>>(docs.begin() + begin, docs.begin() + end),
         tokenizer.vocab_size(), shard.string(), info);
     manifest.shards.push_back({shard.filename().string(), w.file_bytes,
@@ -315,7 +315,7 @@ TEST_F(WithTokenizer, AShardSetDraftsAsTheSingleIndex) {
 
 TEST_F(WithTokenizer, RefusesAnIndexOfAnotherTokenizer) {
   const fs::path index = dir_.path() / "raw.sam";  // built from raw ids: no fingerprint
-  sam::indexer::BuildIndexFile({{1, 5, 6, 7}}, 32000, index.string());
+  sam::automaton::BuildIndexFile({{1, 5, 6, 7}}, 32000, index.string());
   const ProcessResult run = RunGenerate(Base() + " --index " + Quote(index) + " --prompt hi");
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_NE(run.output.find("tokenizer"), std::string::npos) << run.output;
@@ -485,11 +485,11 @@ TEST(SamGenerateCli, TokenizerJsonFromTheModelFolder) {
   std::vector<uint32_t> doc{tok.bos_id()};
   ASSERT_EQ(tok.bos_id(), 259u);
   tok.Encode("the cat and the dog, the end", &doc);
-  sam::indexer::IndexInfo info;
+  sam::automaton::IndexInfo info;
   info.tokenizer_sha256 = tok.sha256();
   info.bos_id = tok.bos_id();
   const fs::path index = dir.path() / "tiny.sam";
-  sam::indexer::BuildIndexFile({doc}, tok.vocab_size(), index.string(), info);
+  sam::automaton::BuildIndexFile({doc}, tok.vocab_size(), index.string(), info);
 
   const ProcessResult run = RunGenerate("--model " + Quote(model) + " --index " + Quote(index) +
                                             " --prompt 'the cat' --max-new-tokens 6 --json",

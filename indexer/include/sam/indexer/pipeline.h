@@ -33,6 +33,10 @@
 // manifest, only once all are written: an error or a signal leaves an earlier
 // set of that name usable, and removes only the files this build created.
 //
+// Stages overlap: the first corpus is read while the tokenizer loads, and the
+// next corpus while one is built (regular files, builds without a memory
+// bound; errors keep the order of a sequential build: the tokenizer's first).
+//
 // Memory: the rendered documents of one corpus are held while it is built;
 // tokenization runs ahead of construction by at most
 // BuildConfig::max_pending_documents documents (backpressure), so the token ids
@@ -49,7 +53,7 @@
 
 #include "sam/error.h"
 #include "sam/format/index.h"
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 
 namespace sam::indexer {
 
@@ -118,7 +122,7 @@ struct BuildConfig {
   uint64_t max_pending_documents = 0;
   // Id type and minimum widths (defaults: 32-bit ids widened as needed,
   // widths from the data); the others test the 64-bit paths.
-  BuilderOptions builder_options;
+  automaton::BuilderOptions builder_options;
   // Bound on the build's memory in bytes (0: none); see the top of this file.
   uint64_t max_memory_bytes = 0;
   // Distributed builds (sam-build --shard I/N): with shard_count N > 0, only
@@ -159,6 +163,9 @@ struct BuildReport {
   uint64_t documents = 0, tokens = 0, states = 0, clones = 0, transitions = 0, edges = 0;
   uint64_t file_bytes = 0;
   std::vector<format::SectionInfo> sections;
+  // Seconds the build spent on each stage: waiting for a corpus to be read
+  // (the next corpus is read while one is built), waiting for tokenization,
+  // constructing, freezing and writing.
   double read_seconds = 0, tokenize_seconds = 0, construct_seconds = 0, write_seconds = 0;
   double total_seconds = 0;
   uint64_t peak_rss_bytes = 0;

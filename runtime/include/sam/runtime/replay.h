@@ -31,7 +31,6 @@
 #include "sam/runtime/budget.h"
 #include "sam/runtime/draft.h"
 #include "sam/runtime/drafter.h"
-#include "sam/runtime/percentile.h"  // Percentile of the timings
 #include "sam/runtime/statistics.h"
 
 namespace sam::runtime {

@@ -46,9 +46,9 @@
 //
 // Compiled tenants (CompileOptions, off by default). The cache can also
 // compile each tenant's retained responses into a static index in memory (the
-// indexer's builder: counts per state, the same automaton as an index built
-// from those responses), so that sam-cal drafts count-weighted trees from
-// them as from a shipped index (Session: a unit of its own, with its own
+// automaton builder, sam/automaton/builder.h: counts per state, the same
+// automaton as an index built from those responses), so that sam-cal drafts
+// count-weighted trees from them as from a shipped index (Session: a unit of its own, with its own
 // calibration cells), where the automaton above offers one continuation. A
 // tenant is compiled on the inserting thread once it holds min_tokens tokens,
 // and again whenever the tokens inserted into it since its last compile reach

@@ -1,9 +1,9 @@
 // Building a static suffix automaton and writing it as an index file.
 //
-//   sam::indexer::SuffixAutomatonBuilder b(/*vocab_size=*/32000);
+//   sam::automaton::SuffixAutomatonBuilder b(/*vocab_size=*/32000);
 //   b.AddDocument(ids1);                // BOS (if wanted) included by the caller
 //   b.AddDocument(ids2);                // a document end is appended for each
-//   sam::indexer::IndexInfo info;       // tokenizer fingerprint, ids, metadata
+//   sam::automaton::IndexInfo info;       // tokenizer fingerprint, ids, metadata
 //   auto report = b.Write("corpus.sam", info);
 //
 // Construction is Blumer et al.'s online algorithm over the concatenation of
@@ -22,8 +22,8 @@
 // same either way: its bit widths come from the data (FORMAT.md).
 //
 // Not thread-safe; one builder per thread.
-#ifndef SAM_INDEXER_BUILDER_H_
-#define SAM_INDEXER_BUILDER_H_
+#ifndef SAM_AUTOMATON_BUILDER_H_
+#define SAM_AUTOMATON_BUILDER_H_
 
 #include <cstdint>
 #include <functional>
@@ -34,7 +34,7 @@
 
 #include "sam/format/index.h"
 
-namespace sam::indexer {
+namespace sam::automaton {
 
 // Everything about an index that is not the automaton itself.
 struct IndexInfo {
@@ -128,6 +128,6 @@ WriteReport BuildIndexFile(const std::vector<std::vector<uint32_t>>& documents,
                            uint32_t vocab_size, const std::string& path, const IndexInfo& info,
                            const BuilderOptions& options);
 
-}  // namespace sam::indexer
+}  // namespace sam::automaton
 
-#endif  // SAM_INDEXER_BUILDER_H_
+#endif  // SAM_AUTOMATON_BUILDER_H_

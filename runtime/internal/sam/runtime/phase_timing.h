@@ -27,7 +27,6 @@
 #include <string_view>
 #include <vector>
 
-#include "sam/export.h"
 
 namespace sam::runtime {
 
@@ -48,14 +47,14 @@ enum Phase : size_t {
 };
 
 // True in a build configured with -DSAM_PHASE_TIMING=ON.
-SAM_API bool PhaseTimingEnabled();
+bool PhaseTimingEnabled();
 // A short name ("peek", "cal:rank->2", ...).
-SAM_API std::string_view PhaseName(size_t phase);
+std::string_view PhaseName(size_t phase);
 // This thread's samples of `phase` since the last ClearPhaseTimes (empty
 // when not enabled, or for phase >= kNumPhases).
-SAM_API const std::vector<uint32_t>& PhaseTimes(size_t phase);
+const std::vector<uint32_t>& PhaseTimes(size_t phase);
 // Forgets this thread's samples.
-SAM_API void ClearPhaseTimes();
+void ClearPhaseTimes();
 
 }  // namespace sam::runtime
 

@@ -1,13 +1,15 @@
 // Online suffix automaton construction (Blumer et al. 1985) with implicit
 // non-clone states and a compact edge arena, and the freeze into format v1.
-#include "sam/indexer/builder.h"
+#include "sam/automaton/builder.h"
 
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <exception>
 #include <random>
 #include <string>
 #include <sys/mman.h>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -15,7 +17,7 @@
 #include "sam/format/sections.h"
 #include "sam/format/writer.h"
 
-namespace sam::indexer {
+namespace sam::automaton {
 namespace {
 
 using format::ErrorCode;
@@ -290,6 +292,30 @@ struct Automaton {
 
   // Freezes into `writer` (a file's or a buffer's).
   WriteReport Write(format::IndexWriter& writer, const IndexInfo& info, unsigned min_width);
+
+  // The freeze's steps (Write), in the order of the sections they write.
+  struct Counts {            // occurrence counts (|endpos|) of every state
+    std::vector<Id> nc;      // non-clone state i at i (0: the root)
+    std::vector<Id> cl;      // clone k at k
+    std::vector<Id> by_len;  // scratch: clones sorted by length
+    std::vector<Id> start;   // scratch: where each length starts in by_len
+    uint64_t prefix = 0;     // non-clone states 1..prefix may count more than 1 (NCNT)
+  };
+  void AllocateCounts(Counts* counts) const;
+  void CountOccurrences(Counts* counts) const;
+  uint64_t CountOf(const Counts& counts, Id v) const {
+    if (v == 0) return text.size();
+    return (v & kClone) ? counts.cl[v & ~kClone] : counts.nc[v];
+  }
+  std::vector<format::SelfTestSample> SelfTests(const IndexInfo& info, const Counts& counts) const;
+  format::IndexHeader Header(const IndexInfo& info, unsigned min_width) const;
+  void SetCountWidths(const Counts& counts, unsigned min_width, format::IndexHeader* h) const;
+  void WriteText(format::IndexWriter& writer, const format::IndexHeader& h) const;
+  void WriteLinks(format::IndexWriter& writer, const format::IndexHeader& h) const;
+  void WriteCloneSections(format::IndexWriter& writer, const format::IndexHeader& h,
+                          Counts& counts);
+  uint64_t WriteEdges(format::IndexWriter& writer, format::IndexHeader* h);
+  uint64_t CountTransitions(uint64_t explicit_edges) const;
 };
 
 // Converts a narrow id (kNil and the clone tag included) to the wide type.
@@ -485,81 +511,86 @@ WriteReport SuffixAutomatonBuilder::WriteToMemory(const IndexInfo& info,
 
 namespace {
 
+// Sizes the count arrays (1 for every non-clone state, 0 for clones) and the
+// counting sort's scratch on the calling thread: CountOccurrences may run on
+// another, and memory allocated there would stay in that thread's arena.
 template <typename Id>
-WriteReport Automaton<Id>::Write(format::IndexWriter& writer, const IndexInfo& info,
-                                 unsigned min_width) {
-  Automaton& m = *this;
-  const auto t0 = std::chrono::steady_clock::now();
-  const uint64_t n = m.text.size(), c = m.cl_len.size(), s = 1 + n + c;
-  WriteReport report;
-  report.tokens = n;
-  report.documents = m.documents;
-  report.states = s;
-  report.clones = c;
+void Automaton<Id>::AllocateCounts(Counts* counts) const {
+  Id max_len = 0;
+  for (Id l : cl_len) max_len = std::max(max_len, l);
+  counts->nc.assign(text.size() + 1, 1);
+  counts->cl.assign(cl_len.size(), 0);
+  counts->by_len.resize(cl_len.size());
+  counts->start.assign(uint64_t{max_len} + 2, 0);
+}
 
-  // Occurrence counts: 1 for every non-clone state, then cnt[link[v]] += cnt[v]
-  // in decreasing length order. Non-clone i has length i, so only the clones
-  // need a counting sort by length. (Counts never exceed N, so Id holds them.)
-  std::vector<Id> cl_cnt(c, 0);
-  std::vector<Id> nc_cnt(n + 1, 1);
-  {
-    Id max_len = 0;
-    for (Id l : m.cl_len) max_len = std::max(max_len, l);
-    std::vector<Id> start(uint64_t{max_len} + 2, 0);
-    for (Id l : m.cl_len) ++start[l + 1];
-    for (uint64_t l = 1; l < start.size(); ++l) start[l] += start[l - 1];
-    std::vector<Id> by_len(c);
-    {
-      std::vector<Id> fill(start.begin(), start.end() - 1);
-      for (Id k = 0; k < c; ++k) by_len[fill[m.cl_len[k]]++] = k;
-    }
-    auto add = [&](Id target, Id amount) {
-      if (target == kNil || target == 0) return;
-      if (target & kClone) cl_cnt[target & ~kClone] += amount; else nc_cnt[target] += amount;
-    };
-    for (uint64_t len = n; len >= 1; --len) {
-      add(m.nc[len].link, nc_cnt[len]);
-      if (len <= max_len)
-        for (Id i = start[len]; i < start[len + 1]; ++i) {
-          const Id k = by_len[i];
-          add(m.cl[k].link, cl_cnt[k]);
-        }
-    }
-  }
-  // Non-clone i holds the length-i prefix; it recurs only for i <= K.
-  uint64_t prefix_counts = n;
-  while (prefix_counts > 0 && nc_cnt[prefix_counts] == 1) --prefix_counts;
-  auto count_of = [&](Id v) -> uint64_t {
-    if (v == 0) return n;
-    return (v & kClone) ? cl_cnt[v & ~kClone] : nc_cnt[v];
+// Occurrence counts: cnt[link[v]] += cnt[v] in decreasing length order.
+// Non-clone i has length i, so only the clones need a counting sort by
+// length. (Counts never exceed N, so Id holds them.) Reads the links and
+// lengths only.
+template <typename Id>
+void Automaton<Id>::CountOccurrences(Counts* counts) const {
+  std::vector<Id>& start = counts->start;
+  std::vector<Id>& by_len = counts->by_len;
+  std::vector<Id>& nc_cnt = counts->nc;
+  std::vector<Id>& cl_cnt = counts->cl;
+  const uint64_t n = text.size(), max_len = start.size() - 2;
+  for (Id l : cl_len) ++start[l + 1];
+  for (uint64_t l = 1; l < start.size(); ++l) start[l] += start[l - 1];
+  for (Id k = 0; k < cl_len.size(); ++k) by_len[start[cl_len[k]]++] = k;
+  // (start[l] now ends length l's run; shift back to where each run begins.)
+  for (uint64_t l = start.size() - 1; l > 0; --l) start[l] = start[l - 1];
+  start[0] = 0;
+  auto add = [&](Id target, Id amount) {
+    if (target == kNil || target == 0) return;
+    if (target & kClone) cl_cnt[target & ~kClone] += amount; else nc_cnt[target] += amount;
   };
-
-  // Self-test samples: random substrings inside documents, with the answers
-  // of the construction structures.
-  std::vector<format::SelfTestSample> tests;
-  {
-    std::mt19937_64 rng(info.self_test_seed);
-    for (uint32_t attempt = 0;
-         tests.size() < info.self_test_samples && attempt < info.self_test_samples * 20;
-         ++attempt) {
-      const uint64_t start = 1 + rng() % n;
-      uint64_t len = 1 + rng() % 12;
-      uint64_t ok = 0;
-      while (ok < len && start + ok <= n && m.text[start + ok - 1] != m.separator) ++ok;
-      if (ok == 0) continue;
-      len = ok;
-      Id v = 0;
-      for (uint64_t k = 0; k < len; ++k) v = m.Get(v, m.text[start + k - 1]);
-      tests.push_back({start, len, count_of(v), v == 0 ? 0 : uint64_t{m.Mep(v)}});
-    }
+  for (uint64_t len = n; len >= 1; --len) {
+    add(nc[len].link, nc_cnt[len]);
+    if (len <= max_len)
+      for (Id i = start[len]; i < start[len + 1]; ++i) {
+        const Id k = by_len[i];
+        add(cl[k].link, cl_cnt[k]);
+      }
   }
+  std::vector<Id>().swap(by_len);
+  std::vector<Id>().swap(start);
+  // Non-clone i holds the length-i prefix; it recurs only for i <= K.
+  counts->prefix = n;
+  while (counts->prefix > 0 && nc_cnt[counts->prefix] == 1) --counts->prefix;
+}
 
-  // Widths: from the data, at least min_width for those that grow with it.
+// Self-test samples: random substrings inside documents, with the answers of
+// the construction structures.
+template <typename Id>
+std::vector<format::SelfTestSample> Automaton<Id>::SelfTests(const IndexInfo& info,
+                                                             const Counts& counts) const {
+  const uint64_t n = text.size();
+  std::vector<format::SelfTestSample> tests;
+  std::mt19937_64 rng(info.self_test_seed);
+  for (uint32_t attempt = 0;
+       tests.size() < info.self_test_samples && attempt < info.self_test_samples * 20; ++attempt) {
+    const uint64_t start = 1 + rng() % n;
+    uint64_t len = 1 + rng() % 12;
+    uint64_t ok = 0;
+    while (ok < len && start + ok <= n && text[start + ok - 1] != separator) ++ok;
+    if (ok == 0) continue;
+    len = ok;
+    Id v = 0;
+    for (uint64_t k = 0; k < len; ++k) v = Get(v, text[start + k - 1]);
+    tests.push_back({start, len, CountOf(counts, v), v == 0 ? 0 : uint64_t{Mep(v)}});
+  }
+  return tests;
+}
+
+// The header, widths from the data (at least min_width for those that grow
+// with it), except the count width (SetCountWidths) and the edge fields
+// (WriteEdges).
+template <typename Id>
+format::IndexHeader Automaton<Id>::Header(const IndexInfo& info, unsigned min_width) const {
+  const uint64_t n = text.size(), c = cl_len.size(), s = 1 + n + c;
   Id max_clone_len = 1;
-  for (Id l : m.cl_len) max_clone_len = std::max(max_clone_len, l);
-  Id max_count = 1;
-  for (Id k : cl_cnt) max_count = std::max(max_count, k);
-  for (uint64_t i = 1; i <= prefix_counts; ++i) max_count = std::max(max_count, nc_cnt[i]);
+  for (Id l : cl_len) max_clone_len = std::max(max_clone_len, l);
   auto width = [&](uint64_t max_value) {
     return static_cast<uint8_t>(std::max(format::BitsFor(max_value), min_width));
   };
@@ -567,94 +598,167 @@ WriteReport Automaton<Id>::Write(format::IndexWriter& writer, const IndexInfo& i
   h.num_tokens = n;
   h.num_clones = c;
   h.num_states = s;
-  h.num_documents = m.documents;
-  h.num_prefix_counts = prefix_counts;
-  h.vocab_size = m.vocab_size;
-  h.separator_id = m.separator;
+  h.num_documents = documents;
+  h.vocab_size = vocab_size;
+  h.separator_id = separator;
   h.bos_id = info.bos_id;
   h.eos_id = info.eos_id;
-  h.token_width = static_cast<uint8_t>(format::BitsFor(m.vocab_size));
+  h.token_width = static_cast<uint8_t>(format::BitsFor(vocab_size));
   h.state_width = width(s - 1);
   h.position_width = width(n);
   h.clone_len_width = width(max_clone_len);
-  h.count_width = width(max_count);
   h.select_rate_log2 = kSelectRateLog2;
   h.tokenizer_sha256 = info.tokenizer_sha256;
+  return h;
+}
 
-  auto emit = [&](const char* tag, format::PackedWriter& pw) {
-    const auto bytes = pw.Finish();
-    writer.AddSection(tag, bytes);
-  };
-  {
-    format::PackedWriter pw(h.token_width, n);
-    for (uint32_t t : m.text) pw.Push(t);
-    emit("TEXT", pw);
-  }
-  {
-    format::PackedWriter pw(h.state_width, s);
-    pw.Push(0);
-    for (uint64_t i = 1; i <= n; ++i) pw.Push(m.Map(m.nc[i].link));
-    for (const Rec& r : m.cl) pw.Push(m.Map(r.link));
-    emit("LINK", pw);
-  }
+template <typename Id>
+void Automaton<Id>::SetCountWidths(const Counts& counts, unsigned min_width,
+                                   format::IndexHeader* h) const {
+  Id max_count = 1;
+  for (Id k : counts.cl) max_count = std::max(max_count, k);
+  for (uint64_t i = 1; i <= counts.prefix; ++i) max_count = std::max(max_count, counts.nc[i]);
+  h->num_prefix_counts = counts.prefix;
+  h->count_width = static_cast<uint8_t>(std::max(format::BitsFor(max_count), min_width));
+}
+
+void AddPacked(format::IndexWriter& writer, const char* tag, format::PackedWriter& pw) {
+  const auto bytes = pw.Finish();
+  writer.AddSection(tag, bytes);
+}
+
+template <typename Id>
+void Automaton<Id>::WriteText(format::IndexWriter& writer, const format::IndexHeader& h) const {
+  format::PackedWriter pw(h.token_width, text.size());
+  for (uint32_t t : text) pw.Push(t);
+  AddPacked(writer, "TEXT", pw);
+}
+
+template <typename Id>
+void Automaton<Id>::WriteLinks(format::IndexWriter& writer, const format::IndexHeader& h) const {
+  format::PackedWriter pw(h.state_width, h.num_states);
+  pw.Push(0);
+  for (uint64_t i = 1; i <= text.size(); ++i) pw.Push(Map(nc[i].link));
+  for (const Rec& r : cl) pw.Push(Map(r.link));
+  AddPacked(writer, "LINK", pw);
+}
+
+// CLEN, CMEP, CCNT, NCNT and ROOT, releasing each array once written.
+template <typename Id>
+void Automaton<Id>::WriteCloneSections(format::IndexWriter& writer, const format::IndexHeader& h,
+                                       Counts& counts) {
+  const uint64_t c = cl_len.size();
   {
     format::PackedWriter pw(h.clone_len_width, c);
-    for (Id l : m.cl_len) pw.Push(l);
-    emit("CLEN", pw);
-    std::vector<Id>().swap(m.cl_len);
+    for (Id l : cl_len) pw.Push(l);
+    AddPacked(writer, "CLEN", pw);
+    std::vector<Id>().swap(cl_len);
   }
   {
     format::PackedWriter pw(h.position_width, c);
-    for (Id e : m.cl_mep) pw.Push(e);
-    emit("CMEP", pw);
-    std::vector<Id>().swap(m.cl_mep);
+    for (Id e : cl_mep) pw.Push(e);
+    AddPacked(writer, "CMEP", pw);
+    std::vector<Id>().swap(cl_mep);
   }
   {
     format::PackedWriter pw(h.count_width, c);
-    for (Id k : cl_cnt) pw.Push(k);
-    emit("CCNT", pw);
-    std::vector<Id>().swap(cl_cnt);
+    for (Id k : counts.cl) pw.Push(k);
+    AddPacked(writer, "CCNT", pw);
+    std::vector<Id>().swap(counts.cl);
   }
   {
-    format::PackedWriter pw(h.count_width, prefix_counts);
-    for (uint64_t i = 1; i <= prefix_counts; ++i) pw.Push(nc_cnt[i]);
-    emit("NCNT", pw);
-    std::vector<Id>().swap(nc_cnt);
+    format::PackedWriter pw(h.count_width, counts.prefix);
+    for (uint64_t i = 1; i <= counts.prefix; ++i) pw.Push(counts.nc[i]);
+    AddPacked(writer, "NCNT", pw);
+    std::vector<Id>().swap(counts.nc);
   }
   {
-    format::PackedWriter pw(h.state_width, m.vocab_size);
-    for (uint32_t t = 0; t < m.vocab_size; ++t) pw.Push(m.Map(m.root_next[t]));
-    emit("ROOT", pw);
+    format::PackedWriter pw(h.state_width, vocab_size);
+    for (uint32_t t = 0; t < vocab_size; ++t) pw.Push(Map(root_next[t]));
+    AddPacked(writer, "ROOT", pw);
   }
-  // Explicit edges in final state order, document-end transitions dropped;
-  // the degree bit vector has deg(v) zeros then a one per state.
+}
+
+// Explicit edges in final state order, document-end transitions dropped; the
+// degree bit vector has deg(v) zeros then a one per state. Releases the
+// states and the arena. Returns the number of edges written.
+template <typename Id>
+uint64_t Automaton<Id>::WriteEdges(format::IndexWriter& writer, format::IndexHeader* h) {
+  const uint64_t n = text.size(), c = cl.size();
   uint64_t edges = 0;
-  {
-    format::PackedWriter edge_pw(h.state_width, n + c);
-    format::DegreeVectorWriter degrees(kSelectRateLog2, s + n + c);
-    auto emit_state = [&](const Rec& l) {
-      const EdgeT* e = m.arena.data() + l.offset;
-      for (uint32_t i = 0; i < l.degree; ++i) {
-        if (e[i].label == m.separator) continue;
-        edge_pw.Push(m.Map(e[i].target));
-        degrees.AddEdge();
-        ++edges;
-      }
-      degrees.EndState();
-    };
-    degrees.EndState();  // the root: its transitions live in ROOT
-    for (uint64_t i = 1; i <= n; ++i) emit_state(m.nc[i]);
-    for (const Rec& l : m.cl) emit_state(l);
-    std::vector<Rec>().swap(m.nc);
-    std::vector<Rec>().swap(m.cl);
-    std::vector<EdgeT>().swap(m.arena);
-    h.num_edges = edges;
-    emit("EDGE", edge_pw);
-    const format::DegreeSections d = degrees.Finish();
-    h.select_width = static_cast<uint8_t>(d.select_width);
-    writer.AddSection("EDEG", d.degree_bytes);
-    writer.AddSection("ESEL", d.select_bytes);
+  format::PackedWriter edge_pw(h->state_width, n + c);
+  format::DegreeVectorWriter degrees(kSelectRateLog2, h->num_states + n + c);
+  auto emit_state = [&](const Rec& l) {
+    const EdgeT* e = arena.data() + l.offset;
+    for (uint32_t i = 0; i < l.degree; ++i) {
+      if (e[i].label == separator) continue;
+      edge_pw.Push(Map(e[i].target));
+      degrees.AddEdge();
+      ++edges;
+    }
+    degrees.EndState();
+  };
+  degrees.EndState();  // the root: its transitions live in ROOT
+  for (uint64_t i = 1; i <= n; ++i) emit_state(nc[i]);
+  for (const Rec& l : cl) emit_state(l);
+  std::vector<Rec>().swap(nc);
+  std::vector<Rec>().swap(cl);
+  std::vector<EdgeT>().swap(arena);
+  h->num_edges = edges;
+  AddPacked(writer, "EDGE", edge_pw);
+  const format::DegreeSections d = degrees.Finish();
+  h->select_width = static_cast<uint8_t>(d.select_width);
+  writer.AddSection("EDEG", d.degree_bytes);
+  writer.AddSection("ESEL", d.select_bytes);
+  return edges;
+}
+
+// Transitions = root + implicit (non-clone i -> i+1 within documents) + explicit.
+template <typename Id>
+uint64_t Automaton<Id>::CountTransitions(uint64_t explicit_edges) const {
+  uint64_t root_edges = 0;
+  for (uint32_t t = 0; t < vocab_size; ++t) root_edges += root_next[t] != 0;
+  uint64_t implicit = 0;
+  for (uint64_t i = 1; i < text.size(); ++i) implicit += text[i] != separator;
+  return root_edges + implicit + explicit_edges;
+}
+
+template <typename Id>
+WriteReport Automaton<Id>::Write(format::IndexWriter& writer, const IndexInfo& info,
+                                 unsigned min_width) {
+  const auto t0 = std::chrono::steady_clock::now();
+  WriteReport report;
+  report.tokens = text.size();
+  report.documents = documents;
+  report.clones = cl_len.size();
+  report.states = 1 + text.size() + cl_len.size();
+  format::IndexHeader h = Header(info, min_width);
+  // The counts (a pass over the links in length order) are computed on
+  // another thread while this one writes TEXT and LINK: both only read the
+  // construction structures. The section order, and so the file, is the same.
+  Counts counts;
+  AllocateCounts(&counts);
+  std::exception_ptr counting_error;
+  std::thread counting([&] {
+    try {
+      CountOccurrences(&counts);
+    } catch (...) {
+      counting_error = std::current_exception();
+    }
+  });
+  try {
+    WriteText(writer, h);
+    WriteLinks(writer, h);
+  } catch (...) {
+    counting.join();
+    throw;
   }
+  counting.join();
+  if (counting_error) std::rethrow_exception(counting_error);
+  SetCountWidths(counts, min_width, &h);
+  const std::vector<format::SelfTestSample> tests = SelfTests(info, counts);
+  WriteCloneSections(writer, h, counts);
+  report.explicit_edges = WriteEdges(writer, &h);
   report.freeze_seconds = Seconds(t0);
   const auto t1 = std::chrono::steady_clock::now();
   writer.AddSection("META", std::span<const uint8_t>(
@@ -666,17 +770,11 @@ WriteReport Automaton<Id>::Write(format::IndexWriter& writer, const IndexInfo& i
   writer.AddSection("TEST", format::EncodeSelfTest(tests), /*compress=*/true);
   writer.Finish(h);
   report.write_seconds = Seconds(t1);
-  report.explicit_edges = edges;
   report.sections = writer.sections();
   for (const auto& sec : report.sections)
     report.file_bytes = std::max(report.file_bytes, sec.offset + sec.stored_bytes);
-  // Transitions = root + implicit (non-clone i -> i+1 within documents) + explicit.
-  uint64_t root_edges = 0;
-  for (uint32_t t = 0; t < m.vocab_size; ++t) root_edges += m.root_next[t] != 0;
-  uint64_t implicit = 0;
-  for (uint64_t i = 1; i < n; ++i) implicit += m.text[i] != m.separator;
-  report.transitions = root_edges + implicit + edges;
-  std::vector<uint32_t>().swap(m.text);
+  report.transitions = CountTransitions(report.explicit_edges);
+  std::vector<uint32_t>().swap(text);
   return report;
 }
 
@@ -698,4 +796,4 @@ WriteReport BuildIndexFile(const std::vector<std::vector<uint32_t>>& documents,
   return b.Write(path, info);
 }
 
-}  // namespace sam::indexer
+}  // namespace sam::automaton
