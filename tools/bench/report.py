@@ -164,7 +164,7 @@ def main():
             "`sam-replay --cross-request --tenant-field category`: each finished trace's output",
             "joins its category's cache before the next trace (64 MiB). These traces repeat little",
             "across requests and the index already holds GSM8K train, so the cache adds little",
-            "here; `tools/bench_cache.sh` measures an index that does not cover the traffic.", "",
+            "here; `tools/bench/bench_cache.sh` measures an index that does not cover the traffic.", "",
             table(["policy", "MAT at tokens/step, no cache", "with the cache"], rows)]
 
     def step_table(text):

@@ -13,7 +13,7 @@
 # Prints figures; asserts nothing (the tests are runtime_response_cache_test
 # and the replay tests).
 #
-#   tools/bench_cache.sh [--data DIR] [--work DIR] [--limit N] [--bin DIR]
+#   tools/bench/bench_cache.sh [--data DIR] [--work DIR] [--limit N] [--bin DIR]
 #     --data   corpora folder (default: $SAM_DATA_DIR, else ../shared/data)
 #     --work   folder for the two indexes and the traces (default: a new
 #              temporary folder, removed at the end; an existing folder is
@@ -21,7 +21,7 @@
 #     --limit  at most N traces per category (default: all)
 #     --bin    the tools' folder (default: $SAM_BUILD_DIR/bin, else build/bin)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 data=${SAM_DATA_DIR:-../shared/data}
 work=""
 limit=""
