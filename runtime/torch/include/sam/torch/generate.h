@@ -214,14 +214,16 @@ class Generator {
 
  private:
   struct Scratch;
-  GenerateResult GenerateImpl(std::span<const uint32_t> prompt, const GenerateOptions& options,
-                              const TokenCallback& on_tokens);
+  class Request;  // one Generate call: its state and the loop (generate.cc)
   const Model& model_;
   GeneratorOptions options_;
   std::unique_ptr<runtime::RecyclingDrafter> recycling_;
   std::unique_ptr<ModelDrafter> model_drafter_;
   std::unique_ptr<runtime::SdsatDrafter> sdsat_;
   std::unique_ptr<runtime::Session> session_;
+  // The drafter every step proposes with, chosen at construction: the draft model's or SDSAT's
+  // alone (policies model, sdsat), else the session (which calls its fallback itself).
+  runtime::Drafter* drafter_ = nullptr;
   size_t max_draft_nodes_ = 1;
   size_t max_pass_nodes_ = 1;
   KvCache cache_;  // reused across requests when large enough
