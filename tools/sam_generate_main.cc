@@ -5,11 +5,9 @@
 //                --template vicuna --prompt "Name three colours." --max-new-tokens 128
 //   sam-generate ... --temperature 0.7 --top-p 0.9 --seed 1 --json
 //   sam-generate ... --draft-model /models/llama-68m --policy model --draft-mode rsd-s
-//   sam-generate --make-random-model /tmp/rnd --tokenizer llama-32k.model   # testing only
 //
 // Exit codes: 0 success, 1 runtime error (unreadable model, tokenizer/index mismatch, a prompt
-// longer than the model's positions, ...), 2 usage error (bad flags or flag values, an existing
-// checkpoint under --make-random-model without --force).
+// longer than the model's positions, ...), 2 usage error (bad flags or flag values).
 //
 // The tokenizer (SentencePiece or tokenizer.json) is loaded from a module isolated from
 // libtorch's protobuf (the sam::tokenizer_isolated backend of sam/indexer/tokenizer.h).
@@ -41,12 +39,10 @@
 #include "sam/format/shard_set.h"
 #include "sam/runtime/shard_set.h"
 #include "sam/indexer/tokenizer.h"
-#include "sam/format/temp_files.h"
 #include "sam/torch/error.h"
 #include "sam/torch/generate.h"
 #include "sam/torch/llama_config.h"
 #include "sam/torch/model.h"
-#include "sam/torch/safetensors.h"
 
 namespace {
 
@@ -57,63 +53,6 @@ using nlohmann::json;
 using sam::indexer::Tokenizer;
 
 using sam::tools::UsageError;
-
-// A random checkpoint (config.json + model.safetensors) for tests and demos: its output is noise.
-// Refuses to replace an existing checkpoint file unless `force`; writes both files atomically.
-void MakeRandomModel(const fs::path& dir, int64_t vocab, int64_t layers, int64_t hidden, uint64_t seed,
-                     bool force, const std::string& tokenizer_path) {
-  tb::LlamaConfig c;
-  c.hidden_size = hidden;
-  c.head_dim = hidden >= 256 ? 64 : 16;
-  if (hidden % c.head_dim != 0)
-    throw UsageError("--random-hidden must be a multiple of " + std::to_string(c.head_dim));
-  c.num_attention_heads = hidden / c.head_dim;
-  c.num_key_value_heads = c.num_attention_heads;
-  c.intermediate_size = (hidden * 11 / 4 + 15) / 16 * 16;
-  c.num_hidden_layers = layers;
-  c.vocab_size = vocab;
-  c.max_position_embeddings = 4096;
-  c.rms_norm_eps = 1e-5;
-  c.torch_dtype = "float32";
-  c.Validate("random model flags");
-  const std::string flag = "--make-random-model " + dir.string();
-  std::error_code ec;
-  if (fs::exists(fs::symlink_status(dir, ec)) && !fs::is_directory(dir, ec))
-    throw UsageError(flag + ": exists and is not a directory");
-  const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
-  for (const fs::path& f : {config_path, weights_path})
-    if (!force && fs::exists(fs::symlink_status(f, ec)))
-      throw UsageError(flag + ": " + f.string() +
-                       " exists; refusing to overwrite a checkpoint (add --force to replace it)");
-  fs::create_directories(dir);
-  sam::tools::CheckOutputPath("--make-random-model", config_path.string(), {tokenizer_path});
-  sam::tools::CheckOutputPath("--make-random-model", weights_path.string(), {tokenizer_path});
-  // The weights go to a temporary name (WriteSafetensors itself writes "<name>.tmp" first), both
-  // registered for signal cleanup; config.json is renamed last, so an interrupted run never leaves
-  // a config.json beside missing or partial weights.
-  const std::string weights_temp = weights_path.string() + ".tmp-" + std::to_string(::getpid());
-  const std::string weights_inner = weights_temp + ".tmp";
-  sam::format::RegisterTempFile(weights_inner);
-  sam::format::RegisterTempFile(weights_temp);
-  struct Cleanup {
-    std::vector<std::string> paths;
-    ~Cleanup() {
-      for (const auto& p : paths) {
-        ::unlink(p.c_str());
-        sam::format::UnregisterTempFile(p);
-      }
-    }
-  } cleanup{{weights_inner, weights_temp}};
-  sam::tools::AtomicOutputFile config_file(config_path.string());
-  config_file.stream() << c.ToJsonText();
-  tb::WriteSafetensors(
-      weights_temp, tb::MakeRandomLlamaWeights(c, seed),
-      {{"format", "pt"}, {"note", "random weights made by sam-generate, for testing only"}});
-  if (std::rename(weights_temp.c_str(), weights_path.c_str()) != 0)
-    throw sam::Error(sam::ErrorCode::kIo, "cannot rename " + weights_temp + " to " +
-                                              weights_path.string() + ": " + std::strerror(errno));
-  config_file.Commit();
-}
 
 // More bytes than any model's context holds as text (a million tokens of 64 bytes).
 constexpr size_t kMaxPromptFileBytes = size_t{64} << 20;
@@ -309,7 +248,6 @@ int main(int argc, char** argv) {
       "               --draft-model /models/llama-68m --policy model --temperature 1   # RSD-S\n"
       "  sam-generate --model /models/codellama-7b-sdsat --tokenizer llama-32k.model \\\n"
       "               --policy sdsat --sdsat-tokens 32011 --sdsat-k 4 --prompt-file q.txt\n"
-      "  sam-generate --make-random-model /tmp/rnd --tokenizer llama-32k.model   # testing only\n"
       "\nDraft-model tree modes (--draft-mode; verified losslessly under sampling):\n"
       "  chain      L tokens (--draft-depth): the draft's argmax (greedy) or sampled from it\n"
       "  tree       best-first top-W tree by draft path probability (--draft-width W, depth L)\n"
@@ -328,10 +266,7 @@ int main(int argc, char** argv) {
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
   uint64_t seed = 0;
-  bool no_spec = false, as_json = false, force = false;
-  std::string random_dir;
-  int64_t random_vocab = 0, random_layers = 2, random_hidden = 64;
-  uint64_t random_seed = 1;
+  bool no_spec = false, as_json = false;
 
   app.add_option("--model", model_dir, "checkpoint directory (config.json + *.safetensors)");
   app.add_option("--tokenizer", tokenizer_path,
@@ -372,18 +307,6 @@ int main(int argc, char** argv) {
                  "fp16 needs cuda)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}));
   app.add_flag("--json", as_json, "print one JSON object instead of streaming the text");
-  app.add_option("--make-random-model", random_dir,
-                 "write a random checkpoint to DIR and exit (FOR TESTING ONLY: its output is noise)");
-  app.add_flag("--force", force,
-               "--make-random-model: replace an existing checkpoint in DIR (default: refuse)");
-  app.add_option("--random-vocab", random_vocab,
-                 "vocabulary of the random model (default: the --tokenizer's)")
-      ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
-  app.add_option("--random-layers", random_layers, "layers of the random model (default 2)")
-      ->check(CLI::Range(int64_t{1}, int64_t{256}));
-  app.add_option("--random-hidden", random_hidden, "hidden size of the random model (default 64)")
-      ->check(CLI::Range(int64_t{16}, int64_t{16384}));
-  app.add_option("--random-seed", random_seed, "seed of the random weights (default 1)");
   std::string draft_model_dir, draft_mode, draft_branching = "4,2,2,1";
   size_t draft_depth = 4, draft_width = 4;
   app.add_option("--draft-model", draft_model_dir,
@@ -454,20 +377,6 @@ int main(int argc, char** argv) {
       if (!tokenizer) tokenizer = std::make_unique<Tokenizer>(Tokenizer::Load(tokenizer_path));
       return *tokenizer;
     };
-    if (!random_dir.empty()) {
-      if (random_vocab == 0) {
-        if (tokenizer_path.empty())
-          throw UsageError("--make-random-model needs --random-vocab or --tokenizer");
-        random_vocab = load_tokenizer().vocab_size();
-      }
-      MakeRandomModel(random_dir, random_vocab, random_layers, random_hidden, random_seed, force,
-                      tokenizer_path);
-      std::cerr << "sam-generate: wrote a random model (vocab " << random_vocab << ", "
-                << random_layers << " layers, hidden " << random_hidden << ") to " << random_dir
-                << " -- for testing only\n";
-      return 0;
-    }
-
     auto prompt_ids_of_flags = [&] {
       const std::string text = prompt_opt->count() ? prompt : ReadPromptFile(prompt_file);
       std::vector<uint32_t> ids;
@@ -497,7 +406,6 @@ int main(int argc, char** argv) {
     if (prompt_opt->count() == 0 && file_opt->count() == 0 && !ids_prompt)
       throw UsageError("one of --prompt, --prompt-file or --prompt-ids is required");
     if (tokenizer_path.empty()) as_json = true;  // no text without a tokenizer
-    if (force) throw UsageError("--force applies only to --make-random-model");
     if ((dtype == "fp16" || dtype == "float16") && device == "cpu")
       throw UsageError("--dtype " + dtype + " is not supported on cpu; use fp32 or bf16");
     tb::GeneratorOptions generator_options;

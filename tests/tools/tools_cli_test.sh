@@ -7,7 +7,7 @@
 #   - outputs are written atomically: an error or SIGINT/SIGTERM/SIGHUP while writing leaves
 #     neither a temporary file nor a partial output (SAM_TEST_PAUSE_WRITING stops the program at
 #     its first temporary file, so the signal lands in the write stage every time);
-#   - sam-generate --make-random-model refuses to replace a checkpoint without --force.
+#   - bench-random-model refuses to replace a checkpoint without --force.
 # Programs built without libtorch (sam-generate, bench-generate, bench-forward) or without
 # benchmarks are skipped with a note.
 #
@@ -44,10 +44,11 @@ expect() {
 }
 
 build=$bin/sam-build inspect=$bin/sam-inspect replay=$bin/sam-replay gen=$bin/sam-generate
+rnd=$bin/bench-random-model
 
 # ---------------------------------------------------------------- --help of every program
 programs=(sam-build sam-inspect sam-replay sam-generate bench-build bench-step bench-batch
-          bench-generate bench-forward bench-draft-trees)
+          bench-generate bench-forward bench-draft-trees bench-random-model)
 for p in "${programs[@]}"; do
   have "$p" || continue
   expect 0 "Examples:" -- "$bin/$p" --help
@@ -162,7 +163,7 @@ if have sam-generate; then
   expect 2 "not supported on cpu" -- "$gen" "${base[@]}" --dtype fp16
   expect 2 "policy" -- "$gen" "${base[@]}" --policy bogus
   expect 2 "--model" -- "$gen" --tokenizer x --prompt hi
-  expect 2 "--force applies only" -- "$gen" "${base[@]}" --force
+  expect 2 "not expected: --force" -- "$gen" "${base[@]}" --force
   # --cost-curve: parsed (errors name the file and line, exit 1) before the model is looked at,
   # and only with sam-cal.
   printf 'tokens,cost\n1,10\n8,x\n' > "$tmp/bad-curve.csv"
@@ -299,17 +300,23 @@ expect 2 "path not in" -- "$replay" --traces "$tmp/ids-traces.jsonl" --shape pat
 expect 2 "needs an --index" -- "$replay" --traces "$tmp/ids-traces.jsonl" --policy sglang-ngram --sglang-corpus-budget 3
 expect 0 "sglang-ngram" -- "$replay" --index "$tmp/replace.sam" --traces "$tmp/ids-traces.jsonl" --policy sglang-ngram --sglang-corpus-budget 3 --sglang-match prob --shape chain
 
-# ---------------------------------------------------------------- sam-generate, no tokenizer needed
-if have sam-generate; then
-  model=$tmp/model
-  expect 0 "random model" -- "$gen" --make-random-model "$model" --random-vocab 100 --random-hidden 32 --random-layers 1
+# ---------------------------------------------------------------- bench-random-model
+model=$tmp/model
+if have bench-random-model; then
+  expect 0 "random model" -- "$rnd" --out "$model" --vocab 100 --hidden 32 --layers 1
   before=$(sum "$model/model.safetensors")
-  expect 2 "add --force" -- "$gen" --make-random-model "$model" --random-vocab 100 --random-hidden 32 --random-layers 1 --random-seed 2
-  [[ "$(sum "$model/model.safetensors")" == "$before" ]] || FAIL "--make-random-model overwrote a checkpoint without --force"
-  expect 0 "random model" -- "$gen" --make-random-model "$model" --random-vocab 100 --random-hidden 32 --random-layers 1 --random-seed 2 --force
+  expect 2 "add --force" -- "$rnd" --out "$model" --vocab 100 --hidden 32 --layers 1 --seed 2
+  [[ "$(sum "$model/model.safetensors")" == "$before" ]] || FAIL "bench-random-model overwrote a checkpoint without --force"
+  expect 0 "random model" -- "$rnd" --out "$model" --vocab 100 --hidden 32 --layers 1 --seed 2 --force
   [[ "$(sum "$model/model.safetensors")" != "$before" ]] || FAIL "--force did not replace the weights"
   ls "$model" | grep -q tmp && FAIL "temporary files left in the model: $(ls "$model")"
-  expect 2 "not a directory" -- "$gen" --make-random-model "$tmp/ok.jsonl" --random-vocab 100
+  expect 2 "not a directory" -- "$rnd" --out "$tmp/ok.jsonl" --vocab 100
+  expect 2 "give --vocab or --tokenizer" -- "$rnd" --out "$tmp/novocab"
+fi
+
+# ---------------------------------------------------------------- sam-generate, no tokenizer needed
+if have sam-generate && have bench-random-model; then
+  expect 2 "make-random-model" -- "$gen" --make-random-model "$tmp/gone" --random-vocab 100
   expect 1 "is not a directory" -- "$gen" --model "$model/config.json" --tokenizer x --prompt hi
   expect 1 "does not exist" -- "$gen" --model "$tmp/nowhere" --tokenizer x --prompt hi
   expect 2 "is a directory" -- "$gen" --model "$model" --tokenizer x --prompt-file "$tmp/dir"
