@@ -1,10 +1,9 @@
 // sam-replay: offline evaluation of drafters on recorded prompt/output traces
-// (exact greedy replay, DESIGN.md section 6), and `make-traces` to render
-// GSM8K and HumanEval reference traces from a data directory.
+// (exact greedy replay, DESIGN.md section 6). sam-traces renders the GSM8K and
+// HumanEval reference traces it replays.
 //
 //   sam-replay --index all.sam --tokenizer llama-32k.model --traces t.jsonl
 //              --policy sam --policy pld --json
-//   sam-replay make-traces --data ../shared/data --out t.jsonl --template vicuna
 //
 // Exit codes: 0 success, 1 runtime error (unreadable traces, index or data), 2 usage error.
 #include <CLI/CLI.hpp>
@@ -20,8 +19,6 @@
 #include <vector>
 
 #include "cli.h"
-#include "sam/corpora/error.h"
-#include "sam/corpora/templates.h"
 #include "sam/error.h"
 #include "sam/format/error.h"
 #include "sam/format/index.h"
@@ -44,82 +41,6 @@ using nlohmann::json;
 using sam::tools::ReadTraces;
 using sam::indexer::Tokenizer;
 using sam::tools::UsageError;
-
-// ------------------------------------------------------------------ traces
-
-// "a number", "an array", "null", ... for messages.
-std::string Describe(const json& value) {
-  if (value.is_null()) return "null";
-  return std::string(value.is_array() || value.is_object() ? "an " : "a ") + value.type_name();
-}
-
-// The string field `field` of the JSON object `record`; throws sam::Error (kBadRecord) naming
-// `where` (file and line) and the field when it is missing or not a string.
-std::string StringField(const json& record, const char* field, const sam::ErrorContext& where) {
-  sam::ErrorContext context = where;
-  context.field = field;
-  const auto it = record.find(field);
-  if (it == record.end()) throw sam::Error(sam::ErrorCode::kBadRecord, context, "missing");
-  if (!it->is_string())
-    throw sam::Error(sam::ErrorCode::kBadRecord, context,
-                     "is " + Describe(*it) + ", expected a string");
-  return it->get<std::string>();
-}
-
-// Renders GSM8K test (question -> reference answer) and HumanEval (prompt ->
-// canonical solution) traces.
-int MakeTraces(const std::string& data_dir, const std::string& out_path,
-               const std::string& template_name, size_t limit) {
-  sam::corpora::Template templ;
-  try {
-    templ = sam::corpora::ParseTemplate(template_name);
-  } catch (const sam::corpora::CorpusError& e) {
-    throw UsageError(std::string("make-traces --template: ") + e.what());
-  }
-  const std::string gsm8k = data_dir + "/gsm8k/test.jsonl";
-  const std::string humaneval = data_dir + "/humaneval/HumanEval.jsonl";
-  sam::tools::CheckOutputPath("make-traces --out", out_path, {gsm8k, humaneval});
-  // Written atomically: a bad --data or an interrupted run leaves no partial file.
-  sam::tools::AtomicOutputFile file(out_path);
-  std::ostream& out = file.stream();
-  size_t written = 0;
-  auto convert = [&](const std::string& file, const char* category, const char* prompt_field,
-                     const char* output_field, const char* id_field) {
-    std::ifstream in(file);
-    if (!in) throw sam::Error(sam::ErrorCode::kIo, {.file = file}, "cannot open");
-    std::string line;
-    size_t n = 0;
-    for (size_t line_no = 1; std::getline(in, line) && n < limit; ++line_no) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const sam::ErrorContext where{.file = file, .record = "line " + std::to_string(line_no)};
-      json j;
-      try {
-        j = json::parse(line);
-      } catch (const json::parse_error& e) {
-        throw sam::Error(sam::ErrorCode::kInvalidJson, where, e.what());
-      }
-      if (!j.is_object())
-        throw sam::Error(sam::ErrorCode::kBadRecord, where,
-                         "is " + Describe(j) + ", expected an object");
-      json t;
-      // Any id will do (a number reads as its JSON text); a missing one is made up.
-      t["id"] = !j.contains(id_field)     ? std::string(category) + "/" + std::to_string(line_no)
-                : j[id_field].is_string() ? j[id_field].get<std::string>()
-                                          : j[id_field].dump();
-      t["category"] = category;
-      t["prompt"] = sam::corpora::RenderPrompt(templ, StringField(j, prompt_field, where));
-      t["output"] = StringField(j, output_field, where);
-      out << t.dump() << "\n";
-      ++n;
-    }
-    written += n;
-  };
-  convert(gsm8k, "gsm8k", "question", "answer", "id");
-  convert(humaneval, "humaneval", "prompt", "canonical_solution", "task_id");
-  file.Commit();
-  std::fprintf(stderr, "sam-replay: wrote %zu traces to %s\n", written, out_path.c_str());
-  return 0;
-}
 
 // ------------------------------------------------------------------ policies
 
@@ -435,7 +356,6 @@ int main(int argc, char** argv) {
       "a recorded greedy output is exact.\n"
       "Exit status: 0 success, 1 runtime error, 2 usage error.\n\n"
       "Examples:\n"
-      "  sam-replay make-traces --data ../shared/data --out traces.jsonl --limit 100\n"
       "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl\n"
       "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
       "             --policy sam --policy pld --json\n"
@@ -464,7 +384,7 @@ int main(int argc, char** argv) {
   app.add_option("--tokenizer", tokenizer_path,
                  "SentencePiece model (string traces; checked against each index)");
   app.add_option("--traces", traces_path,
-                 "JSONL traces {id, category, prompt, output} (required unless make-traces)");
+                 "JSONL traces {id, category, prompt, output} (sam-traces writes them; required)");
   app.add_option("--policy", policies, "policy to replay (repeatable; default: all)");
   app.add_option("--dynamic-mib", dynamic_mib, "memory bound of each dynamic automaton (MiB)")
       ->check(CLI::Range(1, 1 << 16))
@@ -578,24 +498,9 @@ int main(int argc, char** argv) {
                "print each trace's prompt ids, one JSON object {id, prompt_ids} a line, as the "
                "replay feeds them (BOS first), and exit without replaying");
 
-  CLI::App* make = app.add_subcommand(
-      "make-traces",
-      "render GSM8K test and HumanEval traces (written atomically; an existing --out must be a "
-      "regular file, not an input)");
-  std::string data_dir, out_path, template_name = "raw";
-  size_t limit = SIZE_MAX;
-  make->add_option("--data", data_dir, "data directory (gsm8k/, humaneval/)")->required();
-  make->add_option("--out", out_path, "output JSONL")->required();
-  make->add_option("--template", template_name,
-                   "prompt template: raw (the prompt and a newline, as documents put one before "
-                   "the response; the figures of docs/performance.md) or vicuna")
-      ->capture_default_str();
-  make->add_option("--limit", limit, "at most this many traces per category (default: all)");
-
   sam::tools::SetUpTool("sam-replay");
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
   return sam::tools::RunTool("sam-replay", [&] {
-    if (*make) return MakeTraces(data_dir, out_path, template_name, limit);
     if (traces_path.empty()) throw UsageError("--traces is required");
     tuning.shape = rt::FindDraftShape(shape_name);
     if (tuning.chain_min_path_probability && tuning.shape != rt::DraftShape::kChain)

@@ -44,10 +44,10 @@ expect() {
 }
 
 build=$bin/sam-build inspect=$bin/sam-inspect replay=$bin/sam-replay gen=$bin/sam-generate
-rnd=$bin/bench-random-model
+rnd=$bin/bench-random-model traces=$bin/sam-traces
 
 # ---------------------------------------------------------------- --help of every program
-programs=(sam-build sam-inspect sam-replay sam-generate bench-build bench-step bench-batch
+programs=(sam-build sam-inspect sam-replay sam-traces sam-generate bench-build bench-step bench-batch
           bench-generate bench-forward bench-draft-trees bench-random-model)
 for p in "${programs[@]}"; do
   have "$p" || continue
@@ -60,7 +60,6 @@ for p in "${programs[@]}"; do
   done < <(sed -n '/^Examples:/,/^$/p' "$tmp/out" | grep -o -- '--[a-z][a-z-]*' | sort -u)
   sed -n '/^Examples:/,/^$/p' "$tmp/out" | grep -q "^  $p" || FAIL "$p --help: no example runs $p"
 done
-expect 0 "make-traces" -- "$replay" make-traces --help
 # --version: "<program> <project version>" on stdout, exit 0, for every program.
 version=$(sed -n 's/^#define SAM_VERSION_STRING "\(.*\)"$/\1/p' "$(dirname "$0")/../../runtime/include/sam/sam.h")
 [[ -n $version ]] || FAIL "no SAM_VERSION_STRING in sam.h"
@@ -100,8 +99,8 @@ expect 2 "needs --child-records" -- "$replay" --index x.sam --traces x.jsonl --s
 expect 2 "not in range 0 to 127" -- "$replay" --index x.sam --traces x.jsonl --child-records \
   --subtree-nodes 200
 expect 2 "threads: Value -1 is not an unsigned number" -- "$build" -o "$tmp/a.sam" --threads -1 "${ids[@]}"
-expect 2 "out" -- "$replay" make-traces --data "$tmp"
-expect 2 "template" -- "$replay" make-traces --data "$tmp" --out "$tmp/t.jsonl" --template bogus
+expect 2 "out" -- "$traces" --data "$tmp"
+expect 2 "template" -- "$traces" --data "$tmp" --out "$tmp/t.jsonl" --template bogus
 expect 2 "" -- "$inspect"
 if have bench-build; then expect 2 "data-dir" -- "$bin/bench-build"; fi
 if have bench-step; then
@@ -257,21 +256,21 @@ for sig in TERM INT HUP; do
   fi
 done
 
-# ---------------------------------------------------------------- sam-replay make-traces
-expect 1 "cannot open" -- "$replay" make-traces --data "$tmp/nodata" --out "$tmp/t.jsonl"
-[[ -e "$tmp/t.jsonl" ]] && FAIL "make-traces with a bad --data left $tmp/t.jsonl"
+# ---------------------------------------------------------------- sam-traces
+expect 1 "cannot open" -- "$traces" --data "$tmp/nodata" --out "$tmp/t.jsonl"
+[[ -e "$tmp/t.jsonl" ]] && FAIL "sam-traces with a bad --data left $tmp/t.jsonl"
 mkdir -p "$tmp/data/gsm8k" "$tmp/data/humaneval"
 echo '{"question": "1+1?", "answer": "2"}' > "$tmp/data/gsm8k/test.jsonl"
 echo '{"prompt": "def f():", "canonical_solution": ' > "$tmp/data/humaneval/HumanEval.jsonl"
 echo old > "$tmp/t.jsonl"
-expect 1 "HumanEval.jsonl: line 1" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/t.jsonl"
-[[ "$(cat "$tmp/t.jsonl")" == old ]] || FAIL "a failed make-traces changed the existing output"
+expect 1 "HumanEval.jsonl: line 1" -- "$traces" --data "$tmp/data" --out "$tmp/t.jsonl"
+[[ "$(cat "$tmp/t.jsonl")" == old ]] || FAIL "a failed sam-traces run changed the existing output"
 echo '{"prompt": "def f():", "canonical_solution": " return 1", "task_id": "h/0"}' > "$tmp/data/humaneval/HumanEval.jsonl"
-expect 0 "wrote 2 traces" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/t.jsonl"
-[[ $(wc -l < "$tmp/t.jsonl") -eq 2 ]] || FAIL "make-traces wrote $(wc -l < "$tmp/t.jsonl") lines, want 2"
-expect 2 "is the input" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/data/gsm8k/test.jsonl"
-expect 2 "not a regular file" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/fifo"
-if run_paused "$tmp/t2.jsonl" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/t2.jsonl"; then
+expect 0 "wrote 2 traces" -- "$traces" --data "$tmp/data" --out "$tmp/t.jsonl"
+[[ $(wc -l < "$tmp/t.jsonl") -eq 2 ]] || FAIL "sam-traces wrote $(wc -l < "$tmp/t.jsonl") lines, want 2"
+expect 2 "is the input" -- "$traces" --data "$tmp/data" --out "$tmp/data/gsm8k/test.jsonl"
+expect 2 "not a regular file" -- "$traces" --data "$tmp/data" --out "$tmp/fifo"
+if run_paused "$tmp/t2.jsonl" -- "$traces" --data "$tmp/data" --out "$tmp/t2.jsonl"; then
   kill -s TERM "$pid"
   check_killed TERM "$tmp/t2.jsonl"
 fi

@@ -4,8 +4,8 @@
 //   bench-batch --index all.sam --traces traces.jsonl --tokenizer llama-32k.model
 //               [--sessions 1,8,64,256] [--threads 0] [--steps 200] [--runs 5]
 //
-// Streams as in bench-step (realistic acceptance): the traces (sam-replay
-// make-traces) are shuffled; session k's context is the concatenation of
+// Streams as in bench-step (realistic acceptance): the traces (sam-traces)
+// are shuffled; session k's context is the concatenation of
 // their prompts from the k-th one on, cut to --context tokens, and its
 // generation the concatenation of their outputs from the k-th one on. Each
 // step drafts for every session in one DraftPool::Propose call (timed), then
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   size_t threads = 0, steps = 200, runs = 5, context_tokens = 1024, draft = 40, dynamic_mib = 0;
   uint64_t seed = 1;
   app.add_option("--index", index_path, "static index file")->required();
-  app.add_option("--traces", traces_path, "JSONL traces (sam-replay make-traces)")->required();
+  app.add_option("--traces", traces_path, "JSONL traces (sam-traces)")->required();
   app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (string traces)");
   app.add_option("--sessions", counts, "session counts N")->delimiter(',')->capture_default_str();
   app.add_option("--threads", threads, "pool threads, the caller's included (0: all cores)")

@@ -4,7 +4,7 @@
 //   bench-step --index all.sam --traces raw.jsonl --tokenizer llama-32k.model
 //              [--contexts 1024,4096,...] [--steps 2000] [--draft 40] [--runs 5]
 //
-// Streams (realistic acceptance): the traces (sam-replay make-traces: GSM8K
+// Streams (realistic acceptance): the traces (sam-traces: GSM8K
 // test questions -> reference answers, HumanEval prompts -> canonical
 // solutions) are shuffled; a context of L tokens is the concatenation of their
 // prompts (each BOS first) cut to L tokens, and the generation is the
@@ -280,7 +280,7 @@ int main(int argc, char** argv) {
                  "per-step cost against the number of shards)")
       ->required();
   app.add_option("--traces", traces_path,
-                 "JSONL traces (sam-replay make-traces) for realistic streams");
+                 "JSONL traces (sam-traces) for realistic streams");
   app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (string traces)");
   app.add_option("--contexts", contexts, "context lengths in tokens")
       ->delimiter(',')

@@ -117,7 +117,7 @@ def main():
                      f"{cat['humaneval']['mat']:.3f}" if "humaneval" in cat else "",
                      f"{p['propose_us_p50']:.2f} / {p['propose_us_p99']:.1f}"])
     doc += ["", "## Drafting quality (replay)", "",
-            f"`sam-replay` over {traces:,} dev traces (`sam-replay make-traces --template raw`:",
+            f"`sam-replay` over {traces:,} dev traces (`sam-traces --template raw`:",
             "GSM8K test questions with reference answers, HumanEval prompts with canonical",
             "solutions), exact greedy replay against the index above. MAT counts the bonus token,",
             "so plain decoding is 1.00; tokens verified per step include the start token. Replay is",
