@@ -91,6 +91,56 @@ bool PolicyNeedsSdsat(std::string_view name) {
   return false;
 }
 
+namespace {
+// "sam-cal", the policy that merges a draft model's or SDSAT's trees when given one.
+constexpr std::string_view kMergingPolicy = "sam-cal";
+
+// Throws Error(kInvalidArgument) for a name that is no policy (GeneratorOptionsForPolicy's
+// message).
+void CheckPolicyName(std::string_view name) { GeneratorOptionsForPolicy(name); }
+}  // namespace
+
+GeneratorOptions::DraftModelUse DraftModelUseFor(std::string_view policy, bool have_draft_model) {
+  CheckPolicyName(policy);
+  const std::string name(policy);
+  if (PolicyNeedsDraftModel(policy)) {
+    if (!have_draft_model)
+      throw Error(ErrorCode::kInvalidArgument, "policy " + name + " needs a draft model");
+    return GeneratorOptionsForPolicy(policy).draft_model_use;
+  }
+  if (!have_draft_model) return DraftUse::kNone;
+  if (policy == kMergingPolicy) return DraftUse::kFallback;
+  throw Error(ErrorCode::kInvalidArgument,
+              "a draft model is used by the policies model, sam-model and sam-cal, not " + name);
+}
+
+bool PolicyTakesSdsat(std::string_view policy) {
+  return PolicyNeedsSdsat(policy) || policy == kMergingPolicy;
+}
+
+GeneratorOptions::SdsatUse SdsatUseFor(std::string_view policy, bool have_sdsat_tokens,
+                                       rt::SdsatScheme scheme, DraftUse draft_model_use) {
+  CheckPolicyName(policy);
+  const std::string name(policy);
+  if (PolicyNeedsSdsat(policy)) {
+    if (!have_sdsat_tokens)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "policy " + name + " needs SDSAT adaptive token ids");
+    return GeneratorOptionsForPolicy(policy).sdsat_use;
+  }
+  if (!have_sdsat_tokens) return SdsatUse::kNone;
+  if (policy != kMergingPolicy)
+    throw Error(ErrorCode::kInvalidArgument,
+                "SDSAT is used by the policies sdsat, sam-sdsat and sam-cal, not " + name);
+  if (draft_model_use != DraftUse::kNone)
+    throw Error(ErrorCode::kInvalidArgument,
+                "sam-cal merges either a draft model or SDSAT, not both");
+  if (scheme == rt::SdsatScheme::kTwoPass)
+    throw Error(ErrorCode::kInvalidArgument,
+                "sam-cal merges SDSAT's drafts with the one-pass scheme only");
+  return SdsatUse::kFallback;
+}
+
 GeneratorOptions GeneratorOptionsForPolicy(std::string_view name) {
   GeneratorOptions o;
   for (const ModelPolicy& p : kModelPolicies) {

@@ -125,6 +125,24 @@ bool PolicyNeedsSdsat(std::string_view name);
 // One line per policy name, for --help texts (runtime::PolicyHelp() and the two above).
 std::string GeneratorPolicyHelp();
 
+// The policy rules: which drafters a named policy combines with SAM's automata.
+//   draft model: needed by "model" and "sam-model"; merged by "sam-cal" when one is given;
+//                refused by every other policy.
+//   SDSAT:       needed by "sdsat" and "sam-sdsat" (adaptive token ids are required); merged by
+//                "sam-cal" when ids are given, with the one-pass scheme only; refused by every
+//                other policy.
+//   "sam-cal" merges a draft model or SDSAT, not both (a session has one fallback drafter).
+// DraftModelUseFor gives the draft model's role for `policy` when the caller has one or not;
+// SdsatUseFor gives SDSAT's for `policy` given adaptive ids or not, their scheme and the draft
+// model's role. Both throw Error(kInvalidArgument) naming the rule a combination breaks (and
+// for an unknown policy). The Generator's constructor checks the same combinations.
+GeneratorOptions::DraftModelUse DraftModelUseFor(std::string_view policy, bool have_draft_model);
+GeneratorOptions::SdsatUse SdsatUseFor(std::string_view policy, bool have_sdsat_tokens,
+                                       runtime::SdsatScheme scheme,
+                                       GeneratorOptions::DraftModelUse draft_model_use);
+// True for the policies that may draft with SDSAT ("sdsat", "sam-sdsat", "sam-cal").
+bool PolicyTakesSdsat(std::string_view policy);
+
 // One request's parameters.
 struct GenerateOptions {
   int64_t max_new_tokens = 256;
