@@ -24,7 +24,7 @@ tests=(libgtest-dev libbenchmark-dev
        python3-venv python3-pip python3-setuptools python3-wheel)  # python_pip_install (offline)
 # The fuzz stage: clang and libFuzzer (gcc's ASan, UBSan and TSan runtimes come with g++).
 tests+=(clang-14 libfuzzer-14-dev libclang-rt-14-dev)
-# tools/bench_step_ir.sh: instructions per drafting step under callgrind.
+# tools/bench/bench_step_ir.sh: instructions per drafting step under callgrind.
 tests+=(valgrind)
 # The slurm stage: a local single-node Slurm with munge (tools/slurm/local_test.sh).
 tests+=(slurmctld slurmd slurm-client munge)

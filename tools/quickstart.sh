@@ -12,7 +12,7 @@ data=${SAM_DATA_DIR:-}
 [[ ${1:-} == --data-dir ]] && data=$2
 tools/install_deps.sh build
 tools/build.sh -DSAM_BUILD_TESTS=OFF -DSAM_WITH_TORCH=OFF -DSAM_BUILD_PYTHON=OFF \
-  -DSAM_BUILD_BENCHMARKS=OFF -- sam-build sam-inspect sam-replay
+  -DSAM_BUILD_BENCHMARKS=OFF -- sam-build sam-inspect sam-replay sam-traces
 bin=${SAM_BUILD_DIR:-build}/bin
 mkdir -p out
 if [[ -n "$data" && -f "$data/tokenizer/llama-32k.model" ]]; then
@@ -21,7 +21,7 @@ if [[ -n "$data" && -f "$data/tokenizer/llama-32k.model" ]]; then
   echo "== what is in it"
   "$bin/sam-inspect" --verify --top 10 out/default.sam
   echo "== drafting GSM8K test and HumanEval reference answers with it (sam-replay, default policy)"
-  "$bin/sam-replay" make-traces --data "$data" --out out/traces.jsonl
+  "$bin/sam-traces" --data "$data" --out out/traces.jsonl
   "$bin/sam-replay" --index out/default.sam --tokenizer "$data/tokenizer/llama-32k.model" \
     --traces out/traces.jsonl --policy sam-cal --report out/report
 else

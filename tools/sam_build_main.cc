@@ -146,10 +146,9 @@ nlohmann::json ReportJson(const BuildReport& r, const std::string& path) {
   return j;
 }
 
-}  // namespace
 
-int main(int argc, char** argv) {
-  CLI::App app{
+std::string Help() {
+  return
       "sam-build: index corpora as one compact, memory-mappable static suffix automaton.\n"
       "Documents are rendered from each corpus record, tokenized with the model's\n"
       "SentencePiece tokenizer (BOS first) and indexed with per-state first end position\n"
@@ -163,8 +162,174 @@ int main(int argc, char** argv) {
       "  sam-build --data-dir ../shared/data --preset default --max-memory 128M -o chat.sam\n"
       "    (writes chat.sam if the build fits, else chat.0.sam, chat.1.sam, ... and chat.samset)\n"
       "  sam-build --data-dir ../shared/data --preset default --shard 2/4 -o out/chat.2.sam\n"
-      "  sam-build --write-samset -o out/chat.samset out/chat.0.sam out/chat.1.sam ...",
-      "sam-build"};
+      "  sam-build --write-samset -o out/chat.samset out/chat.0.sam out/chat.1.sam ...";
+}
+
+// --write-samset: joins finished shard files into a manifest.
+int WriteSamset(const BuildConfig& cfg, const std::vector<std::string>& corpus_args,
+                const std::string& preset, const std::vector<std::string>& shard_files) {
+  if (!cfg.corpora.empty() || !corpus_args.empty() || !preset.empty())
+    throw UsageError("--write-samset joins shard files; it takes no corpora");
+  if (shard_files.empty()) throw UsageError("--write-samset needs the shard files");
+  sam::tools::CheckOutputPath("-o", cfg.output_path, shard_files);
+  sam::indexer::WriteShardSet(shard_files, cfg.output_path, cfg.tool_version);
+  std::printf("wrote %s (%zu shards)\n", cfg.output_path.c_str(), shard_files.size());
+  return 0;
+}
+
+// --shard I/N into cfg->shard_index and cfg->shard_count.
+void ParseShardSpec(const std::string& shard_spec, const std::string& max_memory,
+                    BuildConfig* cfg) {
+  // Two decimal numbers around one slash.
+  const auto slash = shard_spec.find('/');
+  auto number = [](const std::string& digits, uint64_t* out) {
+    if (digits.empty() || digits.size() > 18 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      return false;
+    *out = std::stoull(digits);
+    return true;
+  };
+  if (slash == std::string::npos || !number(shard_spec.substr(0, slash), &cfg->shard_index) ||
+      !number(shard_spec.substr(slash + 1), &cfg->shard_count))
+    throw UsageError("--shard expects I/N (e.g. 3/16), got '" + shard_spec + "'");
+  if (cfg->shard_count == 0 || cfg->shard_index >= cfg->shard_count)
+    throw UsageError("--shard " + shard_spec + ": need 0 <= I < N");
+  if (!max_memory.empty()) throw UsageError("--shard and --max-memory cannot be combined");
+}
+
+// The corpora of --corpus (relative paths also looked up in --data-dir) and --preset; the
+// tokenizer of --data-dir when one is needed.
+void AddCorpora(const std::vector<std::string>& corpus_args, const std::string& data_dir,
+                const std::string& preset, bool quiet, BuildConfig* cfg) {
+  for (const auto& arg : corpus_args) {
+    const auto eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
+      throw UsageError("--corpus expects KIND=PATH, got '" + arg + "'");
+    std::string path = arg.substr(eq + 1);
+    if (!data_dir.empty() && fs::path(path).is_relative() && !fs::exists(path))
+      path = (fs::path(data_dir) / path).string();
+    cfg->corpora.push_back({arg.substr(0, eq), path});
+  }
+  if (!preset.empty()) {
+    if (data_dir.empty()) throw UsageError("--preset needs --data-dir");
+    sam::corpora::ResolvedPreset resolved;
+    try {
+      resolved = sam::corpora::ResolvePreset(preset, data_dir);
+    } catch (const sam::Error& e) {
+      if (e.code() == sam::ErrorCode::kInvalidArgument) throw UsageError(e.what());
+      throw;
+    }
+    for (const auto& note : resolved.notes) std::cerr << "sam-build: note: " << note << "\n";
+    for (const auto& c : resolved.corpora)
+      cfg->corpora.push_back({std::string(sam::corpora::KindName(c.kind)), c.path});
+  }
+  for (const auto& c : cfg->corpora)  // a named FIFO (not a pipe such as /dev/fd/N) may wait
+    if (std::error_code ec; !quiet && fs::is_fifo(fs::symlink_status(c.path, ec)))
+      std::cerr << "sam-build: note: " << c.path << " is a FIFO: waiting for its writer\n";
+  if (cfg->tokenizer_path.empty() && !data_dir.empty()) {
+    bool all_ids = true;
+    for (const auto& c : cfg->corpora) all_ids = all_ids && c.kind == "ids";
+    if (!all_ids || cfg->vocab_size == 0)
+      cfg->tokenizer_path = (fs::path(data_dir) / "tokenizer/llama-32k.model").string();
+  }
+}
+
+// Usage errors before any work: names of kinds and templates, the output paths.
+void CheckBeforeWork(const BuildConfig& cfg) {
+  if (cfg.corpora.empty()) throw UsageError("no corpus given (use --corpus KIND=PATH or --preset)");
+  if (!cfg.cache_tenant.empty() &&
+      std::none_of(cfg.corpora.begin(), cfg.corpora.end(),
+                   [](const auto& c) { return c.kind == sam::indexer::kCacheKind; }))
+    throw UsageError("--cache-tenant needs a `cache` corpus (--corpus cache=FILE)");
+  std::vector<std::string> inputs;
+  for (const auto& c : cfg.corpora) {
+    try {
+      sam::indexer::CheckCorpusKind(c.kind);  // the sam::corpora kinds, "ids" and "cache"
+    } catch (const sam::Error& e) {
+      throw UsageError(std::string("--corpus: ") + e.what());
+    }
+    inputs.push_back(c.path);
+  }
+  try {
+    sam::corpora::ParseTemplate(cfg.template_name);
+  } catch (const sam::corpora::CorpusError& e) {
+    throw UsageError(std::string("--template: ") + e.what());
+  }
+  if (cfg.text_split != "file" && cfg.text_split != "blank-line")
+    throw UsageError("--text-split must be 'file' or 'blank-line', got '" + cfg.text_split + "'");
+  if (!cfg.tokenizer_path.empty()) inputs.push_back(cfg.tokenizer_path);
+  // -o and, with --max-memory, the manifest and shard files derived from it.
+  for (const std::string& out : sam::indexer::BuildOutputPaths(cfg))
+    sam::tools::CheckOutputPath(out == cfg.output_path ? "-o" : "-o " + cfg.output_path + ": output",
+                                out, inputs);
+}
+
+// Progress lines on stderr: rewritten in place on a terminal (every 200 ms), else one line every
+// 2 s; each stage's last line always.
+class ProgressPrinter {
+ public:
+  explicit ProgressPrinter(bool quiet) : quiet_(quiet) {}
+
+  void Print(const sam::indexer::Progress& p) {
+    if (quiet_) return;
+    const auto now = std::chrono::steady_clock::now();
+    const bool final_line = p.stage == "write" || (p.total && p.done == p.total);
+    if (!final_line && now - last_ < std::chrono::milliseconds(tty_ ? 200 : 2000)) return;
+    last_ = now;
+    const double secs = std::chrono::duration<double>(now - start_).count();
+    const double rate = secs > 0 ? p.tokens / secs : 0;
+    if (p.corpus_index != corpus_seen_) {
+      corpus_seen_ = p.corpus_index;
+      corpus_start_ = now;
+    }
+    std::string eta;
+    const double in_corpus = std::chrono::duration<double>(now - corpus_start_).count();
+    if (p.stage == "construct" && p.total && p.done && p.done < p.total) {
+      char buf[48];
+      std::snprintf(buf, sizeof buf, ", ETA %.0fs for this corpus",
+                    in_corpus * static_cast<double>(p.total - p.done) / p.done);
+      eta = buf;
+    }
+    std::fprintf(stderr, "%ssam-build: [%s %zu/%zu] %s: %s/%s docs, %s tokens, %s tokens/s%s%s",
+                 tty_ ? "\r\033[K" : "", p.stage.c_str(),
+                 std::min(p.corpus_index + 1, p.corpus_count), p.corpus_count,
+                 fs::path(p.detail).filename().string().c_str(),
+                 Human(static_cast<double>(p.done)).c_str(),
+                 Human(static_cast<double>(p.total)).c_str(),
+                 Human(static_cast<double>(p.tokens)).c_str(), Human(rate).c_str(), eta.c_str(),
+                 tty_ ? "" : "\n");
+    if (tty_ && final_line) std::fputc('\n', stderr);
+  }
+
+ private:
+  const bool quiet_;
+  const bool tty_ = isatty(2);
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_ = start_ - std::chrono::seconds(10);
+  std::chrono::steady_clock::time_point corpus_start_ = start_;
+  size_t corpus_seen_ = 0;
+};
+
+// Corpora that gave no documents; a peak RSS above --max-memory.
+void WarnAfterBuild(const BuildReport& r, const BuildConfig& cfg) {
+  for (const auto& c : r.corpora)
+    if (c.documents == 0)
+      std::cerr << "sam-build: warning: " << c.spec.kind << "=" << c.spec.path
+                << " gave no documents (" << c.records << " records"
+                << (c.skip_summary.empty() ? "" : "; " + c.skip_summary) << ")\n";
+  // The plan is an estimate (bytes a token, the process's memory at each
+  // shard's start): say so when the measured peak went past the bound.
+  if (cfg.max_memory_bytes && r.peak_rss_bytes > cfg.max_memory_bytes)
+    std::fprintf(stderr,
+                 "sam-build: warning: the peak RSS, %.1f MiB, exceeded --max-memory %.1f MiB "
+                 "(the shards' plan is an estimate; give a larger bound to stay within it)\n",
+                 r.peak_rss_bytes / 1048576.0, cfg.max_memory_bytes / 1048576.0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{Help(), "sam-build"};
   sam::tools::SetUpTool("sam-build");
   BuildConfig cfg;
   std::vector<std::string> corpus_args;
@@ -246,144 +411,20 @@ int main(int argc, char** argv) {
     if (min_width > sam::format::kMaxPackedWidth)
       throw UsageError("--min-width " + std::to_string(min_width) + " is above " +
                        std::to_string(sam::format::kMaxPackedWidth));
-    if (write_samset) {
-      if (!cfg.corpora.empty() || !corpus_args.empty() || !preset.empty())
-        throw UsageError("--write-samset joins shard files; it takes no corpora");
-      if (shard_files.empty()) throw UsageError("--write-samset needs the shard files");
-      sam::tools::CheckOutputPath("-o", cfg.output_path, shard_files);
-      sam::indexer::WriteShardSet(shard_files, cfg.output_path, cfg.tool_version);
-      std::printf("wrote %s (%zu shards)\n", cfg.output_path.c_str(),
-                                      shard_files.size());
-      return 0;
-    }
+    if (write_samset) return WriteSamset(cfg, corpus_args, preset, shard_files);
     if (!shard_files.empty()) throw UsageError("index files as arguments need --write-samset");
-    if (!shard_spec.empty()) {
-      // Two decimal numbers around one slash.
-      const auto slash = shard_spec.find('/');
-      auto number = [](const std::string& digits, uint64_t* out) {
-        if (digits.empty() || digits.size() > 18 ||
-            digits.find_first_not_of("0123456789") != std::string::npos)
-          return false;
-        *out = std::stoull(digits);
-        return true;
-      };
-      if (slash == std::string::npos || !number(shard_spec.substr(0, slash), &cfg.shard_index) ||
-          !number(shard_spec.substr(slash + 1), &cfg.shard_count))
-        throw UsageError("--shard expects I/N (e.g. 3/16), got '" + shard_spec + "'");
-      if (cfg.shard_count == 0 || cfg.shard_index >= cfg.shard_count)
-        throw UsageError("--shard " + shard_spec + ": need 0 <= I < N");
-      if (!max_memory.empty()) throw UsageError("--shard and --max-memory cannot be combined");
-    }
+    if (!shard_spec.empty()) ParseShardSpec(shard_spec, max_memory, &cfg);
     if (!max_memory.empty()) cfg.max_memory_bytes = ParseSize("--max-memory", max_memory);
     if (wide_ids) cfg.builder_options.ids = sam::automaton::BuilderOptions::Ids::kWide;
     cfg.builder_options.min_width = min_width;
     if (cfg.threads > 1024)
       throw UsageError("--threads " + std::to_string(cfg.threads) + " is absurd (at most 1024)");
-    for (const auto& arg : corpus_args) {
-      const auto eq = arg.find('=');
-      if (eq == std::string::npos || eq == 0 || eq + 1 == arg.size())
-        throw UsageError("--corpus expects KIND=PATH, got '" + arg + "'");
-      std::string path = arg.substr(eq + 1);
-      if (!data_dir.empty() && fs::path(path).is_relative() && !fs::exists(path))
-        path = (fs::path(data_dir) / path).string();
-      cfg.corpora.push_back({arg.substr(0, eq), path});
-    }
-    if (!preset.empty()) {
-      if (data_dir.empty()) throw UsageError("--preset needs --data-dir");
-      sam::corpora::ResolvedPreset resolved;
-      try {
-        resolved = sam::corpora::ResolvePreset(preset, data_dir);
-      } catch (const sam::Error& e) {
-        if (e.code() == sam::ErrorCode::kInvalidArgument) throw UsageError(e.what());
-        throw;
-      }
-      for (const auto& note : resolved.notes) std::cerr << "sam-build: note: " << note << "\n";
-      for (const auto& c : resolved.corpora)
-        cfg.corpora.push_back({std::string(sam::corpora::KindName(c.kind)), c.path});
-    }
-    for (const auto& c : cfg.corpora)  // a named FIFO (not a pipe such as /dev/fd/N) may wait
-      if (std::error_code ec; !quiet && fs::is_fifo(fs::symlink_status(c.path, ec)))
-        std::cerr << "sam-build: note: " << c.path << " is a FIFO: waiting for its writer\n";
-    if (cfg.tokenizer_path.empty() && !data_dir.empty()) {
-      bool all_ids = true;
-      for (const auto& c : cfg.corpora) all_ids = all_ids && c.kind == "ids";
-      if (!all_ids || cfg.vocab_size == 0)
-        cfg.tokenizer_path = (fs::path(data_dir) / "tokenizer/llama-32k.model").string();
-    }
-    // Usage errors before any work: names of kinds and templates, the output path.
-    if (cfg.corpora.empty()) throw UsageError("no corpus given (use --corpus KIND=PATH or --preset)");
-    if (!cfg.cache_tenant.empty() &&
-        std::none_of(cfg.corpora.begin(), cfg.corpora.end(),
-                     [](const auto& c) { return c.kind == sam::indexer::kCacheKind; }))
-      throw UsageError("--cache-tenant needs a `cache` corpus (--corpus cache=FILE)");
-    std::vector<std::string> inputs;
-    for (const auto& c : cfg.corpora) {
-      try {
-        sam::indexer::CheckCorpusKind(c.kind);  // the sam::corpora kinds, "ids" and "cache"
-      } catch (const sam::Error& e) {
-        throw UsageError(std::string("--corpus: ") + e.what());
-      }
-      inputs.push_back(c.path);
-    }
-    try {
-      sam::corpora::ParseTemplate(cfg.template_name);
-    } catch (const sam::corpora::CorpusError& e) {
-      throw UsageError(std::string("--template: ") + e.what());
-    }
-    if (cfg.text_split != "file" && cfg.text_split != "blank-line")
-      throw UsageError("--text-split must be 'file' or 'blank-line', got '" + cfg.text_split + "'");
-    if (!cfg.tokenizer_path.empty()) inputs.push_back(cfg.tokenizer_path);
-    // -o and, with --max-memory, the manifest and shard files derived from it.
-    for (const std::string& out : sam::indexer::BuildOutputPaths(cfg))
-      sam::tools::CheckOutputPath(out == cfg.output_path ? "-o" : "-o " + cfg.output_path + ": output",
-                                  out, inputs);
-    const bool tty = isatty(2);
-    auto last = std::chrono::steady_clock::now() - std::chrono::seconds(10);
-    const auto start = std::chrono::steady_clock::now();
-    auto corpus_start = start;
-    size_t corpus_seen = 0;
-    auto progress = [&](const sam::indexer::Progress& p) {
-      if (quiet) return;
-      const auto now = std::chrono::steady_clock::now();
-      const bool final_line = p.stage == "write" || (p.total && p.done == p.total);
-      if (!final_line && now - last < std::chrono::milliseconds(tty ? 200 : 2000)) return;
-      last = now;
-      const double secs = std::chrono::duration<double>(now - start).count();
-      const double rate = secs > 0 ? p.tokens / secs : 0;
-      if (p.corpus_index != corpus_seen) {
-        corpus_seen = p.corpus_index;
-        corpus_start = now;
-      }
-      std::string eta;
-      const double in_corpus = std::chrono::duration<double>(now - corpus_start).count();
-      if (p.stage == "construct" && p.total && p.done && p.done < p.total) {
-        char buf[48];
-        std::snprintf(buf, sizeof buf, ", ETA %.0fs for this corpus",
-                      in_corpus * static_cast<double>(p.total - p.done) / p.done);
-        eta = buf;
-      }
-      std::fprintf(stderr, "%ssam-build: [%s %zu/%zu] %s: %s/%s docs, %s tokens, %s tokens/s%s%s",
-                   tty ? "\r\033[K" : "", p.stage.c_str(), std::min(p.corpus_index + 1, p.corpus_count),
-                   p.corpus_count, fs::path(p.detail).filename().string().c_str(),
-                   Human(static_cast<double>(p.done)).c_str(),
-                   Human(static_cast<double>(p.total)).c_str(),
-                   Human(static_cast<double>(p.tokens)).c_str(), Human(rate).c_str(), eta.c_str(),
-                   tty ? "" : "\n");
-      if (tty && final_line) std::fputc('\n', stderr);
-    };
-    const BuildReport r = sam::indexer::BuildIndex(cfg, progress);
-    for (const auto& c : r.corpora)
-      if (c.documents == 0)
-        std::cerr << "sam-build: warning: " << c.spec.kind << "=" << c.spec.path
-                  << " gave no documents (" << c.records << " records"
-                  << (c.skip_summary.empty() ? "" : "; " + c.skip_summary) << ")\n";
-    // The plan is an estimate (bytes a token, the process's memory at each
-    // shard's start): say so when the measured peak went past the bound.
-    if (cfg.max_memory_bytes && r.peak_rss_bytes > cfg.max_memory_bytes)
-      std::fprintf(stderr,
-                   "sam-build: warning: the peak RSS, %.1f MiB, exceeded --max-memory %.1f MiB "
-                   "(the shards' plan is an estimate; give a larger bound to stay within it)\n",
-                   r.peak_rss_bytes / 1048576.0, cfg.max_memory_bytes / 1048576.0);
+    AddCorpora(corpus_args, data_dir, preset, quiet, &cfg);
+    CheckBeforeWork(cfg);
+    ProgressPrinter printer(quiet);
+    const BuildReport r = sam::indexer::BuildIndex(
+        cfg, [&](const sam::indexer::Progress& p) { printer.Print(p); });
+    WarnAfterBuild(r, cfg);
     if (json) std::cout << ReportJson(r, r.index_path).dump(2) << "\n";
     else PrintSummary(r, r.index_path);
     return 0;

@@ -5,11 +5,9 @@
 //                --template vicuna --prompt "Name three colours." --max-new-tokens 128
 //   sam-generate ... --temperature 0.7 --top-p 0.9 --seed 1 --json
 //   sam-generate ... --draft-model /models/llama-68m --policy model --draft-mode rsd-s
-//   sam-generate --make-random-model /tmp/rnd --tokenizer llama-32k.model   # testing only
 //
 // Exit codes: 0 success, 1 runtime error (unreadable model, tokenizer/index mismatch, a prompt
-// longer than the model's positions, ...), 2 usage error (bad flags or flag values, an existing
-// checkpoint under --make-random-model without --force).
+// longer than the model's positions, ...), 2 usage error (bad flags or flag values).
 //
 // The tokenizer (SentencePiece or tokenizer.json) is loaded from a module isolated from
 // libtorch's protobuf (the sam::tokenizer_isolated backend of sam/indexer/tokenizer.h).
@@ -41,12 +39,10 @@
 #include "sam/format/shard_set.h"
 #include "sam/runtime/shard_set.h"
 #include "sam/indexer/tokenizer.h"
-#include "sam/format/temp_files.h"
 #include "sam/torch/error.h"
 #include "sam/torch/generate.h"
 #include "sam/torch/llama_config.h"
 #include "sam/torch/model.h"
-#include "sam/torch/safetensors.h"
 
 namespace {
 
@@ -57,63 +53,6 @@ using nlohmann::json;
 using sam::indexer::Tokenizer;
 
 using sam::tools::UsageError;
-
-// A random checkpoint (config.json + model.safetensors) for tests and demos: its output is noise.
-// Refuses to replace an existing checkpoint file unless `force`; writes both files atomically.
-void MakeRandomModel(const fs::path& dir, int64_t vocab, int64_t layers, int64_t hidden, uint64_t seed,
-                     bool force, const std::string& tokenizer_path) {
-  tb::LlamaConfig c;
-  c.hidden_size = hidden;
-  c.head_dim = hidden >= 256 ? 64 : 16;
-  if (hidden % c.head_dim != 0)
-    throw UsageError("--random-hidden must be a multiple of " + std::to_string(c.head_dim));
-  c.num_attention_heads = hidden / c.head_dim;
-  c.num_key_value_heads = c.num_attention_heads;
-  c.intermediate_size = (hidden * 11 / 4 + 15) / 16 * 16;
-  c.num_hidden_layers = layers;
-  c.vocab_size = vocab;
-  c.max_position_embeddings = 4096;
-  c.rms_norm_eps = 1e-5;
-  c.torch_dtype = "float32";
-  c.Validate("random model flags");
-  const std::string flag = "--make-random-model " + dir.string();
-  std::error_code ec;
-  if (fs::exists(fs::symlink_status(dir, ec)) && !fs::is_directory(dir, ec))
-    throw UsageError(flag + ": exists and is not a directory");
-  const fs::path config_path = dir / "config.json", weights_path = dir / "model.safetensors";
-  for (const fs::path& f : {config_path, weights_path})
-    if (!force && fs::exists(fs::symlink_status(f, ec)))
-      throw UsageError(flag + ": " + f.string() +
-                       " exists; refusing to overwrite a checkpoint (add --force to replace it)");
-  fs::create_directories(dir);
-  sam::tools::CheckOutputPath("--make-random-model", config_path.string(), {tokenizer_path});
-  sam::tools::CheckOutputPath("--make-random-model", weights_path.string(), {tokenizer_path});
-  // The weights go to a temporary name (WriteSafetensors itself writes "<name>.tmp" first), both
-  // registered for signal cleanup; config.json is renamed last, so an interrupted run never leaves
-  // a config.json beside missing or partial weights.
-  const std::string weights_temp = weights_path.string() + ".tmp-" + std::to_string(::getpid());
-  const std::string weights_inner = weights_temp + ".tmp";
-  sam::format::RegisterTempFile(weights_inner);
-  sam::format::RegisterTempFile(weights_temp);
-  struct Cleanup {
-    std::vector<std::string> paths;
-    ~Cleanup() {
-      for (const auto& p : paths) {
-        ::unlink(p.c_str());
-        sam::format::UnregisterTempFile(p);
-      }
-    }
-  } cleanup{{weights_inner, weights_temp}};
-  sam::tools::AtomicOutputFile config_file(config_path.string());
-  config_file.stream() << c.ToJsonText();
-  tb::WriteSafetensors(
-      weights_temp, tb::MakeRandomLlamaWeights(c, seed),
-      {{"format", "pt"}, {"note", "random weights made by sam-generate, for testing only"}});
-  if (std::rename(weights_temp.c_str(), weights_path.c_str()) != 0)
-    throw sam::Error(sam::ErrorCode::kIo, "cannot rename " + weights_temp + " to " +
-                                              weights_path.string() + ": " + std::strerror(errno));
-  config_file.Commit();
-}
 
 // More bytes than any model's context holds as text (a million tokens of 64 bytes).
 constexpr size_t kMaxPromptFileBytes = size_t{64} << 20;
@@ -287,11 +226,336 @@ json BySourceJson(const tb::GenerateResult& r) {
   return sources;
 }
 
-}  // namespace
+// The flags of sam-generate, in the order main binds them to CLI11.
+struct GenerateFlags {
+  std::string model_dir, tokenizer_path, prompt, prompt_file, template_name = "raw";
+  std::string policy = "sam-cal", device = "cpu", dtype;
+  std::vector<std::string> index_paths;
+  std::optional<size_t> draft_size;
+  int64_t max_new_tokens = 128;
+  float temperature = 0.0f, top_p = 1.0f;
+  int top_k = 0;
+  uint64_t seed = 0;
+  bool no_spec = false, as_json = false;
+  std::string cost_curve_path;
+  std::string draft_model_dir, draft_mode, draft_branching = "4,2,2,1";
+  size_t draft_depth = 4, draft_width = 4;
+  std::vector<uint32_t> sdsat_ids;
+  size_t sdsat_k = 0, sdsat_width = 1;
+  std::string sdsat_scheme = "one-pass", sdsat_sampling = "without-replacement";
+  std::string prompt_ids_text;
+  bool print_prompt_ids = false;
+};
 
-int main(int argc, char** argv) {
-  sam::tools::SetUpTool("sam-generate");
-  CLI::App app{
+// One run of sam-generate over its parsed flags: checks the flags, chooses the drafters, checks
+// the cheap inputs (config, prompt, tokenizer, indexes) before loading a model, generates and
+// prints.
+class GenerateCommand : private GenerateFlags {
+ public:
+  GenerateFlags& flags() { return *this; }
+  // Which flags were given (set by main after parsing).
+  bool prompt_given = false, file_given = false, ids_given = false;
+  bool sdsat_tokens_given = false, sdsat_flags_given = false;
+
+  int Run() {
+    if (print_prompt_ids) {
+      if (tokenizer_path.empty()) throw UsageError("--print-prompt-ids needs --tokenizer");
+      if (!prompt_given && !file_given)
+        throw UsageError("one of --prompt or --prompt-file is required");
+      std::cout << json(PromptIdsOfFlags()).dump() << "\n";
+      return 0;
+    }
+    CheckFlags();
+    ChooseDrafters();
+    CheckModelFolder();
+    // Config, prompt, tokenizer and indexes first: cheap, and a mistake should fail before
+    // loading a large model.
+    const tb::LlamaConfig config = tb::LlamaConfig::Load(fs::path(model_dir) / "config.json");
+    const std::vector<uint32_t> prompt_ids = PromptIds(config);
+    ConfigureSdsat(config);
+    FitPositions(config, prompt_ids.size());
+    OpenIndexes();
+    const std::optional<tb::LlamaConfig> draft_config = LoadDraftConfig(config);
+    const tb::Model model = tb::Model::Load(model_dir, {.device = device, .dtype = dtype});
+    if (tokenizer_ && model.config().vocab_size != static_cast<int64_t>(tokenizer_->vocab_size()))
+      throw sam::Error(sam::ErrorCode::kTokenizerMismatch,
+                       "vocabulary size mismatch: the model " + model_dir + " has " +
+                           std::to_string(model.config().vocab_size) + " tokens, the tokenizer " +
+                           tokenizer_path + " has " + std::to_string(tokenizer_->vocab_size()) +
+                           "; use the checkpoint's own tokenizer");
+    if (draft_config) {
+      draft_model_.emplace(tb::Model::Load(draft_model_dir, {.device = device, .dtype = dtype}));
+      options_.draft_model = &*draft_model_;
+    }
+    Print(Generate(model, prompt_ids));
+    return 0;
+  }
+
+ private:
+  // Loaded once, when first needed (after the cheap checks of the flags).
+  const Tokenizer& LoadTokenizer() {
+    if (!tokenizer_) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::Load(tokenizer_path));
+    return *tokenizer_;
+  }
+
+  std::vector<uint32_t> PromptIdsOfFlags() {
+    const std::string text = prompt_given ? prompt : ReadPromptFile(prompt_file);
+    std::vector<uint32_t> ids;
+    LoadTokenizer().EncodePrompt(
+        sam::corpora::RenderPrompt(sam::corpora::ParseTemplate(template_name), text), &ids);
+    return ids;
+  }
+
+  // The checks that need no file.
+  void CheckFlags() {
+    if (model_dir.empty()) throw UsageError("--model is required");
+    std::error_code folder_error;
+    if (tokenizer_path.empty() &&
+        fs::is_regular_file(fs::path(model_dir) / "tokenizer.json", folder_error))
+      tokenizer_path = model_dir;
+    if (!(top_p > 0.0f)) throw UsageError("--top-p must be in (0, 1]");
+    if (tokenizer_path.empty() && !ids_given)
+      throw UsageError("--tokenizer is required (optional only with --prompt-ids)");
+    if (tokenizer_path.empty() && !index_paths.empty())
+      throw UsageError("--index needs --tokenizer (indexes are checked against it)");
+    if (!prompt_given && !file_given && !ids_given)
+      throw UsageError("one of --prompt, --prompt-file or --prompt-ids is required");
+    if (tokenizer_path.empty()) as_json = true;  // no text without a tokenizer
+    if ((dtype == "fp16" || dtype == "float16") && device == "cpu")
+      throw UsageError("--dtype " + dtype + " is not supported on cpu; use fp32 or bf16");
+  }
+
+  // The policy and the drafters it combines (a draft model, SDSAT's adaptive tokens).
+  void ChooseDrafters() {
+    try {
+      options_ = tb::GeneratorOptionsForPolicy(policy);
+    } catch (const tb::Error& e) {
+      throw UsageError(e.what());
+    }
+    if (draft_size) options_.selection.draft_size = *draft_size;
+    if (!cost_curve_path.empty()) {
+      if (options_.selection.policy != rt::Policy::kCalibrated || no_spec)
+        throw UsageError("--cost-curve sizes sam-cal's drafts; use it with --policy sam-cal");
+      options_.selection.cost_curve = rt::CostCurve::Load(cost_curve_path);
+    }
+    // SDSAT: configured by --sdsat-tokens or config.json's sdsat_tokens (read below).
+    needs_sdsat_ = tb::PolicyNeedsSdsat(policy);
+    if (sdsat_flags_given && !tb::PolicyTakesSdsat(policy))
+      throw UsageError("the --sdsat-* flags are used by the policies sdsat, sam-sdsat and sam-cal, not " +
+                       policy);
+    if (sdsat_flags_given && no_spec) throw UsageError("the --sdsat-* flags draft; --no-spec does not");
+    // The policy rules (tb::DraftModelUseFor): model and sam-model need a draft model, sam-cal
+    // merges one when given (cells by depth and the draft's probability).
+    try {
+      options_.draft_model_use = tb::DraftModelUseFor(policy, !draft_model_dir.empty());
+    } catch (const tb::Error& e) {
+      throw UsageError(std::string("--draft-model: ") + e.what());
+    }
+    if (options_.draft_model_use != tb::GeneratorOptions::DraftModelUse::kNone) {
+      rt::TreeDraftOptions& tree = options_.draft_tree;
+      const std::string mode = !draft_mode.empty() ? draft_mode : temperature == 0.0f ? "chain" : "rsd-s";
+      tree.mode = *rt::TreeModeFromName(mode);
+      tree.depth = draft_depth;
+      tree.width = draft_width;
+      tree.branching = ParseBranching(draft_branching);
+      draft_mode = mode;
+    }
+  }
+
+  void CheckModelFolder() const {
+    std::error_code ec;
+    if (!fs::exists(model_dir, ec))
+      throw sam::Error(sam::ErrorCode::kIo, "model directory " + model_dir + " does not exist");
+    if (!fs::is_directory(model_dir, ec))
+      throw sam::Error(sam::ErrorCode::kIo,
+                       "--model " + model_dir +
+                           " is not a directory (give the checkpoint directory holding "
+                           "config.json and *.safetensors)");
+    if (!fs::exists(fs::path(model_dir) / "config.json"))
+      throw sam::Error(sam::ErrorCode::kIo,
+                       "model directory " + model_dir +
+                           " has no config.json (expected a Hugging Face checkpoint)");
+    if (device.rfind("cuda", 0) == 0 && !torch::cuda::is_available())
+      throw sam::Error(sam::ErrorCode::kInvalidArgument,
+                       "--device " + device + ": this libtorch has no usable CUDA device");
+  }
+
+  std::vector<uint32_t> PromptIds(const tb::LlamaConfig& config) {
+    if (!ids_given) return PromptIdsOfFlags();
+    const std::vector<uint32_t> prompt_ids = ParsePromptIds(prompt_ids_text);
+    for (const uint32_t id : prompt_ids)
+      if (static_cast<int64_t>(id) >= config.vocab_size)
+        throw UsageError("--prompt-ids: id " + std::to_string(id) + " is outside the vocabulary of " +
+                         model_dir + " (" + std::to_string(config.vocab_size) + " tokens)");
+    return prompt_ids;
+  }
+
+  // SDSAT's adaptive ids: the flags override config.json's sdsat_tokens.
+  void ConfigureSdsat(const tb::LlamaConfig& config) {
+    const std::vector<uint32_t> sdsat_given = sdsat_tokens_given ? sdsat_ids : config.sdsat_tokens;
+    use_sdsat_ =
+        !no_spec && (needs_sdsat_ || (tb::PolicyTakesSdsat(policy) && !sdsat_given.empty()));
+    if (!use_sdsat_) return;
+    // The policy rules (tb::SdsatUseFor): sdsat and sam-sdsat need the ids; sam-cal merges
+    // SDSAT's drafts with the one-pass scheme, and not beside a draft model.
+    rt::SdsatOptions& so = options_.sdsat;
+    so.scheme = sdsat_scheme == "two-pass" ? rt::SdsatScheme::kTwoPass : rt::SdsatScheme::kOnePass;
+    try {
+      options_.sdsat_use =
+          tb::SdsatUseFor(policy, !sdsat_given.empty(), so.scheme, options_.draft_model_use);
+    } catch (const tb::Error& e) {
+      throw UsageError(std::string("--sdsat-tokens ID[,ID...]: ") + e.what() +
+                       (sdsat_given.empty() ? " (the checkpoint's config.json lists no sdsat_tokens)"
+                                            : ""));
+    }
+    for (const uint32_t id : sdsat_given)
+      if (static_cast<int64_t>(id) >= config.vocab_size)
+        throw UsageError("--sdsat-tokens: id " + std::to_string(id) +
+                         " is outside the vocabulary of " + model_dir + " (" +
+                         std::to_string(config.vocab_size) + " tokens)");
+    const size_t k = sdsat_k != 0 ? sdsat_k : sdsat_given.size() > 1 ? sdsat_given.size() : 4;
+    try {
+      so.adaptive_tokens = rt::ExpandSdsatTokens(sdsat_given, k);
+    } catch (const sam::Error& e) {
+      throw UsageError(std::string("--sdsat-tokens / --sdsat-k: ") + e.what());
+    }
+    so.width = sdsat_width;
+    so.without_replacement = sdsat_sampling == "without-replacement";
+  }
+
+  // A prompt must fit the model's positions; --max-new-tokens is lowered to what still fits.
+  void FitPositions(const tb::LlamaConfig& config, size_t prompt_size) {
+    const int64_t positions = config.max_position_embeddings;
+    const int64_t prompt_tokens = static_cast<int64_t>(prompt_size);
+    if (prompt_tokens >= positions)
+      throw sam::Error(
+          sam::ErrorCode::kCapacity,
+          "the prompt is " + std::to_string(prompt_tokens) + " tokens long, but the model " +
+              model_dir + " handles at most " + std::to_string(positions) +
+              " positions (max_position_embeddings in config.json; the prompt and at least one "
+              "new token must fit)");
+    if (prompt_tokens + max_new_tokens > positions) {
+      std::fprintf(stderr,
+                   "sam-generate: --max-new-tokens lowered from %lld to %lld: the prompt has %lld "
+                   "tokens and the model at most %lld positions (max_position_embeddings)\n",
+                   static_cast<long long>(max_new_tokens),
+                   static_cast<long long>(positions - prompt_tokens),
+                   static_cast<long long>(prompt_tokens), static_cast<long long>(positions));
+      max_new_tokens = positions - prompt_tokens;
+    }
+  }
+
+  // The indexes, checked against the tokenizer.
+  void OpenIndexes() {
+    sam::format::OpenOptions open;
+    if (!tokenizer_path.empty()) {
+      LoadTokenizer();
+      open.expected_tokenizer_sha256 = tokenizer_->sha256();
+      open.expected_vocab_size = tokenizer_->vocab_size();
+    }
+    for (const auto& p : index_paths) {
+      if (sam::format::LooksLikeShardSet(p)) shard_sets_.push_back(sam::runtime::OpenShardSet(p, open));
+      else indexes_.push_back(sam::format::IndexFile::Open(p, open));
+    }
+  }
+
+  // The draft model's config, checked against the model's; the folders' tokenizers.
+  std::optional<tb::LlamaConfig> LoadDraftConfig(const tb::LlamaConfig& config) {
+    std::error_code ec;
+    std::optional<tb::LlamaConfig> draft_config;
+    if (!draft_model_dir.empty()) {
+      if (!fs::is_directory(draft_model_dir, ec) || !fs::exists(fs::path(draft_model_dir) / "config.json"))
+        throw sam::Error(sam::ErrorCode::kIo, "--draft-model " + draft_model_dir +
+                                                  " is not a checkpoint directory with a config.json");
+      draft_config = tb::LlamaConfig::Load(fs::path(draft_model_dir) / "config.json");
+      CheckDraftModel(draft_model_dir, *draft_config, model_dir, config, tokenizer_path);
+    }
+    if (!tokenizer_path.empty()) {
+      CheckFolderTokenizer(model_dir, "model", LoadTokenizer());
+      if (!draft_model_dir.empty()) CheckFolderTokenizer(draft_model_dir, "draft model", LoadTokenizer());
+    }
+    return draft_config;
+  }
+
+  tb::GenerateResult Generate(const tb::Model& model, const std::vector<uint32_t>& prompt_ids) {
+    tb::Generator generator(model, options_);
+    for (const auto& f : indexes_) generator.AttachIndex(&f.view());
+    for (const auto& set : shard_sets_) generator.AttachShardSet(set);
+    tb::GenerateOptions options;
+    options.max_new_tokens = max_new_tokens;
+    if (tokenizer_ && tokenizer_->eos_id() != sam::format::kNoToken) options.stop_tokens = {tokenizer_->eos_id()};
+    options.speculative = !no_spec;
+    options.sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
+    options.seed = seed;
+
+    std::optional<TextStreamer> streamer;
+    tb::TokenCallback stream;
+    if (!as_json) {
+      streamer.emplace(*tokenizer_);
+      stream = [&](std::span<const uint32_t> tokens) { streamer->Add(tokens); return true; };
+    }
+    const tb::GenerateResult r = generator.Generate(prompt_ids, options, stream);
+    return r;
+  }
+
+  void Print(const tb::GenerateResult& r) const {
+    if (as_json) {
+      json out;
+      out["output_ids"] = r.output_ids;
+      if (tokenizer_) out["text"] = tokenizer_->Decode(r.output_ids);
+      out["prompt_tokens"] = r.prompt_tokens;
+      out["new_tokens"] = r.output_ids.size();
+      out["steps"] = r.steps;
+      out["verified_tokens"] = r.verified_tokens;
+      out["mat"] = r.mat;
+      out["tokens_per_s"] = r.tokens_per_s;
+      out["prefill_seconds"] = r.prefill_seconds;
+      out["decode_seconds"] = r.decode_seconds;
+      // Every target forward pass, the prefill included.
+      out["forward_passes"] = r.steps + 1;
+      out["tokens_per_pass"] = static_cast<double>(r.output_ids.size()) / static_cast<double>(r.steps + 1);
+      out["stop_reason"] = std::string(tb::StopReasonName(r.stop_reason));
+      out["policy"] = no_spec ? "none" : policy;
+      if (draft_model_) {
+        out["draft_model"] = draft_model_dir;
+        out["draft_mode"] = draft_mode;
+        out["draft_forward_passes"] = r.draft_forward_passes;
+      }
+      if (use_sdsat_) {
+        const rt::SdsatOptions& so = options_.sdsat;
+        out["sdsat"] = {{"tokens", so.adaptive_tokens},
+                        {"k", so.adaptive_tokens.size()},
+                        {"scheme", std::string(rt::SdsatSchemeName(so.scheme))},
+                        {"width", so.width},
+                        {"sampling", sdsat_sampling},
+                        {"adaptive_tokens_evaluated", r.adaptive_tokens},
+                        {"draft_passes", r.sdsat_draft_passes}};
+      }
+      out["by_source"] = BySourceJson(r);
+      std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+    } else {
+      std::printf("\n");
+      std::fprintf(stderr,
+                   "sam-generate: [%zu tokens, %lld steps, MAT %.2f, %.2f tokens/pass, %.1f "
+                   "tokens/s, %s]\n",
+                   r.output_ids.size(), static_cast<long long>(r.steps), r.mat,
+                   static_cast<double>(r.output_ids.size()) / static_cast<double>(r.steps + 1),
+                   r.tokens_per_s,
+                   std::string(tb::StopReasonName(r.stop_reason)).c_str());
+    }
+  }
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  tb::GeneratorOptions options_;
+  bool needs_sdsat_ = false;  // the policy drafts with SDSAT (sdsat, sam-sdsat)
+  bool use_sdsat_ = false;    // SDSAT drafts in this run (those policies, or sam-cal merging it)
+  std::vector<sam::format::IndexFile> indexes_;
+  std::vector<std::vector<std::shared_ptr<const sam::runtime::StaticIndex>>> shard_sets_;
+  std::optional<tb::Model> draft_model_;
+};
+
+std::string Help() {
+  return
       "sam-generate: generate text with a Llama-family checkpoint (HF config.json +\n"
       "safetensors), SAM-Decoding drafts (static indexes, dynamic SAM, Token Recycling) and\n"
       "speculative verification in one forward pass per step. Greedy output equals plain greedy\n"
@@ -309,7 +573,6 @@ int main(int argc, char** argv) {
       "               --draft-model /models/llama-68m --policy model --temperature 1   # RSD-S\n"
       "  sam-generate --model /models/codellama-7b-sdsat --tokenizer llama-32k.model \\\n"
       "               --policy sdsat --sdsat-tokens 32011 --sdsat-k 4 --prompt-file q.txt\n"
-      "  sam-generate --make-random-model /tmp/rnd --tokenizer llama-32k.model   # testing only\n"
       "\nDraft-model tree modes (--draft-mode; verified losslessly under sampling):\n"
       "  chain      L tokens (--draft-depth): the draft's argmax (greedy) or sampled from it\n"
       "  tree       best-first top-W tree by draft path probability (--draft-width W, depth L)\n"
@@ -318,20 +581,20 @@ int main(int argc, char** argv) {
       "  specinfer  b_l independent samples per node (with replacement), SpecInfer-style\n"
       "  Defaults: chain under greedy decoding, rsd-s under sampling; L 4, W 4, b 4,2,2,1.\n"
       "\nPolicies:\n" +
-          std::string(tb::GeneratorPolicyHelp()),
-      "sam-generate"};
-  std::string model_dir, tokenizer_path, prompt, prompt_file, template_name = "raw";
-  std::string policy = "sam-cal", device = "cpu", dtype;
-  std::vector<std::string> index_paths;
-  std::optional<size_t> draft_size;
-  int64_t max_new_tokens = 128;
-  float temperature = 0.0f, top_p = 1.0f;
-  int top_k = 0;
-  uint64_t seed = 0;
-  bool no_spec = false, as_json = false, force = false;
-  std::string random_dir;
-  int64_t random_vocab = 0, random_layers = 2, random_hidden = 64;
-  uint64_t random_seed = 1;
+          std::string(tb::GeneratorPolicyHelp());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sam::tools::SetUpTool("sam-generate");
+  CLI::App app{Help(), "sam-generate"};
+  GenerateCommand command;
+  auto& [model_dir, tokenizer_path, prompt, prompt_file, template_name,
+         policy, device, dtype, index_paths, draft_size, max_new_tokens, temperature, top_p, top_k,
+         seed, no_spec, as_json, cost_curve_path, draft_model_dir, draft_mode, draft_branching,
+         draft_depth, draft_width, sdsat_ids, sdsat_k, sdsat_width, sdsat_scheme, sdsat_sampling,
+         prompt_ids_text, print_prompt_ids] = command.flags();
 
   app.add_option("--model", model_dir, "checkpoint directory (config.json + *.safetensors)");
   app.add_option("--tokenizer", tokenizer_path,
@@ -360,7 +623,6 @@ int main(int argc, char** argv) {
   app.add_option("--policy", policy, "draft policy (default sam-cal; see above)");
   app.add_option("--draft-size", draft_size, "draft nodes incl. the start token (default 40)")
       ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
-  std::string cost_curve_path;
   app.add_option("--cost-curve", cost_curve_path,
                  "sam-cal: verification cost curve (CSV 'tokens,cost' rows, as bench-generate "
                  "--cost-curve-out writes); each step drafts as many nodes as pay for their "
@@ -372,20 +634,6 @@ int main(int argc, char** argv) {
                  "fp16 needs cuda)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16", "float32", "float16", "bfloat16"}));
   app.add_flag("--json", as_json, "print one JSON object instead of streaming the text");
-  app.add_option("--make-random-model", random_dir,
-                 "write a random checkpoint to DIR and exit (FOR TESTING ONLY: its output is noise)");
-  app.add_flag("--force", force,
-               "--make-random-model: replace an existing checkpoint in DIR (default: refuse)");
-  app.add_option("--random-vocab", random_vocab,
-                 "vocabulary of the random model (default: the --tokenizer's)")
-      ->check(CLI::Range(int64_t{2}, int64_t{1} << 24));
-  app.add_option("--random-layers", random_layers, "layers of the random model (default 2)")
-      ->check(CLI::Range(int64_t{1}, int64_t{256}));
-  app.add_option("--random-hidden", random_hidden, "hidden size of the random model (default 64)")
-      ->check(CLI::Range(int64_t{16}, int64_t{16384}));
-  app.add_option("--random-seed", random_seed, "seed of the random weights (default 1)");
-  std::string draft_model_dir, draft_mode, draft_branching = "4,2,2,1";
-  size_t draft_depth = 4, draft_width = 4;
   app.add_option("--draft-model", draft_model_dir,
                  "draft checkpoint directory (the target's vocabulary and tokenizer) for the "
                  "policies model and sam-model (required) and sam-cal (optional: its trees join "
@@ -400,9 +648,6 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(size_t{1}, size_t{64}));
   app.add_option("--draft-branching", draft_branching,
                  "branching factors b_1,...,b_L (rsd-c, specinfer; default 4,2,2,1)");
-  std::vector<uint32_t> sdsat_ids;
-  size_t sdsat_k = 0, sdsat_width = 1;
-  std::string sdsat_scheme = "one-pass", sdsat_sampling = "without-replacement";
   auto* sdsat_tokens_opt =
       app.add_option("--sdsat-tokens", sdsat_ids,
                      "SDSAT adaptive token ids, one (repeated --sdsat-k times, as the released "
@@ -432,7 +677,6 @@ int main(int argc, char** argv) {
                      "adaptive positions' q, verified by recursive rejection with q) or top-k "
                      "(deterministic top-W drafts, deterministic rule)")
           ->check(CLI::IsMember({"without-replacement", "top-k"}));
-  std::string prompt_ids_text;
   auto* prompt_ids_opt = app.add_option(
       "--prompt-ids", prompt_ids_text,
       "the prompt as token ids (a JSON array or comma-separated ids, BOS included if the model "
@@ -440,288 +684,18 @@ int main(int argc, char** argv) {
       "no text, --json output)");
   prompt_ids_opt->excludes(prompt_opt);
   prompt_ids_opt->excludes(file_opt);
-  bool print_prompt_ids = false;
   app.add_flag("--print-prompt-ids", print_prompt_ids,
                "print the prompt's ids (BOS first, after --template) as a JSON array and exit; "
                "needs --tokenizer and --prompt or --prompt-file, no --model");
 
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
-
-  return sam::tools::RunTool("sam-generate", [&] {
-    // Loaded once, when first needed (after the cheap checks of the flags).
-    std::unique_ptr<Tokenizer> tokenizer;
-    auto load_tokenizer = [&]() -> const Tokenizer& {
-      if (!tokenizer) tokenizer = std::make_unique<Tokenizer>(Tokenizer::Load(tokenizer_path));
-      return *tokenizer;
-    };
-    if (!random_dir.empty()) {
-      if (random_vocab == 0) {
-        if (tokenizer_path.empty())
-          throw UsageError("--make-random-model needs --random-vocab or --tokenizer");
-        random_vocab = load_tokenizer().vocab_size();
-      }
-      MakeRandomModel(random_dir, random_vocab, random_layers, random_hidden, random_seed, force,
-                      tokenizer_path);
-      std::cerr << "sam-generate: wrote a random model (vocab " << random_vocab << ", "
-                << random_layers << " layers, hidden " << random_hidden << ") to " << random_dir
-                << " -- for testing only\n";
-      return 0;
-    }
-
-    auto prompt_ids_of_flags = [&] {
-      const std::string text = prompt_opt->count() ? prompt : ReadPromptFile(prompt_file);
-      std::vector<uint32_t> ids;
-      load_tokenizer().EncodePrompt(
-          sam::corpora::RenderPrompt(sam::corpora::ParseTemplate(template_name), text), &ids);
-      return ids;
-    };
-    if (print_prompt_ids) {
-      if (tokenizer_path.empty()) throw UsageError("--print-prompt-ids needs --tokenizer");
-      if (prompt_opt->count() == 0 && file_opt->count() == 0)
-        throw UsageError("one of --prompt or --prompt-file is required");
-      std::cout << json(prompt_ids_of_flags()).dump() << "\n";
-      return 0;
-    }
-
-    if (model_dir.empty()) throw UsageError("--model is required");
-    std::error_code folder_error;
-    if (tokenizer_path.empty() &&
-        fs::is_regular_file(fs::path(model_dir) / "tokenizer.json", folder_error))
-      tokenizer_path = model_dir;
-    if (!(top_p > 0.0f)) throw UsageError("--top-p must be in (0, 1]");
-    const bool ids_prompt = prompt_ids_opt->count() > 0;
-    if (tokenizer_path.empty() && !ids_prompt)
-      throw UsageError("--tokenizer is required (optional only with --prompt-ids)");
-    if (tokenizer_path.empty() && !index_paths.empty())
-      throw UsageError("--index needs --tokenizer (indexes are checked against it)");
-    if (prompt_opt->count() == 0 && file_opt->count() == 0 && !ids_prompt)
-      throw UsageError("one of --prompt, --prompt-file or --prompt-ids is required");
-    if (tokenizer_path.empty()) as_json = true;  // no text without a tokenizer
-    if (force) throw UsageError("--force applies only to --make-random-model");
-    if ((dtype == "fp16" || dtype == "float16") && device == "cpu")
-      throw UsageError("--dtype " + dtype + " is not supported on cpu; use fp32 or bf16");
-    tb::GeneratorOptions generator_options;
-    try {
-      generator_options = tb::GeneratorOptionsForPolicy(policy);
-    } catch (const tb::Error& e) {
-      throw UsageError(e.what());
-    }
-    if (draft_size) generator_options.selection.draft_size = *draft_size;
-    if (!cost_curve_path.empty()) {
-      if (generator_options.selection.policy != rt::Policy::kCalibrated || no_spec)
-        throw UsageError("--cost-curve sizes sam-cal's drafts; use it with --policy sam-cal");
-      generator_options.selection.cost_curve = rt::CostCurve::Load(cost_curve_path);
-    }
-    // SDSAT: configured by --sdsat-tokens or config.json's sdsat_tokens (read below).
-    const bool needs_sdsat = tb::PolicyNeedsSdsat(policy);
-    const bool sdsat_flags = sdsat_tokens_opt->count() || sdsat_k_opt->count() ||
-                             sdsat_scheme_opt->count() || sdsat_width_opt->count() ||
-                             sdsat_sampling_opt->count();
-    if (sdsat_flags && !needs_sdsat && policy != "sam-cal")
-      throw UsageError("the --sdsat-* flags are used by the policies sdsat, sam-sdsat and sam-cal, not " +
-                       policy);
-    if (sdsat_flags && no_spec) throw UsageError("the --sdsat-* flags draft; --no-spec does not");
-    const bool needs_draft = tb::PolicyNeedsDraftModel(policy);
-    // sam-cal takes a draft model optionally: its trees join the calibrated
-    // merge (cells by depth and the draft's probability).
-    const bool calibrated_with_draft = policy == "sam-cal" && !draft_model_dir.empty();
-    if (needs_draft && draft_model_dir.empty())
-      throw UsageError("--policy " + policy + " needs --draft-model DIR");
-    if (!needs_draft && !calibrated_with_draft && !draft_model_dir.empty())
-      throw UsageError("--draft-model is used by the policies model, sam-model and sam-cal, not " +
-                       policy);
-    if (calibrated_with_draft)
-      generator_options.draft_model_use = tb::GeneratorOptions::DraftModelUse::kFallback;
-    if (needs_draft || calibrated_with_draft) {
-      rt::TreeDraftOptions& tree = generator_options.draft_tree;
-      const std::string mode = !draft_mode.empty() ? draft_mode : temperature == 0.0f ? "chain" : "rsd-s";
-      tree.mode = *rt::TreeModeFromName(mode);
-      tree.depth = draft_depth;
-      tree.width = draft_width;
-      tree.branching = ParseBranching(draft_branching);
-      draft_mode = mode;
-    }
-    std::error_code ec;
-    if (!fs::exists(model_dir, ec))
-      throw sam::Error(sam::ErrorCode::kIo, "model directory " + model_dir + " does not exist");
-    if (!fs::is_directory(model_dir, ec))
-      throw sam::Error(sam::ErrorCode::kIo,
-                       "--model " + model_dir +
-                           " is not a directory (give the checkpoint directory holding "
-                           "config.json and *.safetensors)");
-    if (!fs::exists(fs::path(model_dir) / "config.json"))
-      throw sam::Error(sam::ErrorCode::kIo,
-                       "model directory " + model_dir +
-                           " has no config.json (expected a Hugging Face checkpoint)");
-    if (device.rfind("cuda", 0) == 0 && !torch::cuda::is_available())
-      throw sam::Error(sam::ErrorCode::kInvalidArgument,
-                       "--device " + device + ": this libtorch has no usable CUDA device");
-
-    // Config, prompt, tokenizer and indexes first: cheap, and a mistake should fail before
-    // loading a large model.
-    const tb::LlamaConfig config = tb::LlamaConfig::Load(fs::path(model_dir) / "config.json");
-    std::vector<uint32_t> prompt_ids;
-    if (ids_prompt) {
-      prompt_ids = ParsePromptIds(prompt_ids_text);
-      for (const uint32_t id : prompt_ids)
-        if (static_cast<int64_t>(id) >= config.vocab_size)
-          throw UsageError("--prompt-ids: id " + std::to_string(id) + " is outside the vocabulary of " +
-                           model_dir + " (" + std::to_string(config.vocab_size) + " tokens)");
-    } else {
-      prompt_ids = prompt_ids_of_flags();
-    }
-    // SDSAT's adaptive ids: the flags override config.json's sdsat_tokens.
-    const std::vector<uint32_t> sdsat_given = sdsat_tokens_opt->count() ? sdsat_ids : config.sdsat_tokens;
-    const bool use_sdsat =
-        !no_spec && (needs_sdsat || (policy == "sam-cal" && !sdsat_given.empty()));
-    if (use_sdsat) {
-      if (sdsat_given.empty())
-        throw UsageError("--policy " + policy + " needs --sdsat-tokens ID[,ID...] (the checkpoint's "
-                         "config.json lists no sdsat_tokens)");
-      for (const uint32_t id : sdsat_given)
-        if (static_cast<int64_t>(id) >= config.vocab_size)
-          throw UsageError("--sdsat-tokens: id " + std::to_string(id) +
-                           " is outside the vocabulary of " + model_dir + " (" +
-                           std::to_string(config.vocab_size) + " tokens)");
-      const size_t k = sdsat_k != 0 ? sdsat_k : sdsat_given.size() > 1 ? sdsat_given.size() : 4;
-      rt::SdsatOptions& so = generator_options.sdsat;
-      try {
-        so.adaptive_tokens = rt::ExpandSdsatTokens(sdsat_given, k);
-      } catch (const sam::Error& e) {
-        throw UsageError(std::string("--sdsat-tokens / --sdsat-k: ") + e.what());
-      }
-      so.scheme = sdsat_scheme == "two-pass" ? rt::SdsatScheme::kTwoPass : rt::SdsatScheme::kOnePass;
-      so.width = sdsat_width;
-      so.without_replacement = sdsat_sampling == "without-replacement";
-      if (!needs_sdsat) {  // sam-cal merges SDSAT's trees
-        if (generator_options.draft_model_use != tb::GeneratorOptions::DraftModelUse::kNone)
-          throw UsageError("sam-cal merges either a draft model or SDSAT, not both (drop "
-                           "--draft-model, or the SDSAT tokens)");
-        if (so.scheme == rt::SdsatScheme::kTwoPass)
-          throw UsageError("sam-cal merges SDSAT's drafts with --sdsat-scheme one-pass only");
-        generator_options.sdsat_use = tb::GeneratorOptions::SdsatUse::kFallback;
-      }
-    }
-    const int64_t positions = config.max_position_embeddings;
-    const int64_t prompt_tokens = static_cast<int64_t>(prompt_ids.size());
-    if (prompt_tokens >= positions)
-      throw sam::Error(
-          sam::ErrorCode::kCapacity,
-          "the prompt is " + std::to_string(prompt_tokens) + " tokens long, but the model " +
-              model_dir + " handles at most " + std::to_string(positions) +
-              " positions (max_position_embeddings in config.json; the prompt and at least one "
-              "new token must fit)");
-    if (prompt_tokens + max_new_tokens > positions) {
-      std::fprintf(stderr,
-                   "sam-generate: --max-new-tokens lowered from %lld to %lld: the prompt has %lld "
-                   "tokens and the model at most %lld positions (max_position_embeddings)\n",
-                   static_cast<long long>(max_new_tokens),
-                   static_cast<long long>(positions - prompt_tokens),
-                   static_cast<long long>(prompt_tokens), static_cast<long long>(positions));
-      max_new_tokens = positions - prompt_tokens;
-    }
-
-    sam::format::OpenOptions open;
-    if (!tokenizer_path.empty()) {
-      load_tokenizer();
-      open.expected_tokenizer_sha256 = tokenizer->sha256();
-      open.expected_vocab_size = tokenizer->vocab_size();
-    }
-    std::vector<sam::format::IndexFile> indexes;
-    std::vector<std::vector<std::shared_ptr<const sam::runtime::StaticIndex>>> shard_sets;
-    for (const auto& p : index_paths) {
-      if (sam::format::LooksLikeShardSet(p)) shard_sets.push_back(sam::runtime::OpenShardSet(p, open));
-      else indexes.push_back(sam::format::IndexFile::Open(p, open));
-    }
-
-    std::optional<tb::LlamaConfig> draft_config;
-    if (!draft_model_dir.empty()) {
-      if (!fs::is_directory(draft_model_dir, ec) || !fs::exists(fs::path(draft_model_dir) / "config.json"))
-        throw sam::Error(sam::ErrorCode::kIo, "--draft-model " + draft_model_dir +
-                                                  " is not a checkpoint directory with a config.json");
-      draft_config = tb::LlamaConfig::Load(fs::path(draft_model_dir) / "config.json");
-      CheckDraftModel(draft_model_dir, *draft_config, model_dir, config, tokenizer_path);
-    }
-    if (!tokenizer_path.empty()) {
-      CheckFolderTokenizer(model_dir, "model", load_tokenizer());
-      if (!draft_model_dir.empty()) CheckFolderTokenizer(draft_model_dir, "draft model", load_tokenizer());
-    }
-
-    const tb::Model model = tb::Model::Load(model_dir, {.device = device, .dtype = dtype});
-    if (tokenizer && model.config().vocab_size != static_cast<int64_t>(tokenizer->vocab_size()))
-      throw sam::Error(sam::ErrorCode::kTokenizerMismatch,
-                       "vocabulary size mismatch: the model " + model_dir + " has " +
-                           std::to_string(model.config().vocab_size) + " tokens, the tokenizer " +
-                           tokenizer_path + " has " + std::to_string(tokenizer->vocab_size()) +
-                           "; use the checkpoint's own tokenizer");
-
-    std::optional<tb::Model> draft_model;
-    if (draft_config) {
-      draft_model.emplace(tb::Model::Load(draft_model_dir, {.device = device, .dtype = dtype}));
-      generator_options.draft_model = &*draft_model;
-    }
-    tb::Generator generator(model, generator_options);
-    for (const auto& f : indexes) generator.AttachIndex(&f.view());
-    for (const auto& set : shard_sets) generator.AttachShardSet(set);
-    tb::GenerateOptions options;
-    options.max_new_tokens = max_new_tokens;
-    if (tokenizer && tokenizer->eos_id() != sam::format::kNoToken) options.stop_tokens = {tokenizer->eos_id()};
-    options.speculative = !no_spec;
-    options.sampling = {.temperature = temperature, .top_k = top_k, .top_p = top_p};
-    options.seed = seed;
-
-    std::optional<TextStreamer> streamer;
-    tb::TokenCallback stream;
-    if (!as_json) {
-      streamer.emplace(*tokenizer);
-      stream = [&](std::span<const uint32_t> tokens) { streamer->Add(tokens); return true; };
-    }
-    const tb::GenerateResult r = generator.Generate(prompt_ids, options, stream);
-
-    if (as_json) {
-      json out;
-      out["output_ids"] = r.output_ids;
-      if (tokenizer) out["text"] = tokenizer->Decode(r.output_ids);
-      out["prompt_tokens"] = r.prompt_tokens;
-      out["new_tokens"] = r.output_ids.size();
-      out["steps"] = r.steps;
-      out["verified_tokens"] = r.verified_tokens;
-      out["mat"] = r.mat;
-      out["tokens_per_s"] = r.tokens_per_s;
-      out["prefill_seconds"] = r.prefill_seconds;
-      out["decode_seconds"] = r.decode_seconds;
-      // Every target forward pass, the prefill included.
-      out["forward_passes"] = r.steps + 1;
-      out["tokens_per_pass"] = static_cast<double>(r.output_ids.size()) / static_cast<double>(r.steps + 1);
-      out["stop_reason"] = std::string(tb::StopReasonName(r.stop_reason));
-      out["policy"] = no_spec ? "none" : policy;
-      if (draft_model) {
-        out["draft_model"] = draft_model_dir;
-        out["draft_mode"] = draft_mode;
-        out["draft_forward_passes"] = r.draft_forward_passes;
-      }
-      if (use_sdsat) {
-        const rt::SdsatOptions& so = generator_options.sdsat;
-        out["sdsat"] = {{"tokens", so.adaptive_tokens},
-                        {"k", so.adaptive_tokens.size()},
-                        {"scheme", std::string(rt::SdsatSchemeName(so.scheme))},
-                        {"width", so.width},
-                        {"sampling", sdsat_sampling},
-                        {"adaptive_tokens_evaluated", r.adaptive_tokens},
-                        {"draft_passes", r.sdsat_draft_passes}};
-      }
-      out["by_source"] = BySourceJson(r);
-      std::cout << out.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
-    } else {
-      std::printf("\n");
-      std::fprintf(stderr,
-                   "sam-generate: [%zu tokens, %lld steps, MAT %.2f, %.2f tokens/pass, %.1f "
-                   "tokens/s, %s]\n",
-                   r.output_ids.size(), static_cast<long long>(r.steps), r.mat,
-                   static_cast<double>(r.output_ids.size()) / static_cast<double>(r.steps + 1),
-                   r.tokens_per_s,
-                   std::string(tb::StopReasonName(r.stop_reason)).c_str());
-    }
-    return 0;
-  });
+  // Which of the flags were given (after parsing).
+  command.prompt_given = prompt_opt->count() > 0;
+  command.file_given = file_opt->count() > 0;
+  command.ids_given = prompt_ids_opt->count() > 0;
+  command.sdsat_tokens_given = sdsat_tokens_opt->count() > 0;
+  command.sdsat_flags_given = sdsat_tokens_opt->count() || sdsat_k_opt->count() ||
+                              sdsat_scheme_opt->count() || sdsat_width_opt->count() ||
+                              sdsat_sampling_opt->count();
+  return sam::tools::RunTool("sam-generate", [&] { return command.Run(); });
 }

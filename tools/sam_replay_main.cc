@@ -1,10 +1,9 @@
 // sam-replay: offline evaluation of drafters on recorded prompt/output traces
-// (exact greedy replay, DESIGN.md section 6), and `make-traces` to render
-// GSM8K and HumanEval reference traces from a data directory.
+// (exact greedy replay, DESIGN.md section 6). sam-traces renders the GSM8K and
+// HumanEval reference traces it replays.
 //
 //   sam-replay --index all.sam --tokenizer llama-32k.model --traces t.jsonl
 //              --policy sam --policy pld --json
-//   sam-replay make-traces --data ../shared/data --out t.jsonl --template vicuna
 //
 // Exit codes: 0 success, 1 runtime error (unreadable traces, index or data), 2 usage error.
 #include <CLI/CLI.hpp>
@@ -20,8 +19,6 @@
 #include <vector>
 
 #include "cli.h"
-#include "sam/corpora/error.h"
-#include "sam/corpora/templates.h"
 #include "sam/error.h"
 #include "sam/format/error.h"
 #include "sam/format/index.h"
@@ -45,82 +42,6 @@ using nlohmann::json;
 using sam::tools::ReadTraces;
 using sam::indexer::Tokenizer;
 using sam::tools::UsageError;
-
-// ------------------------------------------------------------------ traces
-
-// "a number", "an array", "null", ... for messages.
-std::string Describe(const json& value) {
-  if (value.is_null()) return "null";
-  return std::string(value.is_array() || value.is_object() ? "an " : "a ") + value.type_name();
-}
-
-// The string field `field` of the JSON object `record`; throws sam::Error (kBadRecord) naming
-// `where` (file and line) and the field when it is missing or not a string.
-std::string StringField(const json& record, const char* field, const sam::ErrorContext& where) {
-  sam::ErrorContext context = where;
-  context.field = field;
-  const auto it = record.find(field);
-  if (it == record.end()) throw sam::Error(sam::ErrorCode::kBadRecord, context, "missing");
-  if (!it->is_string())
-    throw sam::Error(sam::ErrorCode::kBadRecord, context,
-                     "is " + Describe(*it) + ", expected a string");
-  return it->get<std::string>();
-}
-
-// Renders GSM8K test (question -> reference answer) and HumanEval (prompt ->
-// canonical solution) traces.
-int MakeTraces(const std::string& data_dir, const std::string& out_path,
-               const std::string& template_name, size_t limit) {
-  sam::corpora::Template templ;
-  try {
-    templ = sam::corpora::ParseTemplate(template_name);
-  } catch (const sam::corpora::CorpusError& e) {
-    throw UsageError(std::string("make-traces --template: ") + e.what());
-  }
-  const std::string gsm8k = data_dir + "/gsm8k/test.jsonl";
-  const std::string humaneval = data_dir + "/humaneval/HumanEval.jsonl";
-  sam::tools::CheckOutputPath("make-traces --out", out_path, {gsm8k, humaneval});
-  // Written atomically: a bad --data or an interrupted run leaves no partial file.
-  sam::tools::AtomicOutputFile file(out_path);
-  std::ostream& out = file.stream();
-  size_t written = 0;
-  auto convert = [&](const std::string& file, const char* category, const char* prompt_field,
-                     const char* output_field, const char* id_field) {
-    std::ifstream in(file);
-    if (!in) throw sam::Error(sam::ErrorCode::kIo, {.file = file}, "cannot open");
-    std::string line;
-    size_t n = 0;
-    for (size_t line_no = 1; std::getline(in, line) && n < limit; ++line_no) {
-      if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-      const sam::ErrorContext where{.file = file, .record = "line " + std::to_string(line_no)};
-      json j;
-      try {
-        j = json::parse(line);
-      } catch (const json::parse_error& e) {
-        throw sam::Error(sam::ErrorCode::kInvalidJson, where, e.what());
-      }
-      if (!j.is_object())
-        throw sam::Error(sam::ErrorCode::kBadRecord, where,
-                         "is " + Describe(j) + ", expected an object");
-      json t;
-      // Any id will do (a number reads as its JSON text); a missing one is made up.
-      t["id"] = !j.contains(id_field)     ? std::string(category) + "/" + std::to_string(line_no)
-                : j[id_field].is_string() ? j[id_field].get<std::string>()
-                                          : j[id_field].dump();
-      t["category"] = category;
-      t["prompt"] = sam::corpora::RenderPrompt(templ, StringField(j, prompt_field, where));
-      t["output"] = StringField(j, output_field, where);
-      out << t.dump() << "\n";
-      ++n;
-    }
-    written += n;
-  };
-  convert(gsm8k, "gsm8k", "question", "answer", "id");
-  convert(humaneval, "humaneval", "prompt", "canonical_solution", "task_id");
-  file.Commit();
-  std::fprintf(stderr, "sam-replay: wrote %zu traces to %s\n", written, out_path.c_str());
-  return 0;
-}
 
 // ------------------------------------------------------------------ policies
 
@@ -426,182 +347,67 @@ void PrintBudgetCurves(const json& policies, const std::vector<size_t>& sizes, b
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{
-      "sam-replay: replay recorded greedy outputs through drafters and report the mean\n"
-      "accepted tokens per step (MAT, bonus included: plain decoding = 1.00), tokens\n"
-      "verified per step, sources and timings. No model is needed: acceptance against\n"
-      "a recorded greedy output is exact.\n"
-      "Exit status: 0 success, 1 runtime error, 2 usage error.\n\n"
-      "Examples:\n"
-      "  sam-replay make-traces --data ../shared/data --out traces.jsonl --limit 100\n"
-      "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl\n"
-      "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
-      "             --policy sam --policy pld --json\n"
-      "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
-      "             --draft-sizes 8,16,24,40,64 --cost-curve cpu.csv --report report/\n"
-      "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
-      "             --cross-request --tenant-field category --cache-mib 64\n\n"
-      "Cross-request replay (--cross-request): each session policy gets a fresh response\n"
-      "cache (docs/runtime.md); traces are replayed in file order and each finished trace's\n"
-      "output (with --cache-prompts, prompt and output) is added to the cache under its tenant\n"
-      "(the --tenant-field value, else one tenant for all) before the next trace: what a\n"
-      "server would have seen. pld ignores the cache; --draft-sizes curves use it too.\n"
-      "--load-cache starts each policy's cache from a saved one; --save-cache writes the\n"
-      "cache after the last trace (sam-build --corpus cache=FILE turns it into a tenant index).\n"
-      "\nPolicies:\n" +
-          PolicyHelpText(),
-      "sam-replay"};
+// The flags of sam-replay, in the order main binds them to CLI11.
+struct ReplayFlags {
   std::vector<std::string> index_paths, policies;
   std::string tokenizer_path, traces_path;
   bool as_json = false;
   size_t dynamic_mib = 64;
   Tuning tuning;
-  app.add_option("--index", index_paths,
-                 "static index file, or shard set manifest NAME.samset (sam-build --max-memory; "
-                 "its shards drafted from as one index); repeatable");
-  app.add_option("--tokenizer", tokenizer_path,
-                 "SentencePiece model (string traces; checked against each index)");
-  app.add_option("--traces", traces_path,
-                 "JSONL traces {id, category, prompt, output} (required unless make-traces)");
-  app.add_option("--policy", policies, "policy to replay (repeatable; default: all)");
-  app.add_option("--dynamic-mib", dynamic_mib, "memory bound of each dynamic automaton (MiB)")
-      ->check(CLI::Range(1, 1 << 16))
-      ->capture_default_str();
-  app.add_option("--draft-size", tuning.draft_size,
-                 "draft nodes incl. the start token for sam, static, dynamic, sam-rec, sam-cal "
-                 "(default 40)")
-      ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
-  app.add_option("--min-path-prob", tuning.min_path_probability,
-                 "sam-cal: leave out nodes whose estimated path probability is lower "
-                 "(default 0.015)")
-      ->check(CLI::Range(0.0, 1.0));
-  // Budgets, cost curves and the HTML report (kept together).
   std::vector<size_t> draft_sizes;
   std::string cost_curve_path, report_dir;
-  app.add_option("--draft-sizes", draft_sizes,
-                 "budget curve: also replay every policy at each of these draft sizes (nodes "
-                 "incl. the start token; comma-separated, e.g. 8,16,24,40,64) and report MAT "
-                 "against tokens verified per step")
-      ->delimiter(',')
-      ->type_name("UINT[,UINT...]")
-      ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
-  app.add_option("--cost-curve", cost_curve_path,
-                 "verification cost curve (CSV 'tokens,cost' rows, as bench-generate "
-                 "--cost-curve-out writes; docs/runtime.md): sam-cal sizes each tree to "
-                 "maximise tokens per unit of time, and every policy gets a projected speed-up")
-      ->type_name("FILE");
   bool project_only = false;
-  app.add_flag("--project-only", project_only,
-               "with --cost-curve: project every policy's speed-up, but let sam-cal draft as "
-               "without a curve (to compare with its cost-aware sizes)");
-  app.add_option("--report", report_dir,
-                 "write an HTML report with charts to DIR/index.html (created if missing; an "
-                 "index.html there is replaced only if sam-replay wrote it)")
-      ->type_name("DIR");
-  app.add_option("--max-static-lookups", tuning.max_static_lookups,
-                 "sam-cal: lookups of branching states' children per step, best first "
-                 "(0: no limit; default 8)");
-  app.add_option("--backoff-count", tuning.backoff_count,
-                 "sam-cal: a static state that occurs fewer times also offers the heaviest "
-                 "children of its next shorter context (0: never; default 8)");
-  app.add_option("--max-width", tuning.max_width,
-                 "sam-cal: static children offered per node; sam-tree: nodes per depth "
-                 "(default 8)")
-      ->check(CLI::Range(size_t{1}, size_t{64}));
   std::string shape_name = "tree";
-  app.add_option("--shape", shape_name,
-                 "tree: each policy's drafts as they are; chain: one path of each draft, the one "
-                 "of most expected accepted tokens (for verifiers that take one sequence per "
-                 "request: vLLM, HF assisted generation; docs/runtime.md, \"Chains\")")
-      ->check(CLI::IsMember({"tree", "chain"}))
-      ->capture_default_str();
-  app.add_option("--chain-min-prob", tuning.chain_min_path_probability,
-                 "with --shape chain: a chain ends before a node whose estimated path "
-                 "probability is lower (default 0)")
-      ->check(CLI::Range(0.0, 1.0));
   std::string sglang_match = "bfs";
-  app.add_option("--sglang-match", sglang_match,
-                 "sglang-ngram: BFS (recency) or PROB (frequency) trees, as "
-                 "--speculative-ngram-match-type")
-      ->check(CLI::IsMember({"bfs", "prob"}))
-      ->capture_default_str();
-  app.add_option("--sglang-corpus-budget", tuning.sglang.external_sam_budget,
-                 "sglang-ngram: draft nodes from the external corpus (the first --index's "
-                 "documents), as --speculative-ngram-external-sam-budget (0: none, the trie "
-                 "alone)")
-      ->capture_default_str();
   bool child_records = false;
-  app.add_flag("--child-records", child_records,
-               "prepare each index with child records (StaticIndex::Options::record_min_count "
-               "2, as SAM_OPEN_CHILD_RECORDS): the same drafts, cheaper sam-cal steps, about 23 "
-               "bytes per corpus token more");
   size_t subtree_nodes = 0;
-  app.add_option("--subtree-nodes", subtree_nodes,
-                 "with --child-records: each record also holds its state's descendants among "
-                 "the first N nodes of a count-weighted walk (StaticIndex::Options::"
-                 "subtree_nodes; SAM_OPEN_SUBTREE_RECORDS: 8), which sam-cal expands without "
-                 "lookups of their own (0: none; at most 127)")
-      ->check(CLI::Range(size_t{0}, size_t{127}));
-  app.add_flag("--json", as_json, "print one JSON object (default: a table)");
   bool cross_request = false, cache_prompts = false;
   std::string tenant_field;
   size_t cache_mib = 64;
-  app.add_flag("--cross-request", cross_request,
-               "draft also from a response cache of the earlier traces (see above)");
-  app.add_option("--tenant-field", tenant_field,
-                 "with --cross-request: the trace field whose value is the tenant key "
-                 "(e.g. category); traces of different tenants never draft for each other");
-  app.add_option("--cache-mib", cache_mib, "with --cross-request: the cache's bound (MiB)")
-      ->check(CLI::Range(1, 1 << 20))
-      ->capture_default_str();
-  app.add_flag("--cache-prompts", cache_prompts,
-               "with --cross-request: cache each trace's prompt before its output");
   bool cache_compile = false;
-  app.add_flag("--cache-compile", cache_compile,
-               "with --cross-request: the cache also compiles each tenant's responses into an "
-               "index in memory (ResponseCache::CompileOptions: from 512 tokens, again after 25% "
-               "growth, a quarter of --cache-mib), which sam-cal drafts count-weighted trees from");
   std::string save_cache_path, load_cache_path;
-  app.add_option("--load-cache", load_cache_path,
-                 "with --cross-request: start every policy's cache from this saved response cache "
-                 "(ResponseCache::Save; --save-cache) instead of empty, as a restarted server would")
-      ->type_name("FILE");
-  app.add_option("--save-cache", save_cache_path,
-                 "with --cross-request: save the cache as it is after the last trace (the same for "
-                 "every policy: each trace's text joins it) to FILE, written atomically; "
-                 "`sam-build --corpus cache=FILE` indexes it")
-      ->type_name("FILE");
   bool print_prompt_ids = false;
-  app.add_flag("--print-prompt-ids", print_prompt_ids,
-               "print each trace's prompt ids, one JSON object {id, prompt_ids} a line, as the "
-               "replay feeds them (BOS first), and exit without replaying");
+};
 
-  CLI::App* make = app.add_subcommand(
-      "make-traces",
-      "render GSM8K test and HumanEval traces (written atomically; an existing --out must be a "
-      "regular file, not an input)");
-  std::string data_dir, out_path, template_name = "raw";
-  size_t limit = SIZE_MAX;
-  make->add_option("--data", data_dir, "data directory (gsm8k/, humaneval/)")->required();
-  make->add_option("--out", out_path, "output JSONL")->required();
-  make->add_option("--template", template_name,
-                   "prompt template: raw (the prompt and a newline, as documents put one before "
-                   "the response; the figures of docs/performance.md) or vicuna")
-      ->capture_default_str();
-  make->add_option("--limit", limit, "at most this many traces per category (default: all)");
+// One run of sam-replay over its parsed flags: checks the flags, opens the tokenizer, indexes and
+// traces, replays every policy (with its budget curve) and prints or writes the results.
+class ReplayCommand : private ReplayFlags {
+ public:
+  ReplayFlags& flags() { return *this; }
+  bool cache_mib_given = false;  // --cache-mib was given
+  json given_options;            // every option given (GivenOptions), for the report
 
-  sam::tools::SetUpTool("sam-replay");
-  if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
-  return sam::tools::RunTool("sam-replay", [&] {
-    if (*make) return MakeTraces(data_dir, out_path, template_name, limit);
+  int Run() {
+    CheckFlags();
+    OpenInputs();
+    traces_ = ReadTraces(traces_path, tokenizer_.get(), bos_, vocab_, tenant_field);
+    if (print_prompt_ids) {
+      for (const auto& t : traces_)
+        std::cout << json{{"id", t.id}, {"prompt_ids", t.prompt}}.dump() << "\n";
+      return 0;
+    }
+
+    if (tuning.sglang.external_sam_budget > 0 &&
+        std::find(policies.begin(), policies.end(), kSglang) != policies.end()) {
+      if (indexes_.empty()) throw UsageError("--sglang-corpus-budget needs an --index (its corpus)");
+      tuning.sglang_corpus = rt::SglangCorpus::Create(indexes_[0].shared_view());
+    }
+    json out_policies = json::array();
+    tuning.dynamic_bytes = dynamic_mib << 20;
+    session_vocab_ = vocab_ == UINT32_MAX ? 1 << 20 : vocab_;
+    for (const auto& name : policies) out_policies.push_back(ReplayPolicy(name));
+    Output(out_policies);
+    return 0;
+  }
+
+ private:
+  // The checks that need no file but the cost curve.
+  void CheckFlags() {
     if (traces_path.empty()) throw UsageError("--traces is required");
     tuning.shape = rt::FindDraftShape(shape_name);
     if (tuning.chain_min_path_probability && tuning.shape != rt::DraftShape::kChain)
       throw UsageError("--chain-min-prob needs --shape chain");
-    if (!cross_request && (!tenant_field.empty() || cache_prompts || app.count("--cache-mib") ||
+    if (!cross_request && (!tenant_field.empty() || cache_prompts || cache_mib_given ||
                            !save_cache_path.empty() || !load_cache_path.empty() || cache_compile))
       throw UsageError("--tenant-field, --cache-mib, --cache-prompts, --cache-compile, "
                        "--load-cache and --save-cache need --cross-request");
@@ -628,20 +434,19 @@ int main(int argc, char** argv) {
     if (!report_dir.empty())
       sam::tools::CheckReportDir(report_dir, inputs);
     if (project_only && cost_curve_path.empty()) throw UsageError("--project-only needs --cost-curve");
-    rt::CostCurve projection;
-    if (!cost_curve_path.empty()) projection = rt::CostCurve::Load(cost_curve_path);
-    if (!project_only) tuning.cost_curve = projection;
+    if (!cost_curve_path.empty()) projection_ = rt::CostCurve::Load(cost_curve_path);
+    if (!project_only) tuning.cost_curve = projection_;
+  }
 
-    std::unique_ptr<Tokenizer> tokenizer;
+  // The tokenizer and the indexes (one shared StaticIndex per file for all policies: same
+  // drafts, faster trees), checked against each other.
+  void OpenInputs() {
     sam::format::OpenOptions open;
     if (!tokenizer_path.empty()) {
-      tokenizer = std::make_unique<Tokenizer>(Tokenizer::Load(tokenizer_path));
-      open.expected_tokenizer_sha256 = tokenizer->sha256();
-      open.expected_vocab_size = tokenizer->vocab_size();
+      tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::Load(tokenizer_path));
+      open.expected_tokenizer_sha256 = tokenizer_->sha256();
+      open.expected_vocab_size = tokenizer_->vocab_size();
     }
-    std::vector<sam::format::IndexFile> indexes;
-    // One shared StaticIndex per file for all policies (same drafts, faster trees).
-    SharedIndexes views;
     if (subtree_nodes > 0 && !child_records)
       throw UsageError("--subtree-nodes needs --child-records (subtrees are part of the records)");
     const rt::StaticIndex::Options prepare = rt::PrepareOptions(child_records, subtree_nodes);
@@ -652,137 +457,288 @@ int main(int argc, char** argv) {
         for (const auto& f : set.shards()) {
           group.shards.push_back(
               rt::StaticIndex::Create(f.shared_view(), rt::ShardIndexOptions(prepare)));
-          indexes.push_back(sam::format::IndexFile::Open(f.path(), open));
+          indexes_.push_back(sam::format::IndexFile::Open(f.path(), open));
         }
-        views.push_back(std::move(group));
+        views_.push_back(std::move(group));
         continue;
       }
-      indexes.push_back(sam::format::IndexFile::Open(p, open));
-      views.push_back({{rt::StaticIndex::Create(indexes.back().shared_view(), prepare)}, false});
+      indexes_.push_back(sam::format::IndexFile::Open(p, open));
+      views_.push_back({{rt::StaticIndex::Create(indexes_.back().shared_view(), prepare)}, false});
     }
-    uint32_t vocab = tokenizer ? tokenizer->vocab_size()
-                               : (indexes.empty() ? UINT32_MAX : indexes[0].header().vocab_size);
-    uint32_t bos = tokenizer ? tokenizer->bos_id()
-                             : (indexes.empty() ? 1 : indexes[0].header().bos_id);
-    for (const auto& f : indexes)
-      if (f.header().vocab_size != vocab && !tokenizer)
+    vocab_ = tokenizer_ ? tokenizer_->vocab_size()
+                        : (indexes_.empty() ? UINT32_MAX : indexes_[0].header().vocab_size);
+    bos_ = tokenizer_ ? tokenizer_->bos_id() : (indexes_.empty() ? 1 : indexes_[0].header().bos_id);
+    for (const auto& f : indexes_)
+      if (f.header().vocab_size != vocab_ && !tokenizer_)
         throw sam::Error(sam::ErrorCode::kTokenizerMismatch, {.file = f.path()},
                          "vocabulary size " + std::to_string(f.header().vocab_size) +
-                             " differs from " + indexes[0].path());
-    // The tokenizer a cache file records (--load-cache checks it, --save-cache writes it):
-    // --tokenizer's, else the first index's (all zero for an index built from ids).
-    sam::format::Sha256Digest cache_tokenizer{};
-    if (tokenizer) cache_tokenizer = tokenizer->sha256();
-    else if (!indexes.empty()) cache_tokenizer = indexes[0].header().tokenizer_sha256;
-    const auto traces = ReadTraces(traces_path, tokenizer.get(), bos, vocab, tenant_field);
-    if (print_prompt_ids) {
-      for (const auto& t : traces)
-        std::cout << json{{"id", t.id}, {"prompt_ids", t.prompt}}.dump() << "\n";
-      return 0;
-    }
+                             " differs from " + indexes_[0].path());
+    if (tokenizer_) cache_tokenizer_ = tokenizer_->sha256();
+    else if (!indexes_.empty()) cache_tokenizer_ = indexes_[0].header().tokenizer_sha256;
+  }
 
-    if (tuning.sglang.external_sam_budget > 0 &&
-        std::find(policies.begin(), policies.end(), kSglang) != policies.end()) {
-      if (indexes.empty()) throw UsageError("--sglang-corpus-budget needs an --index (its corpus)");
-      tuning.sglang_corpus = rt::SglangCorpus::Create(indexes[0].shared_view());
-    }
-    json out_policies = json::array();
-    tuning.dynamic_bytes = dynamic_mib << 20;
-    const uint32_t session_vocab = vocab == UINT32_MAX ? 1 << 20 : vocab;
-    bool saved_cache = false;
-    for (const auto& name : policies) {
-      // One replay of a policy; with --cross-request, over a fresh response cache
-      // that each finished trace's text joins before the next trace.
-      auto replay = [&](PolicyRun& r, std::shared_ptr<rt::ResponseCache>* cache_out) {
-        std::shared_ptr<rt::ResponseCache> cache;
-        rt::ReplayHooks hooks;
-        if (cross_request && r.session != nullptr) {
-          rt::ResponseCache::CompileOptions compile;
-          compile.enabled = cache_compile;
-          cache = std::make_shared<rt::ResponseCache>(cache_mib << 20, compile);
-          // The indexes' vocabulary first: a cache file of another one is refused.
-          if (vocab != UINT32_MAX) cache->RequireVocabulary(vocab);
-          if (!load_cache_path.empty()) cache->Load(load_cache_path, cache_tokenizer);
-          rt::Session* session = r.session;
-          hooks.before_trace = [&, session](const rt::ReplayTrace& t) {
-            session->AttachCache(cache, t.tenant);
-          };
-          hooks.after_trace = [&](const rt::ReplayTrace& t) {
-            std::vector<uint32_t> text;
-            if (cache_prompts) text = t.prompt;
-            text.insert(text.end(), t.output.begin(), t.output.end());
-            cache->Insert(t.tenant, text);
-          };
-        }
-        rt::ReplayReport report = rt::Replay(*r.drafter, traces, r.max_nodes, hooks);
-        if (cache_out) *cache_out = cache;
-        return report;
+  // One replay of a policy; with --cross-request, over a fresh response cache
+  // that each finished trace's text joins before the next trace.
+  rt::ReplayReport Replay(PolicyRun& r, std::shared_ptr<rt::ResponseCache>* cache_out) {
+    std::shared_ptr<rt::ResponseCache> cache;
+    rt::ReplayHooks hooks;
+    if (cross_request && r.session != nullptr) {
+      rt::ResponseCache::CompileOptions compile;
+      compile.enabled = cache_compile;
+      cache = std::make_shared<rt::ResponseCache>(cache_mib << 20, compile);
+      // The indexes' vocabulary first: a cache file of another one is refused.
+      if (vocab_ != UINT32_MAX) cache->RequireVocabulary(vocab_);
+      if (!load_cache_path.empty()) cache->Load(load_cache_path, cache_tokenizer_);
+      rt::Session* session = r.session;
+      hooks.before_trace = [&, session](const rt::ReplayTrace& t) {
+        session->AttachCache(cache, t.tenant);
       };
-      PolicyRun run = MakePolicy(name, tuning, session_vocab, views);
-      std::shared_ptr<rt::ResponseCache> cache;
-      const rt::ReplayReport report = replay(run, &cache);
-      if (cache && !save_cache_path.empty() && !saved_cache) {
-        cache->Save(save_cache_path, cache_tokenizer);
-        saved_cache = true;
-      }
-      json p = PolicyJson(name, report, tuning, projection);
-      if (cache)
-        p["cache"] = {{"bytes", cache->bytes()},
-                      {"compiled_bytes", cache->compiled_bytes()},
-                      {"compiles", cache->num_compiles()},
-                      {"responses", cache->num_responses()},
-                      {"evicted", cache->num_evicted()},
-                      {"tenants", cache->num_tenants()}};
-      if (!draft_sizes.empty()) {
-        json curve = json::array();
-        for (size_t size : draft_sizes) {
-          Tuning at = tuning;
-          at.budget = size;
-          PolicyRun sized = MakePolicy(name, at, session_vocab, views);
-          const rt::ReplayReport r = replay(sized, nullptr);
-          json point = {{"draft_size", size},
-                        {"mat", r.total.Mat()},
-                        {"tokens_per_step", r.total.TokensPerStep()}};
-          if (!projection.empty()) point["projected_speedup"] = r.ProjectedSpeedup(projection);
-          curve.push_back(point);
-        }
-        p["budget_curve"] = curve;
-      }
-      out_policies.push_back(p);
+      hooks.after_trace = [&](const rt::ReplayTrace& t) {
+        std::vector<uint32_t> text;
+        if (cache_prompts) text = t.prompt;
+        text.insert(text.end(), t.output.begin(), t.output.end());
+        cache->Insert(t.tenant, text);
+      };
     }
+    rt::ReplayReport report = rt::Replay(*r.drafter, traces_, r.max_nodes, hooks);
+    if (cache_out) *cache_out = cache;
+    return report;
+  }
+
+  // A policy's results: its replay, its cache, its budget curve.
+  json ReplayPolicy(const std::string& name) {
+    PolicyRun run = MakePolicy(name, tuning, session_vocab_, views_);
+    std::shared_ptr<rt::ResponseCache> cache;
+    const rt::ReplayReport report = Replay(run, &cache);
+    if (cache && !save_cache_path.empty() && !saved_cache_) {
+      cache->Save(save_cache_path, cache_tokenizer_);
+      saved_cache_ = true;
+    }
+    json p = PolicyJson(name, report, tuning, projection_);
+    if (cache)
+      p["cache"] = {{"bytes", cache->bytes()},
+                    {"compiled_bytes", cache->compiled_bytes()},
+                    {"compiles", cache->num_compiles()},
+                    {"responses", cache->num_responses()},
+                    {"evicted", cache->num_evicted()},
+                    {"tenants", cache->num_tenants()}};
+    if (!draft_sizes.empty()) {
+      json curve = json::array();
+      for (size_t size : draft_sizes) {
+        Tuning at = tuning;
+        at.budget = size;
+        PolicyRun sized = MakePolicy(name, at, session_vocab_, views_);
+        const rt::ReplayReport r = Replay(sized, nullptr);
+        json point = {{"draft_size", size},
+                      {"mat", r.total.Mat()},
+                      {"tokens_per_step", r.total.TokensPerStep()}};
+        if (!projection_.empty()) point["projected_speedup"] = r.ProjectedSpeedup(projection_);
+        curve.push_back(point);
+      }
+      p["budget_curve"] = curve;
+    }
+    return p;
+  }
+
+  void Output(const json& out_policies) const {
     json out;
-    out["traces"] = traces.size();
+    out["traces"] = traces_.size();
     out["cross_request"] = cross_request;
-    // What was replayed: the indexes, the traces and every option given (the report names them).
-    json options = json::object();
-    for (const CLI::Option* opt : app.get_options()) {
-      const std::string name = opt->get_name();
-      if (opt->count() == 0 || name == "--index" || name == "--traces" || name == "--json" ||
-          name == "--report" || name == "--help")
-        continue;
-      options[name] = opt->get_expected_max() == 0 ? json(true) : json(opt->results());
-    }
-    out["run"] = {{"indexes", index_paths}, {"traces_file", traces_path}, {"options", options}};
+    out["run"] = {
+        {"indexes", index_paths}, {"traces_file", traces_path}, {"options", given_options}};
     out["shape"] = shape_name;
     if (!cost_curve_path.empty()) {
       json points = json::array();
-      for (const rt::CostPoint& c : projection.points())
-        points.push_back({c.tokens, c.cost / projection.points().front().cost});
+      for (const rt::CostPoint& c : projection_.points())
+        points.push_back({c.tokens, c.cost / projection_.points().front().cost});
       out["cost_curve"] = {{"file", cost_curve_path}, {"relative", points}};
     }
     out["policies"] = out_policies;
     if (as_json) {
       std::cout << out.dump(2) << "\n";
     } else {
-      std::printf("%zu traces from %s\n", traces.size(), traces_path.c_str());
+      std::printf("%zu traces from %s\n", traces_.size(), traces_path.c_str());
       PrintTable(out_policies);
       if (!draft_sizes.empty())
-        PrintBudgetCurves(out_policies, draft_sizes, !projection.empty());
+        PrintBudgetCurves(out_policies, draft_sizes, !projection_.empty());
     }
     if (!report_dir.empty()) {
       const std::string page = sam::tools::WriteReport(report_dir, out, traces_path);
       std::fprintf(stderr, "sam-replay: wrote the report %s\n", page.c_str());
     }
-    return 0;
-  });
+  }
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::vector<sam::format::IndexFile> indexes_;
+  SharedIndexes views_;
+  uint32_t vocab_ = UINT32_MAX, bos_ = 1, session_vocab_ = 1 << 20;
+  // The tokenizer a cache file records (--load-cache checks it, --save-cache writes it):
+  // --tokenizer's, else the first index's (all zero for an index built from ids).
+  sam::format::Sha256Digest cache_tokenizer_{};
+  rt::CostCurve projection_;
+  std::vector<rt::ReplayTrace> traces_;
+  bool saved_cache_ = false;
+};
+
+// What was replayed: every option given (the report names them), but the indexes, the traces
+// and the output flags.
+json GivenOptions(const CLI::App& app) {
+  json options = json::object();
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string name = opt->get_name();
+    if (opt->count() == 0 || name == "--index" || name == "--traces" || name == "--json" ||
+        name == "--report" || name == "--help")
+      continue;
+    options[name] = opt->get_expected_max() == 0 ? json(true) : json(opt->results());
+  }
+  return options;
+}
+
+std::string Help() {
+  return
+      "sam-replay: replay recorded greedy outputs through drafters and report the mean\n"
+      "accepted tokens per step (MAT, bonus included: plain decoding = 1.00), tokens\n"
+      "verified per step, sources and timings. No model is needed: acceptance against\n"
+      "a recorded greedy output is exact.\n"
+      "Exit status: 0 success, 1 runtime error, 2 usage error.\n\n"
+      "Examples:\n"
+      "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl\n"
+      "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
+      "             --policy sam --policy pld --json\n"
+      "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
+      "             --draft-sizes 8,16,24,40,64 --cost-curve cpu.csv --report report/\n"
+      "  sam-replay --index chat.sam --tokenizer llama-32k.model --traces traces.jsonl \\\n"
+      "             --cross-request --tenant-field category --cache-mib 64\n\n"
+      "Cross-request replay (--cross-request): each session policy gets a fresh response\n"
+      "cache (docs/runtime.md); traces are replayed in file order and each finished trace's\n"
+      "output (with --cache-prompts, prompt and output) is added to the cache under its tenant\n"
+      "(the --tenant-field value, else one tenant for all) before the next trace: what a\n"
+      "server would have seen. pld ignores the cache; --draft-sizes curves use it too.\n"
+      "--load-cache starts each policy's cache from a saved one; --save-cache writes the\n"
+      "cache after the last trace (sam-build --corpus cache=FILE turns it into a tenant index).\n"
+      "\nPolicies:\n" +
+          PolicyHelpText();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{Help(), "sam-replay"};
+  ReplayCommand command;
+  auto& [index_paths, policies, tokenizer_path, traces_path, as_json, dynamic_mib, tuning,
+         draft_sizes, cost_curve_path, report_dir, project_only, shape_name, sglang_match,
+         child_records, subtree_nodes, cross_request, cache_prompts, tenant_field, cache_mib,
+         cache_compile, save_cache_path, load_cache_path, print_prompt_ids] = command.flags();
+  app.add_option("--index", index_paths,
+                 "static index file, or shard set manifest NAME.samset (sam-build --max-memory; "
+                 "its shards drafted from as one index); repeatable");
+  app.add_option("--tokenizer", tokenizer_path,
+                 "SentencePiece model (string traces; checked against each index)");
+  app.add_option("--traces", traces_path,
+                 "JSONL traces {id, category, prompt, output} (sam-traces writes them; required)");
+  app.add_option("--policy", policies, "policy to replay (repeatable; default: all)");
+  app.add_option("--dynamic-mib", dynamic_mib, "memory bound of each dynamic automaton (MiB)")
+      ->check(CLI::Range(1, 1 << 16))
+      ->capture_default_str();
+  app.add_option("--draft-size", tuning.draft_size,
+                 "draft nodes incl. the start token for sam, static, dynamic, sam-rec, sam-cal "
+                 "(default 40)")
+      ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
+  app.add_option("--min-path-prob", tuning.min_path_probability,
+                 "sam-cal: leave out nodes whose estimated path probability is lower "
+                 "(default 0.015)")
+      ->check(CLI::Range(0.0, 1.0));
+  // Budgets, cost curves and the HTML report (kept together).
+  app.add_option("--draft-sizes", draft_sizes,
+                 "budget curve: also replay every policy at each of these draft sizes (nodes "
+                 "incl. the start token; comma-separated, e.g. 8,16,24,40,64) and report MAT "
+                 "against tokens verified per step")
+      ->delimiter(',')
+      ->type_name("UINT[,UINT...]")
+      ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
+  app.add_option("--cost-curve", cost_curve_path,
+                 "verification cost curve (CSV 'tokens,cost' rows, as bench-generate "
+                 "--cost-curve-out writes; docs/runtime.md): sam-cal sizes each tree to "
+                 "maximise tokens per unit of time, and every policy gets a projected speed-up")
+      ->type_name("FILE");
+  app.add_flag("--project-only", project_only,
+               "with --cost-curve: project every policy's speed-up, but let sam-cal draft as "
+               "without a curve (to compare with its cost-aware sizes)");
+  app.add_option("--report", report_dir,
+                 "write an HTML report with charts to DIR/index.html (created if missing; an "
+                 "index.html there is replaced only if sam-replay wrote it)")
+      ->type_name("DIR");
+  app.add_option("--max-static-lookups", tuning.max_static_lookups,
+                 "sam-cal: lookups of branching states' children per step, best first "
+                 "(0: no limit; default 8)");
+  app.add_option("--backoff-count", tuning.backoff_count,
+                 "sam-cal: a static state that occurs fewer times also offers the heaviest "
+                 "children of its next shorter context (0: never; default 8)");
+  app.add_option("--max-width", tuning.max_width,
+                 "sam-cal: static children offered per node; sam-tree: nodes per depth "
+                 "(default 8)")
+      ->check(CLI::Range(size_t{1}, size_t{64}));
+  app.add_option("--shape", shape_name,
+                 "tree: each policy's drafts as they are; chain: one path of each draft, the one "
+                 "of most expected accepted tokens (for verifiers that take one sequence per "
+                 "request: vLLM, HF assisted generation; docs/runtime.md, \"Chains\")")
+      ->check(CLI::IsMember({"tree", "chain"}))
+      ->capture_default_str();
+  app.add_option("--chain-min-prob", tuning.chain_min_path_probability,
+                 "with --shape chain: a chain ends before a node whose estimated path "
+                 "probability is lower (default 0)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--sglang-match", sglang_match,
+                 "sglang-ngram: BFS (recency) or PROB (frequency) trees, as "
+                 "--speculative-ngram-match-type")
+      ->check(CLI::IsMember({"bfs", "prob"}))
+      ->capture_default_str();
+  app.add_option("--sglang-corpus-budget", tuning.sglang.external_sam_budget,
+                 "sglang-ngram: draft nodes from the external corpus (the first --index's "
+                 "documents), as --speculative-ngram-external-sam-budget (0: none, the trie "
+                 "alone)")
+      ->capture_default_str();
+  app.add_flag("--child-records", child_records,
+               "prepare each index with child records (StaticIndex::Options::record_min_count "
+               "2, as SAM_OPEN_CHILD_RECORDS): the same drafts, cheaper sam-cal steps, about 23 "
+               "bytes per corpus token more");
+  app.add_option("--subtree-nodes", subtree_nodes,
+                 "with --child-records: each record also holds its state's descendants among "
+                 "the first N nodes of a count-weighted walk (StaticIndex::Options::"
+                 "subtree_nodes; SAM_OPEN_SUBTREE_RECORDS: 8), which sam-cal expands without "
+                 "lookups of their own (0: none; at most 127)")
+      ->check(CLI::Range(size_t{0}, size_t{127}));
+  app.add_flag("--json", as_json, "print one JSON object (default: a table)");
+  app.add_flag("--cross-request", cross_request,
+               "draft also from a response cache of the earlier traces (see above)");
+  app.add_option("--tenant-field", tenant_field,
+                 "with --cross-request: the trace field whose value is the tenant key "
+                 "(e.g. category); traces of different tenants never draft for each other");
+  app.add_option("--cache-mib", cache_mib, "with --cross-request: the cache's bound (MiB)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  app.add_flag("--cache-prompts", cache_prompts,
+               "with --cross-request: cache each trace's prompt before its output");
+  app.add_flag("--cache-compile", cache_compile,
+               "with --cross-request: the cache also compiles each tenant's responses into an "
+               "index in memory (ResponseCache::CompileOptions: from 512 tokens, again after 25% "
+               "growth, a quarter of --cache-mib), which sam-cal drafts count-weighted trees from");
+  app.add_option("--load-cache", load_cache_path,
+                 "with --cross-request: start every policy's cache from this saved response cache "
+                 "(ResponseCache::Save; --save-cache) instead of empty, as a restarted server would")
+      ->type_name("FILE");
+  app.add_option("--save-cache", save_cache_path,
+                 "with --cross-request: save the cache as it is after the last trace (the same for "
+                 "every policy: each trace's text joins it) to FILE, written atomically; "
+                 "`sam-build --corpus cache=FILE` indexes it")
+      ->type_name("FILE");
+  app.add_flag("--print-prompt-ids", print_prompt_ids,
+               "print each trace's prompt ids, one JSON object {id, prompt_ids} a line, as the "
+               "replay feeds them (BOS first), and exit without replaying");
+
+  sam::tools::SetUpTool("sam-replay");
+  if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
+  command.cache_mib_given = app.count("--cache-mib") > 0;
+  command.given_options = GivenOptions(app);
+  return sam::tools::RunTool("sam-replay", [&] { return command.Run(); });
 }

@@ -6,7 +6,7 @@
 // A trace line is {"id", "category", "prompt", "output"} with strings (needs a
 // tokenizer) or {"prompt_ids", "output_ids"} with id arrays. A string prompt is
 // encoded with Tokenizer::EncodePrompt (BOS, then the text as rendered by
-// corpora::RenderPrompt, which `sam-replay make-traces` applied), an output with
+// corpora::RenderPrompt, which `sam-traces` applied), an output with
 // Tokenizer::Encode. Prompts start with `bos` (added when missing, unless it is
 // format::kNoToken); traces with an empty output are skipped. Errors throw
 // sam::Error naming the file, line and field (context() holds them).

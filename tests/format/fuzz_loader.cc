@@ -3,7 +3,7 @@
 // FormatError; never crash, hang or read out of bounds. Each input is tried
 // as it is and re-sealed (checksums recomputed, tests/common/reseal.h), so
 // that mutations also reach the checks behind the checksums.
-//   tools/fuzz.sh fuzz_loader   (docs/testing.md)
+//   tools/ci/fuzz.sh fuzz_loader   (docs/testing.md)
 #include <cstdint>
 #include <cstring>
 #include <vector>

@@ -15,7 +15,7 @@
 // (ASan), and return a well-formed draft tree. Open may refuse the file, and
 // a step may report an error (an exception).
 //
-//   tools/fuzz.sh fuzz_session     (builds build-fuzz/ with clang; docs/testing.md)
+//   tools/ci/fuzz.sh fuzz_session     (builds build-fuzz/ with clang; docs/testing.md)
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>

@@ -48,7 +48,7 @@ get_filename_component(libdir ${library} DIRECTORY)
 set(expected include/sam/sam.h include/sam/runtime/session.h ${libdir}/pkgconfig/sam-runtime.pc
              ${libdir}/cmake/sam/samConfig.cmake)
 if(TOOLS)
-  list(APPEND expected bin/sam-build bin/sam-inspect bin/sam-replay
+  list(APPEND expected bin/sam-build bin/sam-inspect bin/sam-replay bin/sam-traces
        ${DATADIR}/sam/cost-curves/cpu-llama-8x1024.csv ${DATADIR}/sam/cost-curves/flat-128.csv)
 endif()
 foreach(file ${expected})

@@ -10,7 +10,7 @@
 //   python_reference_session bench DIR POLICY REPS
 //     replays DIR/reference.json's generation REPS times with the C++ session
 //     over DIR/index.sam (prepared) and prints the median and the least ns
-//     per propose + commit over the repetitions, for tools/bench_python.py.
+//     per propose + commit over the repetitions, for tools/bench/bench_python.py.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>

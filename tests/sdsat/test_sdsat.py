@@ -65,19 +65,20 @@ class SafetensorsTest(unittest.TestCase):
 
 class CppAgreementTest(unittest.TestCase):
     """The Python model is the C++ backend's model: same greedy output on a
-    checkpoint written by sam-generate --make-random-model."""
+    checkpoint written by bench-random-model."""
 
     def test_greedy_equals_sam_generate(self):
         exe, tok = os.environ.get("SAM_GENERATE"), os.environ.get("SAM_TOKENIZER")
-        if not exe or not os.path.exists(exe):
-            self.skipTest("SAM_GENERATE is not set (a build without the torch backend)")
+        rnd = os.environ.get("SAM_RANDOM_MODEL")
+        if not exe or not os.path.exists(exe) or not rnd or not os.path.exists(rnd):
+            self.skipTest("SAM_GENERATE or SAM_RANDOM_MODEL is not set (a build without the torch "
+                          "backend)")
         if not tok or not os.path.exists(tok):
             self.skipTest("the 32K tokenizer (../shared/data/tokenizer/llama-32k.model) is absent")
         with tempfile.TemporaryDirectory() as d:
             ckpt = os.path.join(d, "rnd")
-            subprocess.run([exe, "--make-random-model", ckpt, "--tokenizer", tok, "--random-layers", "2",
-                            "--random-hidden", "64", "--random-seed", "5"], check=True,
-                           capture_output=True)
+            subprocess.run([rnd, "--out", ckpt, "--tokenizer", tok, "--layers", "2",
+                            "--hidden", "64", "--seed", "5"], check=True, capture_output=True)
             prompt = json.loads(subprocess.run(
                 [exe, "--tokenizer", tok, "--template", "raw", "--prompt", "Name three colours.",
                  "--print-prompt-ids"], check=True, capture_output=True, text=True).stdout)

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# tools/bench_cache.sh end to end on a few traces: both indexes built from the
+# tools/bench/bench_cache.sh end to end on a few traces: both indexes built from the
 # corpora, every replay run, and the table printed with each row it promises
 # (figures in range: MAT >= 1, tokens per step > 0). Bad flags exit 2.
 # Needs the corpora (SAM_DATA_DIR): skipped (exit 77) without them.
 set -euo pipefail
 bin=$1
 data=${SAM_DATA_DIR:-}
-script=$(dirname "$0")/../../tools/bench_cache.sh
+script=$(dirname "$0")/../../tools/bench/bench_cache.sh
 for flag in "--limit 0" "--limit x" "--frobnicate"; do
   status=0
   # shellcheck disable=SC2086
@@ -14,7 +14,7 @@ for flag in "--limit 0" "--limit x" "--frobnicate"; do
   [[ $status -eq 2 ]] || { echo "FAIL: '$flag' exited $status, not 2"; exit 1; }
 done
 if [[ -z "$data" || ! -f "$data/tokenizer/llama-32k.model" ]]; then
-  echo "SKIP: no corpora (SAM_DATA_DIR=$data): tools/bench_cache.sh needs ../shared/data"
+  echo "SKIP: no corpora (SAM_DATA_DIR=$data): tools/bench/bench_cache.sh needs ../shared/data"
   exit 77
 fi
 status=0

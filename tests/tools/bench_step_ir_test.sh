@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# tools/bench_step_ir.sh on a small index of ids it builds itself: bad flags exit 2; the count
+# tools/bench/bench_step_ir.sh on a small index of ids it builds itself: bad flags exit 2; the count
 # is the same in two runs (what the tool is for); its steps are bench-step's (one context, one
 # policy: the cold run and each warm run, --steps each, twice: the first context's first pass
 # warms the mapping); --cache-sim repeats its simulated misses within 1% (a last-level miss
@@ -9,7 +9,7 @@
 #   bench_step_ir_test.sh BIN_DIR
 set -euo pipefail
 bin=$1
-script=$(dirname "$0")/../../tools/bench_step_ir.sh
+script=$(dirname "$0")/../../tools/bench/bench_step_ir.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for args in "--frobnicate" "--" "--bin $tmp/none -- --index x.sam" "--ll 32M -- --index x.sam"; do

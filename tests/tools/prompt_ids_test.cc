@@ -1,11 +1,11 @@
-// One prompt becomes the same ids in every tool: sam-replay (`make-traces` renders it into a
-// trace, `--print-prompt-ids` shows what the replay feeds the drafters) and sam-generate
+// One prompt becomes the same ids in every tool: sam-traces renders it into a trace, sam-replay
+// (`--print-prompt-ids` shows what the replay feeds the drafters) and sam-generate
 // (`--print-prompt-ids` shows what it feeds the model), for both templates. The expected ids
 // are derived independently: BOS, then SentencePiece's encoding of the text each template
 // defines (raw: the prompt and a newline, as raw documents put one before the response;
 // vicuna: FastChat's v1.1 prompt), written out here rather than taken from the library.
 //
-// SAM_REPLAY_PATH, SAM_GENERATE_PATH (empty without torch) and SAM_SPM_TRAIN are set by CMake.
+// SAM_REPLAY_PATH, SAM_TRACES_PATH, SAM_GENERATE_PATH (empty without torch) and SAM_SPM_TRAIN are set by CMake.
 #include <gtest/gtest.h>
 #include <sentencepiece_processor.h>
 
@@ -38,7 +38,7 @@ class PromptIds : public ::testing::Test {
     if (sam::testing::SpmTrainPath().empty()) GTEST_SKIP() << "spm_train was not found by CMake";
     model_ = sam::testing::TrainTinySpm(dir_.path(), "m", sam::testing::kLlamaLikeFlags);
     ASSERT_TRUE(sp_.Load(model_.string()).ok());
-    // A data folder laid out as make-traces reads it: one GSM8K question, one HumanEval prompt.
+    // A data folder laid out as sam-traces reads it: one GSM8K question, one HumanEval prompt.
     fs::create_directories(dir_.path() / "data" / "gsm8k");
     fs::create_directories(dir_.path() / "data" / "humaneval");
     std::ofstream(dir_.path() / "data" / "gsm8k" / "test.jsonl")
@@ -60,7 +60,7 @@ class PromptIds : public ::testing::Test {
   // trace id -> prompt ids, as sam-replay feeds them.
   std::map<std::string, std::vector<uint32_t>> ReplayIds(const std::string& templ) {
     const fs::path traces = dir_.path() / ("traces_" + templ + ".jsonl");
-    const auto made = RunCommand(ShellQuote(SAM_REPLAY_PATH) + " make-traces --data " +
+    const auto made = RunCommand(ShellQuote(SAM_TRACES_PATH) + " --data " +
                                  ShellQuote((dir_.path() / "data").string()) + " --out " +
                                  ShellQuote(traces.string()) + " --template " + templ + " 2>&1");
     EXPECT_EQ(made.exit_code, 0) << made.output;

@@ -7,7 +7,7 @@
 #   - outputs are written atomically: an error or SIGINT/SIGTERM/SIGHUP while writing leaves
 #     neither a temporary file nor a partial output (SAM_TEST_PAUSE_WRITING stops the program at
 #     its first temporary file, so the signal lands in the write stage every time);
-#   - sam-generate --make-random-model refuses to replace a checkpoint without --force.
+#   - bench-random-model refuses to replace a checkpoint without --force.
 # Programs built without libtorch (sam-generate, bench-generate, bench-forward) or without
 # benchmarks are skipped with a note.
 #
@@ -44,10 +44,11 @@ expect() {
 }
 
 build=$bin/sam-build inspect=$bin/sam-inspect replay=$bin/sam-replay gen=$bin/sam-generate
+rnd=$bin/bench-random-model traces=$bin/sam-traces
 
 # ---------------------------------------------------------------- --help of every program
-programs=(sam-build sam-inspect sam-replay sam-generate bench-build bench-step bench-batch
-          bench-generate bench-forward bench-draft-trees)
+programs=(sam-build sam-inspect sam-replay sam-traces sam-generate bench-build bench-step bench-batch
+          bench-generate bench-forward bench-draft-trees bench-random-model)
 for p in "${programs[@]}"; do
   have "$p" || continue
   expect 0 "Examples:" -- "$bin/$p" --help
@@ -59,7 +60,6 @@ for p in "${programs[@]}"; do
   done < <(sed -n '/^Examples:/,/^$/p' "$tmp/out" | grep -o -- '--[a-z][a-z-]*' | sort -u)
   sed -n '/^Examples:/,/^$/p' "$tmp/out" | grep -q "^  $p" || FAIL "$p --help: no example runs $p"
 done
-expect 0 "make-traces" -- "$replay" make-traces --help
 # --version: "<program> <project version>" on stdout, exit 0, for every program.
 version=$(sed -n 's/^#define SAM_VERSION_STRING "\(.*\)"$/\1/p' "$(dirname "$0")/../../runtime/include/sam/sam.h")
 [[ -n $version ]] || FAIL "no SAM_VERSION_STRING in sam.h"
@@ -99,8 +99,8 @@ expect 2 "needs --child-records" -- "$replay" --index x.sam --traces x.jsonl --s
 expect 2 "not in range 0 to 127" -- "$replay" --index x.sam --traces x.jsonl --child-records \
   --subtree-nodes 200
 expect 2 "threads: Value -1 is not an unsigned number" -- "$build" -o "$tmp/a.sam" --threads -1 "${ids[@]}"
-expect 2 "out" -- "$replay" make-traces --data "$tmp"
-expect 2 "template" -- "$replay" make-traces --data "$tmp" --out "$tmp/t.jsonl" --template bogus
+expect 2 "out" -- "$traces" --data "$tmp"
+expect 2 "template" -- "$traces" --data "$tmp" --out "$tmp/t.jsonl" --template bogus
 expect 2 "" -- "$inspect"
 if have bench-build; then expect 2 "data-dir" -- "$bin/bench-build"; fi
 if have bench-step; then
@@ -162,7 +162,7 @@ if have sam-generate; then
   expect 2 "not supported on cpu" -- "$gen" "${base[@]}" --dtype fp16
   expect 2 "policy" -- "$gen" "${base[@]}" --policy bogus
   expect 2 "--model" -- "$gen" --tokenizer x --prompt hi
-  expect 2 "--force applies only" -- "$gen" "${base[@]}" --force
+  expect 2 "not expected: --force" -- "$gen" "${base[@]}" --force
   # --cost-curve: parsed (errors name the file and line, exit 1) before the model is looked at,
   # and only with sam-cal.
   printf 'tokens,cost\n1,10\n8,x\n' > "$tmp/bad-curve.csv"
@@ -256,21 +256,21 @@ for sig in TERM INT HUP; do
   fi
 done
 
-# ---------------------------------------------------------------- sam-replay make-traces
-expect 1 "cannot open" -- "$replay" make-traces --data "$tmp/nodata" --out "$tmp/t.jsonl"
-[[ -e "$tmp/t.jsonl" ]] && FAIL "make-traces with a bad --data left $tmp/t.jsonl"
+# ---------------------------------------------------------------- sam-traces
+expect 1 "cannot open" -- "$traces" --data "$tmp/nodata" --out "$tmp/t.jsonl"
+[[ -e "$tmp/t.jsonl" ]] && FAIL "sam-traces with a bad --data left $tmp/t.jsonl"
 mkdir -p "$tmp/data/gsm8k" "$tmp/data/humaneval"
 echo '{"question": "1+1?", "answer": "2"}' > "$tmp/data/gsm8k/test.jsonl"
 echo '{"prompt": "def f():", "canonical_solution": ' > "$tmp/data/humaneval/HumanEval.jsonl"
 echo old > "$tmp/t.jsonl"
-expect 1 "HumanEval.jsonl: line 1" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/t.jsonl"
-[[ "$(cat "$tmp/t.jsonl")" == old ]] || FAIL "a failed make-traces changed the existing output"
+expect 1 "HumanEval.jsonl: line 1" -- "$traces" --data "$tmp/data" --out "$tmp/t.jsonl"
+[[ "$(cat "$tmp/t.jsonl")" == old ]] || FAIL "a failed sam-traces run changed the existing output"
 echo '{"prompt": "def f():", "canonical_solution": " return 1", "task_id": "h/0"}' > "$tmp/data/humaneval/HumanEval.jsonl"
-expect 0 "wrote 2 traces" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/t.jsonl"
-[[ $(wc -l < "$tmp/t.jsonl") -eq 2 ]] || FAIL "make-traces wrote $(wc -l < "$tmp/t.jsonl") lines, want 2"
-expect 2 "is the input" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/data/gsm8k/test.jsonl"
-expect 2 "not a regular file" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/fifo"
-if run_paused "$tmp/t2.jsonl" -- "$replay" make-traces --data "$tmp/data" --out "$tmp/t2.jsonl"; then
+expect 0 "wrote 2 traces" -- "$traces" --data "$tmp/data" --out "$tmp/t.jsonl"
+[[ $(wc -l < "$tmp/t.jsonl") -eq 2 ]] || FAIL "sam-traces wrote $(wc -l < "$tmp/t.jsonl") lines, want 2"
+expect 2 "is the input" -- "$traces" --data "$tmp/data" --out "$tmp/data/gsm8k/test.jsonl"
+expect 2 "not a regular file" -- "$traces" --data "$tmp/data" --out "$tmp/fifo"
+if run_paused "$tmp/t2.jsonl" -- "$traces" --data "$tmp/data" --out "$tmp/t2.jsonl"; then
   kill -s TERM "$pid"
   check_killed TERM "$tmp/t2.jsonl"
 fi
@@ -299,17 +299,23 @@ expect 2 "path not in" -- "$replay" --traces "$tmp/ids-traces.jsonl" --shape pat
 expect 2 "needs an --index" -- "$replay" --traces "$tmp/ids-traces.jsonl" --policy sglang-ngram --sglang-corpus-budget 3
 expect 0 "sglang-ngram" -- "$replay" --index "$tmp/replace.sam" --traces "$tmp/ids-traces.jsonl" --policy sglang-ngram --sglang-corpus-budget 3 --sglang-match prob --shape chain
 
-# ---------------------------------------------------------------- sam-generate, no tokenizer needed
-if have sam-generate; then
-  model=$tmp/model
-  expect 0 "random model" -- "$gen" --make-random-model "$model" --random-vocab 100 --random-hidden 32 --random-layers 1
+# ---------------------------------------------------------------- bench-random-model
+model=$tmp/model
+if have bench-random-model; then
+  expect 0 "random model" -- "$rnd" --out "$model" --vocab 100 --hidden 32 --layers 1
   before=$(sum "$model/model.safetensors")
-  expect 2 "add --force" -- "$gen" --make-random-model "$model" --random-vocab 100 --random-hidden 32 --random-layers 1 --random-seed 2
-  [[ "$(sum "$model/model.safetensors")" == "$before" ]] || FAIL "--make-random-model overwrote a checkpoint without --force"
-  expect 0 "random model" -- "$gen" --make-random-model "$model" --random-vocab 100 --random-hidden 32 --random-layers 1 --random-seed 2 --force
+  expect 2 "add --force" -- "$rnd" --out "$model" --vocab 100 --hidden 32 --layers 1 --seed 2
+  [[ "$(sum "$model/model.safetensors")" == "$before" ]] || FAIL "bench-random-model overwrote a checkpoint without --force"
+  expect 0 "random model" -- "$rnd" --out "$model" --vocab 100 --hidden 32 --layers 1 --seed 2 --force
   [[ "$(sum "$model/model.safetensors")" != "$before" ]] || FAIL "--force did not replace the weights"
   ls "$model" | grep -q tmp && FAIL "temporary files left in the model: $(ls "$model")"
-  expect 2 "not a directory" -- "$gen" --make-random-model "$tmp/ok.jsonl" --random-vocab 100
+  expect 2 "not a directory" -- "$rnd" --out "$tmp/ok.jsonl" --vocab 100
+  expect 2 "give --vocab or --tokenizer" -- "$rnd" --out "$tmp/novocab"
+fi
+
+# ---------------------------------------------------------------- sam-generate, no tokenizer needed
+if have sam-generate && have bench-random-model; then
+  expect 2 "make-random-model" -- "$gen" --make-random-model "$tmp/gone" --random-vocab 100
   expect 1 "is not a directory" -- "$gen" --model "$model/config.json" --tokenizer x --prompt hi
   expect 1 "does not exist" -- "$gen" --model "$tmp/nowhere" --tokenizer x --prompt hi
   expect 2 "is a directory" -- "$gen" --model "$model" --tokenizer x --prompt-file "$tmp/dir"

@@ -241,7 +241,7 @@ fi
 if [[ -x "$gen" ]]; then
   expect 2 "sdsat-tokens: '1,,2' has an empty item" -- "$gen" --model "$tmp/model" --tokenizer x --prompt hi --sdsat-tokens 1,,2
   # An endless prompt stream stops at a bound (a prompt must fit the model's context).
-  expect 0 "random model" -- "$gen" --make-random-model "$tmp/rnd" --random-vocab 100 --random-hidden 32 --random-layers 1
+  expect 0 "random model" -- "$bin/bench-random-model" --out "$tmp/rnd" --vocab 100 --hidden 32 --layers 1
   # A config.json whose layer count the checkpoint lacks is refused before per-layer state.
   cp -r "$tmp/rnd" "$tmp/rnd-layers"
   python3 - "$tmp/rnd-layers/config.json" <<'PY'

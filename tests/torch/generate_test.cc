@@ -916,3 +916,66 @@ TEST_F(Gpu, SamplingRunsAndIsSeeded) {
 }
 
 }  // namespace
+
+// The policy rules (DraftModelUseFor, SdsatUseFor) against the table they state, written out here
+// for every policy, with and without a draft model, with and without SDSAT ids, in both schemes.
+TEST(PolicyRules, WhichDraftersEachPolicyCombines) {
+  using Draft = tb::GeneratorOptions::DraftModelUse;
+  using Sdsat = tb::GeneratorOptions::SdsatUse;
+  struct Row {
+    const char* policy;
+    Draft without_model, with_model;  // kNone for a refused draft model is marked by `refuses`
+    bool model_required, model_refused;
+    Sdsat with_ids;
+    bool ids_required, ids_refused;
+  };
+  const Row rows[] = {
+      {"sam", Draft::kNone, Draft::kNone, false, true, Sdsat::kNone, false, true},
+      {"static", Draft::kNone, Draft::kNone, false, true, Sdsat::kNone, false, true},
+      {"dynamic", Draft::kNone, Draft::kNone, false, true, Sdsat::kNone, false, true},
+      {"sam-tree", Draft::kNone, Draft::kNone, false, true, Sdsat::kNone, false, true},
+      {"sam-rec", Draft::kNone, Draft::kNone, false, true, Sdsat::kNone, false, true},
+      {"sam-cal", Draft::kNone, Draft::kFallback, false, false, Sdsat::kFallback, false, false},
+      {"model", Draft::kNone, Draft::kOnly, true, false, Sdsat::kNone, false, true},
+      {"sam-model", Draft::kNone, Draft::kFallback, true, false, Sdsat::kNone, false, true},
+      {"sdsat", Draft::kNone, Draft::kNone, false, true, Sdsat::kOnly, true, false},
+      {"sam-sdsat", Draft::kNone, Draft::kNone, false, true, Sdsat::kFallback, true, false},
+  };
+  const rt::SdsatScheme one = rt::SdsatScheme::kOnePass, two = rt::SdsatScheme::kTwoPass;
+  for (const Row& r : rows) {
+    SCOPED_TRACE(r.policy);
+    // The draft model.
+    if (r.model_required) {
+      EXPECT_THROW(tb::DraftModelUseFor(r.policy, false), tb::Error);
+    } else {
+      EXPECT_EQ(tb::DraftModelUseFor(r.policy, false), r.without_model);
+    }
+    if (r.model_refused) {
+      EXPECT_THROW(tb::DraftModelUseFor(r.policy, true), tb::Error);
+    } else {
+      EXPECT_EQ(tb::DraftModelUseFor(r.policy, true), r.with_model);
+    }
+    // SDSAT, without a draft model beside it.
+    if (r.ids_required) {
+      EXPECT_THROW(tb::SdsatUseFor(r.policy, false, one, Draft::kNone), tb::Error);
+    } else {
+      EXPECT_EQ(tb::SdsatUseFor(r.policy, false, one, Draft::kNone), Sdsat::kNone);
+    }
+    if (r.ids_refused) {
+      EXPECT_THROW(tb::SdsatUseFor(r.policy, true, one, Draft::kNone), tb::Error);
+    } else {
+      EXPECT_EQ(tb::SdsatUseFor(r.policy, true, one, Draft::kNone), r.with_ids);
+    }
+    EXPECT_EQ(tb::PolicyTakesSdsat(r.policy), !r.ids_refused);
+  }
+  // sam-cal merges one drafter, and SDSAT's drafts with the one-pass scheme only; the policies
+  // that need SDSAT take both schemes.
+  EXPECT_THROW(tb::SdsatUseFor("sam-cal", true, one, Draft::kFallback), tb::Error);
+  EXPECT_THROW(tb::SdsatUseFor("sam-cal", true, two, Draft::kNone), tb::Error);
+  EXPECT_EQ(tb::SdsatUseFor("sam-cal", false, two, Draft::kFallback), Sdsat::kNone);
+  EXPECT_EQ(tb::SdsatUseFor("sdsat", true, two, Draft::kNone), Sdsat::kOnly);
+  EXPECT_EQ(tb::SdsatUseFor("sam-sdsat", true, two, Draft::kNone), Sdsat::kFallback);
+  // An unknown policy is refused by both.
+  EXPECT_THROW(tb::DraftModelUseFor("bogus", false), tb::Error);
+  EXPECT_THROW(tb::SdsatUseFor("bogus", false, one, Draft::kNone), tb::Error);
+}

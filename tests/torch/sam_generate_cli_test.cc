@@ -5,7 +5,8 @@
 // next to a random checkpoint of its vocabulary, generate, and check the errors for mismatched
 // indexes, vocabularies and bad flags.
 //
-// SAM_GENERATE_PATH and SAM_TEST_DATA_DIR are set by CMake.
+// SAM_GENERATE_PATH, SAM_RANDOM_MODEL_PATH (bench-random-model) and SAM_TEST_DATA_DIR are set by
+// CMake.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -41,6 +42,11 @@ ProcessResult RunGenerate(const std::string& args, bool merge_stderr = true) {
                                   (merge_stderr ? " 2>&1" : " 2>/dev/null"));
 }
 
+// Runs bench-random-model (random checkpoints for the tests) with `args`; stderr merged.
+ProcessResult RunRandomModel(const std::string& args) {
+  return sam::testing::RunCommand(std::string("'") + SAM_RANDOM_MODEL_PATH + "' " + args + " 2>&1");
+}
+
 std::string Quote(const fs::path& p) { return "'" + p.string() + "'"; }
 
 using sam::testing::TempDir;
@@ -49,7 +55,8 @@ TEST(SamGenerateCli, HelpRunsWithTorchAndSentencePieceLinked) {
   const ProcessResult run = RunGenerate("--help");
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_NE(run.output.find("sam-generate"), std::string::npos) << run.output;
-  EXPECT_NE(run.output.find("--make-random-model"), std::string::npos);
+  // Random checkpoints come from bench-random-model, not from the user's tool.
+  EXPECT_EQ(run.output.find("--make-random-model"), std::string::npos);
 }
 
 TEST(SamGenerateCli, BadFlagsExitWithUsageError) {
@@ -67,7 +74,7 @@ TEST(SamGenerateCli, BadFlagsExitWithUsageError) {
 TEST(SamGenerateCli, SdsatWithPromptIdsNeedsNoTokenizer) {
   TempDir dir;
   const fs::path model = dir.path() / "model";
-  ASSERT_EQ(RunGenerate("--make-random-model " + Quote(model) + " --random-vocab 64").exit_code, 0);
+  ASSERT_EQ(RunRandomModel("--out " + Quote(model) + " --vocab 64").exit_code, 0);
   const std::string base = "--model " + Quote(model) + " --prompt-ids 1,5,9,12,7 --max-new-tokens 20";
   auto run_json = [&](const std::string& flags) {
     const ProcessResult run = RunGenerate(base + flags, /*merge_stderr=*/false);
@@ -147,8 +154,8 @@ class WithTokenizer : public ::testing::Test {
     tokenizer_path_ = fs::path(SAM_TEST_DATA_DIR) / "tokenizer" / "llama-32k.model";
     if (!fs::exists(tokenizer_path_)) GTEST_SKIP() << "no tokenizer at " << tokenizer_path_;
     model_dir_ = dir_.path() / "model";
-    const ProcessResult made = RunGenerate("--make-random-model " + Quote(model_dir_) + " --tokenizer " +
-                                 Quote(tokenizer_path_) + " --random-layers 1 --random-hidden 32");
+    const ProcessResult made = RunRandomModel("--out " + Quote(model_dir_) + " --tokenizer " +
+                                 Quote(tokenizer_path_) + " --layers 1 --hidden 32");
     ASSERT_EQ(made.exit_code, 0) << made.output;
     ASSERT_TRUE(fs::exists(model_dir_ / "config.json"));
     ASSERT_TRUE(fs::exists(model_dir_ / "model.safetensors"));
@@ -246,7 +253,7 @@ TEST_F(WithTokenizer, DraftModelPoliciesAndTheirChecks) {
   EXPECT_EQ(RunGenerate(Base() + " --draft-model " + Quote(model_dir_) + " --policy model --draft-branching 2,,1 --prompt hi").exit_code, 2);
   // A draft model with another vocabulary: refused, naming both checkpoints.
   const fs::path small = dir_.path() / "small_draft";
-  ASSERT_EQ(RunGenerate("--make-random-model " + Quote(small) + " --random-vocab 100").exit_code, 0);
+  ASSERT_EQ(RunRandomModel("--out " + Quote(small) + " --vocab 100").exit_code, 0);
   const ProcessResult run = RunGenerate(Base() + " --draft-model " + Quote(small) + " --policy model --prompt hi");
   EXPECT_EQ(run.exit_code, 1) << run.output;
   EXPECT_NE(run.output.find(small.string()), std::string::npos) << run.output;
@@ -323,7 +330,7 @@ TEST_F(WithTokenizer, RefusesAnIndexOfAnotherTokenizer) {
 
 TEST_F(WithTokenizer, RefusesAVocabularyMismatch) {
   const fs::path small = dir_.path() / "small_model";
-  ASSERT_EQ(RunGenerate("--make-random-model " + Quote(small) + " --random-vocab 100").exit_code, 0);
+  ASSERT_EQ(RunRandomModel("--out " + Quote(small) + " --vocab 100").exit_code, 0);
   const ProcessResult run = RunGenerate("--model " + Quote(small) + " --tokenizer " + Quote(tokenizer_path_) +
                               " --prompt hi");
   EXPECT_EQ(run.exit_code, 1) << run.output;
@@ -475,8 +482,8 @@ TEST(SamGenerateCli, TokenizerJsonFromTheModelFolder) {
   WriteText(tokenizer, TinyTokenizerJson(false));
   WriteText(other, TinyTokenizerJson(true));
   const fs::path model = dir.path() / "model";
-  const ProcessResult made = RunGenerate("--make-random-model " + Quote(model) + " --tokenizer " +
-                                         Quote(tokenizer) + " --random-layers 1 --random-hidden 32");
+  const ProcessResult made = RunRandomModel("--out " + Quote(model) + " --tokenizer " +
+                                         Quote(tokenizer) + " --layers 1 --hidden 32");
   ASSERT_EQ(made.exit_code, 0) << made.output;
   EXPECT_NE(made.output.find("vocab 261"), std::string::npos) << made.output;
   fs::copy_file(tokenizer, model / "tokenizer.json");

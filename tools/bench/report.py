@@ -139,7 +139,7 @@ def main():
                      f"{cat['humaneval']['mat']:.3f}" if "humaneval" in cat else "",
                      f"{p['propose_us_p50']:.2f} / {p['propose_us_p99']:.1f}"])
     doc += ["", "## Drafting quality (replay)", "",
-            f"`sam-replay` over {traces:,} dev traces (`sam-replay make-traces --template raw`:",
+            f"`sam-replay` over {traces:,} dev traces (`sam-traces --template raw`:",
             "GSM8K test questions with reference answers, HumanEval prompts with canonical",
             "solutions), exact greedy replay against the index above. MAT counts the bonus token,",
             "so plain decoding is 1.00; tokens verified per step include the start token. Replay is",
@@ -186,7 +186,7 @@ def main():
             "`sam-replay --cross-request --tenant-field category`: each finished trace's output",
             "joins its category's cache before the next trace (64 MiB). These traces repeat little",
             "across requests and the index already holds GSM8K train, so the cache adds little",
-            "here; `tools/bench_cache.sh` measures an index that does not cover the traffic.", "",
+            "here; `tools/bench/bench_cache.sh` measures an index that does not cover the traffic.", "",
             table(["policy", "MAT at tokens/step, no cache", "with the cache"], rows)]
 
     def step_table(text):

@@ -16,7 +16,7 @@
 #             and renamed when complete)
 #
 # What it runs (a few minutes on 2 cores): sam-build --preset default (build speed, peak memory,
-# bytes per token), sam-inspect (open time), sam-replay make-traces --template raw (the dev traces:
+# bytes per token), sam-inspect (open time), sam-traces --template raw (the dev traces:
 # GSM8K test questions with reference answers, HumanEval prompts with canonical solutions),
 # sam-replay per policy, per draft size and with the cross-request cache, tools/bench/memory.sh
 # (resident memory of one and two processes), bench-step (per-step cost against context length;
@@ -43,7 +43,7 @@ while [[ $# -gt 0 ]]; do
 done
 tok=$data/tokenizer/llama-32k.model
 [[ -f $tok ]] || { echo "report.sh: $tok: not found (--data: corpora/README.md)" >&2; exit 2; }
-for t in sam-build sam-inspect sam-replay bench-step bench-batch; do
+for t in sam-build sam-inspect sam-replay sam-traces bench-step bench-batch; do
   [[ -x $bin/$t ]] || { echo "report.sh: $bin/$t: not built (tools/build.sh -DSAM_BUILD_BENCHMARKS=ON)" >&2; exit 2; }
 done
 mkdir -p "$work"
@@ -60,8 +60,8 @@ if [[ -f $hf_tok ]]; then
   echo "tokenizer $hf_tok" >> "$work/build_hf.txt"
 fi
 "$bin/sam-inspect" --json "$work/default.sam" > "$work/inspect.json"
-step "rendering the dev traces (make-traces --template raw)"
-"$bin/sam-replay" make-traces --data "$data" --out "$work/traces.jsonl" --template raw > /dev/null
+step "rendering the dev traces (sam-traces --template raw)"
+"$bin/sam-traces" --data "$data" --out "$work/traces.jsonl" --template raw > /dev/null
 replay=("$bin/sam-replay" --index "$work/default.sam" --tokenizer "$tok" --traces "$work/traces.jsonl" --json)
 step "replay: every policy"
 "${replay[@]}" > "$work/replay.json"

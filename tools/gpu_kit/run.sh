@@ -109,12 +109,12 @@ log "end to end: ${policies[*]}"
 # 5. The draft-model policies with a random pair (a 1B-shaped target, a small
 # draft), through sam-generate (--json: tokens/s, MAT), against plain decoding.
 pair=$build/kit-pair
-if [[ $rehearse == 1 ]]; then tgt=(--random-layers 2 --random-hidden 64); dft=(--random-layers 1 --random-hidden 32)
-else tgt=(--random-layers 16 --random-hidden 2048); dft=(--random-layers 2 --random-hidden 512); fi
-"$build/bin/sam-generate" --make-random-model "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
+if [[ $rehearse == 1 ]]; then tgt=(--layers 2 --hidden 64); dft=(--layers 1 --hidden 32)
+else tgt=(--layers 16 --hidden 2048); dft=(--layers 2 --hidden 512); fi
+"$build/bin/bench-random-model" --out "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
     "${tgt[@]}" --force > "$out/pair.log" 2>&1 &&
-"$build/bin/sam-generate" --make-random-model "$pair/draft" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
-    "${dft[@]}" --random-seed 2 --force >> "$out/pair.log" 2>&1 || log "random pair failed"
+"$build/bin/bench-random-model" --out "$pair/draft" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
+    "${dft[@]}" --seed 2 --force >> "$out/pair.log" 2>&1 || log "random pair failed"
 question=$($py -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["question"])' \
     "$kit/data/gsm8k/test.jsonl")
 log "draft-model policies (random pair)"

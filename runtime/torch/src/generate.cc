@@ -91,6 +91,56 @@ bool PolicyNeedsSdsat(std::string_view name) {
   return false;
 }
 
+namespace {
+// "sam-cal", the policy that merges a draft model's or SDSAT's trees when given one.
+constexpr std::string_view kMergingPolicy = "sam-cal";
+
+// Throws Error(kInvalidArgument) for a name that is no policy (GeneratorOptionsForPolicy's
+// message).
+void CheckPolicyName(std::string_view name) { GeneratorOptionsForPolicy(name); }
+}  // namespace
+
+GeneratorOptions::DraftModelUse DraftModelUseFor(std::string_view policy, bool have_draft_model) {
+  CheckPolicyName(policy);
+  const std::string name(policy);
+  if (PolicyNeedsDraftModel(policy)) {
+    if (!have_draft_model)
+      throw Error(ErrorCode::kInvalidArgument, "policy " + name + " needs a draft model");
+    return GeneratorOptionsForPolicy(policy).draft_model_use;
+  }
+  if (!have_draft_model) return DraftUse::kNone;
+  if (policy == kMergingPolicy) return DraftUse::kFallback;
+  throw Error(ErrorCode::kInvalidArgument,
+              "a draft model is used by the policies model, sam-model and sam-cal, not " + name);
+}
+
+bool PolicyTakesSdsat(std::string_view policy) {
+  return PolicyNeedsSdsat(policy) || policy == kMergingPolicy;
+}
+
+GeneratorOptions::SdsatUse SdsatUseFor(std::string_view policy, bool have_sdsat_tokens,
+                                       rt::SdsatScheme scheme, DraftUse draft_model_use) {
+  CheckPolicyName(policy);
+  const std::string name(policy);
+  if (PolicyNeedsSdsat(policy)) {
+    if (!have_sdsat_tokens)
+      throw Error(ErrorCode::kInvalidArgument,
+                  "policy " + name + " needs SDSAT adaptive token ids");
+    return GeneratorOptionsForPolicy(policy).sdsat_use;
+  }
+  if (!have_sdsat_tokens) return SdsatUse::kNone;
+  if (policy != kMergingPolicy)
+    throw Error(ErrorCode::kInvalidArgument,
+                "SDSAT is used by the policies sdsat, sam-sdsat and sam-cal, not " + name);
+  if (draft_model_use != DraftUse::kNone)
+    throw Error(ErrorCode::kInvalidArgument,
+                "sam-cal merges either a draft model or SDSAT, not both");
+  if (scheme == rt::SdsatScheme::kTwoPass)
+    throw Error(ErrorCode::kInvalidArgument,
+                "sam-cal merges SDSAT's drafts with the one-pass scheme only");
+  return SdsatUse::kFallback;
+}
+
 GeneratorOptions GeneratorOptionsForPolicy(std::string_view name) {
   GeneratorOptions o;
   for (const ModelPolicy& p : kModelPolicies) {
@@ -209,6 +259,11 @@ Generator::Generator(const Model& model, const GeneratorOptions& options)
   } catch (const sam::Error& e) {
     throw Error(ErrorCode::kInvalidArgument, std::string("generate: bad selection options: ") + e.what());
   }
+  // The one drafter the loop proposes with: the draft model or SDSAT alone, else the session
+  // (which calls its fallback drafter itself).
+  drafter_ = options.draft_model_use == Use::kOnly ? static_cast<rt::Drafter*>(model_drafter_.get())
+             : options.sdsat_use == SdsatUse::kOnly ? static_cast<rt::Drafter*>(sdsat_.get())
+                                                    : static_cast<rt::Drafter*>(session_.get());
   // Every policy bounds its drafts by draft_size, except kTree's trees (max_tree_nodes); the
   // bound passed to Propose makes this a hard limit.
   max_draft_nodes_ = std::max<size_t>(
@@ -256,244 +311,280 @@ void Generator::AttachShardSet(std::span<const std::shared_ptr<const runtime::St
   session_->AttachShardSet(shards);
 }
 
-GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const GenerateOptions& options,
-                                   const TokenCallback& on_tokens) {
-  return internal::TranslateTorchErrors("generate",
-                                        [&] { return GenerateImpl(prompt, options, on_tokens); });
-}
-
-GenerateResult Generator::GenerateImpl(std::span<const uint32_t> prompt,
-                                       const GenerateOptions& options, const TokenCallback& on_tokens) {
-  ValidateOptions(options);
-  if (prompt.empty()) throw Error(ErrorCode::kInvalidArgument, "generate: the prompt is empty");
-  torch::NoGradGuard no_grad;
-  Scratch& s = *scratch_;
-  const bool greedy = options.sampling.temperature == 0.0f;
-  const bool feedback = options.speculative && recycling_ != nullptr;
-  const int64_t vocab = model_.config().vocab_size;
-  const int64_t feedback_k = std::min<int64_t>(kFeedbackWidth, vocab);
-  rt::Rng rng(options.seed);
-
-  GenerateResult result;
-  result.prompt_tokens = static_cast<int64_t>(prompt.size());
-  const auto start_time = std::chrono::steady_clock::now();
-
-  // The cache holds the prompt, every emitted token but the last, and one step's draft.
-  const int64_t needed = result.prompt_tokens + options.max_new_tokens +
-                         static_cast<int64_t>(max_pass_nodes_);
-  if (cache_.capacity() < needed) {
-    cache_ = KvCache();  // release the old storage before allocating the new one
-    cache_ = model_.NewCache(needed);
-  } else {
-    cache_.Truncate(0);
+// One Generate call: the request's state and the loop's parts. The loop is the same for every
+// policy: it proposes with the generator's one drafter, verifies in one pass, accepts and
+// compacts. SDSAT's adaptive branches ride on those passes through two helpers the loop calls
+// (AppendAdaptive below the nodes of a pass, TakeAdaptiveRows for the drafter); Token Recycling
+// learns from every pass (Observe).
+class Generator::Request {
+ public:
+  Request(Generator& generator, std::span<const uint32_t> prompt, const GenerateOptions& options,
+          const TokenCallback& on_tokens)
+      : g_(generator),
+        s_(*generator.scratch_),
+        prompt_(prompt),
+        options_(options),
+        on_tokens_(on_tokens),
+        greedy_(options.sampling.temperature == 0.0f),
+        feedback_(options.speculative && generator.recycling_ != nullptr),
+        vocab_(generator.model_.config().vocab_size),
+        feedback_k_(std::min<int64_t>(kFeedbackWidth, vocab_)),
+        sdsat_(options.speculative && generator.sdsat_ != nullptr),
+        one_pass_(generator.options_.sdsat.scheme == rt::SdsatScheme::kOnePass),
+        k_(generator.sdsat_ ? generator.sdsat_->k() : 0),
+        rng_(options.seed) {
+    result_.prompt_tokens = static_cast<int64_t>(prompt.size());
   }
-  const bool model_only = options_.draft_model_use == GeneratorOptions::DraftModelUse::kOnly;
-  const int64_t draft_passes_before = model_drafter_ ? model_drafter_->forward_passes() : 0;
-  if (model_drafter_) {
-    model_drafter_->Configure(options.sampling, options.seed ^ 0x5851f42d4c957f2dULL);
-    model_drafter_->Reserve(result.prompt_tokens + options.max_new_tokens);
+
+  GenerateResult Run() {
+    const auto start_time = std::chrono::steady_clock::now();
+    PrepareDrafters();
+    // ---- Prefill: one pass over the prompt; the first token comes from its last position.
+    const uint32_t first = Prefill();
+    result_.prefill_seconds = SecondsSince(start_time);
+    Emit(std::span<const uint32_t>(&first, 1));
+    // ---- Steps: propose, verify in one pass, accept, compact.
+    const auto decode_start = std::chrono::steady_clock::now();
+    while (!done_) Step();
+    result_.decode_seconds = SecondsSince(decode_start);
+    if (g_.model_drafter_)
+      result_.draft_forward_passes = g_.model_drafter_->forward_passes() - draft_passes_before_;
+    result_.mat = result_.Total().Mat();
+    const double seconds = result_.prefill_seconds + result_.decode_seconds;
+    result_.tokens_per_s =
+        seconds > 0 ? static_cast<double>(result_.output_ids.size()) / seconds : 0.0;
+    return std::move(result_);
   }
-  // SDSAT: adaptive branches ride on the passes (sdsat.h); sdsat_only drafts without the session.
-  const bool sdsat = options.speculative && sdsat_ != nullptr;
-  const bool sdsat_only = options_.sdsat_use == GeneratorOptions::SdsatUse::kOnly;
-  const bool one_pass = options_.sdsat.scheme == rt::SdsatScheme::kOnePass;
-  const size_t k = sdsat_ ? sdsat_->k() : 0;
-  if (sdsat_) sdsat_->Configure(options.sampling, options.seed ^ 0x2545f4914f6cdd1dULL);
-  // Appends a chain of the k adaptive tokens below input node `parent`.
-  auto append_adaptive = [&](int32_t parent) {
-    for (size_t j = 0; j < k; ++j) {
-      s.input.tokens.push_back(sdsat_->adaptive_tokens()[j]);
-      s.input.parents.push_back(j == 0 ? parent : static_cast<int32_t>(s.input.tokens.size()) - 2);
+
+ private:
+  // Sizes the KV cache and configures the drafters for this request.
+  void PrepareDrafters() {
+    // The cache holds the prompt, every emitted token but the last, and one step's draft.
+    const int64_t needed = result_.prompt_tokens + options_.max_new_tokens +
+                           static_cast<int64_t>(g_.max_pass_nodes_);
+    if (g_.cache_.capacity() < needed) {
+      g_.cache_ = KvCache();  // release the old storage before allocating the new one
+      g_.cache_ = g_.model_.NewCache(needed);
+    } else {
+      g_.cache_.Truncate(0);
     }
-  };
-  // Hands the drafter the processed rows of the k adaptive positions from input row `first`.
-  auto take_adaptive_rows = [&](const torch::Tensor& logits, int64_t first) {
-    const torch::Tensor cpu =
-        logits.narrow(0, first, static_cast<int64_t>(k)).to(torch::kCPU, torch::kFloat32).contiguous();
-    s.adaptive_rows.assign(cpu.data_ptr<float>(), cpu.data_ptr<float>() + cpu.numel());
-    const size_t v = static_cast<size_t>(vocab);
+    if (g_.model_drafter_) {
+      draft_passes_before_ = g_.model_drafter_->forward_passes();
+      g_.model_drafter_->Configure(options_.sampling, options_.seed ^ 0x5851f42d4c957f2dULL);
+      g_.model_drafter_->Reserve(result_.prompt_tokens + options_.max_new_tokens);
+    }
+    if (g_.sdsat_) g_.sdsat_->Configure(options_.sampling, options_.seed ^ 0x2545f4914f6cdd1dULL);
+  }
+
+  // The prompt's pass (with SDSAT's first adaptive branch); returns the first new token.
+  uint32_t Prefill() {
+    if (options_.speculative) {
+      g_.drafter_->Reset();
+      g_.drafter_->Prefill(prompt_);
+    }
+    s_.input.tokens.assign(prompt_.begin(), prompt_.end());
+    s_.input.parents.resize(prompt_.size());
+    for (size_t i = 0; i < prompt_.size(); ++i) s_.input.parents[i] = static_cast<int32_t>(i) - 1;
+    // SDSAT: [prompt, S x k], the first pass of both schemes (drafts for the first step).
+    if (sdsat_) AppendAdaptive(static_cast<int32_t>(prompt_.size()) - 1);
+    const torch::Tensor all_logits = g_.model_.Forward(g_.cache_, s_.input);
+    g_.cache_.CommitPrefix(result_.prompt_tokens);
+    const torch::Tensor logits =
+        sdsat_ ? all_logits.narrow(0, 0, result_.prompt_tokens) : all_logits;
+    if (sdsat_) {
+      TakeAdaptiveRows(all_logits, result_.prompt_tokens);
+      result_.adaptive_tokens += static_cast<int64_t>(k_);
+    }
+    Observe(logits, prompt_);
+    if (greedy_)
+      return static_cast<uint32_t>(logits[result_.prompt_tokens - 1].argmax().item<int64_t>());
+    ResetRows(1);
+    return rt::SampleToken(Distribution(logits.slice(0, result_.prompt_tokens - 1), 0), rng_);
+  }
+
+  // One step: propose, verify in one pass, accept, compact, emit.
+  void Step() {
+    const uint32_t start = result_.output_ids.back();
+    const int64_t remaining =
+        options_.max_new_tokens - static_cast<int64_t>(result_.output_ids.size());
+    if (options_.speculative) {
+      // No deeper than the tokens still wanted: remaining - 1 accepted plus the bonus.
+      const size_t max_nodes = std::min<size_t>(g_.max_draft_nodes_, static_cast<size_t>(remaining));
+      g_.drafter_->Propose(start, max_nodes, &s_.tree);
+    } else {
+      s_.tree.Reset(start, rt::DraftSource::kNone);
+    }
+    const rt::DraftTree& tree = s_.tree;
+    const int64_t n = static_cast<int64_t>(tree.size());
+    s_.input.tokens.assign(tree.tokens.begin(), tree.tokens.end());
+    s_.input.parents.assign(tree.parents.begin(), tree.parents.end());
+    // SDSAT's adaptive branches: below every node (one-pass), or below the start token of a step
+    // without a draft (two-pass: the official first pass on [c, S x k]).
+    const bool adaptive = sdsat_ && (one_pass_ || n == 1);
+    if (adaptive)
+      for (int32_t i = 0; i < static_cast<int32_t>(n); ++i) AppendAdaptive(i);
+    const torch::Tensor all_logits = g_.model_.Forward(g_.cache_, s_.input);
+    const torch::Tensor logits = adaptive ? all_logits.narrow(0, 0, n) : all_logits;
+    Observe(logits, tree.tokens);
+    Verify(logits);
+    g_.cache_.Commit(s_.verified.accepted_nodes);  // adaptive nodes are never kept
+    if (options_.speculative) {
+      s_.committed.assign(1, start);
+      s_.committed.insert(s_.committed.end(), s_.verified.accepted_tokens.begin(),
+                          s_.verified.accepted_tokens.end());
+      g_.drafter_->Commit(s_.committed);
+    }
+    if (sdsat_) {
+      if (adaptive) {
+        // The branch below the last accepted node drafts the tokens after this step's bonus.
+        const int64_t last =
+            s_.verified.accepted_nodes.empty() ? 0 : s_.verified.accepted_nodes.back();
+        TakeAdaptiveRows(all_logits, n + last * static_cast<int64_t>(k_));
+        result_.adaptive_tokens += n * static_cast<int64_t>(k_);
+        if (!one_pass_) ++result_.sdsat_draft_passes;
+      } else {
+        g_.sdsat_->ClearRows();
+      }
+    }
+
+    ++result_.steps;
+    result_.verified_tokens += static_cast<int64_t>(tree.size());
+    result_.by_source[static_cast<size_t>(tree.source)].Record(tree,
+                                                               s_.verified.accepted_tokens.size());
+    s_.committed.assign(s_.verified.accepted_tokens.begin(), s_.verified.accepted_tokens.end());
+    s_.committed.push_back(s_.verified.bonus_token);
+    Emit(s_.committed);
+  }
+
+  // Verifies this step's tree against the pass's `logits` into s_.verified.
+  void Verify(const torch::Tensor& logits) {
+    const rt::DraftTree& tree = s_.tree;
+    if (greedy_) {
+      CopyIds(logits.argmax(-1).cpu(), &s_.argmax);
+      rt::VerifyGreedy(tree, s_.argmax, &s_.verified);
+      return;
+    }
+    ResetRows(tree.size());
+    auto target = [&](int32_t node) { return Distribution(logits, node); };
+    // sam-cal re-ranks the model's nodes into its own tree (its node indexes are
+    // not the model draft's): verified by the deterministic rule, which is
+    // exact for any tree drawn independently of the verification randomness.
+    if ((tree.source == rt::DraftSource::kModel || tree.source == rt::DraftSource::kSdsat) &&
+        g_.options_.selection.policy != rt::Policy::kCalibrated) {
+      // The draft model's (or SDSAT's) own rule, with its proposal rows q(.|node).
+      const rt::TreeDraft& draft = tree.source == rt::DraftSource::kModel
+                                       ? g_.model_drafter_->last_draft()
+                                       : g_.sdsat_->last_draft();
+      s_.verified = rt::VerifySampling(tree, target, rng_, draft.verify_mode,
+                                       [&](int32_t node) { return draft.ProposalRow(node); });
+    } else {
+      s_.verified = rt::VerifySampling(tree, target, rng_);
+    }
+  }
+
+  // SDSAT: appends a chain of the k adaptive tokens below input node `parent`.
+  void AppendAdaptive(int32_t parent) {
+    for (size_t j = 0; j < k_; ++j) {
+      s_.input.tokens.push_back(g_.sdsat_->adaptive_tokens()[j]);
+      s_.input.parents.push_back(j == 0 ? parent
+                                        : static_cast<int32_t>(s_.input.tokens.size()) - 2);
+    }
+  }
+
+  // SDSAT: hands the drafter the processed rows of the k adaptive positions from input row
+  // `first`.
+  void TakeAdaptiveRows(const torch::Tensor& logits, int64_t first) {
+    const torch::Tensor cpu = logits.narrow(0, first, static_cast<int64_t>(k_))
+                                  .to(torch::kCPU, torch::kFloat32)
+                                  .contiguous();
+    s_.adaptive_rows.assign(cpu.data_ptr<float>(), cpu.data_ptr<float>() + cpu.numel());
+    const size_t v = static_cast<size_t>(vocab_);
     try {
-      for (size_t j = 0; j < k; ++j)
-        rt::ApplySampling(std::span<float>(s.adaptive_rows).subspan(j * v, v), sdsat_->row_params());
-      sdsat_->SwapRows(&s.adaptive_rows);
+      for (size_t j = 0; j < k_; ++j)
+        rt::ApplySampling(std::span<float>(s_.adaptive_rows).subspan(j * v, v),
+                          g_.sdsat_->row_params());
+      g_.sdsat_->SwapRows(&s_.adaptive_rows);
     } catch (const sam::Error& e) {
       throw Error(ErrorCode::kInvalidArgument, std::string("generate: SDSAT rows: ") + e.what());
     }
-  };
+  }
 
   // Feeds Token Recycling the top-k next tokens of every row of `logits` (evaluated `tokens`).
-  auto observe = [&](const torch::Tensor& logits, std::span<const uint32_t> tokens) {
-    if (!feedback) return;
-    CopyIds(std::get<1>(logits.topk(feedback_k, -1)).cpu(), &s.topk);
-    session_->ObserveTopK(tokens, s.topk, static_cast<size_t>(feedback_k));
-  };
+  void Observe(const torch::Tensor& logits, std::span<const uint32_t> tokens) {
+    if (!feedback_) return;
+    CopyIds(std::get<1>(logits.topk(feedback_k_, -1)).cpu(), &s_.topk);
+    g_.session_->ObserveTopK(tokens, s_.topk, static_cast<size_t>(feedback_k_));
+  }
+
   // The processed sampling distribution after row `row` of `logits` (same rule everywhere).
-  auto distribution = [&](const torch::Tensor& logits, int32_t row) -> std::span<const float> {
-    if (!s.have_row[row]) {
+  std::span<const float> Distribution(const torch::Tensor& logits, int32_t row) {
+    if (!s_.have_row[row]) {
       const torch::Tensor cpu = logits[row].to(torch::kCPU, torch::kFloat32).contiguous();
-      s.rows[row].assign(cpu.data_ptr<float>(), cpu.data_ptr<float>() + vocab);
+      s_.rows[row].assign(cpu.data_ptr<float>(), cpu.data_ptr<float>() + vocab_);
       try {
-        rt::ApplySampling(s.rows[row], options.sampling);
+        rt::ApplySampling(s_.rows[row], options_.sampling);
       } catch (const sam::Error& e) {
         throw Error(ErrorCode::kInvalidArgument, std::string("generate: sampling: ") + e.what());
       }
-      s.have_row[row] = 1;
+      s_.have_row[row] = 1;
     }
-    return s.rows[row];
-  };
-  auto reset_rows = [&](size_t n) {
-    if (s.rows.size() < n) s.rows.resize(n);
-    s.have_row.assign(n, 0);
-  };
+    return s_.rows[row];
+  }
+  void ResetRows(size_t n) {
+    if (s_.rows.size() < n) s_.rows.resize(n);
+    s_.have_row.assign(n, 0);
+  }
 
   // Emits this step's tokens: truncated after a stop token and at max_new_tokens.
-  bool done = false;
-  auto emit = [&](std::span<const uint32_t> tokens) {
-    s.emitted.clear();
+  void Emit(std::span<const uint32_t> tokens) {
+    s_.emitted.clear();
     for (const uint32_t t : tokens) {
-      if (static_cast<int64_t>(result.output_ids.size()) >= options.max_new_tokens) break;
-      result.output_ids.push_back(t);
-      s.emitted.push_back(t);
-      if (std::find(options.stop_tokens.begin(), options.stop_tokens.end(), t) !=
-          options.stop_tokens.end()) {
-        result.stop_reason = StopReason::kStopToken;
-        done = true;
+      if (static_cast<int64_t>(result_.output_ids.size()) >= options_.max_new_tokens) break;
+      result_.output_ids.push_back(t);
+      s_.emitted.push_back(t);
+      if (std::find(options_.stop_tokens.begin(), options_.stop_tokens.end(), t) !=
+          options_.stop_tokens.end()) {
+        result_.stop_reason = StopReason::kStopToken;
+        done_ = true;
         break;
       }
     }
-    if (!done && static_cast<int64_t>(result.output_ids.size()) >= options.max_new_tokens) {
-      result.stop_reason = StopReason::kMaxNewTokens;
-      done = true;
+    if (!done_ && static_cast<int64_t>(result_.output_ids.size()) >= options_.max_new_tokens) {
+      result_.stop_reason = StopReason::kMaxNewTokens;
+      done_ = true;
     }
-    if (on_tokens && !s.emitted.empty() && !on_tokens(s.emitted) && !done) {
-      result.stop_reason = StopReason::kCallback;
-      done = true;
+    if (on_tokens_ && !s_.emitted.empty() && !on_tokens_(s_.emitted) && !done_) {
+      result_.stop_reason = StopReason::kCallback;
+      done_ = true;
     }
-  };
-
-  // ---- Prefill: one pass over the prompt; the first token comes from its last position.
-  if (options.speculative && model_only) {
-    model_drafter_->Prefill(prompt);
-  } else if (options.speculative && !sdsat_only) {
-    session_->Reset();
-    session_->Prefill(prompt);
-  }
-  {
-    s.input.tokens.assign(prompt.begin(), prompt.end());
-    s.input.parents.resize(prompt.size());
-    for (size_t i = 0; i < prompt.size(); ++i) s.input.parents[i] = static_cast<int32_t>(i) - 1;
-    // SDSAT: [prompt, S x k], the first pass of both schemes (drafts for the first step).
-    if (sdsat) append_adaptive(static_cast<int32_t>(prompt.size()) - 1);
-    const torch::Tensor all_logits = model_.Forward(cache_, s.input);
-    cache_.CommitPrefix(result.prompt_tokens);
-    const torch::Tensor logits =
-        sdsat ? all_logits.narrow(0, 0, result.prompt_tokens) : all_logits;
-    if (sdsat) {
-      take_adaptive_rows(all_logits, result.prompt_tokens);
-      result.adaptive_tokens += static_cast<int64_t>(k);
-    }
-    observe(logits, prompt);
-    uint32_t first;
-    if (greedy) {
-      first = static_cast<uint32_t>(logits[result.prompt_tokens - 1].argmax().item<int64_t>());
-    } else {
-      reset_rows(1);
-      first = rt::SampleToken(distribution(logits.slice(0, result.prompt_tokens - 1), 0), rng);
-    }
-    result.prefill_seconds = SecondsSince(start_time);
-    emit(std::span<const uint32_t>(&first, 1));
   }
 
-  // ---- Steps: propose, verify in one pass, accept, compact.
-  const auto decode_start = std::chrono::steady_clock::now();
-  while (!done) {
-    const uint32_t start = result.output_ids.back();
-    const int64_t remaining = options.max_new_tokens - static_cast<int64_t>(result.output_ids.size());
-    if (options.speculative) {
-      // No deeper than the tokens still wanted: remaining - 1 accepted plus the bonus.
-      const size_t max_nodes = std::min<size_t>(max_draft_nodes_, static_cast<size_t>(remaining));
-      if (model_only) {
-        model_drafter_->Propose(start, max_nodes, &s.tree);
-      } else if (sdsat_only) {
-        sdsat_->Propose(start, max_nodes, &s.tree);
-      } else {
-        session_->Propose(start, max_nodes, &s.tree);
-      }
-    } else {
-      s.tree.Reset(start, rt::DraftSource::kNone);
-    }
-    const rt::DraftTree& tree = s.tree;
-    const int64_t n = static_cast<int64_t>(tree.size());
-    s.input.tokens.assign(tree.tokens.begin(), tree.tokens.end());
-    s.input.parents.assign(tree.parents.begin(), tree.parents.end());
-    // SDSAT's adaptive branches: below every node (one-pass), or below the start token of a step
-    // without a draft (two-pass: the official first pass on [c, S x k]).
-    const bool adaptive = sdsat && (one_pass || n == 1);
-    if (adaptive)
-      for (int32_t i = 0; i < static_cast<int32_t>(n); ++i) append_adaptive(i);
-    const torch::Tensor all_logits = model_.Forward(cache_, s.input);
-    const torch::Tensor logits = adaptive ? all_logits.narrow(0, 0, n) : all_logits;
-    observe(logits, tree.tokens);
+  Generator& g_;
+  Scratch& s_;
+  const std::span<const uint32_t> prompt_;
+  const GenerateOptions& options_;
+  const TokenCallback& on_tokens_;
+  const bool greedy_;
+  const bool feedback_;  // Token Recycling learns from the passes
+  const int64_t vocab_;
+  const int64_t feedback_k_;
+  const bool sdsat_;     // SDSAT's adaptive branches ride on the passes
+  const bool one_pass_;  // SDSAT's scheme
+  const size_t k_;       // SDSAT's adaptive tokens per branch
+  rt::Rng rng_;
+  GenerateResult result_;
+  int64_t draft_passes_before_ = 0;
+  bool done_ = false;
+};
 
-    if (greedy) {
-      CopyIds(logits.argmax(-1).cpu(), &s.argmax);
-      rt::VerifyGreedy(tree, s.argmax, &s.verified);
-    } else {
-      reset_rows(tree.size());
-      auto target = [&](int32_t node) { return distribution(logits, node); };
-      // sam-cal re-ranks the model's nodes into its own tree (its node indexes are
-      // not the model draft's): verified by the deterministic rule, which is
-      // exact for any tree drawn independently of the verification randomness.
-      if ((tree.source == rt::DraftSource::kModel || tree.source == rt::DraftSource::kSdsat) &&
-          options_.selection.policy != rt::Policy::kCalibrated) {
-        // The draft model's (or SDSAT's) own rule, with its proposal rows q(.|node).
-        const rt::TreeDraft& draft = tree.source == rt::DraftSource::kModel
-                                         ? model_drafter_->last_draft()
-                                         : sdsat_->last_draft();
-        s.verified = rt::VerifySampling(tree, target, rng, draft.verify_mode,
-                                        [&](int32_t node) { return draft.ProposalRow(node); });
-      } else {
-        s.verified = rt::VerifySampling(tree, target, rng);
-      }
-    }
-    cache_.Commit(s.verified.accepted_nodes);  // adaptive nodes are never kept
-    if (options.speculative) {
-      s.committed.assign(1, start);
-      s.committed.insert(s.committed.end(), s.verified.accepted_tokens.begin(),
-                         s.verified.accepted_tokens.end());
-      if (model_only) {
-        model_drafter_->Commit(s.committed);
-      } else if (!sdsat_only) {
-        session_->Commit(s.committed);
-      }
-    }
-    if (sdsat) {
-      if (adaptive) {
-        // The branch below the last accepted node drafts the tokens after this step's bonus.
-        const int64_t last = s.verified.accepted_nodes.empty() ? 0 : s.verified.accepted_nodes.back();
-        take_adaptive_rows(all_logits, n + last * static_cast<int64_t>(k));
-        result.adaptive_tokens += n * static_cast<int64_t>(k);
-        if (!one_pass) ++result.sdsat_draft_passes;
-      } else {
-        sdsat_->ClearRows();
-      }
-    }
-
-    ++result.steps;
-    result.verified_tokens += static_cast<int64_t>(tree.size());
-    result.by_source[static_cast<size_t>(tree.source)].Record(tree, s.verified.accepted_tokens.size());
-
-    s.committed.assign(s.verified.accepted_tokens.begin(), s.verified.accepted_tokens.end());
-    s.committed.push_back(s.verified.bonus_token);
-    emit(s.committed);
-  }
-
-  result.decode_seconds = SecondsSince(decode_start);
-  if (model_drafter_) result.draft_forward_passes = model_drafter_->forward_passes() - draft_passes_before;
-  result.mat = result.Total().Mat();
-  const double seconds = result.prefill_seconds + result.decode_seconds;
-  result.tokens_per_s = seconds > 0 ? static_cast<double>(result.output_ids.size()) / seconds : 0.0;
-  return result;
+GenerateResult Generator::Generate(std::span<const uint32_t> prompt, const GenerateOptions& options,
+                                   const TokenCallback& on_tokens) {
+  return internal::TranslateTorchErrors("generate", [&] {
+    ValidateOptions(options);
+    if (prompt.empty()) throw Error(ErrorCode::kInvalidArgument, "generate: the prompt is empty");
+    torch::NoGradGuard no_grad;
+    return Request(*this, prompt, options, on_tokens).Run();
+  });
 }
 
 }  // namespace sam::torch_backend

@@ -62,7 +62,7 @@ std::string RenderDocument(Template templ, std::string_view prompt, std::string_
 // the response: for kRaw the prompt and the "\n" that RenderDocument puts before a response
 // ("" for an empty prompt); for kVicuna RenderVicunaPrompt(prompt) (FastChat leaves the space
 // before the response to the model). The one prompt rendering of sam-generate, bench_generate
-// and `sam-replay make-traces`.
+// and `sam-traces`.
 std::string RenderPrompt(Template templ, std::string_view prompt);
 
 }  // namespace sam::corpora

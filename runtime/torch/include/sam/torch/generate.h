@@ -125,6 +125,24 @@ bool PolicyNeedsSdsat(std::string_view name);
 // One line per policy name, for --help texts (runtime::PolicyHelp() and the two above).
 std::string GeneratorPolicyHelp();
 
+// The policy rules: which drafters a named policy combines with SAM's automata.
+//   draft model: needed by "model" and "sam-model"; merged by "sam-cal" when one is given;
+//                refused by every other policy.
+//   SDSAT:       needed by "sdsat" and "sam-sdsat" (adaptive token ids are required); merged by
+//                "sam-cal" when ids are given, with the one-pass scheme only; refused by every
+//                other policy.
+//   "sam-cal" merges a draft model or SDSAT, not both (a session has one fallback drafter).
+// DraftModelUseFor gives the draft model's role for `policy` when the caller has one or not;
+// SdsatUseFor gives SDSAT's for `policy` given adaptive ids or not, their scheme and the draft
+// model's role. Both throw Error(kInvalidArgument) naming the rule a combination breaks (and
+// for an unknown policy). The Generator's constructor checks the same combinations.
+GeneratorOptions::DraftModelUse DraftModelUseFor(std::string_view policy, bool have_draft_model);
+GeneratorOptions::SdsatUse SdsatUseFor(std::string_view policy, bool have_sdsat_tokens,
+                                       runtime::SdsatScheme scheme,
+                                       GeneratorOptions::DraftModelUse draft_model_use);
+// True for the policies that may draft with SDSAT ("sdsat", "sam-sdsat", "sam-cal").
+bool PolicyTakesSdsat(std::string_view policy);
+
 // One request's parameters.
 struct GenerateOptions {
   int64_t max_new_tokens = 256;
@@ -214,14 +232,16 @@ class Generator {
 
  private:
   struct Scratch;
-  GenerateResult GenerateImpl(std::span<const uint32_t> prompt, const GenerateOptions& options,
-                              const TokenCallback& on_tokens);
+  class Request;  // one Generate call: its state and the loop (generate.cc)
   const Model& model_;
   GeneratorOptions options_;
   std::unique_ptr<runtime::RecyclingDrafter> recycling_;
   std::unique_ptr<ModelDrafter> model_drafter_;
   std::unique_ptr<runtime::SdsatDrafter> sdsat_;
   std::unique_ptr<runtime::Session> session_;
+  // The drafter every step proposes with, chosen at construction: the draft model's or SDSAT's
+  // alone (policies model, sdsat), else the session (which calls its fallback itself).
+  runtime::Drafter* drafter_ = nullptr;
   size_t max_draft_nodes_ = 1;
   size_t max_pass_nodes_ = 1;
   KvCache cache_;  // reused across requests when large enough

@@ -4,8 +4,8 @@
 //   bench-batch --index all.sam --traces traces.jsonl --tokenizer llama-32k.model
 //               [--sessions 1,8,64,256] [--threads 0] [--steps 200] [--runs 5]
 //
-// Streams as in bench-step (realistic acceptance): the traces (sam-replay
-// make-traces) are shuffled; session k's context is the concatenation of
+// Streams as in bench-step (realistic acceptance): the traces (sam-traces)
+// are shuffled; session k's context is the concatenation of
 // their prompts from the k-th one on, cut to --context tokens, and its
 // generation the concatenation of their outputs from the k-th one on. Each
 // step drafts for every session in one DraftPool::Propose call (timed), then
@@ -74,6 +74,95 @@ struct Request {
   size_t at = 0;
 };
 
+
+// N sessions over one shared StaticIndex, each with its own context and generation: trace k's
+// prompts from the k-th (shuffled) one on, and their outputs from the (7k+3)-th.
+std::vector<Request> MakeRequests(size_t n, const std::vector<size_t>& order,
+                                  const std::vector<rt::ReplayTrace>& traces,
+                                  size_t context_tokens, size_t gen_tokens, size_t dynamic_mib,
+                                  rt::Policy policy, size_t draft,
+                                  const std::shared_ptr<const rt::StaticIndex>& shared) {
+  std::vector<Request> requests(n);
+  for (size_t k = 0; k < n; ++k) {
+    Request& r = requests[k];
+    r.context = Concatenate(order, k, context_tokens,
+                            [&](size_t i) -> const auto& { return traces[i].prompt; });
+    r.generation = Concatenate(order, k * 7 + 3, gen_tokens,
+                               [&](size_t i) -> const auto& { return traces[i].output; });
+    rt::SessionOptions o;
+    o.max_dynamic_bytes = dynamic_mib ? dynamic_mib << 20
+                                      : rt::DynamicSam::BytesForCapacity(context_tokens +
+                                                                         gen_tokens);
+    o.selection.policy = policy;
+    o.selection.draft_size = draft;
+    r.session = std::make_unique<rt::Session>(o);
+    r.session->AttachIndex(shared);
+  }
+  return requests;
+}
+
+// Per reported run: the pool's ns per call, the sequential ns per session and step, the MAT.
+struct Timings {
+  std::vector<double> call_ns, seq_ns, mat;
+};
+
+// Run 0 warms the mapping and the sessions; runs 1..R are reported. Each run replays the steps
+// once through the pool and once session by session.
+Timings Measure(rt::DraftPool& pool, std::vector<Request>& requests, size_t steps, size_t runs) {
+  const size_t n = requests.size();
+  std::vector<rt::Session*> sessions(n);
+  std::vector<uint32_t> starts(n);
+  std::vector<rt::BatchDraft> drafts(n);
+  for (size_t k = 0; k < n; ++k) sessions[k] = requests[k].session.get();
+  auto restart = [&] {
+    for (Request& r : requests) {
+      r.session->Reset();
+      r.session->Prefill(r.context);
+      r.at = 0;
+    }
+  };
+  auto commit = [&](size_t k, const rt::DraftTree& tree) {
+    Request& r = requests[k];
+    const std::span<const uint32_t> gen(r.generation);
+    const size_t a = rt::AcceptedLength(tree, gen.subspan(r.at + 1));
+    r.session->Commit(gen.subspan(r.at, a + 1));
+    r.at += a + 1;
+  };
+  Timings t;
+  for (size_t run = 0; run <= runs; ++run) {
+    restart();
+    double total = 0, committed = 0;
+    for (size_t s = 0; s < steps; ++s) {
+      for (size_t k = 0; k < n; ++k) starts[k] = requests[k].generation[requests[k].at];
+      const auto t0 = Clock::now();
+      pool.Propose(sessions, starts, drafts);
+      total += NsSince(t0);
+      for (size_t k = 0; k < n; ++k) {
+        if (drafts[k].error) std::rethrow_exception(drafts[k].error);
+        const size_t before = requests[k].at;
+        commit(k, *drafts[k].tree);
+        committed += static_cast<double>(requests[k].at - before);
+      }
+    }
+    restart();
+    double seq = 0;
+    for (size_t s = 0; s < steps; ++s) {
+      for (size_t k = 0; k < n; ++k) {
+        const auto t0 = Clock::now();
+        const uint32_t start = requests[k].generation[requests[k].at];
+        const rt::DraftTree& tree = sessions[k]->Propose(start);
+        seq += NsSince(t0);
+        commit(k, tree);
+      }
+    }
+    if (run == 0) continue;
+    t.call_ns.push_back(total / static_cast<double>(steps));
+    t.seq_ns.push_back(seq / static_cast<double>(steps * n));
+    t.mat.push_back(committed / static_cast<double>(steps * n));
+  }
+  return t;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,7 +179,7 @@ int main(int argc, char** argv) {
   size_t threads = 0, steps = 200, runs = 5, context_tokens = 1024, draft = 40, dynamic_mib = 0;
   uint64_t seed = 1;
   app.add_option("--index", index_path, "static index file")->required();
-  app.add_option("--traces", traces_path, "JSONL traces (sam-replay make-traces)")->required();
+  app.add_option("--traces", traces_path, "JSONL traces (sam-traces)")->required();
   app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (string traces)");
   app.add_option("--sessions", counts, "session counts N")->delimiter(',')->capture_default_str();
   app.add_option("--threads", threads, "pool threads, the caller's included (0: all cores)")
@@ -145,86 +234,23 @@ int main(int argc, char** argv) {
       if (n == 0) continue;
       const size_t gen_tokens = steps * draft + 1;
       const uint64_t rss_before = sam::indexer::CurrentRssBytes();
-      std::vector<Request> requests(n);
-      for (size_t k = 0; k < n; ++k) {
-        Request& r = requests[k];
-        r.context = Concatenate(order, k, context_tokens,
-                                [&](size_t i) -> const auto& { return traces[i].prompt; });
-        r.generation = Concatenate(order, k * 7 + 3, gen_tokens,
-                                   [&](size_t i) -> const auto& { return traces[i].output; });
-        rt::SessionOptions o;
-        o.max_dynamic_bytes = dynamic_mib ? dynamic_mib << 20
-                                          : rt::DynamicSam::BytesForCapacity(context_tokens +
-                                                                             gen_tokens);
-        o.selection.policy = named->policy;
-        o.selection.draft_size = draft;
-        r.session = std::make_unique<rt::Session>(o);
-        r.session->AttachIndex(shared);
-      }
-      std::vector<rt::Session*> sessions(n);
-      std::vector<uint32_t> starts(n);
-      std::vector<rt::BatchDraft> drafts(n);
-      for (size_t k = 0; k < n; ++k) sessions[k] = requests[k].session.get();
-      auto restart = [&] {
-        for (Request& r : requests) {
-          r.session->Reset();
-          r.session->Prefill(r.context);
-          r.at = 0;
-        }
-      };
-      auto commit = [&](size_t k, const rt::DraftTree& tree) {
-        Request& r = requests[k];
-        const std::span<const uint32_t> gen(r.generation);
-        const size_t a = rt::AcceptedLength(tree, gen.subspan(r.at + 1));
-        r.session->Commit(gen.subspan(r.at, a + 1));
-        r.at += a + 1;
-      };
-      std::vector<double> call_ns, seq_ns, mat;
-      // Run 0 warms the mapping and the sessions; runs 1..R are reported.
-      for (size_t run = 0; run <= runs; ++run) {
-        restart();
-        double total = 0, committed = 0;
-        for (size_t s = 0; s < steps; ++s) {
-          for (size_t k = 0; k < n; ++k) starts[k] = requests[k].generation[requests[k].at];
-          const auto t0 = Clock::now();
-          pool.Propose(sessions, starts, drafts);
-          total += NsSince(t0);
-          for (size_t k = 0; k < n; ++k) {
-            if (drafts[k].error) std::rethrow_exception(drafts[k].error);
-            const size_t before = requests[k].at;
-            commit(k, *drafts[k].tree);
-            committed += static_cast<double>(requests[k].at - before);
-          }
-        }
-        restart();
-        double seq = 0;
-        for (size_t s = 0; s < steps; ++s) {
-          for (size_t k = 0; k < n; ++k) {
-            const auto t0 = Clock::now();
-            const uint32_t start = requests[k].generation[requests[k].at];
-            const rt::DraftTree& tree = sessions[k]->Propose(start);
-            seq += NsSince(t0);
-            commit(k, tree);
-          }
-        }
-        if (run == 0) continue;
-        call_ns.push_back(total / static_cast<double>(steps));
-        seq_ns.push_back(seq / static_cast<double>(steps * n));
-        mat.push_back(committed / static_cast<double>(steps * n));
-      }
+      std::vector<Request> requests =
+          MakeRequests(n, order, traces, context_tokens, gen_tokens, dynamic_mib, named->policy,
+                       draft, shared);
+      const Timings t = Measure(pool, requests, steps, runs);
       const uint64_t rss_after = sam::indexer::CurrentRssBytes();
       const double rss_mib =
           rss_before && rss_after > rss_before
               ? static_cast<double>(rss_after - rss_before) / static_cast<double>(n) / (1 << 20)
               : 0.0;
-      const double call = rt::Median(call_ns);
+      const double call = rt::Median(t.call_ns);
       const double busy = static_cast<double>(std::min(pool.num_threads(), n));
       const double core_per_session = call * busy / static_cast<double>(n);
-      const double seq = rt::Median(seq_ns);
+      const double seq = rt::Median(t.seq_ns);
       if (one_core_ns == 0) one_core_ns = core_per_session, one_seq_ns = seq;
       std::printf("%6zu %12.2f %12.3f %14.3f %8.2f %14.3f %8.2f %6.2f %13.2f\n", n, call / 1e3,
                   call / 1e3 / static_cast<double>(n), core_per_session / 1e3,
-                  core_per_session / one_core_ns, seq / 1e3, seq / one_seq_ns, rt::Median(mat),
+                  core_per_session / one_core_ns, seq / 1e3, seq / one_seq_ns, rt::Median(t.mat),
                   rss_mib);
       std::fflush(stdout);
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the cross-request response cache buys, on the dev traces (GSM8K test and
-# HumanEval, rendered by `sam-replay make-traces`), against two shipped indexes:
+# HumanEval, rendered by `sam-traces`), against two shipped indexes:
 #   covered    the default preset (Alpaca, CodeAlpaca, GSM8K train): the index
 #              already holds the traffic's domain (GSM8K train answers);
 #   uncovered  the same corpora without GSM8K train: a general chat and code
@@ -13,7 +13,7 @@
 # Prints figures; asserts nothing (the tests are runtime_response_cache_test
 # and the replay tests).
 #
-#   tools/bench_cache.sh [--data DIR] [--work DIR] [--limit N] [--bin DIR]
+#   tools/bench/bench_cache.sh [--data DIR] [--work DIR] [--limit N] [--bin DIR]
 #     --data   corpora folder (default: $SAM_DATA_DIR, else ../shared/data)
 #     --work   folder for the two indexes and the traces (default: a new
 #              temporary folder, removed at the end; an existing folder is
@@ -21,7 +21,7 @@
 #     --limit  at most N traces per category (default: all)
 #     --bin    the tools' folder (default: $SAM_BUILD_DIR/bin, else build/bin)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 data=${SAM_DATA_DIR:-../shared/data}
 work=""
 limit=""
@@ -45,7 +45,7 @@ for f in "$tok" "$data/alpaca/alpaca_data.json" "$data/gsm8k/train.jsonl" \
          "$data/gsm8k/test.jsonl" "$data/humaneval/HumanEval.jsonl"; do
   [[ -f $f ]] || { echo "bench_cache.sh: $f: not found (--data or SAM_DATA_DIR)" >&2; exit 1; }
 done
-for t in sam-build sam-replay; do
+for t in sam-build sam-replay sam-traces; do
   [[ -x $bin/$t ]] || { echo "bench_cache.sh: $bin/$t: not built (tools/build.sh)" >&2; exit 1; }
 done
 if [[ -z "$work" ]]; then
@@ -65,7 +65,7 @@ if [[ ! -f $work/uncovered.sam ]]; then
   "$bin/sam-build" -q --tokenizer "$tok" --corpus "alpaca=$data/alpaca/alpaca_data.json" \
     "${code[@]}" -o "$work/uncovered.sam"
 fi
-"$bin/sam-replay" make-traces --data "$data" --template raw --out "$work/traces.jsonl" \
+"$bin/sam-traces" --data "$data" --template raw --out "$work/traces.jsonl" \
   ${limit:+--limit "$limit"} >&2
 
 # One replay: INDEX NAME [extra flags...] -> $work/NAME.json

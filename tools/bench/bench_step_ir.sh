@@ -9,7 +9,7 @@
 # Run one context and one policy per invocation: all steps are counted
 # together. Prints figures; asserts nothing.
 #
-#   tools/bench_step_ir.sh [--bin DIR] [--keep FILE] [--cache-sim [--ll SPEC]] -- BENCH-STEP-FLAGS...
+#   tools/bench/bench_step_ir.sh [--bin DIR] [--keep FILE] [--cache-sim [--ll SPEC]] -- BENCH-STEP-FLAGS...
 #     --bin        the tools' folder (default: $SAM_BUILD_DIR/bin, else build/bin)
 #     --keep       also keep callgrind's profile in FILE (callgrind_annotate FILE;
 #                  with --cache-sim: callgrind_annotate --show=Ir,DLmr --sort=DLmr FILE)
@@ -28,11 +28,11 @@
 #                  33554432,16,64: the 32 MiB L3 of this project's machines;
 #                  valgrind's own guess on a virtual machine can be far off)
 # Example (the figures in docs/runtime.md; 20-40 s):
-#   tools/bench_step_ir.sh -- --index chat.sam --traces dev.jsonl \
+#   tools/bench/bench_step_ir.sh -- --index chat.sam --traces dev.jsonl \
 #     --tokenizer llama-32k.model --contexts 1024 --steps 1000 --runs 1 \
 #     --load read --policies sam-cal --max-static-lookups 3 --draft 24
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 bin=${SAM_BUILD_DIR:-build}/bin
 keep=""
 cache_sim=0

@@ -63,6 +63,147 @@ double Interpolate(const std::vector<std::pair<double, double>>& curve, double n
   return curve.back().second;
 }
 
+
+using Curve = std::vector<std::pair<double, double>>;  // (tokens, ms)
+
+// ---- 1. Cost curve: one forward pass over n chained tokens after a cached prefix, median ms.
+Curve MeasureCostCurve(const tb::Model& model, int64_t prefix,
+                       const std::vector<int64_t>& curve_tokens, int64_t repeats) {
+  const int64_t vocab = model.config().vocab_size;
+  auto sync = [&] {
+    if (model.device().is_cuda()) torch::cuda::synchronize();
+  };
+  Curve curve;
+  {
+    tb::KvCache cache = model.NewCache(prefix + curve_tokens.back());
+    std::vector<int64_t> text(prefix);
+    for (int64_t i = 0; i < prefix; ++i) text[i] = (i * 7919 + 13) % vocab;
+    if (prefix > 0) {
+      model.Forward(cache, text);
+      cache.CommitPrefix(prefix);
+    }
+    std::printf("\ncost curve (chain after a %lld-token prefix):\n%8s %10s %10s\n", (long long)prefix,
+                "tokens", "median_ms", "vs t(1)");
+    for (const int64_t n : curve_tokens) {
+      std::vector<int64_t> input(n);
+      for (int64_t i = 0; i < n; ++i) input[i] = (i * 31 + 5) % vocab;
+      model.Forward(cache, input);  // warm-up; nothing is committed
+      sync();
+      std::vector<double> ms;
+      for (int64_t r = 0; r < repeats; ++r) {
+        const auto t0 = std::chrono::steady_clock::now();
+        model.Forward(cache, input);
+        sync();
+        ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      }
+      curve.emplace_back(static_cast<double>(n), Median(ms));
+      std::printf("%8lld %10.2f %10.2f\n", (long long)n, curve.back().second,
+                  curve.back().second / curve.front().second);
+      std::printf("JSON {\"bench\":\"cost_curve\",\"tokens\":%lld,\"prefix\":%lld,\"median_ms\":%.3f}\n",
+                  (long long)n, (long long)prefix, curve.back().second);
+      std::fflush(stdout);
+    }
+  }
+  return curve;
+}
+
+// --cost-curve-out: the curve as the CSV that CostCurve::Load reads, written atomically.
+void WriteCostCurve(const Curve& curve, const std::string& curve_out, const char* comment) {
+  std::vector<sam::runtime::CostPoint> points;
+  for (const auto& [n, ms] : curve) points.push_back({static_cast<size_t>(n), ms});
+  sam::runtime::CostCurve::FromPoints(points, curve_out);  // the rules the readers apply
+  sam::tools::AtomicOutputFile file(curve_out);
+  file.stream() << sam::runtime::CostCurve::ToCsv(points, comment);
+  file.Commit();
+  std::printf("wrote the cost curve to %s\n", curve_out.c_str());
+}
+
+// The first `prompts` GSM8K test questions in the Vicuna template, as ids.
+std::vector<std::vector<uint32_t>> GsmPrompts(const std::string& data_dir, int64_t prompts,
+                                              const sam::indexer::Tokenizer& tokenizer) {
+  std::vector<std::vector<uint32_t>> prompt_ids;
+  const std::string path = data_dir + "/gsm8k/test.jsonl";
+  std::ifstream in(path);
+  if (!in) throw sam::Error(sam::ErrorCode::kIo, {.file = path}, "cannot open");
+  std::string line;
+  while (static_cast<int64_t>(prompt_ids.size()) < prompts && std::getline(in, line)) {
+    if (line.empty()) continue;
+    std::vector<uint32_t> ids;
+    tokenizer.EncodePrompt(sam::corpora::RenderPrompt(sam::corpora::Template::kVicuna,
+                                                      json::parse(line).at("question").get<std::string>()),
+                           &ids);
+    prompt_ids.push_back(std::move(ids));
+  }
+  return prompt_ids;
+}
+
+// ---- 2. End to end: plain decoding and every policy, interleaved prompt by prompt.
+void EndToEnd(const tb::Model& model, const std::vector<std::string>& policies,
+              const std::vector<sam::format::IndexFile>& indexes,
+              const std::vector<std::vector<uint32_t>>& prompt_ids, int64_t max_new_tokens) {
+  struct Run {
+    std::string name;
+    std::unique_ptr<tb::Generator> generator;
+    bool speculative;
+    double seconds = 0;
+    int64_t tokens = 0;
+    sam::runtime::SourceStatistics stats;  // every step of every prompt
+  };
+  std::vector<Run> runs;
+  runs.push_back({"plain", std::make_unique<tb::Generator>(model), false, 0, 0, {}});
+  for (const auto& p : policies) {
+    runs.push_back({p, std::make_unique<tb::Generator>(model, tb::GeneratorOptionsForPolicy(p)),
+                    true, 0, 0, {}});
+    for (const auto& f : indexes) runs.back().generator->AttachIndex(&f.view());
+  }
+  const tb::GenerateOptions base{.max_new_tokens = max_new_tokens, .stop_tokens = {}};
+  for (const auto& ids : prompt_ids) {
+    for (Run& run : runs) {  // interleaved: machine load affects every mode alike
+      tb::GenerateOptions options = base;
+      options.speculative = run.speculative;
+      const tb::GenerateResult r = run.generator->Generate(ids, options);
+      run.seconds += r.prefill_seconds + r.decode_seconds;
+      run.tokens += static_cast<int64_t>(r.output_ids.size());
+      run.stats.Merge(r.Total());
+    }
+  }
+  std::printf("\nend to end: %zu GSM8K test prompts, %lld new tokens each, greedy, no stop token\n"
+              "%-10s %10s %8s %10s %10s\n",
+              prompt_ids.size(), (long long)max_new_tokens, "mode", "tokens/s", "MAT", "tok/step", "vs plain");
+  const double plain_rate = runs[0].tokens / runs[0].seconds;
+  for (const Run& run : runs) {
+    const double rate = run.tokens / run.seconds;
+    const double mat = run.stats.Mat();
+    const double verified = run.stats.TokensPerStep();
+    std::printf("%-10s %10.2f %8.2f %10.2f %10.3f\n", run.name.c_str(), rate, mat, verified, rate / plain_rate);
+    std::printf("JSON {\"bench\":\"end_to_end\",\"mode\":\"%s\",\"tokens_per_s\":%.3f,\"mat\":%.3f,"
+                "\"tokens_per_step\":%.2f,\"ratio_vs_plain\":%.3f,\"prompts\":%zu,\"max_new_tokens\":%lld}\n",
+                run.name.c_str(), rate, mat, verified, rate / plain_rate, prompt_ids.size(),
+                (long long)max_new_tokens);
+  }
+}
+
+// ---- 3. Projection from replay MAT (sam-replay --json) and this cost curve.
+void PrintProjection(const std::string& replay_path, const Curve& curve) {
+  if (!replay_path.empty()) {
+    std::ifstream in(replay_path);
+    if (!in) throw sam::Error(sam::ErrorCode::kIo, {.file = replay_path}, "cannot open");
+    const json replay = json::parse(in);
+    std::printf("\nprojection (replay MAT on a real model's outputs x this cost curve):\n"
+                "%-10s %8s %10s %12s %10s\n", "policy", "MAT", "tok/step", "t(step)/t(1)", "speedup");
+    for (const json& p : replay.at("policies")) {
+      const double mat = p.at("mat").get<double>();
+      const double per_step = p.at("tokens_per_step").get<double>();
+      const double cost = Interpolate(curve, per_step) / curve.front().second;
+      std::printf("%-10s %8.2f %10.2f %12.2f %10.2f\n", p.at("name").get<std::string>().c_str(), mat,
+                  per_step, cost, mat / cost);
+      std::printf("JSON {\"bench\":\"projection\",\"policy\":\"%s\",\"mat\":%.3f,\"tokens_per_step\":%.2f,"
+                  "\"relative_step_cost\":%.3f,\"projected_speedup\":%.3f}\n",
+                  p.at("name").get<std::string>().c_str(), mat, per_step, cost, mat / cost);
+    }
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -159,43 +300,8 @@ int main(int argc, char** argv) {
                 (long long)config.vocab_size, device.c_str(), at::get_num_threads());
 
     // ---- 1. Cost curve.
-    auto sync = [&] {
-      if (model.device().is_cuda()) torch::cuda::synchronize();
-    };
-    std::vector<std::pair<double, double>> curve;  // (tokens, ms)
-    {
-      tb::KvCache cache = model.NewCache(prefix + curve_tokens.back());
-      std::vector<int64_t> text(prefix);
-      for (int64_t i = 0; i < prefix; ++i) text[i] = (i * 7919 + 13) % config.vocab_size;
-      if (prefix > 0) {
-        model.Forward(cache, text);
-        cache.CommitPrefix(prefix);
-      }
-      std::printf("\ncost curve (chain after a %lld-token prefix):\n%8s %10s %10s\n", (long long)prefix,
-                  "tokens", "median_ms", "vs t(1)");
-      for (const int64_t n : curve_tokens) {
-        std::vector<int64_t> input(n);
-        for (int64_t i = 0; i < n; ++i) input[i] = (i * 31 + 5) % config.vocab_size;
-        model.Forward(cache, input);  // warm-up; nothing is committed
-        sync();
-        std::vector<double> ms;
-        for (int64_t r = 0; r < repeats; ++r) {
-          const auto t0 = std::chrono::steady_clock::now();
-          model.Forward(cache, input);
-          sync();
-          ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-        }
-        curve.emplace_back(static_cast<double>(n), Median(ms));
-        std::printf("%8lld %10.2f %10.2f\n", (long long)n, curve.back().second,
-                    curve.back().second / curve.front().second);
-        std::printf("JSON {\"bench\":\"cost_curve\",\"tokens\":%lld,\"prefix\":%lld,\"median_ms\":%.3f}\n",
-                    (long long)n, (long long)prefix, curve.back().second);
-        std::fflush(stdout);
-      }
-    }
+    const Curve curve = MeasureCostCurve(model, prefix, curve_tokens, repeats);
     if (!curve_out.empty()) {
-      std::vector<sam::runtime::CostPoint> points;
-      for (const auto& [n, ms] : curve) points.push_back({static_cast<size_t>(n), ms});
       char comment[512];
       std::snprintf(comment, sizeof comment,
                     "bench-generate: one forward pass over n chained tokens after a %lld-token "
@@ -204,11 +310,7 @@ int main(int argc, char** argv) {
                     (long long)prefix, (long long)repeats, (long long)layers, (long long)hidden,
                     (long long)heads, (long long)intermediate, (long long)config.vocab_size,
                     device.c_str(), at::get_num_threads());
-      sam::runtime::CostCurve::FromPoints(points, curve_out);  // the rules the readers apply
-      sam::tools::AtomicOutputFile file(curve_out);
-      file.stream() << sam::runtime::CostCurve::ToCsv(points, comment);
-      file.Commit();
-      std::printf("wrote the cost curve to %s\n", curve_out.c_str());
+      WriteCostCurve(curve, curve_out, comment);
     }
     if (curve_only) return 0;
 
@@ -218,80 +320,8 @@ int main(int argc, char** argv) {
     open.expected_vocab_size = tokenizer.vocab_size();
     std::vector<sam::format::IndexFile> indexes;
     for (const auto& p : index_paths) indexes.push_back(sam::format::IndexFile::Open(p, open));
-    std::vector<std::vector<uint32_t>> prompt_ids;
-    {
-      const std::string path = data_dir + "/gsm8k/test.jsonl";
-      std::ifstream in(path);
-      if (!in) throw sam::Error(sam::ErrorCode::kIo, {.file = path}, "cannot open");
-      std::string line;
-      while (static_cast<int64_t>(prompt_ids.size()) < prompts && std::getline(in, line)) {
-        if (line.empty()) continue;
-        std::vector<uint32_t> ids;
-        tokenizer.EncodePrompt(sam::corpora::RenderPrompt(sam::corpora::Template::kVicuna,
-                                                          json::parse(line).at("question").get<std::string>()),
-                               &ids);
-        prompt_ids.push_back(std::move(ids));
-      }
-    }
-    struct Run {
-      std::string name;
-      std::unique_ptr<tb::Generator> generator;
-      bool speculative;
-      double seconds = 0;
-      int64_t tokens = 0;
-      sam::runtime::SourceStatistics stats;  // every step of every prompt
-    };
-    std::vector<Run> runs;
-    runs.push_back({"plain", std::make_unique<tb::Generator>(model), false, 0, 0, {}});
-    for (const auto& p : policies) {
-      runs.push_back({p, std::make_unique<tb::Generator>(model, tb::GeneratorOptionsForPolicy(p)),
-                      true, 0, 0, {}});
-      for (const auto& f : indexes) runs.back().generator->AttachIndex(&f.view());
-    }
-    const tb::GenerateOptions base{.max_new_tokens = max_new_tokens, .stop_tokens = {}};
-    for (const auto& ids : prompt_ids) {
-      for (Run& run : runs) {  // interleaved: machine load affects every mode alike
-        tb::GenerateOptions options = base;
-        options.speculative = run.speculative;
-        const tb::GenerateResult r = run.generator->Generate(ids, options);
-        run.seconds += r.prefill_seconds + r.decode_seconds;
-        run.tokens += static_cast<int64_t>(r.output_ids.size());
-        run.stats.Merge(r.Total());
-      }
-    }
-    std::printf("\nend to end: %zu GSM8K test prompts, %lld new tokens each, greedy, no stop token\n"
-                "%-10s %10s %8s %10s %10s\n",
-                prompt_ids.size(), (long long)max_new_tokens, "mode", "tokens/s", "MAT", "tok/step", "vs plain");
-    const double plain_rate = runs[0].tokens / runs[0].seconds;
-    for (const Run& run : runs) {
-      const double rate = run.tokens / run.seconds;
-      const double mat = run.stats.Mat();
-      const double verified = run.stats.TokensPerStep();
-      std::printf("%-10s %10.2f %8.2f %10.2f %10.3f\n", run.name.c_str(), rate, mat, verified, rate / plain_rate);
-      std::printf("JSON {\"bench\":\"end_to_end\",\"mode\":\"%s\",\"tokens_per_s\":%.3f,\"mat\":%.3f,"
-                  "\"tokens_per_step\":%.2f,\"ratio_vs_plain\":%.3f,\"prompts\":%zu,\"max_new_tokens\":%lld}\n",
-                  run.name.c_str(), rate, mat, verified, rate / plain_rate, prompt_ids.size(),
-                  (long long)max_new_tokens);
-    }
-
-    // ---- 3. Projection from replay MAT.
-    if (!replay_path.empty()) {
-      std::ifstream in(replay_path);
-      if (!in) throw sam::Error(sam::ErrorCode::kIo, {.file = replay_path}, "cannot open");
-      const json replay = json::parse(in);
-      std::printf("\nprojection (replay MAT on a real model's outputs x this cost curve):\n"
-                  "%-10s %8s %10s %12s %10s\n", "policy", "MAT", "tok/step", "t(step)/t(1)", "speedup");
-      for (const json& p : replay.at("policies")) {
-        const double mat = p.at("mat").get<double>();
-        const double per_step = p.at("tokens_per_step").get<double>();
-        const double cost = Interpolate(curve, per_step) / curve.front().second;
-        std::printf("%-10s %8.2f %10.2f %12.2f %10.2f\n", p.at("name").get<std::string>().c_str(), mat,
-                    per_step, cost, mat / cost);
-        std::printf("JSON {\"bench\":\"projection\",\"policy\":\"%s\",\"mat\":%.3f,\"tokens_per_step\":%.2f,"
-                    "\"relative_step_cost\":%.3f,\"projected_speedup\":%.3f}\n",
-                    p.at("name").get<std::string>().c_str(), mat, per_step, cost, mat / cost);
-      }
-    }
+    EndToEnd(model, policies, indexes, GsmPrompts(data_dir, prompts, tokenizer), max_new_tokens);
+    PrintProjection(replay_path, curve);
     return 0;
   });
 }

@@ -7,11 +7,11 @@
 # saved under BUILD_DIR/fuzz-artifacts/ and the command that reproduces it
 # is printed.
 #
-#   tools/fuzz.sh                          # both fuzzers, 60 s each
-#   SAM_FUZZ_SECONDS=600 tools/fuzz.sh fuzz_session
-#   SAM_FUZZ_SEED=0 tools/fuzz.sh          # 0: a random seed (the default is 1)
+#   tools/ci/fuzz.sh                          # both fuzzers, 60 s each
+#   SAM_FUZZ_SECONDS=600 tools/ci/fuzz.sh fuzz_session
+#   SAM_FUZZ_SEED=0 tools/ci/fuzz.sh          # 0: a random seed (the default is 1)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 dir=${SAM_FUZZ_BUILD_DIR:-build-fuzz}
 seconds=${SAM_FUZZ_SECONDS:-60}
 timeout=${SAM_FUZZ_TIMEOUT:-10}

@@ -4,7 +4,7 @@
 //   bench-step --index all.sam --traces raw.jsonl --tokenizer llama-32k.model
 //              [--contexts 1024,4096,...] [--steps 2000] [--draft 40] [--runs 5]
 //
-// Streams (realistic acceptance): the traces (sam-replay make-traces: GSM8K
+// Streams (realistic acceptance): the traces (sam-traces: GSM8K
 // test questions -> reference answers, HumanEval prompts -> canonical
 // solutions) are shuffled; a context of L tokens is the concatenation of their
 // prompts (each BOS first) cut to L tokens, and the generation is the
@@ -50,6 +50,7 @@
 #include <cstdio>
 #include <memory>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -252,16 +253,8 @@ sam::format::IndexFile OpenIndex(const std::string& path, const std::string& loa
   throw sam::tools::UsageError("--load must be mmap, populate or read");
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  sam::tools::SetUpTool("bench-step");
-  CLI::App app{"bench-step: per-step propose + commit time vs context length: paper rule,\n"
-               "calibrated policy and PLD. Prints figures; asserts nothing.\n\n"
-               "Examples:\n"
-               "  bench-step --index chat.sam --traces traces.jsonl --tokenizer llama-32k.model\n"
-               "  bench-step --index chat.sam --contexts 1024,4096 --steps 500 --runs 3 --load read",
-               "bench-step"};
+// The flags of bench-step, in the order main binds them to CLI11.
+struct BenchStepFlags {
   std::string index_path, traces_path, tokenizer_path;
   std::vector<size_t> contexts = {1024, 4096, 16384, 65536, 131072};
   std::vector<std::string> policies = {"sam", "sam-cal", "pld"};
@@ -275,12 +268,258 @@ int main(int argc, char** argv) {
   std::vector<size_t> max_static_lookups = {rt::SelectionOptions{}.max_static_lookups};
   uint64_t backoff_count = rt::SelectionOptions{}.backoff_count;
   std::vector<size_t> max_width = {rt::SelectionOptions{}.max_width};
+};
+
+// One bench-step run over its parsed flags: the rows (policy variants), the index and streams,
+// then per context every row's cold and warm runs.
+class BenchStep : private BenchStepFlags {
+ public:
+  BenchStepFlags& flags() { return *this; }
+
+  int Run() {
+    CheckFlags();
+    ChooseVariants();
+    const double shared_ms = OpenInputs();
+    flush_.resize(flush_mib << 17);  // 8-byte words
+    PrintHeader(shared_ms);
+    order_.resize(traces_.size());
+    std::iota(order_.begin(), order_.end(), 0);
+    std::shuffle(order_.begin(), order_.end(), rng_);
+    // The first context runs twice: its first pass warms the mapping (page faults).
+    for (size_t ci = 0, pass = 0; ci < contexts.size(); ++pass) {
+      const size_t ctx = contexts[ci];
+      const bool report = pass > 0;
+      if (report) ++ci;
+      MeasureContext(ctx, report);
+    }
+    return 0;
+  }
+
+ private:
+  void CheckFlags() const {
+    if (hub_options.subtree_nodes > 0 && hub_options.record_min_count == 0)
+      throw sam::tools::UsageError("--subtree-nodes needs --record-min-count (subtrees are part "
+                                   "of the child records)");
+    if (phases && !rt::PhaseTimingEnabled())
+      throw sam::tools::UsageError(
+          "--phases needs a build configured with -DSAM_PHASE_TIMING=ON (docs/runtime.md)");
+    for (const std::string& name : policies) {
+      if (name == "pld") continue;
+      try {
+        rt::FindPolicy(name);
+      } catch (const sam::Error& e) {
+        throw sam::tools::UsageError("--policies: " + std::string(e.what()) + " (or pld)");
+      }
+    }
+    if (drafts.empty() || max_width.empty() || max_static_lookups.empty())
+      throw sam::tools::UsageError("--draft, --max-width and --max-static-lookups each need at "
+                                   "least one value");
+  }
+
+  // The rows: every policy at every listed draft size, and at every listed
+  // width and lookup limit where the policy uses them (sam-cal both,
+  // sam-tree the width), labelled with the settings that vary (one word:
+  // sam-cal/d24/w8/L1).
+  void ChooseVariants() {
+    for (const std::string& name : policies) {
+      // (pld: neither, like the paper rule.)
+      const rt::Policy policy = name == "pld" ? rt::Policy::kPaper : rt::FindPolicy(name).policy;
+      const bool calibrated = policy == rt::Policy::kCalibrated;
+      const bool widths = calibrated || policy == rt::Policy::kTree;
+      for (size_t d : drafts)
+        for (size_t w : widths ? max_width : std::vector<size_t>{max_width[0]})
+          for (size_t l : calibrated ? max_static_lookups
+                                     : std::vector<size_t>{max_static_lookups[0]}) {
+            std::string label = name;
+            if (drafts.size() > 1) label += "/d" + std::to_string(d);
+            if (widths && max_width.size() > 1) label += "/w" + std::to_string(w);
+            if (calibrated && max_static_lookups.size() > 1) label += "/L" + std::to_string(l);
+            variants_.push_back(Variant{name, d, w, l, label});
+          }
+    }
+    label_width_ = 11;
+    for (const Variant& v : variants_)
+      label_width_ = std::max(label_width_, static_cast<int>(v.label.size()));
+    max_draft_ = *std::max_element(drafts.begin(), drafts.end());
+  }
+
+  // The index (or shard set), the streams' traces and the shared StaticIndex; returns the
+  // milliseconds the shared StaticIndex took to build.
+  double OpenInputs() {
+    // A shard set (NAME.samset): sessions attach its shards as one index; the
+    // first shard gives the vocabulary and the corpus streams.
+    std::string first_path = index_path;
+    if (sam::format::LooksLikeShardSet(index_path)) {
+      shards_ = rt::OpenShardSet(index_path, {}, hub_options);
+      first_path = sam::format::ShardPath(index_path,
+                                          sam::format::ReadShardSetManifest(index_path).shards[0]);
+    }
+    file_.emplace(OpenIndex(first_path, load));
+    view_ = &file_->view();
+    rng_.seed(seed);
+
+    if (!traces_path.empty()) {
+      std::unique_ptr<sam::indexer::Tokenizer> tok;
+      if (!tokenizer_path.empty())
+        tok = std::make_unique<sam::indexer::Tokenizer>(sam::indexer::Tokenizer::Load(tokenizer_path));
+      traces_ = sam::tools::ReadTraces(traces_path, tok.get(), file_->header().bos_id,
+                                      file_->header().vocab_size);
+    }
+    const auto t_shared = Clock::now();
+    if (share_index && shards_.empty()) shared_ = rt::StaticIndex::Create(view_, hub_options);
+    const double shared_ms = static_cast<double>(Ns(t_shared, Clock::now())) / 1e6;
+    return shared_ms;
+  }
+
+  void PrintHeader(double shared_ms) {
+    std::printf("index %s (%s): %llu tokens; streams: %s; %zu steps, %s-node drafts, %zu warm runs%s\n",
+                index_path.c_str(), load.c_str(), static_cast<unsigned long long>(view_->num_tokens()),
+                traces_.empty() ? "corpus text" : traces_path.c_str(), steps, Join(drafts).c_str(),
+                runs, interleave ? " (interleaved across the rows)" : "");
+    if (memory_latency) {
+      std::mt19937_64 cycle_rng(seed);  // not rng_: the streams stay those of --seed
+      std::printf("memory latency (ns per dependent load):");
+      for (size_t mib : {1, 4, 16, 256})
+        std::printf(" %zu MiB %.1f%s", mib, DependentLoadNs(mib << 20, cycle_rng),
+                    mib == 256 ? "\n" : ",");
+    }
+    if (prewarm)
+      std::printf("prewarmed: each step is proposed once, untimed, before its timed proposal\n");
+    if (flush_mib > 0)
+      std::printf("caches flushed before each run's steps (%zu MiB written and read)\n", flush_mib);
+    if (!shards_.empty())
+      std::printf("shard set: %zu shards, each with its shared StaticIndex (the first shard "
+                  "gives the corpus streams)\n", shards_.size());
+    if (shared_)
+      std::printf("shared StaticIndex: %.1f ms to build, %.2f MiB\n", shared_ms,
+                  static_cast<double>(shared_->memory_bytes()) / (1 << 20));
+    std::printf("%8s %-*s %9s %9s %10s %6s %9s %9s\n", "context", label_width_, "policy", "p50 us",
+                "p99 us", "cold p99", "MAT", "ns/token", "prefill");
+  }
+
+  // Every row's drafter for one context.
+  std::vector<Row> MakeRows(size_t ctx, size_t gen_tokens) const {
+    std::vector<Row> rows(variants_.size());
+    for (size_t v = 0; v < variants_.size(); ++v) {
+      const Variant& spec = variants_[v];
+      Row& row = rows[v];
+      if (spec.policy == "pld") {
+        row.drafter = std::make_unique<rt::PldDrafter>(3, 10);
+        continue;
+      }
+      const rt::NamedPolicy* named = &rt::FindPolicy(spec.policy);  // checked above
+      rt::SessionOptions o;
+      o.max_dynamic_bytes = rt::DynamicSam::BytesForCapacity(ctx + gen_tokens);
+      o.selection.policy = named->policy;
+      if (named->recycling_fallback) {
+        row.recycling = std::make_unique<rt::RecyclingDrafter>(view_->vocab_size());
+        o.fallback = row.recycling.get();
+      }
+      o.selection.draft_size = spec.draft;
+      o.selection.max_static_lookups = spec.max_static_lookups;
+      o.selection.backoff_count = backoff_count;
+      o.selection.max_width = spec.max_width;
+      o.collect_timing = false;
+      auto session = std::make_unique<rt::Session>(o);
+      if (!shards_.empty()) session->AttachShardSet(shards_);
+      else if (shared_) session->AttachIndex(shared_);
+      else session->AttachIndex(view_);
+      row.session = session.get();
+      row.drafter = std::move(session);
+    }
+    return rows;
+  }
+
+  // The rows' runs at one context length (printed when `report`).
+  void MeasureContext(size_t ctx, bool report) {
+    std::vector<uint32_t> context, generation;
+    const size_t gen_tokens = steps * max_draft_ + 1;
+    if (traces_.empty()) {
+      context = CorpusTokens(*view_, 1 + rng_() % view_->num_tokens(), ctx);
+      generation = CorpusTokens(*view_, 1 + rng_() % view_->num_tokens(), gen_tokens);
+    } else {
+      context = Concatenate(order_, ctx, [&](size_t k) -> const std::vector<uint32_t>& {
+        return traces_[k].prompt;
+      });
+      generation = Concatenate(order_, gen_tokens, [&](size_t k) -> const std::vector<uint32_t>& {
+        return traces_[k].output;
+      });
+    }
+    // Every row's drafter, then its runs: row by row, or with --interleave
+    // run by run across the rows.
+    std::vector<Row> rows = MakeRows(ctx, gen_tokens);
+    auto run_once = [&](size_t v, size_t run) {
+      Row& row = rows[v];
+      auto propose = [&](uint32_t start) -> const rt::DraftTree& {
+        if (row.session) return row.session->Propose(start);
+        row.drafter->Propose(start, variants_[v].draft, &row.pld_tree);
+        return row.pld_tree;
+      };
+      rt::ClearPhaseTimes();  // only the warm runs' are printed
+      row.last = ::Run(*row.drafter, propose, context, generation, steps, &flush_, prewarm);
+      if (run == 0) {
+        row.cold_p99 = rt::Percentile(row.last.step_ns, 99) / 1000.0;
+        return;
+      }
+      if (phases) KeepPhaseTimes(prewarm, &row.phase_times);
+      row.p50.push_back(rt::Percentile(row.last.step_ns, 50) / 1000.0);
+      row.p99.push_back(rt::Percentile(row.last.step_ns, 99) / 1000.0);
+      row.per_token.push_back(row.last.NsPerToken());
+    };
+    auto print_row = [&](size_t v) {
+      if (!report) return;
+      const Row& row = rows[v];
+      std::printf("%8zu %-*s %9.2f %9.2f %10.2f %6.2f %9.0f %7.1fms\n", ctx, label_width_,
+                  variants_[v].label.c_str(), Median(row.p50), Median(row.p99), row.cold_p99,
+                  row.last.stats.Mat(), Median(row.per_token), row.last.prefill_ms);
+      if (phases) PrintPhaseTimes(row.phase_times, row.p50.size() * row.last.step_ns.size());
+      std::fflush(stdout);
+    };
+    if (interleave) {
+      for (size_t run = 0; run <= runs; ++run)
+        for (size_t v = 0; v < rows.size(); ++v) run_once(v, run);
+      for (size_t v = 0; v < rows.size(); ++v) print_row(v);
+    } else {
+      for (size_t v = 0; v < rows.size(); ++v) {
+        for (size_t run = 0; run <= runs; ++run) run_once(v, run);
+        print_row(v);
+      }
+    }
+  }
+
+  std::vector<Variant> variants_;
+  int label_width_ = 11;
+  size_t max_draft_ = 0;
+  std::vector<std::shared_ptr<const rt::StaticIndex>> shards_;
+  std::optional<sam::format::IndexFile> file_;
+  const sam::format::IndexView* view_ = nullptr;
+  std::mt19937_64 rng_;
+  std::vector<rt::ReplayTrace> traces_;
+  std::shared_ptr<const rt::StaticIndex> shared_;
+  std::vector<uint64_t> flush_;  // 8-byte words written and read before each run
+  std::vector<size_t> order_;    // the traces' shuffled order
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sam::tools::SetUpTool("bench-step");
+  CLI::App app{"bench-step: per-step propose + commit time vs context length: paper rule,\n"
+               "calibrated policy and PLD. Prints figures; asserts nothing.\n\n"
+               "Examples:\n"
+               "  bench-step --index chat.sam --traces traces.jsonl --tokenizer llama-32k.model\n"
+               "  bench-step --index chat.sam --contexts 1024,4096 --steps 500 --runs 3 --load read",
+               "bench-step"};
+  BenchStep bench;
+  auto& [index_path, traces_path, tokenizer_path, contexts, policies, steps, runs, flush_mib,
+         drafts, seed, share_index, prewarm, memory_latency, phases, interleave, load,
+         hub_options, max_static_lookups, backoff_count, max_width] = bench.flags();
   app.add_option("--index", index_path,
                  "static index file, or shard set manifest NAME.samset (its shards as one index: "
                  "per-step cost against the number of shards)")
       ->required();
   app.add_option("--traces", traces_path,
-                 "JSONL traces (sam-replay make-traces) for realistic streams");
+                 "JSONL traces (sam-traces) for realistic streams");
   app.add_option("--tokenizer", tokenizer_path, "SentencePiece model (string traces)");
   app.add_option("--contexts", contexts, "context lengths in tokens")
       ->delimiter(',')
@@ -366,187 +605,5 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"mmap", "populate", "read"}))
       ->capture_default_str();
   if (const auto status = sam::tools::ParseCommandLine(app, argc, argv)) return *status;
-  return sam::tools::RunTool("bench-step", [&] {
-    if (hub_options.subtree_nodes > 0 && hub_options.record_min_count == 0)
-      throw sam::tools::UsageError("--subtree-nodes needs --record-min-count (subtrees are part "
-                                   "of the child records)");
-    if (phases && !rt::PhaseTimingEnabled())
-      throw sam::tools::UsageError(
-          "--phases needs a build configured with -DSAM_PHASE_TIMING=ON (docs/runtime.md)");
-    for (const std::string& name : policies) {
-      if (name == "pld") continue;
-      try {
-        rt::FindPolicy(name);
-      } catch (const sam::Error& e) {
-        throw sam::tools::UsageError("--policies: " + std::string(e.what()) + " (or pld)");
-      }
-    }
-    if (drafts.empty() || max_width.empty() || max_static_lookups.empty())
-      throw sam::tools::UsageError("--draft, --max-width and --max-static-lookups each need at "
-                                   "least one value");
-    // The rows: every policy at every listed draft size, and at every listed
-    // width and lookup limit where the policy uses them (sam-cal both,
-    // sam-tree the width), labelled with the settings that vary (one word:
-    // sam-cal/d24/w8/L1).
-    std::vector<Variant> variants;
-    for (const std::string& name : policies) {
-      // (pld: neither, like the paper rule.)
-      const rt::Policy policy = name == "pld" ? rt::Policy::kPaper : rt::FindPolicy(name).policy;
-      const bool calibrated = policy == rt::Policy::kCalibrated;
-      const bool widths = calibrated || policy == rt::Policy::kTree;
-      for (size_t d : drafts)
-        for (size_t w : widths ? max_width : std::vector<size_t>{max_width[0]})
-          for (size_t l : calibrated ? max_static_lookups
-                                     : std::vector<size_t>{max_static_lookups[0]}) {
-            std::string label = name;
-            if (drafts.size() > 1) label += "/d" + std::to_string(d);
-            if (widths && max_width.size() > 1) label += "/w" + std::to_string(w);
-            if (calibrated && max_static_lookups.size() > 1) label += "/L" + std::to_string(l);
-            variants.push_back(Variant{name, d, w, l, label});
-          }
-    }
-    int label_width = 11;
-    for (const Variant& v : variants) label_width = std::max(label_width, static_cast<int>(v.label.size()));
-    const size_t max_draft = *std::max_element(drafts.begin(), drafts.end());
-    // A shard set (NAME.samset): sessions attach its shards as one index; the
-    // first shard gives the vocabulary and the corpus streams.
-    std::vector<std::shared_ptr<const rt::StaticIndex>> shards;
-    std::string first_path = index_path;
-    if (sam::format::LooksLikeShardSet(index_path)) {
-      shards = rt::OpenShardSet(index_path, {}, hub_options);
-      first_path = sam::format::ShardPath(index_path,
-                                          sam::format::ReadShardSetManifest(index_path).shards[0]);
-    }
-    const auto file = OpenIndex(first_path, load);
-    const auto& view = file.view();
-    std::mt19937_64 rng(seed);
-
-    std::vector<rt::ReplayTrace> traces;
-    if (!traces_path.empty()) {
-      std::unique_ptr<sam::indexer::Tokenizer> tok;
-      if (!tokenizer_path.empty())
-        tok = std::make_unique<sam::indexer::Tokenizer>(sam::indexer::Tokenizer::Load(tokenizer_path));
-      traces = sam::tools::ReadTraces(traces_path, tok.get(), file.header().bos_id,
-                                      file.header().vocab_size);
-    }
-    const auto t_shared = Clock::now();
-    std::shared_ptr<const rt::StaticIndex> shared;
-    if (share_index && shards.empty()) shared = rt::StaticIndex::Create(&view, hub_options);
-    const double shared_ms = static_cast<double>(Ns(t_shared, Clock::now())) / 1e6;
-
-    std::printf("index %s (%s): %llu tokens; streams: %s; %zu steps, %s-node drafts, %zu warm runs%s\n",
-                index_path.c_str(), load.c_str(), static_cast<unsigned long long>(view.num_tokens()),
-                traces.empty() ? "corpus text" : traces_path.c_str(), steps, Join(drafts).c_str(),
-                runs, interleave ? " (interleaved across the rows)" : "");
-    if (memory_latency) {
-      std::mt19937_64 cycle_rng(seed);  // not rng: the streams stay those of --seed
-      std::printf("memory latency (ns per dependent load):");
-      for (size_t mib : {1, 4, 16, 256})
-        std::printf(" %zu MiB %.1f%s", mib, DependentLoadNs(mib << 20, cycle_rng),
-                    mib == 256 ? "\n" : ",");
-    }
-    if (prewarm)
-      std::printf("prewarmed: each step is proposed once, untimed, before its timed proposal\n");
-    std::vector<uint64_t> flush(flush_mib << 17);  // 8-byte words
-    if (flush_mib > 0)
-      std::printf("caches flushed before each run's steps (%zu MiB written and read)\n", flush_mib);
-    if (!shards.empty())
-      std::printf("shard set: %zu shards, each with its shared StaticIndex (the first shard "
-                  "gives the corpus streams)\n", shards.size());
-    if (shared)
-      std::printf("shared StaticIndex: %.1f ms to build, %.2f MiB\n", shared_ms,
-                  static_cast<double>(shared->memory_bytes()) / (1 << 20));
-    std::printf("%8s %-*s %9s %9s %10s %6s %9s %9s\n", "context", label_width, "policy", "p50 us",
-                "p99 us", "cold p99", "MAT", "ns/token", "prefill");
-    std::vector<size_t> order(traces.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::shuffle(order.begin(), order.end(), rng);
-    // The first context runs twice: its first pass warms the mapping (page faults).
-    for (size_t ci = 0, pass = 0; ci < contexts.size(); ++pass) {
-      const size_t ctx = contexts[ci];
-      const bool report = pass > 0;
-      if (report) ++ci;
-      std::vector<uint32_t> context, generation;
-      const size_t gen_tokens = steps * max_draft + 1;
-      if (traces.empty()) {
-        context = CorpusTokens(view, 1 + rng() % view.num_tokens(), ctx);
-        generation = CorpusTokens(view, 1 + rng() % view.num_tokens(), gen_tokens);
-      } else {
-        context = Concatenate(order, ctx, [&](size_t k) -> const std::vector<uint32_t>& {
-          return traces[k].prompt;
-        });
-        generation = Concatenate(order, gen_tokens, [&](size_t k) -> const std::vector<uint32_t>& {
-          return traces[k].output;
-        });
-      }
-      // Every row's drafter, then its runs: row by row, or with --interleave
-      // run by run across the rows.
-      std::vector<Row> rows(variants.size());
-      for (size_t v = 0; v < variants.size(); ++v) {
-        const Variant& spec = variants[v];
-        Row& row = rows[v];
-        if (spec.policy == "pld") {
-          row.drafter = std::make_unique<rt::PldDrafter>(3, 10);
-          continue;
-        }
-        const rt::NamedPolicy* named = &rt::FindPolicy(spec.policy);  // checked above
-        rt::SessionOptions o;
-        o.max_dynamic_bytes = rt::DynamicSam::BytesForCapacity(ctx + gen_tokens);
-        o.selection.policy = named->policy;
-        if (named->recycling_fallback) {
-          row.recycling = std::make_unique<rt::RecyclingDrafter>(view.vocab_size());
-          o.fallback = row.recycling.get();
-        }
-        o.selection.draft_size = spec.draft;
-        o.selection.max_static_lookups = spec.max_static_lookups;
-        o.selection.backoff_count = backoff_count;
-        o.selection.max_width = spec.max_width;
-        o.collect_timing = false;
-        auto session = std::make_unique<rt::Session>(o);
-        if (!shards.empty()) session->AttachShardSet(shards);
-        else if (shared) session->AttachIndex(shared);
-        else session->AttachIndex(&view);
-        row.session = session.get();
-        row.drafter = std::move(session);
-      }
-      auto run_once = [&](size_t v, size_t run) {
-        Row& row = rows[v];
-        auto propose = [&](uint32_t start) -> const rt::DraftTree& {
-          if (row.session) return row.session->Propose(start);
-          row.drafter->Propose(start, variants[v].draft, &row.pld_tree);
-          return row.pld_tree;
-        };
-        rt::ClearPhaseTimes();  // only the warm runs' are printed
-        row.last = Run(*row.drafter, propose, context, generation, steps, &flush, prewarm);
-        if (run == 0) {
-          row.cold_p99 = rt::Percentile(row.last.step_ns, 99) / 1000.0;
-          return;
-        }
-        if (phases) KeepPhaseTimes(prewarm, &row.phase_times);
-        row.p50.push_back(rt::Percentile(row.last.step_ns, 50) / 1000.0);
-        row.p99.push_back(rt::Percentile(row.last.step_ns, 99) / 1000.0);
-        row.per_token.push_back(row.last.NsPerToken());
-      };
-      auto print_row = [&](size_t v) {
-        if (!report) return;
-        const Row& row = rows[v];
-        std::printf("%8zu %-*s %9.2f %9.2f %10.2f %6.2f %9.0f %7.1fms\n", ctx, label_width,
-                    variants[v].label.c_str(), Median(row.p50), Median(row.p99), row.cold_p99,
-                    row.last.stats.Mat(), Median(row.per_token), row.last.prefill_ms);
-        if (phases) PrintPhaseTimes(row.phase_times, row.p50.size() * row.last.step_ns.size());
-        std::fflush(stdout);
-      };
-      if (interleave) {
-        for (size_t run = 0; run <= runs; ++run)
-          for (size_t v = 0; v < rows.size(); ++v) run_once(v, run);
-        for (size_t v = 0; v < rows.size(); ++v) print_row(v);
-      } else {
-        for (size_t v = 0; v < rows.size(); ++v) {
-          for (size_t run = 0; run <= runs; ++run) run_once(v, run);
-          print_row(v);
-        }
-      }
-    }
-    return 0;
-  });
+  return sam::tools::RunTool("bench-step", [&] { return bench.Run(); });
 }

@@ -1,7 +1,7 @@
 """Python overhead per propose + commit against the C++ session (docs/python.md).
 
     build/bin/python_reference_session fixture DIR [DOCUMENTS GENERATION]
-    PYTHONPATH=build/python /usr/bin/python3 tools/bench_python.py DIR build/bin/python_reference_session
+    PYTHONPATH=build/python /usr/bin/python3 tools/bench/bench_python.py DIR build/bin/python_reference_session
 
 Replays DIR/reference.json's generation (the commits of a greedy replay) over
 DIR/index.sam (prepared) through samdecoding and through the C++ session, and
