@@ -156,8 +156,8 @@ int main(int argc, char** argv) {
         o.max_dynamic_bytes = dynamic_mib ? dynamic_mib << 20
                                           : rt::DynamicSam::BytesForCapacity(context_tokens +
                                                                              gen_tokens);
-        o.selection.policy = named->policy;
-        o.selection.draft_size = draft;
+        o.policy = named->policy;
+        o.draft_size = draft;
         r.session = std::make_unique<rt::Session>(o);
         r.session->AttachIndex(shared);
       }

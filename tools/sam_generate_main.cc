@@ -35,6 +35,7 @@
 #include <torch/cuda.h>
 
 #include "cli.h"
+#include "session_flags.h"
 #include "sam/corpora/templates.h"
 #include "sam/error.h"
 #include "sam/format/index.h"
@@ -323,7 +324,7 @@ int main(int argc, char** argv) {
   std::string model_dir, tokenizer_path, prompt, prompt_file, template_name = "raw";
   std::string policy = "sam-cal", device = "cpu", dtype;
   std::vector<std::string> index_paths;
-  std::optional<size_t> draft_size;
+  sam::tools::SessionFlags session_flags;
   int64_t max_new_tokens = 128;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
@@ -358,8 +359,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "sampling seed (default 0)");
   app.add_flag("--no-spec", no_spec, "plain autoregressive decoding (no drafts), for comparison");
   app.add_option("--policy", policy, "draft policy (default sam-cal; see above)");
-  app.add_option("--draft-size", draft_size, "draft nodes incl. the start token (default 40)")
-      ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
+  session_flags.Add(app, {"draft_size", "shape", "l_bias", "l_threshold", "tree_nodes", "tree_width"});
   std::string cost_curve_path;
   app.add_option("--cost-curve", cost_curve_path,
                  "sam-cal: verification cost curve (CSV 'tokens,cost' rows, as bench-generate "
@@ -506,7 +506,7 @@ int main(int argc, char** argv) {
     } catch (const tb::Error& e) {
       throw UsageError(e.what());
     }
-    if (draft_size) generator_options.selection.draft_size = *draft_size;
+    session_flags.Apply(&generator_options.selection);
     if (!cost_curve_path.empty()) {
       if (generator_options.selection.policy != rt::Policy::kCalibrated || no_spec)
         throw UsageError("--cost-curve sizes sam-cal's drafts; use it with --policy sam-cal");

@@ -49,7 +49,7 @@ bool SameTree(const DraftTree& a, const DraftTree& b) {
 // ---------------------------------------------------------------- selection
 
 TEST(Selection, PaperRuleDecisions) {
-  SelectionOptions o;  // l_bias auto, l_threshold 5
+  PaperOptions o;  // l_bias auto, l_threshold 5
   // With a fallback: bias 5.
   EXPECT_EQ(ChoosePaper(5, 0, true, o), Choice::kDynamic);
   EXPECT_EQ(ChoosePaper(4, 9, true, o), Choice::kFallback);   // l_s' = 4 < 5
@@ -71,9 +71,9 @@ TEST(Selection, PaperRuleDecisions) {
 }
 
 TEST(Selection, AdaptiveLength) {
-  SelectionOptions o;
+  SessionOptions o;
   EXPECT_EQ(LinearDraftSize(1, o), 40u);
-  o.adaptive_length = true;
+  o.tuning.adaptive_length = true;
   EXPECT_EQ(LinearDraftSize(1, o), 5u);
   EXPECT_EQ(LinearDraftSize(3, o), 13u);
   EXPECT_EQ(LinearDraftSize(100, o), 40u);
@@ -86,8 +86,8 @@ TEST(Selection, AdaptiveLength) {
 TEST(Session, DynamicDraftCopiesFirstOccurrence) {
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kDynamicOnly;
-  o.selection.draft_size = 5;
+  o.policy = Policy::kDynamicOnly;
+  o.draft_size = 5;
   Session s(o);
   s.Prefill(Text{1, 2, 3, 4, 5, 6, 9, 2, 3});
   const DraftTree& t = s.Propose(4);  // "2 3 4" matched at 2..4
@@ -110,7 +110,7 @@ TEST(Session, StaticDraftStopsAtDocumentEnd) {
   BuiltIndex index({{10, 11, 12, 13}, {11, 12, 20, 21, 22, 23, 24}}, 30, "docend.sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kStaticOnly;
+  o.policy = Policy::kStaticOnly;
   Session s(o);
   s.AttachIndex(&index.file.view());
   s.Prefill(Text{10, 11});
@@ -123,7 +123,7 @@ TEST(Session, StaticDraftStopsAtDocumentEnd) {
 TEST(Session, PaperRulePicksLongerMatch) {
   BuiltIndex index({{1, 2, 3, 4, 5, 6, 7, 8, 20, 21}}, 30, "paper.sam");
   SessionOptions o;
-  o.selection.policy = Policy::kPaper;
+  o.policy = Policy::kPaper;
   o.max_dynamic_bytes = 1 << 20;
   Session s(o);  // paper rule, no fallback: bias 0
   s.AttachIndex(&index.file.view());
@@ -148,7 +148,7 @@ TEST(Session, IncrementalEqualsRebuilt) {
   for (Policy p : {Policy::kPaper, Policy::kTree, Policy::kStaticOnly, Policy::kDynamicOnly}) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = p;
+    o.policy = p;
     Session inc(o);
     inc.AttachIndex(&index.file.view());
     Text prompt(30), gen(200);
@@ -183,7 +183,7 @@ TEST(Session, CursorsEqualTokenByTokenAfterAcceptedStaticDrafts) {
   for (Policy p : {Policy::kPaper, Policy::kStaticOnly}) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = p;
+    o.policy = p;
     Session s(o);
     s.AttachIndex(&index.file.view());
     s.AttachIndex(&other.file.view());
@@ -290,7 +290,7 @@ TEST(Session, MultipleIndexesUseTheLongestStaticMatch) {
   BuiltIndex domain({{7, 8, 2, 3, 9, 10, 11}}, 20, "domain.sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kStaticOnly;
+  o.policy = Policy::kStaticOnly;
   Session s(o);
   s.AttachIndex(&general.file.view());
   s.AttachIndex(&domain.file.view());
@@ -313,7 +313,7 @@ TEST(Session, AttachBetweenProposeAndCommit) {
   BuiltIndex index({{1, 2, 3, 4, 5}}, 20, "attach_mid.sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kStaticOnly;
+  o.policy = Policy::kStaticOnly;
   Session s(o);
   s.Prefill(Text{1, 2});
   s.Propose(3);
@@ -328,7 +328,7 @@ TEST(Session, TreePolicyShapes) {
   BuiltIndex index({{1, 2, 3, 5}, {1, 2, 3, 6}, {1, 2, 3, 5}, {1, 2, 4, 7}}, 10, "tree.sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kTree;
+  o.policy = Policy::kTree;
   Session s(o);
   s.AttachIndex(&index.file.view());
   s.Prefill(Text{1});
@@ -353,7 +353,7 @@ TEST(Session, TreePolicyBoundsWidthAndSize) {
   for (bool shared : {false, true}) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = Policy::kTree;
+    o.policy = Policy::kTree;
     Session s(o);
     if (shared) s.AttachIndex(StaticIndex::Create(&index.file.view(), {.min_degree = 4}));
     else s.AttachIndex(&index.file.view());
@@ -383,7 +383,7 @@ TEST(Session, TreePolicyBoundsWidthAndSize) {
 TEST(Session, ResetForgetsRequestState) {
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kDynamicOnly;
+  o.policy = Policy::kDynamicOnly;
   Session s(o);
   s.Prefill(Text{1, 2, 3, 4});
   EXPECT_GT(s.Propose(2).size(), 1u);
@@ -409,7 +409,7 @@ class FixedDrafter : public Drafter {
 TEST(Session, FallbackDrafterBelowThreshold) {
   FixedDrafter fallback;
   SessionOptions o;
-  o.selection.policy = Policy::kPaper;  // the paper rule's threshold decides the fallback
+  o.policy = Policy::kPaper;  // the paper rule's threshold decides the fallback
   o.max_dynamic_bytes = 1 << 20;
   o.fallback = &fallback;
   Session s(o);
@@ -427,8 +427,8 @@ TEST(Session, CalibratedTreeIsWithinBudgetAndMergesSources) {
   BuiltIndex index({{1, 2, 3, 5, 6}, {1, 2, 3, 6, 6}, {1, 2, 4, 7, 7}}, 10, "cal.sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kCalibrated;
-  o.selection.draft_size = 6;
+  o.policy = Policy::kCalibrated;
+  o.draft_size = 6;
   Session s(o);
   s.AttachIndex(&index.file.view());
   s.Prefill(Text{1, 2, 8, 8, 1});
@@ -480,8 +480,8 @@ TEST(Session, CalibratedRanksModelCandidatesByDraftProbability) {
     TwoChildDrafter fallback(q_first, q_second);
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = Policy::kCalibrated;
-    o.selection.draft_size = 2;
+    o.policy = Policy::kCalibrated;
+    o.draft_size = 2;
     o.fallback = &fallback;
     Session s(o);
     s.Prefill(Text{7, 8, 9});
@@ -495,8 +495,8 @@ TEST(Session, CalibratedRanksModelCandidatesByDraftProbability) {
 TEST(Session, StatisticsByDepthAndMatchLength) {
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kDynamicOnly;
-  o.selection.draft_size = 4;
+  o.policy = Policy::kDynamicOnly;
+  o.draft_size = 4;
   Session s(o);
   s.Prefill(Text{1, 2, 3, 4, 5, 1, 2});
   s.Propose(3);               // "1 2 3": draft 3 4 5 1
@@ -570,8 +570,8 @@ TEST(PolicyNames, UnknownNameListsEveryValidName) {
 TEST(SessionLimits, DraftSizeAtAndBeyondTheMaximum) {
   SessionOptions o;
   o.max_dynamic_bytes = 16 << 20;
-  o.selection.policy = Policy::kDynamicOnly;
-  o.selection.draft_size = kMaxDraftSize;  // at the limit: accepted, and drafts reach it
+  o.policy = Policy::kDynamicOnly;
+  o.draft_size = kMaxDraftSize;  // at the limit: accepted, and drafts reach it
   Session s(o);
   Text prompt;
   for (size_t i = 0; i < 2 * kMaxDraftSize + 10; ++i) prompt.push_back(1 + i % 5);  // period 5
@@ -580,7 +580,7 @@ TEST(SessionLimits, DraftSizeAtAndBeyondTheMaximum) {
   EXPECT_EQ(t.size(), kMaxDraftSize);
   EXPECT_EQ(t.depths.back(), kMaxDraftSize - 1);
   for (size_t bad : {size_t{0}, kMaxDraftSize + 1, size_t{1} << 40}) {
-    o.selection.draft_size = bad;
+    o.draft_size = bad;
     try {
       Session refused(o);
       ADD_FAILURE() << "draft_size " << bad << " was accepted";
@@ -589,21 +589,28 @@ TEST(SessionLimits, DraftSizeAtAndBeyondTheMaximum) {
       EXPECT_NE(std::string(e.what()).find(std::to_string(kMaxDraftSize)), std::string::npos);
     }
   }
-  o.selection.draft_size = 40;
-  o.selection.max_tree_nodes = kMaxDraftSize;
+  o.draft_size = 40;
+  o.tree.nodes = kMaxDraftSize;
   EXPECT_NO_THROW(Session{o});
-  o.selection.max_tree_nodes = kMaxDraftSize + 1;
+  o.tree.nodes = kMaxDraftSize + 1;
   EXPECT_THROW(Session{o}, sam::Error);
-  o.selection.max_tree_nodes = kMaxDraftSize;
-  o.selection.max_width = 0;
+  o.tree.nodes = kMaxDraftSize;
+  o.tree.width = 0;
   EXPECT_THROW(Session{o}, sam::Error);
-  o.selection.max_width = 1;
+  o.tree.width = kMaxWidth + 1;
+  EXPECT_THROW(Session{o}, sam::Error);
+  o.tree.width = 1;
+  o.tuning.calibrated_width = 0;
+  EXPECT_THROW(Session{o}, sam::Error);
+  o.tuning.calibrated_width = kMaxWidth + 1;
+  EXPECT_THROW(Session{o}, sam::Error);
+  o.tuning.calibrated_width = 1;
   for (double p : {0.0, 0.5, 1.0}) {
-    o.selection.min_path_probability = p;
+    o.tuning.min_path_probability = p;
     EXPECT_NO_THROW(Session{o}) << p;
   }
   for (double p : {-0.01, 1.5, std::nan(""), std::numeric_limits<double>::infinity()}) {
-    o.selection.min_path_probability = p;
+    o.tuning.min_path_probability = p;
     try {
       Session refused(o);
       ADD_FAILURE() << "min_path_probability " << p << " was accepted";
@@ -637,7 +644,7 @@ TEST(IndexLifetime, VectorGrowthKeepsBorrowedViewsValid) {
   for (Policy p : policies) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = p;
+    o.policy = p;
     sessions.push_back(std::make_unique<Session>(o));
     sessions.back()->AttachIndex(&files[0].view());
     sessions.push_back(std::make_unique<Session>(o));
@@ -690,7 +697,7 @@ TEST(IndexLifetime, SharedViewsOutliveTheFile) {
   BuiltIndex built(docs, 10, "shared_view.sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kCalibrated;
+  o.policy = Policy::kCalibrated;
   Session by_view(o), by_hubs(o);
   std::weak_ptr<const format::IndexView> weak;
   {
