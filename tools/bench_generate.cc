@@ -33,6 +33,7 @@
 #include <torch/types.h>
 
 #include "cli.h"
+#include "session_flags.h"
 #include "sam/corpora/templates.h"
 #include "sam/error.h"
 #include "sam/format/index.h"
@@ -86,6 +87,8 @@ int main(int argc, char** argv) {
                  "data folder with gsm8k/test.jsonl (required unless --curve-only)");
   app.add_option("--index", index_paths, "static index (repeatable; default: none)");
   app.add_option("--policy", policies, "speculative policies to compare")->capture_default_str();
+  sam::tools::SessionFlags session_flags;
+  session_flags.Add(app, {"draft_size", "shape", "l_bias", "l_threshold", "tree_nodes", "tree_width"});
   app.add_option("--replay", replay_path,
                  "sam-replay --json report for the projection (default: no projection)");
   const auto positive = CLI::Range(int64_t{1}, int64_t{1} << 20);
@@ -138,6 +141,10 @@ int main(int argc, char** argv) {
       } catch (const tb::Error& e) {
         throw sam::tools::UsageError(std::string("--policy: ") + e.what());
       }
+    }
+    {
+      sam::runtime::SessionOptions check;  // bad values are usage errors before any work
+      session_flags.Apply(&check);
     }
     torch::NoGradGuard no_grad;
     const auto tokenizer = sam::indexer::Tokenizer::Load(tokenizer_path);
@@ -244,8 +251,9 @@ int main(int argc, char** argv) {
     std::vector<Run> runs;
     runs.push_back({"plain", std::make_unique<tb::Generator>(model), false, 0, 0, {}});
     for (const auto& p : policies) {
-      runs.push_back({p, std::make_unique<tb::Generator>(model, tb::GeneratorOptionsForPolicy(p)),
-                      true, 0, 0, {}});
+      tb::GeneratorOptions options = tb::GeneratorOptionsForPolicy(p);
+      session_flags.Apply(&options.selection);
+      runs.push_back({p, std::make_unique<tb::Generator>(model, options), true, 0, 0, {}});
       for (const auto& f : indexes) runs.back().generator->AttachIndex(&f.view());
     }
     const tb::GenerateOptions base{.max_new_tokens = max_new_tokens, .stop_tokens = {}};

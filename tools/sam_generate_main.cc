@@ -517,14 +517,15 @@ int main(int argc, char** argv) {
     const bool sdsat_flags = sdsat_tokens_opt->count() || sdsat_k_opt->count() ||
                              sdsat_scheme_opt->count() || sdsat_width_opt->count() ||
                              sdsat_sampling_opt->count();
-    if (sdsat_flags && !needs_sdsat && policy != "sam-cal")
+    const bool calibrated = generator_options.selection.policy == rt::Policy::kCalibrated;
+    if (sdsat_flags && !needs_sdsat && !calibrated)
       throw UsageError("the --sdsat-* flags are used by the policies sdsat, sam-sdsat and sam-cal, not " +
                        policy);
     if (sdsat_flags && no_spec) throw UsageError("the --sdsat-* flags draft; --no-spec does not");
     const bool needs_draft = tb::PolicyNeedsDraftModel(policy);
     // sam-cal takes a draft model optionally: its trees join the calibrated
     // merge (cells by depth and the draft's probability).
-    const bool calibrated_with_draft = policy == "sam-cal" && !draft_model_dir.empty();
+    const bool calibrated_with_draft = calibrated && !draft_model_dir.empty();
     if (needs_draft && draft_model_dir.empty())
       throw UsageError("--policy " + policy + " needs --draft-model DIR");
     if (!needs_draft && !calibrated_with_draft && !draft_model_dir.empty())
@@ -573,7 +574,7 @@ int main(int argc, char** argv) {
     // SDSAT's adaptive ids: the flags override config.json's sdsat_tokens.
     const std::vector<uint32_t> sdsat_given = sdsat_tokens_opt->count() ? sdsat_ids : config.sdsat_tokens;
     const bool use_sdsat =
-        !no_spec && (needs_sdsat || (policy == "sam-cal" && !sdsat_given.empty()));
+        !no_spec && (needs_sdsat || (calibrated && !sdsat_given.empty()));
     if (use_sdsat) {
       if (sdsat_given.empty())
         throw UsageError("--policy " + policy + " needs --sdsat-tokens ID[,ID...] (the checkpoint's "

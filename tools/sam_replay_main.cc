@@ -329,7 +329,9 @@ json PolicyJson(const std::string& name, const rt::ReplayReport& r, const Tuning
   p["tokens_per_step"] = r.total.TokensPerStep();
   if (!projection.empty()) {
     p["projected_speedup"] = r.ProjectedSpeedup(projection);
-    p["cost_aware"] = name == "sam-cal" && !tuning.cost_curve.empty();
+    const rt::NamedPolicy* session_policy = FindSessionPolicy(name);
+    p["cost_aware"] = session_policy != nullptr &&
+                      session_policy->policy == rt::Policy::kCalibrated && !tuning.cost_curve.empty();
   }
   p["draft_share"] = r.DraftShare();
   p["steps"] = r.total.steps;
