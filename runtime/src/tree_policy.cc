@@ -1,5 +1,5 @@
 // Policy::kTree: a count-weighted static tree (StaticTreeBuilder: best-first
-// over the heaviest children, at most min(max_tree_nodes, 1 +
+// over the heaviest children, at most min(tree.nodes, 1 +
 // length_per_match * l) nodes, max_width a depth) when the static match is
 // longer than the dynamic one, else the dynamic draft of that size. The
 // shards of a shard set that match as long sum their children's counts

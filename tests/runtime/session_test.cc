@@ -340,7 +340,7 @@ TEST(Session, TreePolicyShapes) {
   EXPECT_EQ(t.tokens[2], 5u);  // then "3 5" (weight 2/4) before "4" (1/4)
 }
 
-// kTree: at most max_width (8) nodes per depth and min(max_tree_nodes (60),
+// kTree: at most tree.width (8) nodes per depth and min(tree.nodes (60),
 // 1 + 4 l) nodes in all, on a corpus whose common states have many children.
 TEST(Session, TreePolicyBoundsWidthAndSize) {
   std::mt19937 rng(5);
