@@ -221,7 +221,8 @@ std::string ShapeText(int shape) {
 }
 
 std::string Number(uint64_t v) { return std::to_string(v); }
-std::string Signed(int64_t v) { return std::to_string(v); }
+// l_bias: any negative value is automatic.
+std::string Bias(int32_t v) { return v < 0 ? "auto" : std::to_string(v); }
 std::string Flag(int v) { return v != 0 ? "true" : "false"; }
 
 const ConfigField kConfigFields[] = {
@@ -230,7 +231,7 @@ const ConfigField kConfigFields[] = {
     SAM_FIELD(shape, ShapeText),
     SAM_FIELD(max_dynamic_bytes, Number),
     SAM_FIELD(collect_timing, Flag),
-    SAM_FIELD(l_bias, Signed),
+    SAM_FIELD(l_bias, Bias),
     SAM_FIELD(l_threshold, Number),
     SAM_FIELD(tree_nodes, Number),
     SAM_FIELD(tree_width, Number),

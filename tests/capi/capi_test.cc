@@ -175,6 +175,11 @@ TEST(Capi, RejectsBadOptions) {
   options.shape = 2;
   EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(session, nullptr);
+  // Any negative l_bias is automatic, as documented.
+  sam_session_config_init(&options);
+  options.l_bias = -7;
+  ASSERT_EQ(sam_session_new(&options, &session), SAM_OK) << sam_last_error();
+  sam_session_free(session);
 }
 
 // The drafts of a dynamic-only session over a repetitive prompt (the draft fills draft_size).
