@@ -17,6 +17,7 @@
 
 #include "sam/error.h"
 #include "sam/format/index.h"
+#include "sam/runtime/options.h"
 #include "sam/runtime/replay.h"
 #include "test_index.h"
 
@@ -513,6 +514,105 @@ TEST(Session, StatisticsByDepthAndMatchLength) {
   EXPECT_NE(s.statistics().ToJson().find("\"dynamic\""), std::string::npos);
   s.ResetStatistics();
   EXPECT_EQ(s.statistics().steps, 0u);
+}
+
+// ---------------------------------------------------------------- option table
+
+// Every field a row of the option tables sets, as text, to compare two options.
+std::string Fields(const SessionOptions& o) {
+  std::string out = std::string(PolicyName(o.policy)) + " " + std::to_string(o.draft_size) + " " +
+                    std::string(DraftShapeName(o.shape)) + " " + std::to_string(o.cost_curve.empty()) +
+                    " " + std::to_string(o.max_dynamic_bytes) + " " +
+                    std::to_string(o.collect_timing) + " " + std::to_string(o.cache_prompts) + " " +
+                    (o.paper.l_bias ? std::to_string(*o.paper.l_bias) : "auto") + " " +
+                    std::to_string(o.paper.l_threshold) + " " + std::to_string(o.tree.nodes) + " " +
+                    std::to_string(o.tree.width);
+  const experimental::Tuning& t = o.tuning;
+  out += " " + std::to_string(t.adaptive_length) + " " + std::to_string(t.length_per_match) + " " +
+         std::to_string(t.dynamic_link_fallback) + " " + std::to_string(t.min_path_probability) +
+         " " + std::to_string(t.max_static_lookups) + " " + std::to_string(t.backoff_count) + " " +
+         std::to_string(t.calibrated_width) + " " + std::to_string(t.chain_min_path_probability);
+  return out;
+}
+
+// The tables' defaults (what help texts, Python's docstring and the tools show) are the
+// structs' own: setting each option to its default text changes nothing.
+TEST(OptionTable, DefaultsAreTheStructsDefaults) {
+  const std::string defaults = Fields(SessionOptions{});
+  for (const OptionSpec& spec : SessionOptionSpecs()) {
+    SessionOptions o;
+    if (spec.default_text.empty()) continue;  // cost_curve: none
+    SetSessionOption(&o, spec.name, spec.default_text);
+    EXPECT_EQ(Fields(o), defaults) << spec.name;
+  }
+  for (const OptionSpec& spec : ExperimentalOptionSpecs()) {
+    SessionOptions o;
+    SetExperimentalOption(&o, spec.name, spec.default_text);
+    EXPECT_EQ(Fields(o), defaults) << spec.name;
+  }
+  EXPECT_EQ(SessionOptionSpecs().size(), 11u);
+  EXPECT_EQ(ExperimentalOptionSpecs().size(), 8u);
+}
+
+// Each row sets its own field and no other, and refuses what its field cannot hold.
+TEST(OptionTable, EachOptionSetsItsField) {
+  SessionOptions o;
+  SetSessionOption(&o, "policy", "sam-tree");
+  SetSessionOption(&o, "draft_size", "24");
+  SetSessionOption(&o, "shape", "chain");
+  SetSessionOption(&o, "max_dynamic_bytes", "1048576");
+  SetSessionOption(&o, "collect_timing", "true");
+  SetSessionOption(&o, "cache_prompts", "1");
+  SetSessionOption(&o, "l_bias", "3");
+  SetSessionOption(&o, "l_threshold", "7");
+  SetSessionOption(&o, "tree_nodes", "30");
+  SetSessionOption(&o, "tree_width", "2");
+  SetExperimentalAssignment(&o, "adaptive_length=true");
+  SetExperimentalAssignment(&o, "length_per_match=6");
+  SetExperimentalAssignment(&o, "dynamic_link_fallback=false");
+  SetExperimentalAssignment(&o, "min_path_probability=0.25");
+  SetExperimentalAssignment(&o, "max_static_lookups=0");
+  SetExperimentalAssignment(&o, "backoff_count=3");
+  SetExperimentalAssignment(&o, "calibrated_width=5");
+  SetExperimentalAssignment(&o, "chain_min_path_probability=0.5");
+  EXPECT_EQ(Fields(o),
+            "sam-tree 24 chain 1 1048576 1 1 3 7 30 2 1 6 0 0.250000 0 3 5 0.500000");
+  SetSessionOption(&o, "l_bias", "auto");
+  EXPECT_FALSE(o.paper.l_bias.has_value());
+  SetSessionOption(&o, "l_bias", "-1");
+  EXPECT_FALSE(o.paper.l_bias.has_value());
+  EXPECT_NO_THROW(Session{o});
+
+  auto refused = [](const char* name, const char* value, const char* message) {
+    SessionOptions x;
+    try {
+      if (FindOptionSpec(SessionOptionSpecs(), name)) SetSessionOption(&x, name, value);
+      else SetExperimentalOption(&x, name, value);
+      ADD_FAILURE() << name << "=" << value << " was accepted";
+    } catch (const sam::Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(Fields(x), Fields(SessionOptions{})) << name;  // nothing half-set
+  };
+  refused("draft_size", "0", "draft_size: '0' is outside [1, 4096]");
+  refused("draft_size", "4097", "outside [1, 4096]");
+  refused("draft_size", "-1", "is not an unsigned integer");
+  refused("draft_size", "18446744073709551616", "outside");
+  refused("draft_size", "12x", "is not an unsigned integer");
+  refused("draft_size", " ", "is empty");
+  refused("tree_width", "65", "tree_width: '65' is outside [1, 64]");
+  refused("policy", "nope", "unknown policy 'nope'");
+  refused("shape", "path", "unknown draft shape 'path'");
+  refused("collect_timing", "yes", "is not a bool");
+  refused("min_path_probability", "nan", "is not a finite number");
+  refused("min_path_probability", "1.5", "outside [0, 1]");
+  refused("calibrated_width", "0", "outside [1, 64]");
+  refused("l_bias", "-2", "outside [-1,");
+  EXPECT_THROW(SetSessionOption(&o, "max_width", "3"), sam::Error);  // not an option
+  EXPECT_THROW(SetExperimentalAssignment(&o, "backoff_count"), sam::Error);
+  EXPECT_NE(OptionHelp(SessionOptionSpecs()).find("draft_size INT (default 40; [1, 4096])"),
+            std::string::npos);
 }
 
 // ---------------------------------------------------------------- policy names
