@@ -33,6 +33,7 @@
 #include <torch/cuda.h>
 
 #include "cli.h"
+#include "session_flags.h"
 #include "sam/corpora/templates.h"
 #include "sam/error.h"
 #include "sam/format/index.h"
@@ -231,7 +232,7 @@ struct GenerateFlags {
   std::string model_dir, tokenizer_path, prompt, prompt_file, template_name = "raw";
   std::string policy = "sam-cal", device = "cpu", dtype;
   std::vector<std::string> index_paths;
-  std::optional<size_t> draft_size;
+  sam::tools::SessionFlags session_flags;
   int64_t max_new_tokens = 128;
   float temperature = 0.0f, top_p = 1.0f;
   int top_k = 0;
@@ -332,7 +333,7 @@ class GenerateCommand : private GenerateFlags {
     } catch (const tb::Error& e) {
       throw UsageError(e.what());
     }
-    if (draft_size) options_.selection.draft_size = *draft_size;
+    session_flags.Apply(&options_.selection);
     if (!cost_curve_path.empty()) {
       if (options_.selection.policy != rt::Policy::kCalibrated || no_spec)
         throw UsageError("--cost-curve sizes sam-cal's drafts; use it with --policy sam-cal");
@@ -591,7 +592,7 @@ int main(int argc, char** argv) {
   CLI::App app{Help(), "sam-generate"};
   GenerateCommand command;
   auto& [model_dir, tokenizer_path, prompt, prompt_file, template_name,
-         policy, device, dtype, index_paths, draft_size, max_new_tokens, temperature, top_p, top_k,
+         policy, device, dtype, index_paths, session_flags, max_new_tokens, temperature, top_p, top_k,
          seed, no_spec, as_json, cost_curve_path, draft_model_dir, draft_mode, draft_branching,
          draft_depth, draft_width, sdsat_ids, sdsat_k, sdsat_width, sdsat_scheme, sdsat_sampling,
          prompt_ids_text, print_prompt_ids] = command.flags();
@@ -621,8 +622,7 @@ int main(int argc, char** argv) {
   app.add_option("--seed", seed, "sampling seed (default 0)");
   app.add_flag("--no-spec", no_spec, "plain autoregressive decoding (no drafts), for comparison");
   app.add_option("--policy", policy, "draft policy (default sam-cal; see above)");
-  app.add_option("--draft-size", draft_size, "draft nodes incl. the start token (default 40)")
-      ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
+  session_flags.Add(app, {"draft_size", "shape", "l_bias", "l_threshold", "tree_nodes", "tree_width"});
   app.add_option("--cost-curve", cost_curve_path,
                  "sam-cal: verification cost curve (CSV 'tokens,cost' rows, as bench-generate "
                  "--cost-curve-out writes); each step drafts as many nodes as pay for their "

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cli.h"
+#include "session_flags.h"
 #include "sam/error.h"
 #include "sam/format/error.h"
 #include "sam/format/index.h"
@@ -96,7 +97,7 @@ class RecordedRecyclingSession : public rt::Drafter {
 };
 
 // A drafter's trees as chains (--shape chain), for the drafters that are not
-// sessions (which shape their own: SelectionOptions::shape).
+// sessions (which shape their own: SessionOptions::shape).
 class ChainDrafter : public rt::Drafter {
  public:
   ChainDrafter(std::unique_ptr<rt::Drafter> inner, rt::ChainOptions options)
@@ -149,18 +150,14 @@ const rt::NamedPolicy* FindSessionPolicy(const std::string& name) {
 }
 
 struct Tuning {
+  // The session options of --draft-size, --shape, ... and --experimental (SessionFlags).
+  rt::SessionOptions session;
+  bool draft_size_given = false;  // --draft-size (sglang-ngram's draft_token_num too)
   size_t dynamic_bytes = size_t{64} << 20;
-  std::optional<size_t> draft_size;    // overrides 40
-  std::optional<double> min_path_probability;  // sam-cal
   rt::CostCurve cost_curve;                    // sam-cal sizes its trees by it when set
   // A budget-curve point: every policy drafts at most this many nodes (start token
-  // included): draft_size, sam-tree's max_tree_nodes, PLD's tokens + 1.
+  // included): draft_size, sam-tree's tree.nodes, PLD's tokens + 1.
   std::optional<size_t> budget;
-  std::optional<size_t> max_static_lookups;    // sam-cal
-  std::optional<uint64_t> backoff_count;       // sam-cal
-  std::optional<size_t> max_width;             // sam-cal, sam-tree
-  rt::DraftShape shape = rt::DraftShape::kTree;
-  std::optional<double> chain_min_path_probability;
   rt::SglangNgramOptions sglang;                   // sglang-ngram
   std::shared_ptr<const rt::SglangCorpus> sglang_corpus;
 };
@@ -169,10 +166,10 @@ struct Tuning {
 // max_nodes - 1 tokens.
 std::unique_ptr<rt::Drafter> Shaped(std::unique_ptr<rt::Drafter> drafter, const Tuning& tuning,
                                     size_t max_nodes) {
-  if (tuning.shape == rt::DraftShape::kTree) return drafter;
+  if (tuning.session.shape == rt::DraftShape::kTree) return drafter;
   rt::ChainOptions o;
   o.max_tokens = std::max<size_t>(max_nodes, 1) - 1;
-  if (tuning.chain_min_path_probability) o.min_path_probability = *tuning.chain_min_path_probability;
+  o.min_path_probability = tuning.session.tuning.chain_min_path_probability;
   return std::make_unique<ChainDrafter>(std::move(drafter), o);
 }
 
@@ -198,7 +195,7 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
   if (tuning.budget) run.max_nodes = *tuning.budget;
   if (name == kSglang) {
     rt::SglangNgramOptions o = tuning.sglang;
-    if (tuning.draft_size) o.draft_token_num = *tuning.draft_size;
+    if (tuning.draft_size_given) o.draft_token_num = tuning.session.draft_size;
     if (tuning.budget) o.draft_token_num = *tuning.budget;
     run.drafter = Shaped(std::make_unique<rt::SglangNgramDrafter>(o, tuning.sglang_corpus), tuning,
                          o.draft_token_num);
@@ -209,23 +206,14 @@ PolicyRun MakePolicy(const std::string& name, const Tuning& tuning, uint32_t voc
     run.drafter = Shaped(std::make_unique<rt::PldDrafter>(3, tokens), tuning, tokens + 1);
     return run;
   }
-  rt::SessionOptions o;
+  rt::SessionOptions o = tuning.session;
   o.max_dynamic_bytes = tuning.dynamic_bytes;
-  if (tuning.draft_size) o.selection.draft_size = *tuning.draft_size;
-  if (tuning.min_path_probability) o.selection.min_path_probability = *tuning.min_path_probability;
-  o.selection.cost_curve = tuning.cost_curve;
+  o.cost_curve = tuning.cost_curve;
   // A budget bounds what is verified: a tree's nodes, or a chain's (cut from the
   // policy's tree of its own size: run.max_nodes).
-  if (tuning.budget && tuning.shape == rt::DraftShape::kTree)
-    o.selection.draft_size = o.selection.max_tree_nodes = *tuning.budget;
-  if (tuning.max_static_lookups) o.selection.max_static_lookups = *tuning.max_static_lookups;
-  if (tuning.backoff_count) o.selection.backoff_count = *tuning.backoff_count;
-  if (tuning.max_width) o.selection.max_width = *tuning.max_width;
-  o.selection.shape = tuning.shape;
-  if (tuning.chain_min_path_probability)
-    o.selection.chain_min_path_probability = *tuning.chain_min_path_probability;
+  if (tuning.budget && o.shape == rt::DraftShape::kTree) o.draft_size = o.tree.nodes = *tuning.budget;
   const rt::NamedPolicy& named = *FindSessionPolicy(name);
-  o.selection.policy = named.policy;
+  o.policy = named.policy;
   if (named.recycling_fallback) {
     auto rec = std::make_unique<RecordedRecyclingSession>(o, vocab_size);
     Attach(rec->session(), views);
@@ -263,7 +251,9 @@ json PolicyJson(const std::string& name, const rt::ReplayReport& r, const Tuning
   p["tokens_per_step"] = r.total.TokensPerStep();
   if (!projection.empty()) {
     p["projected_speedup"] = r.ProjectedSpeedup(projection);
-    p["cost_aware"] = name == "sam-cal" && !tuning.cost_curve.empty();
+    const rt::NamedPolicy* session_policy = FindSessionPolicy(name);
+    p["cost_aware"] = session_policy != nullptr &&
+                      session_policy->policy == rt::Policy::kCalibrated && !tuning.cost_curve.empty();
   }
   p["draft_share"] = r.DraftShare();
   p["steps"] = r.total.steps;
@@ -357,7 +347,7 @@ struct ReplayFlags {
   std::vector<size_t> draft_sizes;
   std::string cost_curve_path, report_dir;
   bool project_only = false;
-  std::string shape_name = "tree";
+  sam::tools::SessionFlags session_flags;
   std::string sglang_match = "bfs";
   bool child_records = false;
   size_t subtree_nodes = 0;
@@ -404,9 +394,11 @@ class ReplayCommand : private ReplayFlags {
   // The checks that need no file but the cost curve.
   void CheckFlags() {
     if (traces_path.empty()) throw UsageError("--traces is required");
-    tuning.shape = rt::FindDraftShape(shape_name);
-    if (tuning.chain_min_path_probability && tuning.shape != rt::DraftShape::kChain)
-      throw UsageError("--chain-min-prob needs --shape chain");
+    session_flags.Apply(&tuning.session);
+    tuning.draft_size_given = session_flags.given("draft_size");
+    if (session_flags.experimental_given("chain_min_path_probability") &&
+        tuning.session.shape != rt::DraftShape::kChain)
+      throw UsageError("--experimental chain_min_path_probability needs --shape chain");
     if (!cross_request && (!tenant_field.empty() || cache_prompts || cache_mib_given ||
                            !save_cache_path.empty() || !load_cache_path.empty() || cache_compile))
       throw UsageError("--tenant-field, --cache-mib, --cache-prompts, --cache-compile, "
@@ -546,7 +538,7 @@ class ReplayCommand : private ReplayFlags {
     out["cross_request"] = cross_request;
     out["run"] = {
         {"indexes", index_paths}, {"traces_file", traces_path}, {"options", given_options}};
-    out["shape"] = shape_name;
+    out["shape"] = std::string(rt::DraftShapeName(tuning.session.shape));
     if (!cost_curve_path.empty()) {
       json points = json::array();
       for (const rt::CostPoint& c : projection_.points())
@@ -626,7 +618,7 @@ int main(int argc, char** argv) {
   CLI::App app{Help(), "sam-replay"};
   ReplayCommand command;
   auto& [index_paths, policies, tokenizer_path, traces_path, as_json, dynamic_mib, tuning,
-         draft_sizes, cost_curve_path, report_dir, project_only, shape_name, sglang_match,
+         draft_sizes, cost_curve_path, report_dir, project_only, session_flags, sglang_match,
          child_records, subtree_nodes, cross_request, cache_prompts, tenant_field, cache_mib,
          cache_compile, save_cache_path, load_cache_path, print_prompt_ids] = command.flags();
   app.add_option("--index", index_paths,
@@ -640,14 +632,6 @@ int main(int argc, char** argv) {
   app.add_option("--dynamic-mib", dynamic_mib, "memory bound of each dynamic automaton (MiB)")
       ->check(CLI::Range(1, 1 << 16))
       ->capture_default_str();
-  app.add_option("--draft-size", tuning.draft_size,
-                 "draft nodes incl. the start token for sam, static, dynamic, sam-rec, sam-cal "
-                 "(default 40)")
-      ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));
-  app.add_option("--min-path-prob", tuning.min_path_probability,
-                 "sam-cal: leave out nodes whose estimated path probability is lower "
-                 "(default 0.015)")
-      ->check(CLI::Range(0.0, 1.0));
   // Budgets, cost curves and the HTML report (kept together).
   app.add_option("--draft-sizes", draft_sizes,
                  "budget curve: also replay every policy at each of these draft sizes (nodes "
@@ -668,26 +652,7 @@ int main(int argc, char** argv) {
                  "write an HTML report with charts to DIR/index.html (created if missing; an "
                  "index.html there is replaced only if sam-replay wrote it)")
       ->type_name("DIR");
-  app.add_option("--max-static-lookups", tuning.max_static_lookups,
-                 "sam-cal: lookups of branching states' children per step, best first "
-                 "(0: no limit; default 8)");
-  app.add_option("--backoff-count", tuning.backoff_count,
-                 "sam-cal: a static state that occurs fewer times also offers the heaviest "
-                 "children of its next shorter context (0: never; default 8)");
-  app.add_option("--max-width", tuning.max_width,
-                 "sam-cal: static children offered per node; sam-tree: nodes per depth "
-                 "(default 8)")
-      ->check(CLI::Range(size_t{1}, size_t{64}));
-  app.add_option("--shape", shape_name,
-                 "tree: each policy's drafts as they are; chain: one path of each draft, the one "
-                 "of most expected accepted tokens (for verifiers that take one sequence per "
-                 "request: vLLM, HF assisted generation; docs/runtime.md, \"Chains\")")
-      ->check(CLI::IsMember({"tree", "chain"}))
-      ->capture_default_str();
-  app.add_option("--chain-min-prob", tuning.chain_min_path_probability,
-                 "with --shape chain: a chain ends before a node whose estimated path "
-                 "probability is lower (default 0)")
-      ->check(CLI::Range(0.0, 1.0));
+  session_flags.Add(app, {"draft_size", "shape", "l_bias", "l_threshold", "tree_nodes", "tree_width"});
   app.add_option("--sglang-match", sglang_match,
                  "sglang-ngram: BFS (recency) or PROB (frequency) trees, as "
                  "--speculative-ngram-match-type")

@@ -77,8 +77,8 @@ int main(int argc, char** argv) {
   sam_session* session = NULL;
   sam_session_config config;
   sam_session_config_init(&config); /* the defaults: policy sam-cal, 40-node drafts */
-  if (sam_index_open_ex(argv[1], NULL, SAM_OPEN_PREPARE, &index) != SAM_OK ||
-      sam_session_new_ex(&config, &session) != SAM_OK ||
+  if (sam_index_open(argv[1], NULL, SAM_OPEN_PREPARE, &index) != SAM_OK ||
+      sam_session_new(&config, &session) != SAM_OK ||
       sam_session_attach_index(session, index) != SAM_OK ||
       sam_session_prefill(session, prompt.ids, prompt.count) != SAM_OK) {
     fprintf(stderr, "draft: %s\n", sam_last_error());
@@ -89,7 +89,7 @@ int main(int argc, char** argv) {
   while (pos < text.count) {
     sam_draft d;
     sam_verify_result r;
-    if (sam_session_propose(session, text.ids[pos], &d) != SAM_OK) break;
+    if (sam_session_propose(session, text.ids[pos], 0, &d) != SAM_OK) break;
     score_draft(&d, &text, pos, argmax); /* one forward pass over the draft tree */
     if (sam_session_verify_greedy(session, argmax, d.count, &r) != SAM_OK ||
         sam_session_commit(session, r.commit_tokens, r.accepted_count + 1) != SAM_OK)

@@ -32,6 +32,7 @@
 #include "sam/runtime/draft.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/response_cache.h"
+#include "sam/runtime/options.h"
 #include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
@@ -487,52 +488,46 @@ py::object VerifySamplingTree(const sam::runtime::DraftTree& tree, const py::han
 
 class Session {
  public:
+  // Options by the runtime's one table (sam/runtime/options.h: SessionOptionSpecs), each
+  // value checked against its row's type here and its range there; `experimental`: a dict of
+  // tuning parameters (ExperimentalOptionSpecs).
   explicit Session(const py::kwargs& kwargs) {
     sam::runtime::SessionOptions options;
-    sam::runtime::SelectionOptions& sel = options.selection;
     std::string policy = "sam-cal";
     uint32_t recycling_vocab_size = 0;
     for (auto [key, value] : kwargs) {
       const std::string name = py::cast<std::string>(key);
-      if (name == "policy")
-        policy = Option<std::string>(name, value, "a policy name");
-      else if (name == "draft_size")
-        sel.draft_size = Option<size_t>(name, value);
-      else if (name == "l_bias") {
-        if (!value.is_none()) sel.l_bias = Option<uint32_t>(name, value);
-      } else if (name == "l_threshold")
-        sel.l_threshold = Option<uint32_t>(name, value);
-      else if (name == "adaptive_length")
-        sel.adaptive_length = Option<bool>(name, value, "a bool");
-      else if (name == "length_per_match")
-        sel.length_per_match = Option<uint32_t>(name, value);
-      else if (name == "dynamic_link_fallback")
-        sel.dynamic_link_fallback = Option<bool>(name, value, "a bool");
-      else if (name == "max_tree_nodes")
-        sel.max_tree_nodes = Option<size_t>(name, value);
-      else if (name == "max_width")
-        sel.max_width = Option<size_t>(name, value);
-      else if (name == "min_path_probability")
-        sel.min_path_probability = Option<double>(name, value, "a number");
-      else if (name == "backoff_count")
-        sel.backoff_count = Option<uint64_t>(name, value);
-      else if (name == "max_static_lookups")
-        sel.max_static_lookups = Option<size_t>(name, value);
-      else if (name == "cost_curve")
-        sel.cost_curve = CostCurveOption(value);
-      else if (name == "shape")
-        sel.shape = sam::runtime::FindDraftShape(Option<std::string>(name, value, "'tree' or 'chain'"));
-      else if (name == "max_dynamic_bytes")
-        options.max_dynamic_bytes = Option<size_t>(name, value);
-      else if (name == "collect_timing")
-        options.collect_timing = Option<bool>(name, value, "a bool");
-      else if (name == "recycling_vocab_size")
+      if (name == "recycling_vocab_size") {
         recycling_vocab_size = Option<uint32_t>(name, value);
-      else
-        ThrowInvalid("Session: unknown option '" + name + "' (valid: " + OptionNames() + ")");
+      } else if (name == "cost_curve") {
+        options.cost_curve = CostCurveOption(value);
+      } else if (name == "experimental") {
+        if (value.is_none()) continue;
+        if (!py::isinstance<py::dict>(value))
+          ThrowInvalid("Session: option 'experimental' must be a dict {name: value}, got " +
+                       std::string(py::repr(value)));
+        for (auto [tuning_key, tuning_value] : py::reinterpret_borrow<py::dict>(value)) {
+          const std::string tuning = py::str(tuning_key);
+          const sam::runtime::OptionSpec* spec =
+              sam::runtime::FindOptionSpec(sam::runtime::ExperimentalOptionSpecs(), tuning);
+          if (spec == nullptr)
+            ThrowInvalid("Session: unknown experimental option '" + tuning + "' (valid: " +
+                         SpecNames(sam::runtime::ExperimentalOptionSpecs()) + ")");
+          sam::runtime::SetExperimentalOption(&options, tuning,
+                                              OptionText(*spec, tuning, tuning_value));
+        }
+      } else if (const sam::runtime::OptionSpec* spec =
+                     sam::runtime::FindOptionSpec(sam::runtime::SessionOptionSpecs(), name)) {
+        if (name == "l_bias" && value.is_none()) continue;  // automatic
+        const std::string text = OptionText(*spec, name, value);
+        if (name == "policy") policy = text;
+        sam::runtime::SetSessionOption(&options, name, text);
+      } else {
+        ThrowInvalid("Session: unknown option '" + name + "' (valid: " + OptionNames() +
+                     "; tuning parameters go in experimental={name: value})");
+      }
     }
     const sam::runtime::NamedPolicy& named = sam::runtime::FindPolicy(policy);
-    sel.policy = named.policy;
     if (named.recycling_fallback && recycling_vocab_size == 0)
       ThrowInvalid(
           "Session: policy '" + policy +
@@ -557,11 +552,52 @@ class Session {
     }
   }
 
+  // A Python value as the text the option table parses, checked against the row's type:
+  // a bool for BOOL, an int (not a bool) for the integers, a number for FLOAT, a str for
+  // names and files.
+  static std::string OptionText(const sam::runtime::OptionSpec& spec, const std::string& name,
+                                py::handle value) {
+    using sam::runtime::OptionType;
+    const bool is_bool = py::isinstance<py::bool_>(value);
+    const bool is_int = PyIndex_Check(value.ptr()) && !is_bool;  // int, numpy integers
+    switch (spec.type) {
+      case OptionType::kBool:
+        if (!is_bool) break;
+        return value.cast<bool>() ? "true" : "false";
+      case OptionType::kUnsigned:
+        if (!is_int || PyNumber_Index(value.ptr()) == nullptr ||
+            py::reinterpret_steal<py::int_>(PyNumber_Index(value.ptr())) < py::int_(0)) {
+          PyErr_Clear();
+          break;
+        }
+        return py::str(py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr())));
+      case OptionType::kSigned:
+        if (!is_int) break;
+        return py::str(py::reinterpret_steal<py::object>(PyNumber_Index(value.ptr())));
+      case OptionType::kNumber:
+        if (!is_int && !py::isinstance<py::float_>(value)) break;
+        return py::repr(py::float_(py::reinterpret_borrow<py::object>(value)));
+      case OptionType::kName:
+      case OptionType::kFile:
+        if (!py::isinstance<py::str>(value)) break;
+        return value.cast<std::string>();
+    }
+    static constexpr const char* kExpected[] = {"a name", "a non-negative integer", "an integer",
+                                                "a number", "a bool", "a file path"};
+    ThrowInvalid("Session: option '" + name + "' must be " +
+                 (name == "policy" ? std::string("a policy name")
+                                   : std::string(kExpected[static_cast<int>(spec.type)])) +
+                 ", got " + std::string(py::repr(value)));
+  }
+
+  static std::string SpecNames(std::span<const sam::runtime::OptionSpec> specs) {
+    std::string out;
+    for (const auto& s : specs) out += (out.empty() ? "" : ", ") + std::string(s.name);
+    return out;
+  }
+
   static std::string OptionNames() {
-    return "policy, draft_size, l_bias, l_threshold, adaptive_length, length_per_match, "
-           "dynamic_link_fallback, max_tree_nodes, max_width, min_path_probability, "
-           "backoff_count, max_static_lookups, cost_curve, shape, max_dynamic_bytes, collect_timing, "
-           "recycling_vocab_size";
+    return SpecNames(sam::runtime::SessionOptionSpecs()) + ", recycling_vocab_size, experimental";
   }
 
   // cost_curve: None, the path of a cost curve file, or (tokens, cost) pairs
@@ -653,14 +689,20 @@ class Session {
     InUse guard(this);
     session_->AttachCache(cache ? cache->get() : nullptr, tenant);
   }
-  bool CacheRequest(bool include_prompt) {
+  // include_prompt None: the session's cache_prompts option.
+  bool CacheRequest(std::optional<bool> include_prompt) {
     InUse guard(this);
     py::gil_scoped_release release;
-    return session_->CacheRequest(include_prompt);
+    return include_prompt ? session_->CacheRequest(*include_prompt) : session_->CacheRequest();
   }
   void ResetStatistics() {
     InUse guard(this);
     session_->ResetStatistics();
+  }
+  void ResetCalibration() {
+    InUse guard(this);
+    proposed_ = false;
+    session_->ResetCalibration();
   }
   std::string StatsJson() {
     InUse guard(this);
@@ -692,7 +734,7 @@ class Session {
 
   const std::string& policy() const { return policy_; }
   size_t num_indexes() const { return session_->num_indexes(); }
-  size_t draft_size() const { return session_->options().selection.draft_size; }
+  size_t draft_size() const { return session_->options().draft_size; }
 
  private:
   // Marks the session busy for one call; a call from another thread that
@@ -798,40 +840,55 @@ py::list ProposeBatch(sam::runtime::DraftPool& pool, const py::sequence& session
   return out;
 }
 
-// Session(policy=..., draft_size=..., ...): the named options help() shows;
-// those left None keep the runtime's defaults, and any other name is refused.
+// Session(policy=..., draft_size=..., ...): the named options help() shows (the option
+// table's, SessionOptionSpecs, in its order: OptionsSignatureTest checks they agree); those left
+// None keep the runtime's defaults, and any other name is refused.
 std::unique_ptr<Session> MakeSession(const py::object& policy, const py::object& draft_size,
-                    const py::object& l_bias, const py::object& l_threshold,
-                    const py::object& adaptive_length, const py::object& length_per_match,
-                    const py::object& dynamic_link_fallback, const py::object& max_tree_nodes,
-                    const py::object& max_width, const py::object& min_path_probability,
-                    const py::object& backoff_count, const py::object& max_static_lookups,
-                    const py::object& cost_curve, const py::object& max_dynamic_bytes,
-                    const py::object& collect_timing, const py::object& recycling_vocab_size,
-                    const py::object& shape, const py::kwargs& unknown) {
+                                     const py::object& shape, const py::object& cost_curve,
+                                     const py::object& max_dynamic_bytes,
+                                     const py::object& collect_timing,
+                                     const py::object& cache_prompts, const py::object& l_bias,
+                                     const py::object& l_threshold, const py::object& tree_nodes,
+                                     const py::object& tree_width,
+                                     const py::object& recycling_vocab_size,
+                                     const py::object& experimental, const py::kwargs& unknown) {
   const std::pair<const char*, const py::object*> named[] = {
       {"policy", &policy},
       {"draft_size", &draft_size},
-      {"l_bias", &l_bias},
-      {"l_threshold", &l_threshold},
-      {"adaptive_length", &adaptive_length},
-      {"length_per_match", &length_per_match},
-      {"dynamic_link_fallback", &dynamic_link_fallback},
-      {"max_tree_nodes", &max_tree_nodes},
-      {"max_width", &max_width},
-      {"min_path_probability", &min_path_probability},
-      {"backoff_count", &backoff_count},
-      {"max_static_lookups", &max_static_lookups},
+      {"shape", &shape},
       {"cost_curve", &cost_curve},
       {"max_dynamic_bytes", &max_dynamic_bytes},
       {"collect_timing", &collect_timing},
+      {"cache_prompts", &cache_prompts},
+      {"l_bias", &l_bias},
+      {"l_threshold", &l_threshold},
+      {"tree_nodes", &tree_nodes},
+      {"tree_width", &tree_width},
       {"recycling_vocab_size", &recycling_vocab_size},
-      {"shape", &shape}};
+      {"experimental", &experimental}};
   py::kwargs options;  // an unknown name is the constructor's error (it lists the valid ones)
   for (const auto& [name, value] : unknown) options[name] = value;
   for (const auto& [name, value] : named)
     if (!value->is_none()) options[name] = *value;
   return std::make_unique<Session>(options);
+}
+
+// The Session docstring: every option of the table with its default, range and meaning.
+const char* SessionDoc() {
+  static const std::string doc =
+      "A session drafting for one request at a time (reset() between requests): a dynamic\n"
+      "automaton over its prompt and generation, the indexes it drafts from, and the policy's\n"
+      "learned state. One thread at a time. Options left None keep the runtime's defaults;\n"
+      "an unknown option or a bad value raises Error ('invalid-argument').\n\n"
+      "Options:\n" +
+      sam::runtime::OptionHelp(sam::runtime::SessionOptionSpecs(), "  ") +
+      "  recycling_vocab_size INT (default 0): a Token Recycling fallback over ids below this\n"
+      "      (sam-rec needs it)\n"
+      "  cost_curve: also a list of (tokens, cost) pairs\n"
+      "  experimental DICT (default none): tuning parameters, {name: value}; experiments,\n"
+      "      not options, which may change or go in any release:\n" +
+      sam::runtime::OptionHelp(sam::runtime::ExperimentalOptionSpecs(), "    ");
+  return doc.c_str();
 }
 
 // The pool of samdecoding.propose_batch without a pool: all cores, made on
@@ -969,24 +1026,14 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("source_id", [](const Draft& d) { return static_cast<int>(d.source); })
       .def_property_readonly("match_len", [](const Draft& d) { return d.match_len; });
 
-  py::class_<Session>(m, "Session",
-                      "One request's drafting state: a dynamic automaton over its prompt and\n"
-                      "generation, the indexes it drafts from, and the policy's learned state.\n"
-                      "Options left None keep the runtime's defaults (docs/python.md); an unknown\n"
-                      "option or a bad value raises Error ('invalid-argument'). One thread at a time.")
+  py::class_<Session>(m, "Session", SessionDoc())
       .def(py::init(&MakeSession), py::arg("policy") = "sam-cal", py::arg("draft_size") = py::none(),
-           py::arg("l_bias") = py::none(), py::arg("l_threshold") = py::none(),
-           py::arg("adaptive_length") = py::none(), py::arg("length_per_match") = py::none(),
-           py::arg("dynamic_link_fallback") = py::none(), py::arg("max_tree_nodes") = py::none(),
-           py::arg("max_width") = py::none(), py::arg("min_path_probability") = py::none(),
-           py::arg("backoff_count") = py::none(), py::arg("max_static_lookups") = py::none(),
-           py::arg("cost_curve") = py::none(), py::arg("max_dynamic_bytes") = py::none(),
-           py::arg("collect_timing") = py::none(), py::arg("recycling_vocab_size") = py::none(),
-           py::arg("shape") = py::none(),
-           "A session drafting with `policy` (samdecoding.POLICIES); draft_size: the most\n"
-           "nodes a draft holds, the start id included; shape: 'tree' (default) or 'chain'\n"
-           "(one path of each draft, for verifiers that take one sequence); the other\n"
-           "options tune the policy.")
+           py::arg("shape") = py::none(), py::arg("cost_curve") = py::none(),
+           py::arg("max_dynamic_bytes") = py::none(), py::arg("collect_timing") = py::none(),
+           py::arg("cache_prompts") = py::none(), py::arg("l_bias") = py::none(),
+           py::arg("l_threshold") = py::none(), py::arg("tree_nodes") = py::none(),
+           py::arg("tree_width") = py::none(), py::arg("recycling_vocab_size") = py::none(),
+           py::arg("experimental") = py::none(), SessionDoc())
       .def("attach", &Session::Attach, py::arg("index"), "Drafts from `index` too (an Index).")
       .def("attach", &Session::AttachSet, py::arg("index"), "Drafts from a ShardSet too.")
       .def("prefill", &Session::Prefill, py::arg("ids"),
@@ -1001,7 +1048,11 @@ PYBIND11_MODULE(_native, m) {
            "Token Recycling: the model's top-k ids (len(tokens) x k) after each evaluated id.")
       .def("reset", &Session::Reset,
            "Forgets the request (keeps the indexes, options and learned estimates).")
-      .def("reset_statistics", &Session::ResetStatistics, "Zeroes the statistics.")
+      .def("reset_statistics", &Session::ResetStatistics,
+           "Zeroes the statistics; drafting is unaffected (what sam-cal has learned is kept).")
+      .def("reset_calibration", &Session::ResetCalibration,
+           "Forgets what the policy has learned across requests (sam-cal's acceptance\n"
+           "estimates): the next drafts are a new session's. Statistics are kept.")
       .def("stats_json", &Session::StatsJson,
            "The statistics as JSON text; Session.stats() parses it.")
       .def("verify_greedy", &Session::VerifyGreedy, py::arg("argmax"),
@@ -1015,8 +1066,9 @@ PYBIND11_MODULE(_native, m) {
       .def_property_readonly("num_indexes", &Session::num_indexes)
       .def("attach_cache", &Session::AttachCache, py::arg("cache"), py::arg("tenant") = "",
            "Drafts from `cache` (a ResponseCache; None detaches) under `tenant`.")
-      .def("cache_request", &Session::CacheRequest, py::arg("include_prompt") = false,
-           "Adds this request's output (and prompt) to the attached cache; False if none.");
+      .def("cache_request", &Session::CacheRequest, py::arg("include_prompt") = py::none(),
+           "Adds this request's output (and, with include_prompt, its prompt; None: the\n"
+           "cache_prompts option) to the attached cache; False if none.");
 
   py::class_<ResponseCache>(m, "ResponseCache",
                             "A cross-request cache of responses, bounded by max_bytes, that\n"

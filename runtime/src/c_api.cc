@@ -183,57 +183,124 @@ bool IsPolicy(int policy) {
   return policy >= SAM_POLICY_PAPER && policy <= SAM_POLICY_CALIBRATED;
 }
 
-sam::runtime::Policy PolicyOf(int policy) {
+// The C config's fields, in the order of sam_session_config, each the user option of the same
+// name in the one option table (sam/runtime/options.h: SessionOptionSpecs), whose setter
+// checks its value and range. `text` renders the field's value as the option's text (a
+// sam_policy or sam_draft_shape as its name); fields without a row (cost_curve's array,
+// recycling_vocab_size) are read by ToSessionOptions itself.
+struct ConfigField {
+  const char* name;
+  size_t offset, size;
+  std::string (*text)(const sam_session_config& c);
+};
+
+#define SAM_FIELD(field, render)                                                           \
+  ConfigField {                                                                            \
+    #field, offsetof(sam_session_config, field), sizeof(sam_session_config::field),        \
+        [](const sam_session_config& c) -> std::string { return render(c.field); }         \
+  }
+
+std::string PolicyText(int policy) {
   if (!IsPolicy(policy)) {
     std::string valid;
     for (int p = SAM_POLICY_PAPER; p <= SAM_POLICY_CALIBRATED; ++p)
       valid += (valid.empty() ? "" : ", ") + std::to_string(p) + " (" +
                std::string(sam::runtime::PolicyName(static_cast<sam::runtime::Policy>(p))) + ")";
-    throw sam::Error(sam::ErrorCode::kInvalidArgument, "sam_session_new: policy " + std::to_string(policy) +
-                                " is not a sam_policy (valid: " + valid + ")");
+    throw sam::Error(sam::ErrorCode::kInvalidArgument,
+                     "policy " + std::to_string(policy) + " is not a sam_policy (valid: " + valid + ")");
   }
-  return static_cast<sam::runtime::Policy>(policy);
+  return std::string(sam::runtime::PolicyName(static_cast<sam::runtime::Policy>(policy)));
 }
 
-// Copies the fields of `in` that in.struct_size covers whole into *out (which holds the
-// defaults), by the rule of sam.h: a larger struct_size is accepted only when the bytes past
-// sam_session_config are zero.
-void ReadConfig(const sam_session_config& in, sam_session_config* out) {
+std::string ShapeText(int shape) {
+  if (shape != SAM_SHAPE_TREE && shape != SAM_SHAPE_CHAIN)
+    throw sam::Error(sam::ErrorCode::kInvalidArgument,
+                     "shape " + std::to_string(shape) +
+                         " is not a sam_draft_shape (valid: 0 (tree), 1 (chain))");
+  return std::string(sam::runtime::DraftShapeName(static_cast<sam::runtime::DraftShape>(shape)));
+}
+
+std::string Number(uint64_t v) { return std::to_string(v); }
+// l_bias: any negative value is automatic.
+std::string Bias(int32_t v) { return v < 0 ? "auto" : std::to_string(v); }
+std::string Flag(int v) { return v != 0 ? "true" : "false"; }
+
+const ConfigField kConfigFields[] = {
+    SAM_FIELD(policy, PolicyText),
+    SAM_FIELD(draft_size, Number),
+    SAM_FIELD(shape, ShapeText),
+    SAM_FIELD(max_dynamic_bytes, Number),
+    SAM_FIELD(collect_timing, Flag),
+    SAM_FIELD(l_bias, Bias),
+    SAM_FIELD(l_threshold, Number),
+    SAM_FIELD(tree_nodes, Number),
+    SAM_FIELD(tree_width, Number),
+};
+
+#undef SAM_FIELD
+
+// Whether the caller's struct (struct_size bytes) holds `field` whole.
+bool Covers(size_t struct_size, size_t offset, size_t size) { return offset + size <= struct_size; }
+
+// The session options of a caller's config, by the rule of sam.h: the fields that
+// in.struct_size covers whole, the defaults for the others; a larger struct_size is accepted
+// only when the bytes past sam_session_config are zero. *recycling_vocab_size receives that
+// field (the options hold no drafter).
+sam::runtime::SessionOptions ToSessionOptions(const sam_session_config& in,
+                                              uint32_t* recycling_vocab_size) {
   const size_t size = in.struct_size;
   constexpr size_t kFirstOptionEnd =
       offsetof(sam_session_config, draft_size) + sizeof(sam_session_config::draft_size);
-  Require(size >= kFirstOptionEnd, "sam_session_new_ex",
+  Require(size >= kFirstOptionEnd, "sam_session_new",
           ("struct_size " + std::to_string(size) + " is below " + std::to_string(kFirstOptionEnd) +
            ": initialise the config with sam_session_config_init()")
               .c_str());
   const auto* bytes = reinterpret_cast<const unsigned char*>(&in);
-  if (size > sizeof(sam_session_config)) {
-    for (size_t i = sizeof(sam_session_config); i < size; ++i)
-      if (bytes[i] != 0)
-        throw sam::Error(sam::ErrorCode::kInvalidArgument,
-                         "sam_session_new_ex: struct_size " + std::to_string(size) +
-                             " is larger than this library's sam_session_config (" +
-                             std::to_string(sizeof(sam_session_config)) + " bytes, version " +
-                             SAM_BUILD_VERSION_STRING + ") and byte " + std::to_string(i) +
-                             " is not zero: an option this library does not know is set");
-  }
-  // Each field whose bytes the caller's struct holds whole, read as bytes: the caller's
-  // object may end before the fields it does not know.
-  auto read = [size, bytes](auto* to, size_t offset) {
-    if (offset + sizeof(*to) <= size) std::memcpy(to, bytes + offset, sizeof(*to));
+  for (size_t i = sizeof(sam_session_config); i < size; ++i)
+    if (bytes[i] != 0)
+      throw sam::Error(sam::ErrorCode::kInvalidArgument,
+                       "sam_session_new: struct_size " + std::to_string(size) +
+                           " is larger than this library's sam_session_config (" +
+                           std::to_string(sizeof(sam_session_config)) + " bytes, version " +
+                           SAM_BUILD_VERSION_STRING + ") and byte " + std::to_string(i) +
+                           " is not zero: an option this library does not know is set");
+  // The caller's fields, copied as bytes (its object may end before the fields it does not
+  // know) over the defaults.
+  sam_session_config c;
+  sam_session_config_init(&c);
+  std::memcpy(&c, bytes, std::min(size, sizeof c));
+  c.struct_size = sizeof c;
+  sam_session_config defaults;
+  sam_session_config_init(&defaults);
+  auto keep_covered = [&](size_t offset, size_t field_size) {
+    if (!Covers(size, offset, field_size))  // partly copied: back to the default
+      std::memcpy(reinterpret_cast<unsigned char*>(&c) + offset,
+                  reinterpret_cast<const unsigned char*>(&defaults) + offset, field_size);
   };
-  read(&out->draft_size, offsetof(sam_session_config, draft_size));
-  read(&out->policy, offsetof(sam_session_config, policy));
-  read(&out->l_bias, offsetof(sam_session_config, l_bias));
-  read(&out->l_threshold, offsetof(sam_session_config, l_threshold));
-  read(&out->recycling_vocab_size, offsetof(sam_session_config, recycling_vocab_size));
-  read(&out->max_dynamic_bytes, offsetof(sam_session_config, max_dynamic_bytes));
-  read(&out->collect_timing, offsetof(sam_session_config, collect_timing));
-  read(&out->cost_curve, offsetof(sam_session_config, cost_curve));
-  read(&out->cost_curve_size, offsetof(sam_session_config, cost_curve_size));
-  read(&out->max_static_lookups, offsetof(sam_session_config, max_static_lookups));
-  read(&out->backoff_count, offsetof(sam_session_config, backoff_count));
-  read(&out->shape, offsetof(sam_session_config, shape));
+  for (const ConfigField& f : kConfigFields) keep_covered(f.offset, f.size);
+  keep_covered(offsetof(sam_session_config, cost_curve), sizeof c.cost_curve);
+  keep_covered(offsetof(sam_session_config, cost_curve_size), sizeof c.cost_curve_size);
+  keep_covered(offsetof(sam_session_config, recycling_vocab_size), sizeof c.recycling_vocab_size);
+
+  sam::runtime::SessionOptions options;
+  for (const ConfigField& f : kConfigFields) {
+    try {
+      sam::runtime::SetSessionOption(&options, f.name, f.text(c));
+    } catch (const sam::Error& e) {
+      throw sam::Error(e.code(), std::string("sam_session_new: ") + e.what());
+    }
+  }
+  if (c.cost_curve_size > 0) {
+    Require(c.cost_curve != nullptr, "sam_session_new",
+            "cost_curve is NULL but cost_curve_size is not 0");
+    Require(c.cost_curve_size <= SAM_MAX_DRAFT_SIZE, "sam_session_new",
+            "cost_curve_size is above SAM_MAX_DRAFT_SIZE");
+    std::vector<sam::runtime::CostPoint> points(c.cost_curve_size);
+    for (size_t i = 0; i < points.size(); ++i) points[i] = {i + 1, c.cost_curve[i]};
+    options.cost_curve = sam::runtime::CostCurve::FromPoints(points, "sam_session_config.cost_curve");
+  }
+  *recycling_vocab_size = c.recycling_vocab_size;
+  return options;
 }
 
 // The last proposal of `session`, checked to exist and to have n nodes.
@@ -337,18 +404,14 @@ int sam_policy_from_name(const char* name, int* policy, int* recycling_fallback)
 
 // ---- Index files ------------------------------------------------------------
 
-int sam_index_open(const char* path, const char* expected_tokenizer_sha256, sam_index** out) {
-  return sam_index_open_ex(path, expected_tokenizer_sha256, 0, out);
-}
-
-int sam_index_open_ex(const char* path, const char* expected_tokenizer_sha256, unsigned flags,
-                      sam_index** out) {
+int sam_index_open(const char* path, const char* expected_tokenizer_sha256, unsigned flags,
+                   sam_index** out) {
   return Guard([&] {
     Require(path != nullptr, "sam_index_open", "path is NULL");
     Require(out != nullptr, "sam_index_open", "out is NULL");
     constexpr unsigned kKnown = SAM_OPEN_READ | SAM_OPEN_PREPARE | SAM_OPEN_VERIFY |
                                 SAM_OPEN_CHILD_RECORDS | SAM_OPEN_SUBTREE_RECORDS;
-    Require((flags & ~kKnown) == 0, "sam_index_open_ex",
+    Require((flags & ~kKnown) == 0, "sam_index_open",
             ("unknown flag bits " + std::to_string(flags & ~kKnown)).c_str());
     sam::format::OpenOptions options;
     options.verify = (flags & SAM_OPEN_VERIFY) != 0;
@@ -433,89 +496,34 @@ uint64_t sam_shard_set_num_documents(const sam_shard_set* set) {
 
 // ---- Sessions ---------------------------------------------------------------
 
-void sam_session_options_default(sam_session_options* options) {
-  if (options == nullptr) return;
-  sam_session_config config;
-  sam_session_config_init(&config);
-  options->draft_size = config.draft_size;
-  options->policy = config.policy;
-  options->l_bias = config.l_bias;
-  options->l_threshold = config.l_threshold;
-  options->recycling_vocab_size = config.recycling_vocab_size;
-  options->max_dynamic_bytes = config.max_dynamic_bytes;
-}
-
 void sam_session_config_init(sam_session_config* config) {
   if (config == nullptr) return;
   const sam::runtime::SessionOptions defaults;
   *config = sam_session_config{};
   config->struct_size = sizeof(sam_session_config);
-  config->draft_size = defaults.selection.draft_size;
-  config->policy = static_cast<int>(defaults.selection.policy);
-  config->l_bias = -1;
-  config->l_threshold = defaults.selection.l_threshold;
-  config->recycling_vocab_size = 0;
+  config->policy = static_cast<int>(defaults.policy);
+  config->draft_size = defaults.draft_size;
+  config->shape = static_cast<int>(defaults.shape);
   config->max_dynamic_bytes = defaults.max_dynamic_bytes;
   config->collect_timing = defaults.collect_timing ? 1 : 0;
-  config->max_static_lookups = defaults.selection.max_static_lookups;
-  config->backoff_count = defaults.selection.backoff_count;
+  config->recycling_vocab_size = 0;
+  config->l_bias = -1;
+  config->l_threshold = defaults.paper.l_threshold;
+  config->tree_nodes = defaults.tree.nodes;
+  config->tree_width = defaults.tree.width;
 }
 
-int sam_session_new(const sam_session_options* options, sam_session** out) {
-  if (options == nullptr) return sam_session_new_ex(nullptr, out);
-  sam_session_config config;
-  sam_session_config_init(&config);
-  config.draft_size = options->draft_size;
-  config.policy = options->policy;
-  config.l_bias = options->l_bias;
-  config.l_threshold = options->l_threshold;
-  config.recycling_vocab_size = options->recycling_vocab_size;
-  config.max_dynamic_bytes = options->max_dynamic_bytes;
-  return sam_session_new_ex(&config, out);
-}
-
-int sam_session_new_ex(const sam_session_config* config, sam_session** out) {
+int sam_session_new(const sam_session_config* config, sam_session** out) {
   return Guard([&] {
     Require(out != nullptr, "sam_session_new", "out is NULL");
-    sam_session_config c_options;
-    sam_session_config_init(&c_options);
-    if (config != nullptr) ReadConfig(*config, &c_options);
-    if (c_options.draft_size < 1 || c_options.draft_size > SAM_MAX_DRAFT_SIZE)
-      throw sam::Error(sam::ErrorCode::kInvalidArgument, "sam_session_new: draft_size must be in 1..SAM_MAX_DRAFT_SIZE (" +
-                                  std::to_string(SAM_MAX_DRAFT_SIZE) + "), got " +
-                                  std::to_string(c_options.draft_size));
-
-    sam::runtime::SessionOptions session_options;
-    session_options.selection.draft_size = c_options.draft_size;
-    session_options.selection.policy = PolicyOf(c_options.policy);
-    if (c_options.l_bias >= 0)
-      session_options.selection.l_bias = static_cast<uint32_t>(c_options.l_bias);
-    session_options.selection.l_threshold = c_options.l_threshold;
-    session_options.max_dynamic_bytes = c_options.max_dynamic_bytes;
-    session_options.collect_timing = c_options.collect_timing != 0;
-    session_options.selection.max_static_lookups = c_options.max_static_lookups;
-    session_options.selection.backoff_count = c_options.backoff_count;
-    Require(c_options.shape == SAM_SHAPE_TREE || c_options.shape == SAM_SHAPE_CHAIN,
-            "sam_session_new_ex",
-            ("shape " + std::to_string(c_options.shape) +
-             " is not a sam_draft_shape (valid: 0 (tree), 1 (chain))")
-                .c_str());
-    session_options.selection.shape = static_cast<sam::runtime::DraftShape>(c_options.shape);
-    if (c_options.cost_curve_size > 0) {
-      Require(c_options.cost_curve != nullptr, "sam_session_new_ex",
-              "cost_curve is NULL but cost_curve_size is not 0");
-      Require(c_options.cost_curve_size <= SAM_MAX_DRAFT_SIZE, "sam_session_new_ex",
-              "cost_curve_size is above SAM_MAX_DRAFT_SIZE");
-      std::vector<sam::runtime::CostPoint> points(c_options.cost_curve_size);
-      for (size_t i = 0; i < points.size(); ++i) points[i] = {i + 1, c_options.cost_curve[i]};
-      session_options.selection.cost_curve =
-          sam::runtime::CostCurve::FromPoints(points, "sam_session_config.cost_curve");
-    }
-
+    sam_session_config defaults;
+    sam_session_config_init(&defaults);
+    uint32_t recycling_vocab_size = 0;
+    sam::runtime::SessionOptions session_options =
+        ToSessionOptions(config != nullptr ? *config : defaults, &recycling_vocab_size);
     auto session = std::make_unique<sam_session>();
-    if (c_options.recycling_vocab_size > 0) {
-      session->recycling =
-          std::make_unique<sam::runtime::RecyclingDrafter>(c_options.recycling_vocab_size);
+    if (recycling_vocab_size > 0) {
+      session->recycling = std::make_unique<sam::runtime::RecyclingDrafter>(recycling_vocab_size);
       session_options.fallback = session->recycling.get();
     }
     session->session = std::make_unique<sam::runtime::Session>(session_options);
@@ -560,12 +568,15 @@ int sam_session_prefill(sam_session* session, const uint32_t* ids, size_t n) {
   });
 }
 
-int sam_session_propose(sam_session* session, uint32_t start_token, sam_draft* out) {
+int sam_session_propose(sam_session* session, uint32_t start_token, size_t max_nodes,
+                        sam_draft* out) {
   return Guard([&] {
     Require(session != nullptr, "sam_session_propose", "session is NULL");
     Require(out != nullptr, "sam_session_propose", "out is NULL");
     session->proposed = nullptr;
-    const sam::runtime::DraftTree& tree = session->session->Propose(start_token);
+    const sam::runtime::DraftTree& tree = max_nodes == 0
+                                              ? session->session->Propose(start_token)
+                                              : session->session->Propose(start_token, max_nodes);
     ExposeDraft(session, tree, out);
   });
 }
@@ -659,6 +670,14 @@ int sam_session_reset(sam_session* session) {
   });
 }
 
+int sam_session_reset_calibration(sam_session* session) {
+  return Guard([&] {
+    Require(session != nullptr, "sam_session_reset_calibration", "session is NULL");
+    session->proposed = nullptr;
+    session->session->ResetCalibration();
+  });
+}
+
 const char* sam_session_stats_json(sam_session* session) {
   const int status = Guard([&] {
     Require(session != nullptr, "sam_session_stats_json", "session is NULL");
@@ -695,6 +714,7 @@ struct sam_draft_pool {
   // Reused between calls: a step allocates nothing once they are big enough.
   std::vector<sam::runtime::Session*> sessions;
   std::vector<sam::runtime::BatchDraft> drafts;
+  std::vector<size_t> limits;
   uint64_t calls = 0;  // numbers the calls (sam_session::batch_call)
 };
 
@@ -715,7 +735,8 @@ size_t sam_draft_pool_num_threads(const sam_draft_pool* pool) {
 }
 
 int sam_propose_batch(sam_draft_pool* pool, sam_session* const* sessions,
-                      const uint32_t* start_tokens, size_t n, sam_draft* out, int* statuses) {
+                      const uint32_t* start_tokens, const size_t* max_nodes, size_t n,
+                      sam_draft* out, int* statuses) {
   std::string first_failure;
   const int status = Guard([&] {
     const char* f = "sam_propose_batch";
@@ -748,7 +769,11 @@ int sam_propose_batch(sam_draft_pool* pool, sam_session* const* sessions,
       sessions[i]->proposed = nullptr;  // until its new draft is known
       pool->sessions[i] = sessions[i]->session.get();
     }
-    pool->pool.Propose(pool->sessions, {start_tokens, n}, pool->drafts);
+    // max_nodes NULL or 0: no limit but the options' (Session::Propose(start)).
+    pool->limits.resize(n);
+    for (size_t i = 0; i < n; ++i)
+      pool->limits[i] = max_nodes != nullptr && max_nodes[i] != 0 ? max_nodes[i] : SIZE_MAX;
+    pool->pool.Propose(pool->sessions, {start_tokens, n}, pool->limits, pool->drafts);
     for (size_t i = 0; i < n; ++i) {
       const sam::runtime::BatchDraft& d = pool->drafts[i];
       if (d.error) {

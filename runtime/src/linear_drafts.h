@@ -20,7 +20,7 @@ namespace sam::runtime::internal {
 // chain of no token leaves the tree as it was.
 
 // The dynamic automaton's continuation of match m (link_fallback:
-// SelectionOptions::dynamic_link_fallback).
+// experimental::Tuning::dynamic_link_fallback).
 void DraftDynamicChain(const DynamicSam& dynamic, DynamicSam::Match m, size_t size,
                        bool link_fallback, DraftTree* tree);
 // The text after the first occurrence of source's peeked match. Returns

@@ -12,7 +12,7 @@ namespace {
 
 class LinearPolicy : public LinearStaticDraftPolicy {
  public:
-  explicit LinearPolicy(const SelectionOptions& options)
+  explicit LinearPolicy(const SessionOptions& options)
       : sel_(options), from_static_(options.policy == Policy::kStaticOnly) {}
 
   void Propose(const StepContext& step, DraftTree* tree) override {
@@ -24,18 +24,18 @@ class LinearPolicy : public LinearStaticDraftPolicy {
     } else if (step.dyn.len > 0) {
       DraftDynamicChain(*step.dynamic, step.dyn,
                         std::min(step.max_nodes, LinearDraftSize(step.dyn.len, sel_)),
-                        sel_.dynamic_link_fallback, tree);
+                        sel_.tuning.dynamic_link_fallback, tree);
     }
   }
 
  private:
-  SelectionOptions sel_;
+  SessionOptions sel_;
   bool from_static_;
 };
 
 }  // namespace
 
-std::unique_ptr<DraftPolicy> MakeLinearPolicy(const SelectionOptions& options) {
+std::unique_ptr<DraftPolicy> MakeLinearPolicy(const SessionOptions& options) {
   return std::make_unique<LinearPolicy>(options);
 }
 

@@ -16,7 +16,7 @@ namespace {
 
 class PaperPolicy : public LinearStaticDraftPolicy {
  public:
-  explicit PaperPolicy(const SelectionOptions& options) : sel_(options) { uses_cache_ = true; }
+  explicit PaperPolicy(const SessionOptions& options) : sel_(options) { uses_cache_ = true; }
 
   void Propose(const StepContext& step, DraftTree* tree) override {
     const bool cache_wins = step.cache_len > step.dyn.len;
@@ -24,13 +24,13 @@ class PaperPolicy : public LinearStaticDraftPolicy {
     auto linear_size = [&](uint32_t len) {
       return std::min(step.max_nodes, LinearDraftSize(len, sel_));
     };
-    switch (ChoosePaper(own_len, step.static_len, step.fallback != nullptr, sel_)) {
+    switch (ChoosePaper(own_len, step.static_len, step.fallback != nullptr, sel_.paper)) {
       case Choice::kDynamic:
         if (cache_wins) {
           DraftCacheChain(step.cache_draft, step.cache_len, linear_size(own_len), tree);
         } else {
           DraftDynamicChain(*step.dynamic, step.dyn, linear_size(step.dyn.len),
-                            sel_.dynamic_link_fallback, tree);
+                            sel_.tuning.dynamic_link_fallback, tree);
         }
         break;
       case Choice::kStatic:
@@ -46,12 +46,12 @@ class PaperPolicy : public LinearStaticDraftPolicy {
   }
 
  private:
-  SelectionOptions sel_;
+  SessionOptions sel_;
 };
 
 }  // namespace
 
-std::unique_ptr<DraftPolicy> MakePaperPolicy(const SelectionOptions& options) {
+std::unique_ptr<DraftPolicy> MakePaperPolicy(const SessionOptions& options) {
   return std::make_unique<PaperPolicy>(options);
 }
 

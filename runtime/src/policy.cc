@@ -2,7 +2,7 @@
 
 namespace sam::runtime::internal {
 
-std::unique_ptr<DraftPolicy> MakePolicy(const SelectionOptions& options) {
+std::unique_ptr<DraftPolicy> MakePolicy(const SessionOptions& options) {
   switch (options.policy) {
     case Policy::kPaper: return MakePaperPolicy(options);
     case Policy::kStaticOnly:

@@ -1,4 +1,4 @@
-// Internal: the drafting policies behind a Session (SelectionOptions::policy).
+// Internal: the drafting policies behind a Session (SessionOptions::policy).
 //
 // The session keeps the request's automata and cursors. At each step it peeks
 // every static source with the start token, looks the dynamic automaton up
@@ -22,6 +22,7 @@
 #include "sam/runtime/draft.h"
 #include "sam/runtime/drafter.h"
 #include "sam/runtime/dynamic_sam.h"
+#include "sam/runtime/options.h"
 #include "sam/runtime/selection.h"
 #include "static_source.h"
 
@@ -45,7 +46,7 @@ struct StepContext {
   uint32_t cache_len = 0;
   std::span<const uint32_t> cache_draft;
   Drafter* fallback = nullptr;  // may be null
-  double measured_rate = 1.0;   // tokens per t(1) so far (SelectionOptions::cost_curve)
+  double measured_rate = 1.0;   // tokens per t(1) so far (SessionOptions::cost_curve)
 };
 
 // What the verifier tried of the last proposal's tree: on_path[k] says whether
@@ -104,11 +105,11 @@ class DraftPolicy {
 };
 
 // The policy `options.policy` names, with its options.
-std::unique_ptr<DraftPolicy> MakePolicy(const SelectionOptions& options);
-std::unique_ptr<DraftPolicy> MakePaperPolicy(const SelectionOptions& options);
-std::unique_ptr<DraftPolicy> MakeLinearPolicy(const SelectionOptions& options);
-std::unique_ptr<DraftPolicy> MakeTreePolicy(const SelectionOptions& options);
-std::unique_ptr<DraftPolicy> MakeCalibratedPolicy(const SelectionOptions& options);
+std::unique_ptr<DraftPolicy> MakePolicy(const SessionOptions& options);
+std::unique_ptr<DraftPolicy> MakePaperPolicy(const SessionOptions& options);
+std::unique_ptr<DraftPolicy> MakeLinearPolicy(const SessionOptions& options);
+std::unique_ptr<DraftPolicy> MakeTreePolicy(const SessionOptions& options);
+std::unique_ptr<DraftPolicy> MakeCalibratedPolicy(const SessionOptions& options);
 
 }  // namespace sam::runtime::internal
 

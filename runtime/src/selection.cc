@@ -66,7 +66,7 @@ std::string PolicyHelp() {
 }
 
 Choice ChoosePaper(uint32_t l_dyn, uint32_t l_static, bool has_fallback,
-                   const SelectionOptions& options) {
+                   const PaperOptions& options) {
   const int64_t bias = options.l_bias.value_or(has_fallback ? 5 : 0);
   const int64_t l_s = static_cast<int64_t>(l_static) - bias;
   const int64_t dyn = l_dyn;
@@ -77,12 +77,6 @@ Choice ChoosePaper(uint32_t l_dyn, uint32_t l_static, bool has_fallback,
     return Choice::kStatic;
   }
   return has_fallback ? Choice::kFallback : Choice::kNone;
-}
-
-size_t LinearDraftSize(uint32_t match_len, const SelectionOptions& options) {
-  if (!options.adaptive_length) return options.draft_size;
-  const size_t adaptive = 1 + size_t{options.length_per_match} * match_len;
-  return std::min(options.draft_size, adaptive);
 }
 
 }  // namespace sam::runtime

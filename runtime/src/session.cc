@@ -47,32 +47,9 @@ size_t DynamicBytes(size_t bytes) {
 Session::Session(const SessionOptions& options)
     : options_(options),
       dynamic_(DynamicSam::CapacityForBytes(DynamicBytes(options.max_dynamic_bytes))) {
-  const SelectionOptions& sel = options_.selection;
-  if (sel.draft_size < 1 || sel.draft_size > kMaxDraftSize)
-    throw Error(ErrorCode::kInvalidArgument,
-                "SessionOptions: selection.draft_size must be in 1.." +
-                    std::to_string(kMaxDraftSize) + ", got " + std::to_string(sel.draft_size));
-  if (sel.max_tree_nodes > kMaxDraftSize)
-    throw Error(ErrorCode::kInvalidArgument,
-                "SessionOptions: selection.max_tree_nodes must be at most " +
-                    std::to_string(kMaxDraftSize) + ", got " +
-                    std::to_string(sel.max_tree_nodes));
-  // A width of 0 would draft no static node, and a NaN floor would silently
-  // drop every static expansion (no comparison with it holds).
-  if (sel.max_width < 1 || sel.max_width > kMaxWidth)
-    throw Error(ErrorCode::kInvalidArgument,
-                "SessionOptions: selection.max_width must be at least 1 and at most " +
-                    std::to_string(kMaxWidth) + ", got " + std::to_string(sel.max_width));
-  if (!(sel.chain_min_path_probability >= 0.0 && sel.chain_min_path_probability <= 1.0))
-    throw Error(ErrorCode::kInvalidArgument,
-                "SessionOptions: selection.chain_min_path_probability must be in [0, 1], got " +
-                    std::to_string(sel.chain_min_path_probability));
-  if (!(sel.min_path_probability >= 0.0 && sel.min_path_probability <= 1.0))
-    throw Error(ErrorCode::kInvalidArgument,
-                "SessionOptions: selection.min_path_probability must be in [0, 1], got " +
-                    std::to_string(sel.min_path_probability));
+  ValidateSessionOptions(options_);
   tree_.Reset(0, DraftSource::kNone);
-  policy_ = internal::MakePolicy(sel);
+  policy_ = internal::MakePolicy(options_);
 }
 
 Session::~Session() = default;
@@ -157,7 +134,7 @@ void Session::AttachCache(std::shared_ptr<ResponseCache> cache, std::string_view
   for (size_t p = from + 1; p <= n; ++p) recent.push_back(dynamic_.Token(p));
   cursor.Advance(recent);
   if (!sources_.empty()) cursor.set_vocab_limit(sources_[0].cursor.view()->vocab_size());
-  cache_draft_.resize(options_.selection.draft_size);
+  cache_draft_.resize(options_.draft_size);
   cache_ = std::move(cache);
   cache_cursor_ = std::move(cursor);
 }
@@ -204,8 +181,9 @@ void Session::Reset() {
 void Session::ResetStatistics() {
   stats_ = SessionStatistics{};
   rate_tokens_ = rate_cost_ = 0.0;
-  policy_->ClearLearned();
 }
+
+void Session::ResetCalibration() { policy_->ClearLearned(); }
 
 void Session::PrefillCursor(StaticCursor& c, std::span<const uint32_t> tokens) {
   if (tokens.size() > kPrefillMatchWindow) {
@@ -240,7 +218,7 @@ const DraftTree& Session::Propose(uint32_t start_token, size_t max_nodes) {
   max_nodes = std::max<size_t>(max_nodes, 1);
   // max_nodes bounds what is verified: a chain of max_nodes is cut from the
   // policy's whole tree.
-  const bool chain = options_.selection.shape == DraftShape::kChain;
+  const bool chain = options_.shape == DraftShape::kChain;
   ProposeInto(start_token, chain ? std::numeric_limits<size_t>::max() : max_nodes, &tree_);
   return Shaped(max_nodes);
 }
@@ -251,11 +229,11 @@ bool Session::Propose(uint32_t start_token, size_t max_nodes, DraftTree* out) {
 }
 
 const DraftTree& Session::Shaped(size_t max_nodes) {
-  const SelectionOptions& sel = options_.selection;
+  const SessionOptions& sel = options_;
   if (sel.shape == DraftShape::kTree) return tree_;
   ChainOptions chain;
   chain.max_tokens = std::min(sel.draft_size, max_nodes) - 1;
-  chain.min_path_probability = sel.chain_min_path_probability;
+  chain.min_path_probability = sel.tuning.chain_min_path_probability;
   if (!sel.cost_curve.empty()) {
     chain.cost_curve = &sel.cost_curve;
     chain.rate = MeasuredRate();
@@ -280,7 +258,7 @@ void Session::PrefetchPeekedChildren(const internal::StaticSource& s) const {
   }
   view.PrefetchCount(v);
   view.PrefetchToken(v + 1);
-  if (options_.selection.backoff_count > 0) view.PrefetchLink(v);
+  if (options_.tuning.backoff_count > 0) view.PrefetchLink(v);
   const StaticIndex& index = *s.index;
   index.PrefetchHubBit(v);
   index.PrefetchRecord(v);
@@ -314,11 +292,11 @@ void Session::ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tre
   cache_draft_count_ = 0;
   if (cache_ && policy_->uses_cache())
     last_cache_len_ = cache_cursor_.Peek(start_token, cache_draft_.size() - 1,
-                                         options_.selection.dynamic_link_fallback,
+                                         options_.tuning.dynamic_link_fallback,
                                          cache_draft_.data(), &cache_draft_count_);
   step.cache_len = last_cache_len_;
   step.cache_draft = std::span<const uint32_t>(cache_draft_.data(), cache_draft_count_);
-  if (!options_.selection.cost_curve.empty()) step.measured_rate = MeasuredRate();
+  if (!options_.cost_curve.empty()) step.measured_rate = MeasuredRate();
   // The response cache's compiled index: one more source (the last) for
   // this proposal only.
   if (cache_ && policy_->uses_compiled_cache() && cache_->compile_options().enabled)
@@ -385,7 +363,7 @@ size_t Session::RecordAcceptance(std::span<const uint32_t> tokens) {
     ++accepted;
   }
   // The statistics count what was verified: the tree, or its chain.
-  const bool chain = options_.selection.shape == DraftShape::kChain;
+  const bool chain = options_.shape == DraftShape::kChain;
   const DraftTree& verified = chain ? shaped_ : t;
   size_t verified_accepted = accepted;
   if (chain) {  // the chain's nodes that `tokens` match
@@ -396,9 +374,9 @@ size_t Session::RecordAcceptance(std::span<const uint32_t> tokens) {
   }
   SourceStatistics& s = stats_.source(verified.source);
   s.Record(verified, verified_accepted);
-  if (!options_.selection.cost_curve.empty()) {
+  if (!options_.cost_curve.empty()) {
     rate_tokens_ += static_cast<double>(verified_accepted + 1);
-    rate_cost_ += options_.selection.cost_curve.Relative(verified.size());
+    rate_cost_ += options_.cost_curve.Relative(verified.size());
   }
   s.propose_ns += pending_ns_;
   ++stats_.steps;

@@ -1,5 +1,5 @@
 // Policy::kTree: a count-weighted static tree (StaticTreeBuilder: best-first
-// over the heaviest children, at most min(max_tree_nodes, 1 +
+// over the heaviest children, at most min(tree.nodes, 1 +
 // length_per_match * l) nodes, max_width a depth) when the static match is
 // longer than the dynamic one, else the dynamic draft of that size. The
 // shards of a shard set that match as long sum their children's counts
@@ -19,16 +19,16 @@ namespace {
 
 class TreePolicy : public DraftPolicy {
  public:
-  explicit TreePolicy(const SelectionOptions& options) : sel_(options) {}
+  explicit TreePolicy(const SessionOptions& options) : sel_(options) {}
 
   void Propose(const StepContext& step, DraftTree* tree) override {
     auto tree_size = [&](uint64_t len) {
-      return std::min({step.max_nodes, sel_.max_tree_nodes, 1 + size_t{sel_.length_per_match} * len});
+      return std::min({step.max_nodes, sel_.tree.nodes, 1 + size_t{sel_.tuning.length_per_match} * len});
     };
     if (step.best_len > step.dyn.len) {
       StaticTreeOptions opts;
       opts.max_nodes = tree_size(step.best_len);
-      opts.max_width = sel_.max_width;
+      opts.max_width = sel_.tree.width;
       const StaticSource& best = step.sources[step.best];
       opts.hubs = best.index.get();
       // Shards of best's shard set that match as long: counts summed.
@@ -48,12 +48,12 @@ class TreePolicy : public DraftPolicy {
       }
     } else if (step.dyn.len > 0) {
       DraftDynamicChain(*step.dynamic, step.dyn, tree_size(step.dyn.len),
-                        sel_.dynamic_link_fallback, tree);
+                        sel_.tuning.dynamic_link_fallback, tree);
     }
   }
 
  private:
-  SelectionOptions sel_;
+  SessionOptions sel_;
   std::vector<ShardMatch> shard_matches_;
   StaticTreeBuilder tree_builder_;
   MergedStaticTreeBuilder merged_tree_builder_;
@@ -61,7 +61,7 @@ class TreePolicy : public DraftPolicy {
 
 }  // namespace
 
-std::unique_ptr<DraftPolicy> MakeTreePolicy(const SelectionOptions& options) {
+std::unique_ptr<DraftPolicy> MakeTreePolicy(const SessionOptions& options) {
   return std::make_unique<TreePolicy>(options);
 }
 

@@ -48,7 +48,7 @@ TEST(CapiBatch, SameDraftsAsSessionPropose) {
       testing::TempDir() + "capi_batch_" + std::to_string(::getpid()) + ".sam";
   sam::automaton::BuildIndexFile(docs, kVocab, path);
   sam_index* index = nullptr;
-  ASSERT_EQ(sam_index_open(path.c_str(), nullptr, &index), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_index_open(path.c_str(), nullptr, 0, &index), SAM_OK) << sam_last_error();
   std::remove(path.c_str());  // stays mapped
 
   constexpr size_t kSessions = 33;
@@ -65,8 +65,8 @@ TEST(CapiBatch, SameDraftsAsSessionPropose) {
     std::vector<Stream> batched_streams = streams, single_streams = streams;
     std::vector<sam_session*> batched(kSessions), single(kSessions);
     for (size_t i = 0; i < kSessions; ++i) {
-      sam_session_options o;
-      sam_session_options_default(&o);
+      sam_session_config o;
+      sam_session_config_init(&o);
       o.policy = policy;
       for (sam_session** s : {&batched[i], &single[i]}) {
         ASSERT_EQ(sam_session_new(&o, s), SAM_OK) << sam_last_error();
@@ -88,14 +88,14 @@ TEST(CapiBatch, SameDraftsAsSessionPropose) {
         const Stream& s = batched_streams[i];
         starts[i] = s.output[std::min(s.at, s.output.size() - 1)];
       }
-      ASSERT_EQ(sam_propose_batch(pool, batched.data(), starts.data(), kSessions, drafts.data(),
+      ASSERT_EQ(sam_propose_batch(pool, batched.data(), starts.data(), nullptr, kSessions, drafts.data(),
                                   statuses.data()),
                 SAM_OK)
           << sam_last_error();
       for (size_t i = 0; i < kSessions; ++i) {
         ASSERT_EQ(statuses[i], SAM_OK);
         sam_draft want;
-        ASSERT_EQ(sam_session_propose(single[i], starts[i], &want), SAM_OK);
+        ASSERT_EQ(sam_session_propose(single[i], starts[i], 0, &want), SAM_OK);
         ASSERT_EQ(Tokens(drafts[i]), Tokens(want)) << "session " << i << ", step " << step;
         ASSERT_EQ(drafts[i].source, want.source);
         // The batch's draft is the session's proposal, as sam_session_propose's is: the
@@ -118,17 +118,17 @@ TEST(CapiBatch, SameDraftsAsSessionPropose) {
       if (!any) break;
     }
     // Bad arguments: nothing drafted.
-    EXPECT_EQ(sam_propose_batch(nullptr, batched.data(), starts.data(), kSessions, drafts.data(),
+    EXPECT_EQ(sam_propose_batch(nullptr, batched.data(), starts.data(), nullptr, kSessions, drafts.data(),
                                 statuses.data()),
               SAM_ERR_INVALID_ARGUMENT);
-    EXPECT_EQ(sam_propose_batch(pool, batched.data(), starts.data(), kSessions, drafts.data(),
+    EXPECT_EQ(sam_propose_batch(pool, batched.data(), starts.data(), nullptr, kSessions, drafts.data(),
                                 nullptr),
               SAM_ERR_INVALID_ARGUMENT);
     sam_session* with_null[2] = {batched[0], nullptr};
-    EXPECT_EQ(sam_propose_batch(pool, with_null, starts.data(), 2, drafts.data(), statuses.data()),
+    EXPECT_EQ(sam_propose_batch(pool, with_null, starts.data(), nullptr, 2, drafts.data(), statuses.data()),
               SAM_ERR_INVALID_ARGUMENT);
     EXPECT_NE(std::string(sam_last_error()).find("session 1 is NULL"), std::string::npos);
-    EXPECT_EQ(sam_propose_batch(pool, nullptr, nullptr, 0, nullptr, nullptr), SAM_OK);
+    EXPECT_EQ(sam_propose_batch(pool, nullptr, nullptr, nullptr, 0, nullptr, nullptr), SAM_OK);
     sam_draft_pool_free(pool);
     for (size_t i = 0; i < kSessions; ++i) {
       sam_session_free(batched[i]);

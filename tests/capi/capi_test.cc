@@ -78,7 +78,7 @@ class CapiTest : public testing::Test {
 
 TEST_F(CapiTest, OpensWithOrWithoutTheTokenizerFingerprint) {
   sam_index* index = nullptr;
-  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &index), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, 0, &index), SAM_OK) << sam_last_error();
   EXPECT_EQ(sam_index_vocab_size(index), kVocab);
   EXPECT_EQ(sam_index_num_documents(index), documents_->size());
   EXPECT_GT(sam_index_num_tokens(index), 40u * 60u);
@@ -87,17 +87,17 @@ TEST_F(CapiTest, OpensWithOrWithoutTheTokenizerFingerprint) {
 
   const std::string hex = sam::format::DigestToHex(FakeTokenizerDigest());
   index = nullptr;
-  ASSERT_EQ(sam_index_open(path_->c_str(), hex.c_str(), &index), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_index_open(path_->c_str(), hex.c_str(), 0, &index), SAM_OK) << sam_last_error();
   sam_index_close(index);
 }
 
 TEST_F(CapiTest, RefusesAnotherTokenizer) {
   const std::string other(64, 'a');
   sam_index* index = nullptr;
-  EXPECT_EQ(sam_index_open(path_->c_str(), other.c_str(), &index), SAM_ERR_TOKENIZER_MISMATCH);
+  EXPECT_EQ(sam_index_open(path_->c_str(), other.c_str(), 0, &index), SAM_ERR_TOKENIZER_MISMATCH);
   EXPECT_EQ(index, nullptr);
   EXPECT_NE(std::string(sam_last_error()), "");
-  EXPECT_EQ(sam_index_open(path_->c_str(), "not hex", &index), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_index_open(path_->c_str(), "not hex", 0, &index), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(index, nullptr);
 }
 
@@ -105,13 +105,13 @@ TEST_F(CapiTest, MapsFileErrorsToCodes) {
   sam_index* index = nullptr;
   const std::string missing = TempPath("missing.sam");
   std::remove(missing.c_str());
-  EXPECT_EQ(sam_index_open(missing.c_str(), nullptr, &index), SAM_ERR_IO);
+  EXPECT_EQ(sam_index_open(missing.c_str(), nullptr, 0, &index), SAM_ERR_IO);
   EXPECT_NE(std::string(sam_last_error()).find("missing.sam"), std::string::npos)
       << sam_last_error();
 
   const std::string garbage = TempPath("garbage.sam");
   std::ofstream(garbage) << std::string(4096, 'x');
-  EXPECT_EQ(sam_index_open(garbage.c_str(), nullptr, &index), SAM_ERR_FORMAT);
+  EXPECT_EQ(sam_index_open(garbage.c_str(), nullptr, 0, &index), SAM_ERR_FORMAT);
   std::remove(garbage.c_str());
 
   // A truncated copy of a valid index.
@@ -119,7 +119,7 @@ TEST_F(CapiTest, MapsFileErrorsToCodes) {
   const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const std::string truncated = TempPath("truncated.sam");
   std::ofstream(truncated, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
-  EXPECT_EQ(sam_index_open(truncated.c_str(), nullptr, &index), SAM_ERR_FORMAT);
+  EXPECT_EQ(sam_index_open(truncated.c_str(), nullptr, 0, &index), SAM_ERR_FORMAT);
   EXPECT_EQ(index, nullptr);
   std::remove(truncated.c_str());
 }
@@ -128,14 +128,14 @@ TEST(Capi, NullArgumentsAreInvalidNotFatal) {
   sam_index* index = nullptr;
   sam_session* session = nullptr;
   sam_draft draft;
-  EXPECT_EQ(sam_index_open(nullptr, nullptr, &index), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_index_open(nullptr, nullptr, 0, &index), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(sam_last_error()).find("path"), std::string::npos);
-  EXPECT_EQ(sam_index_open("x.sam", nullptr, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_index_open("x.sam", nullptr, 0, nullptr), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(sam_index_verify(nullptr), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(sam_session_new(nullptr, nullptr), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(sam_session_attach_index(nullptr, nullptr), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(sam_session_prefill(nullptr, nullptr, 0), SAM_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(sam_session_propose(nullptr, 0, &draft), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_propose(nullptr, 0, 0, &draft), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(sam_session_commit(nullptr, nullptr, 0), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(sam_session_observe_topk(nullptr, nullptr, 0, nullptr, 0), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(sam_session_reset(nullptr), SAM_ERR_INVALID_ARGUMENT);
@@ -148,22 +148,38 @@ TEST(Capi, NullArgumentsAreInvalidNotFatal) {
   EXPECT_EQ(sam_session_attach_index(session, nullptr), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(sam_session_prefill(session, nullptr, 3), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(sam_session_prefill(session, nullptr, 0), SAM_OK);
-  EXPECT_EQ(sam_session_propose(session, 5, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_propose(session, 5, 0, nullptr), SAM_ERR_INVALID_ARGUMENT);
   sam_session_free(session);
 }
 
 TEST(Capi, RejectsBadOptions) {
-  sam_session_options options;
-  sam_session_options_default(&options);
+  sam_session_config options;
+  sam_session_config_init(&options);
   EXPECT_EQ(options.draft_size, 40u);
   EXPECT_EQ(options.policy, SAM_POLICY_CALIBRATED);  // the default everywhere
   sam_session* session = nullptr;
   options.policy = 17;
   EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);
-  sam_session_options_default(&options);
+  sam_session_config_init(&options);
   options.draft_size = 0;
   EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);
+  sam_session_config_init(&options);
+  options.tree_width = 0;
+  EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("tree_width"), std::string::npos) << sam_last_error();
+  sam_session_config_init(&options);
+  options.tree_nodes = SAM_MAX_DRAFT_SIZE + 1;
+  EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(sam_last_error()).find("tree_nodes"), std::string::npos) << sam_last_error();
+  sam_session_config_init(&options);
+  options.shape = 2;
+  EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(session, nullptr);
+  // Any negative l_bias is automatic, as documented.
+  sam_session_config_init(&options);
+  options.l_bias = -7;
+  ASSERT_EQ(sam_session_new(&options, &session), SAM_OK) << sam_last_error();
+  sam_session_free(session);
 }
 
 // The drafts of a dynamic-only session over a repetitive prompt (the draft fills draft_size).
@@ -172,50 +188,55 @@ std::vector<uint32_t> RepetitiveDraft(sam_session* session) {
   for (uint32_t i = 0; i < 100; ++i) prompt.push_back(1 + i % 7);
   EXPECT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
   sam_draft d;
-  EXPECT_EQ(sam_session_propose(session, 1 + 100 % 7, &d), SAM_OK) << sam_last_error();
+  EXPECT_EQ(sam_session_propose(session, 1 + 100 % 7, 0, &d), SAM_OK) << sam_last_error();
   return {d.tokens, d.tokens + d.count};
 }
 
+// The config's defaults are the C++ SessionOptions' (the one option table's).
 TEST(Capi, ConfigDefaultsEqualTheOptionsDefaults) {
   sam_session_config config;
   sam_session_config_init(&config);
-  sam_session_options options;
-  sam_session_options_default(&options);
+  const sam::runtime::SessionOptions options;
   EXPECT_EQ(config.struct_size, sizeof(sam_session_config));
   EXPECT_EQ(config.draft_size, options.draft_size);
-  EXPECT_EQ(config.policy, options.policy);
-  EXPECT_EQ(config.l_bias, options.l_bias);
-  EXPECT_EQ(config.l_threshold, options.l_threshold);
-  EXPECT_EQ(config.recycling_vocab_size, options.recycling_vocab_size);
+  EXPECT_EQ(config.policy, static_cast<int>(options.policy));
+  EXPECT_EQ(config.shape, static_cast<int>(options.shape));
+  EXPECT_EQ(config.l_bias, -1);
+  EXPECT_FALSE(options.paper.l_bias.has_value());
+  EXPECT_EQ(config.l_threshold, options.paper.l_threshold);
+  EXPECT_EQ(config.tree_nodes, options.tree.nodes);
+  EXPECT_EQ(config.tree_width, options.tree.width);
+  EXPECT_EQ(config.recycling_vocab_size, 0u);
   EXPECT_EQ(config.max_dynamic_bytes, options.max_dynamic_bytes);
+  EXPECT_EQ(config.collect_timing, options.collect_timing ? 1 : 0);
+  EXPECT_EQ(config.cost_curve, nullptr);
 
   sam_session* session = nullptr;
-  ASSERT_EQ(sam_session_new_ex(&config, &session), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_session_new(&config, &session), SAM_OK) << sam_last_error();
   sam_session_free(session);
   session = nullptr;
-  ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK) << sam_last_error();
   sam_session_free(session);
-  EXPECT_EQ(sam_session_new_ex(&config, nullptr), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_new(&config, nullptr), SAM_ERR_INVALID_ARGUMENT);
 }
 
-// Both entry points build the same session from the same options.
-TEST(Capi, ConfigAndOptionsGiveTheSameDrafts) {
-  sam_session_options options;
-  sam_session_options_default(&options);
-  options.policy = SAM_POLICY_DYNAMIC_ONLY;
-  options.draft_size = 12;
+// A NULL config is the initialised one; a config's fields reach the session.
+TEST(Capi, NullConfigIsTheDefaults) {
   sam_session_config config;
   sam_session_config_init(&config);
+  sam_session *a = nullptr, *b = nullptr, *c = nullptr;
+  ASSERT_EQ(sam_session_new(nullptr, &a), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_session_new(&config, &b), SAM_OK) << sam_last_error();
   config.policy = SAM_POLICY_DYNAMIC_ONLY;
   config.draft_size = 12;
-  sam_session *old_api = nullptr, *new_api = nullptr;
-  ASSERT_EQ(sam_session_new(&options, &old_api), SAM_OK) << sam_last_error();
-  ASSERT_EQ(sam_session_new_ex(&config, &new_api), SAM_OK) << sam_last_error();
-  const std::vector<uint32_t> draft = RepetitiveDraft(old_api);
-  EXPECT_EQ(draft.size(), 12u);
-  EXPECT_EQ(RepetitiveDraft(new_api), draft);
-  sam_session_free(old_api);
-  sam_session_free(new_api);
+  ASSERT_EQ(sam_session_new(&config, &c), SAM_OK) << sam_last_error();
+  const std::vector<uint32_t> draft = RepetitiveDraft(a);
+  EXPECT_GT(draft.size(), 1u);
+  EXPECT_EQ(RepetitiveDraft(b), draft);
+  EXPECT_EQ(RepetitiveDraft(c).size(), 12u);
+  sam_session_free(a);
+  sam_session_free(b);
+  sam_session_free(c);
 }
 
 // sam-cal with a cost curve: a flat one drafts as none; t(n) = n (one value: proportional
@@ -231,7 +252,7 @@ TEST(Capi, CostCurveSizesCalibratedDrafts) {
     config.cost_curve = curve.empty() ? nullptr : curve.data();
     config.cost_curve_size = curve.size();
     sam_session* session = nullptr;
-    EXPECT_EQ(sam_session_new_ex(&config, &session), SAM_OK) << sam_last_error();
+    EXPECT_EQ(sam_session_new(&config, &session), SAM_OK) << sam_last_error();
     const std::vector<uint32_t> tokens = RepetitiveDraft(session);
     sam_session_free(session);
     return tokens;
@@ -248,15 +269,15 @@ TEST(Capi, CostCurveSizesCalibratedDrafts) {
   const double bad[] = {1.0, -1.0};
   config.cost_curve = bad;
   config.cost_curve_size = 2;
-  EXPECT_EQ(sam_session_new_ex(&config, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_new(&config, &session), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(sam_last_error()).find("cost_curve"), std::string::npos) << sam_last_error();
   EXPECT_NE(std::string(sam_last_error()).find("positive finite"), std::string::npos);
   config.cost_curve = nullptr;
-  EXPECT_EQ(sam_session_new_ex(&config, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_new(&config, &session), SAM_ERR_INVALID_ARGUMENT);
   const std::vector<double> long_curve(SAM_MAX_DRAFT_SIZE + 1, 1.0);
   config.cost_curve = long_curve.data();
   config.cost_curve_size = long_curve.size();
-  EXPECT_EQ(sam_session_new_ex(&config, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_new(&config, &session), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(session, nullptr);
 }
 
@@ -269,7 +290,7 @@ TEST(Capi, ShorterConfigGetsDefaultsForTheMissingFields) {
   full.draft_size = 12;
   full.policy = 17;  // not a policy: refused when read
   sam_session* session = nullptr;
-  EXPECT_EQ(sam_session_new_ex(&full, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_new(&full, &session), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(sam_last_error()).find("policy 17"), std::string::npos) << sam_last_error();
 
   // Only struct_size and draft_size: policy (and everything after) is the default.
@@ -277,7 +298,7 @@ TEST(Capi, ShorterConfigGetsDefaultsForTheMissingFields) {
   full.struct_size = old_size;
   std::vector<unsigned char> old_caller(reinterpret_cast<unsigned char*>(&full),
                                         reinterpret_cast<unsigned char*>(&full) + old_size);
-  ASSERT_EQ(sam_session_new_ex(reinterpret_cast<const sam_session_config*>(old_caller.data()),
+  ASSERT_EQ(sam_session_new(reinterpret_cast<const sam_session_config*>(old_caller.data()),
                                &session),
             SAM_OK)
       << sam_last_error();
@@ -285,7 +306,7 @@ TEST(Capi, ShorterConfigGetsDefaultsForTheMissingFields) {
   sam_session_config_init(&expected);
   expected.draft_size = 12;  // the default policy, SAM_POLICY_PAPER
   sam_session* reference = nullptr;
-  ASSERT_EQ(sam_session_new_ex(&expected, &reference), SAM_OK);
+  ASSERT_EQ(sam_session_new(&expected, &reference), SAM_OK);
   const std::vector<uint32_t> draft = RepetitiveDraft(session);
   EXPECT_EQ(draft.size(), 12u);
   EXPECT_EQ(RepetitiveDraft(reference), draft);
@@ -295,13 +316,13 @@ TEST(Capi, ShorterConfigGetsDefaultsForTheMissingFields) {
   // A field cut in the middle is not read either.
   full.struct_size = old_size + 1;
   session = nullptr;
-  EXPECT_EQ(sam_session_new_ex(&full, &session), SAM_OK) << sam_last_error();
+  EXPECT_EQ(sam_session_new(&full, &session), SAM_OK) << sam_last_error();
   sam_session_free(session);
 
   // Too short to hold draft_size: refused.
   full.struct_size = offsetof(sam_session_config, draft_size);
   session = nullptr;
-  EXPECT_EQ(sam_session_new_ex(&full, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_new(&full, &session), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(session, nullptr);
   EXPECT_NE(std::string(sam_last_error()).find("struct_size"), std::string::npos);
 }
@@ -319,13 +340,13 @@ TEST(Capi, LongerConfigNeedsZeroTrailingBytes) {
   newer.known.draft_size = 12;
   newer.known.policy = SAM_POLICY_DYNAMIC_ONLY;
   sam_session* session = nullptr;
-  ASSERT_EQ(sam_session_new_ex(&newer.known, &session), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_session_new(&newer.known, &session), SAM_OK) << sam_last_error();
   EXPECT_EQ(RepetitiveDraft(session).size(), 12u);
   sam_session_free(session);
 
   newer.another = 1;
   session = nullptr;
-  EXPECT_EQ(sam_session_new_ex(&newer.known, &session), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_new(&newer.known, &session), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(session, nullptr);
   const std::string message = sam_last_error();
   EXPECT_NE(message.find("struct_size " + std::to_string(sizeof(Newer))), std::string::npos)
@@ -337,8 +358,8 @@ TEST(Capi, LongerConfigNeedsZeroTrailingBytes) {
 // a draft can reach it, depths included), one more is refused with a message.
 TEST(Capi, DraftSizeAtAndBeyondTheMaximum) {
   EXPECT_EQ(SAM_MAX_DRAFT_SIZE, 4096);
-  sam_session_options options;
-  sam_session_options_default(&options);
+  sam_session_config options;
+  sam_session_config_init(&options);
   options.policy = SAM_POLICY_DYNAMIC_ONLY;
   options.max_dynamic_bytes = size_t{16} << 20;
   options.draft_size = SAM_MAX_DRAFT_SIZE;
@@ -348,7 +369,7 @@ TEST(Capi, DraftSizeAtAndBeyondTheMaximum) {
   for (size_t i = 0; i < 2 * SAM_MAX_DRAFT_SIZE + 10; ++i) prompt.push_back(1 + i % 5);
   ASSERT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
   sam_draft d;
-  ASSERT_EQ(sam_session_propose(session, 1 + prompt.size() % 5, &d), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_session_propose(session, 1 + prompt.size() % 5, 0, &d), SAM_OK) << sam_last_error();
   EXPECT_EQ(d.count, size_t{SAM_MAX_DRAFT_SIZE});
   EXPECT_EQ(d.depths[d.count - 1], SAM_MAX_DRAFT_SIZE - 1);
   for (size_t i = 1; i < d.count; ++i) ASSERT_EQ(d.depths[i], d.depths[d.parents[i]] + 1) << i;
@@ -400,8 +421,8 @@ TEST(Capi, PolicyNamesRoundTrip) {
   EXPECT_EQ(sam_policy_from_name("sam", nullptr, nullptr), SAM_ERR_INVALID_ARGUMENT);
 
   // An out-of-range sam_policy is refused with the names of the valid ones.
-  sam_session_options options;
-  sam_session_options_default(&options);
+  sam_session_config options;
+  sam_session_config_init(&options);
   options.policy = 9;
   sam_session* session = nullptr;
   EXPECT_EQ(sam_session_new(&options, &session), SAM_ERR_INVALID_ARGUMENT);
@@ -424,7 +445,7 @@ TEST(Capi, HeaderAndLibraryVersionsAgree) {
   // The library's version comes from CMake's project(VERSION), the macros from sam.h.
   EXPECT_EQ(sam_version(), SAM_VERSION);
   EXPECT_EQ(SAM_VERSION, SAM_MAKE_VERSION(SAM_VERSION_MAJOR, SAM_VERSION_MINOR, SAM_VERSION_PATCH));
-  EXPECT_EQ(SAM_VERSION, 100);  // 0.1.0
+  EXPECT_EQ(SAM_VERSION, 200);  // 0.2.0
   EXPECT_STREQ(sam_version_string(), SAM_VERSION_STRING);
   EXPECT_EQ(std::string(SAM_VERSION_STRING), std::to_string(SAM_VERSION_MAJOR) + "." +
                                                  std::to_string(SAM_VERSION_MINOR) + "." +
@@ -434,7 +455,7 @@ TEST(Capi, HeaderAndLibraryVersionsAgree) {
 
 TEST(Capi, LastErrorIsPerThread) {
   sam_index* index = nullptr;
-  ASSERT_EQ(sam_index_open(nullptr, nullptr, &index), SAM_ERR_INVALID_ARGUMENT);
+  ASSERT_EQ(sam_index_open(nullptr, nullptr, 0, &index), SAM_ERR_INVALID_ARGUMENT);
   const std::string mine = sam_last_error();
   std::string theirs;
   std::thread([&] {
@@ -452,40 +473,34 @@ std::string WithoutTimings(const std::string& json) {
 
 // The same request script through the C API and through sam::runtime::Session
 // gives the same drafts, step by step.
-// The C side opens the index with `flags` (sam_index_open_ex); the C++ side
+// The C side opens the index with `flags` (sam_index_open); the C++ side
 // always uses the bare view.
-// `calibrated` (lookup limit, backoff count): set through sam_session_config on the C side
-// and SelectionOptions on the C++ side (nullopt: the defaults, through sam_session_options).
+// `tree` (sam-tree's nodes and width): set through sam_session_config on the C side and
+// SessionOptions::tree on the C++ side (nullopt: the defaults).
 void ExpectSameDraftsAsSession(const std::string& path, const std::vector<uint32_t>& text,
                                int policy, bool recycling, unsigned flags = 0,
-                               std::optional<std::pair<uint64_t, uint64_t>> calibrated = {}) {
+                               std::optional<std::pair<size_t, size_t>> tree = {}) {
   sam_index* index = nullptr;
-  ASSERT_EQ(sam_index_open_ex(path.c_str(), nullptr, flags, &index), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_index_open(path.c_str(), nullptr, flags, &index), SAM_OK) << sam_last_error();
   sam_session* c_session = nullptr;
-  if (calibrated) {
-    sam_session_config config;
-    sam_session_config_init(&config);
-    config.policy = policy;
-    config.recycling_vocab_size = recycling ? kVocab : 0;
-    config.max_static_lookups = calibrated->first;
-    config.backoff_count = calibrated->second;
-    ASSERT_EQ(sam_session_new_ex(&config, &c_session), SAM_OK) << sam_last_error();
-  } else {
-    sam_session_options c_options;
-    sam_session_options_default(&c_options);
-    c_options.policy = policy;
-    c_options.recycling_vocab_size = recycling ? kVocab : 0;
-    ASSERT_EQ(sam_session_new(&c_options, &c_session), SAM_OK) << sam_last_error();
+  sam_session_config config;
+  sam_session_config_init(&config);
+  config.policy = policy;
+  config.recycling_vocab_size = recycling ? kVocab : 0;
+  if (tree) {
+    config.tree_nodes = tree->first;
+    config.tree_width = tree->second;
   }
+  ASSERT_EQ(sam_session_new(&config, &c_session), SAM_OK) << sam_last_error();
   ASSERT_EQ(sam_session_attach_index(c_session, index), SAM_OK);
 
   const auto file = sam::format::IndexFile::Open(path);
   sam::runtime::RecyclingDrafter drafter(kVocab);
   sam::runtime::SessionOptions options;
-  options.selection.policy = static_cast<sam::runtime::Policy>(policy);
-  if (calibrated) {
-    options.selection.max_static_lookups = calibrated->first;
-    options.selection.backoff_count = calibrated->second;
+  options.policy = static_cast<sam::runtime::Policy>(policy);
+  if (tree) {
+    options.tree.nodes = tree->first;
+    options.tree.width = tree->second;
   }
   options.fallback = recycling ? &drafter : nullptr;
   sam::runtime::Session session(options);
@@ -502,7 +517,7 @@ void ExpectSameDraftsAsSession(const std::string& path, const std::vector<uint32
   int drafted = 0;
   while (pos + 1 < text.size()) {
     sam_draft d;
-    ASSERT_EQ(sam_session_propose(c_session, text[pos], &d), SAM_OK) << sam_last_error();
+    ASSERT_EQ(sam_session_propose(c_session, text[pos], 0, &d), SAM_OK) << sam_last_error();
     const sam::runtime::DraftTree& tree = session.Propose(text[pos]);
     ASSERT_EQ(d.count, tree.size());
     EXPECT_EQ(std::vector<uint32_t>(d.tokens, d.tokens + d.count), tree.tokens);
@@ -585,7 +600,7 @@ TEST(Capi, VerifyGreedyLoopEqualsPlainGreedyDecoding) {
     config.policy = policy;
     config.draft_size = 8;
     sam_session* session = nullptr;
-    ASSERT_EQ(sam_session_new_ex(&config, &session), SAM_OK) << sam_last_error();
+    ASSERT_EQ(sam_session_new(&config, &session), SAM_OK) << sam_last_error();
     ASSERT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
     std::vector<uint32_t> context = prompt;  // what the model has seen
     uint32_t start = FakeModelNext(context);
@@ -593,7 +608,7 @@ TEST(Capi, VerifyGreedyLoopEqualsPlainGreedyDecoding) {
     size_t steps = 0, accepted = 0;
     while (emitted.size() < kGenerate) {
       sam_draft d;
-      ASSERT_EQ(sam_session_propose(session, start, &d), SAM_OK) << sam_last_error();
+      ASSERT_EQ(sam_session_propose(session, start, 0, &d), SAM_OK) << sam_last_error();
       // The model after node i: the context, then the path from the root to node i.
       std::vector<uint32_t> argmax(d.count);
       for (size_t i = 0; i < d.count; ++i) {
@@ -630,7 +645,7 @@ void RunFakeModelRequest(sam_session* session, std::vector<uint32_t> context, si
   uint32_t start = FakeModelNext(context);
   for (size_t step = 0; step < steps; ++step) {
     sam_draft d;
-    ASSERT_EQ(sam_session_propose(session, start, &d), SAM_OK);
+    ASSERT_EQ(sam_session_propose(session, start, 0, &d), SAM_OK);
     std::vector<uint32_t> argmax(d.count);
     for (size_t i = 0; i < d.count; ++i) {
       std::vector<uint32_t> seen = context;
@@ -673,7 +688,7 @@ TEST(Capi, StatsReportTheRequestAndTheTotals) {
   config.draft_size = 8;
   config.collect_timing = 1;
   sam_session* session = nullptr;
-  ASSERT_EQ(sam_session_new_ex(&config, &session), SAM_OK);
+  ASSERT_EQ(sam_session_new(&config, &session), SAM_OK);
   RunFakeModelRequest(session, {1, 7, 9, 4, 11, 3}, 30);
   nlohmann::json first = nlohmann::json::parse(sam_session_stats_json(session));
   EXPECT_EQ(first["timing"], true);
@@ -716,7 +731,7 @@ TEST(Capi, StatsReportTheRequestAndTheTotals) {
   sam_session_free(session);
 
   // Without collect_timing the times are 0 and "timing" says so.
-  ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK);
+  ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
   RunFakeModelRequest(session, {1, 7, 9, 4, 11, 3}, 5);
   nlohmann::json untimed = nlohmann::json::parse(sam_session_stats_json(session));
   EXPECT_EQ(untimed["timing"], false);
@@ -747,7 +762,7 @@ std::vector<uint32_t> SamplingLoop(float temperature, uint64_t seed, size_t step
   config.draft_size = 8;
   sam_session* session = nullptr;
   sam_rng* rng = nullptr;
-  EXPECT_EQ(sam_session_new_ex(&config, &session), SAM_OK);
+  EXPECT_EQ(sam_session_new(&config, &session), SAM_OK);
   EXPECT_EQ(sam_rng_new(seed, &rng), SAM_OK);
   sam::runtime::Rng cpp_rng(seed);
   std::vector<uint32_t> context{1, 7, 9, 4, 11, 3};
@@ -760,7 +775,7 @@ std::vector<uint32_t> SamplingLoop(float temperature, uint64_t seed, size_t step
   std::vector<uint32_t> emitted{start};
   for (size_t step = 0; step < steps; ++step) {
     sam_draft d;
-    EXPECT_EQ(sam_session_propose(session, start, &d), SAM_OK);
+    EXPECT_EQ(sam_session_propose(session, start, 0, &d), SAM_OK);
     std::vector<float> probs;
     for (size_t i = 0; i < d.count; ++i) {
       std::vector<uint32_t> seen = context;
@@ -819,14 +834,14 @@ TEST(Capi, VerifySamplingAtTemperatureZeroIsGreedyDecoding) {
 
 TEST(Capi, VerifySamplingRefusesBadArguments) {
   sam_session* session = nullptr;
-  ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK);
+  ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
   sam_rng* rng = nullptr;
   ASSERT_EQ(sam_rng_new(1, &rng), SAM_OK);
   EXPECT_EQ(sam_rng_new(1, nullptr), SAM_ERR_INVALID_ARGUMENT);
   const std::vector<uint32_t> prompt{5, 6, 7, 5, 6, 7, 5, 6};
   ASSERT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
   sam_draft d;
-  ASSERT_EQ(sam_session_propose(session, 7, &d), SAM_OK);
+  ASSERT_EQ(sam_session_propose(session, 7, 0, &d), SAM_OK);
   ASSERT_GT(d.count, 1u);
   std::vector<float> probs(d.count * 6, 1.0f);  // draft tokens 5..7 fit a vocabulary of 6...
   sam_verify_result r;
@@ -853,7 +868,7 @@ TEST(Capi, VerifySamplingRefusesBadArguments) {
 
 TEST(Capi, VerifyGreedyNeedsAProposalAndOneArgmaxPerNode) {
   sam_session* session = nullptr;
-  ASSERT_EQ(sam_session_new_ex(nullptr, &session), SAM_OK);
+  ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
   const uint32_t argmax[2] = {3, 4};
   sam_verify_result r;
   EXPECT_EQ(sam_session_verify_greedy(session, argmax, 1, &r), SAM_ERR_INVALID_ARGUMENT);
@@ -861,7 +876,7 @@ TEST(Capi, VerifyGreedyNeedsAProposalAndOneArgmaxPerNode) {
   const std::vector<uint32_t> prompt{5, 6, 7, 5, 6, 7, 5, 6};
   ASSERT_EQ(sam_session_prefill(session, prompt.data(), prompt.size()), SAM_OK);
   sam_draft d;
-  ASSERT_EQ(sam_session_propose(session, 7, &d), SAM_OK);
+  ASSERT_EQ(sam_session_propose(session, 7, 0, &d), SAM_OK);
   ASSERT_GT(d.count, 1u);
   EXPECT_EQ(sam_session_verify_greedy(session, argmax, 1, &r), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(sam_last_error()).find("draft's count"), std::string::npos)
@@ -916,65 +931,59 @@ TEST_F(CapiTest, DraftsEqualTheSessionsWhateverTheOpenFlags) {
     }
   }
   sam_index* index = nullptr;
-  EXPECT_EQ(sam_index_open_ex(path_->c_str(), nullptr, 32, &index), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_index_open(path_->c_str(), nullptr, 32, &index), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(index, nullptr);
   EXPECT_NE(std::string(sam_last_error()).find("unknown flag bits 32"), std::string::npos)
       << sam_last_error();
 }
 
 // SAM_OPEN_SUBTREE_RECORDS: the calibrated drafts of a C++ session over a
-// StaticIndex with subtree records (PrepareOptions(true, kSubtreeNodes)), at
-// lookup limits 1 and 3; the other policies' drafts as the bare view's.
+// StaticIndex with subtree records (PrepareOptions(true, kSubtreeNodes)); the
+// other policies' drafts as the bare view's. (Other lookup limits are C++
+// tuning: calibrated_test, shard_set_test.)
 TEST_F(CapiTest, SubtreeRecordsDraftAsTheSessionWithThem) {
   sam::runtime::Rng rng(77);
-  for (const uint64_t limit : {uint64_t{1}, uint64_t{3}}) {
-    SCOPED_TRACE("limit " + std::to_string(limit));
-    ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[2], rng), SAM_POLICY_CALIBRATED, false,
-                              SAM_OPEN_SUBTREE_RECORDS, std::make_pair(limit, uint64_t{8}));
-  }
+  for (size_t d : {2, 3})
+    ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[d], rng), SAM_POLICY_CALIBRATED, false,
+                              SAM_OPEN_SUBTREE_RECORDS);
   ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[1], rng), SAM_POLICY_TREE, false,
                             SAM_OPEN_SUBTREE_RECORDS);
 }
 
-// sam_session_config's max_static_lookups and backoff_count reach the calibrated policy: the
-// drafts equal a C++ session's with the same options, for settings whose drafts differ.
-TEST_F(CapiTest, CalibratedLookupLimitAndBackoffAsTheSession) {
-  sam_session_config config;
-  sam_session_config_init(&config);
-  const sam::runtime::SelectionOptions defaults;
-  EXPECT_EQ(config.max_static_lookups, defaults.max_static_lookups);
-  EXPECT_EQ(config.backoff_count, defaults.backoff_count);
-  for (const auto& setting : {std::pair<uint64_t, uint64_t>{1, 0}, {0, 1000}, {2, 8}}) {
-    SCOPED_TRACE("lookups " + std::to_string(setting.first) + " backoff " +
+// sam_session_config's tree_nodes and tree_width reach sam-tree: the drafts equal a C++
+// session's with the same options, for settings whose drafts differ.
+TEST_F(CapiTest, TreeNodesAndWidthAsTheSession) {
+  for (const auto& setting : {std::pair<size_t, size_t>{12, 1}, {100, 2}, {30, 16}}) {
+    SCOPED_TRACE("nodes " + std::to_string(setting.first) + " width " +
                  std::to_string(setting.second));
     sam::runtime::Rng rng(40);
     for (size_t d = 0; d < 3; ++d)
-      ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[d], rng), SAM_POLICY_CALIBRATED,
-                                false, 0, setting);
+      ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[d], rng), SAM_POLICY_TREE, false, 0,
+                                setting);
   }
 }
 
 // sam_session_config.shape SAM_SHAPE_CHAIN: the drafts are a C++ session's
-// with SelectionOptions::shape kChain (chains, for every policy); an unknown
+// with SessionOptions::shape kChain (chains, for every policy); an unknown
 // shape is refused, naming it.
 TEST_F(CapiTest, ChainShapeAsTheSession) {
   for (const int policy : {SAM_POLICY_PAPER, SAM_POLICY_TREE, SAM_POLICY_CALIBRATED}) {
     SCOPED_TRACE("policy " + std::to_string(policy));
     sam_index* index = nullptr;
-    ASSERT_EQ(sam_index_open_ex(path_->c_str(), nullptr, 0, &index), SAM_OK) << sam_last_error();
+    ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, 0, &index), SAM_OK) << sam_last_error();
     sam_session_config config;
     sam_session_config_init(&config);
     EXPECT_EQ(config.shape, SAM_SHAPE_TREE);
     config.policy = policy;
     config.shape = SAM_SHAPE_CHAIN;
     sam_session* c_session = nullptr;
-    ASSERT_EQ(sam_session_new_ex(&config, &c_session), SAM_OK) << sam_last_error();
+    ASSERT_EQ(sam_session_new(&config, &c_session), SAM_OK) << sam_last_error();
     ASSERT_EQ(sam_session_attach_index(c_session, index), SAM_OK);
     sam_index_close(index);
     const auto file = sam::format::IndexFile::Open(*path_);
     sam::runtime::SessionOptions options;
-    options.selection.policy = static_cast<sam::runtime::Policy>(policy);
-    options.selection.shape = sam::runtime::DraftShape::kChain;
+    options.policy = static_cast<sam::runtime::Policy>(policy);
+    options.shape = sam::runtime::DraftShape::kChain;
     sam::runtime::Session session(options);
     session.AttachIndex(&file.view());
     sam::runtime::Rng rng(41);
@@ -985,7 +994,7 @@ TEST_F(CapiTest, ChainShapeAsTheSession) {
     size_t branching = 0;
     for (size_t pos = prompt; pos + 1 < text.size();) {
       sam_draft d;
-      ASSERT_EQ(sam_session_propose(c_session, text[pos], &d), SAM_OK) << sam_last_error();
+      ASSERT_EQ(sam_session_propose(c_session, text[pos], 0, &d), SAM_OK) << sam_last_error();
       const sam::runtime::DraftTree& chain = session.Propose(text[pos]);
       ASSERT_TRUE(chain.IsLinear());
       ASSERT_EQ(std::vector<uint32_t>(d.tokens, d.tokens + d.count), chain.tokens);
@@ -1005,16 +1014,152 @@ TEST_F(CapiTest, ChainShapeAsTheSession) {
   sam_session_config_init(&config);
   config.shape = 2;
   sam_session* s = nullptr;
-  EXPECT_EQ(sam_session_new_ex(&config, &s), SAM_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(sam_session_new(&config, &s), SAM_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(sam_last_error()).find("shape 2 is not a sam_draft_shape"),
             std::string::npos)
       << sam_last_error();
 }
 
+// sam_session_propose's max_nodes (a chain-only engine's k + 1) and sam_propose_batch's:
+// the drafts of a C++ session's Propose(start, max_nodes), for every policy, both shapes
+// and limits from 1 up, step by step; 0 is no limit.
+TEST_F(CapiTest, ProposeNodeLimitAsTheSession) {
+  for (const int policy : {SAM_POLICY_PAPER, SAM_POLICY_TREE, SAM_POLICY_CALIBRATED}) {
+    for (const int shape : {SAM_SHAPE_TREE, SAM_SHAPE_CHAIN}) {
+      SCOPED_TRACE("policy " + std::to_string(policy) + " shape " + std::to_string(shape));
+      sam_index* index = nullptr;
+      ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, 0, &index), SAM_OK) << sam_last_error();
+      sam_session_config config;
+      sam_session_config_init(&config);
+      config.policy = policy;
+      config.shape = shape;
+      sam_session *one = nullptr, *batched = nullptr;
+      ASSERT_EQ(sam_session_new(&config, &one), SAM_OK) << sam_last_error();
+      ASSERT_EQ(sam_session_new(&config, &batched), SAM_OK) << sam_last_error();
+      ASSERT_EQ(sam_session_attach_index(one, index), SAM_OK);
+      ASSERT_EQ(sam_session_attach_index(batched, index), SAM_OK);
+      sam_index_close(index);
+      sam_draft_pool* pool = nullptr;
+      ASSERT_EQ(sam_draft_pool_new(1, &pool), SAM_OK);
+      const auto file = sam::format::IndexFile::Open(*path_);
+      sam::runtime::SessionOptions options;
+      options.policy = static_cast<sam::runtime::Policy>(policy);
+      options.shape = static_cast<sam::runtime::DraftShape>(shape);
+      sam::runtime::Session session(options);
+      session.AttachIndex(&file.view());
+      sam::runtime::Rng rng(43);
+      const std::vector<uint32_t> text = Mutated((*documents_)[3], rng);
+      const size_t prompt = text.size() / 3;
+      ASSERT_EQ(sam_session_prefill(one, text.data(), prompt), SAM_OK);
+      ASSERT_EQ(sam_session_prefill(batched, text.data(), prompt), SAM_OK);
+      session.Prefill(std::span<const uint32_t>(text.data(), prompt));
+      size_t limited = 0;
+      for (size_t pos = prompt, step = 0; pos + 1 < text.size(); ++step) {
+        const size_t limit = step % 5 == 4 ? 0 : 1 + step % 5 * 3;  // 1, 4, 7, 10, none
+        sam_draft d, b;
+        int status = -1;
+        ASSERT_EQ(sam_session_propose(one, text[pos], limit, &d), SAM_OK) << sam_last_error();
+        ASSERT_EQ(sam_propose_batch(pool, &batched, &text[pos], &limit, 1, &b, &status), SAM_OK);
+        ASSERT_EQ(status, SAM_OK);
+        const sam::runtime::DraftTree& tree =
+            limit == 0 ? session.Propose(text[pos]) : session.Propose(text[pos], limit);
+        ASSERT_EQ(std::vector<uint32_t>(d.tokens, d.tokens + d.count), tree.tokens) << step;
+        ASSERT_EQ(std::vector<int32_t>(d.parents, d.parents + d.count), tree.parents) << step;
+        ASSERT_EQ(std::vector<uint32_t>(b.tokens, b.tokens + b.count), tree.tokens) << step;
+        if (limit != 0) {
+          ASSERT_LE(d.count, limit);
+        }
+        limited += limit != 0 && d.count == limit && limit > 1;
+        const size_t a = sam::runtime::AcceptedLength(
+            tree, std::span<const uint32_t>(text).subspan(pos + 1));
+        ASSERT_EQ(sam_session_commit(one, text.data() + pos, a + 1), SAM_OK);
+        ASSERT_EQ(sam_session_commit(batched, text.data() + pos, a + 1), SAM_OK);
+        session.Commit(std::span<const uint32_t>(text.data() + pos, a + 1));
+        pos += a + 1;
+      }
+      EXPECT_GT(limited, 0u);  // the limits cut drafts
+      sam_draft_pool_free(pool);
+      sam_session_free(one);
+      sam_session_free(batched);
+    }
+  }
+}
+
+// Two resets: sam_session_stats_reset zeroes the statistics and keeps what sam-cal learned
+// (the drafts go on as a C++ session's that was never reset); sam_session_reset_calibration
+// forgets it (the drafts are a new C++ session's) and keeps the statistics.
+TEST_F(CapiTest, StatisticsAndCalibrationResetsAreTwoOperations) {
+  sam_index* index = nullptr;
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, 0, &index), SAM_OK) << sam_last_error();
+  const auto file = sam::format::IndexFile::Open(*path_);
+  sam::runtime::Rng rng(44);
+  const std::vector<uint32_t> first = Mutated((*documents_)[4], rng);
+  const std::vector<uint32_t> second = Mutated((*documents_)[4], rng);
+  // One request through the C session and a C++ session; returns whether every draft agreed.
+  auto request = [&](sam_session* c, sam::runtime::Session& cpp, const std::vector<uint32_t>& text) {
+    const size_t prompt = text.size() / 3;
+    EXPECT_EQ(sam_session_prefill(c, text.data(), prompt), SAM_OK);
+    cpp.Prefill(std::span<const uint32_t>(text.data(), prompt));
+    bool same = true;
+    for (size_t pos = prompt; pos + 1 < text.size();) {
+      sam_draft d;
+      EXPECT_EQ(sam_session_propose(c, text[pos], 0, &d), SAM_OK);
+      const sam::runtime::DraftTree& tree = cpp.Propose(text[pos]);
+      same = same && std::vector<uint32_t>(d.tokens, d.tokens + d.count) == tree.tokens;
+      const size_t a = sam::runtime::AcceptedLength(
+          tree, std::span<const uint32_t>(text).subspan(pos + 1));
+      EXPECT_EQ(sam_session_commit(c, text.data() + pos, a + 1), SAM_OK);
+      cpp.Commit(std::span<const uint32_t>(text.data() + pos, a + 1));
+      pos += a + 1;
+    }
+    EXPECT_EQ(sam_session_reset(c), SAM_OK);
+    cpp.Reset();
+    return same;
+  };
+  auto steps = [](sam_session* c) {
+    const std::string json = sam_session_stats_json(c);
+    return std::stoull(json.substr(json.find("\"steps\":") + 8));
+  };
+  for (const bool calibration : {false, true}) {
+    SCOPED_TRACE(calibration ? "reset_calibration" : "stats_reset");
+    sam_session* c = nullptr;
+    ASSERT_EQ(sam_session_new(nullptr, &c), SAM_OK);  // sam-cal
+    ASSERT_EQ(sam_session_attach_index(c, index), SAM_OK);
+    sam::runtime::Session learned, fresh;
+    learned.AttachIndex(&file.view());
+    fresh.AttachIndex(&file.view());
+    EXPECT_TRUE(request(c, learned, first));
+    const uint64_t before = steps(c);
+    EXPECT_GT(before, 0u);
+    if (calibration) {
+      ASSERT_EQ(sam_session_reset_calibration(c), SAM_OK);
+      EXPECT_EQ(steps(c), before);
+      EXPECT_TRUE(request(c, fresh, second));
+    } else {
+      ASSERT_EQ(sam_session_stats_reset(c), SAM_OK);
+      EXPECT_EQ(steps(c), 0u);
+      EXPECT_TRUE(request(c, learned, second));
+    }
+    sam_session_free(c);
+  }
+  // The oracle can tell them apart: what was learned changes the second request's drafts.
+  sam::runtime::Session learned, fresh;
+  learned.AttachIndex(&file.view());
+  fresh.AttachIndex(&file.view());
+  sam_session* c = nullptr;
+  ASSERT_EQ(sam_session_new(nullptr, &c), SAM_OK);
+  ASSERT_EQ(sam_session_attach_index(c, index), SAM_OK);
+  EXPECT_TRUE(request(c, learned, first));
+  EXPECT_FALSE(request(c, fresh, second));
+  sam_session_free(c);
+  EXPECT_EQ(sam_session_reset_calibration(nullptr), SAM_ERR_INVALID_ARGUMENT);
+  sam_index_close(index);
+}
+
 TEST_F(CapiTest, SessionKeepsAClosedIndexAlive) {
   for (const unsigned flags : {0u, unsigned{SAM_OPEN_PREPARE | SAM_OPEN_READ}}) {
     sam_index* index = nullptr;
-    ASSERT_EQ(sam_index_open_ex(path_->c_str(), nullptr, flags, &index), SAM_OK);
+    ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, flags, &index), SAM_OK);
     sam_session* session = nullptr;
     ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
     ASSERT_EQ(sam_session_attach_index(session, index), SAM_OK);
@@ -1022,15 +1167,15 @@ TEST_F(CapiTest, SessionKeepsAClosedIndexAlive) {
     const std::vector<uint32_t>& doc = (*documents_)[0];
     ASSERT_EQ(sam_session_prefill(session, doc.data(), 10), SAM_OK);
     sam_draft d;
-    ASSERT_EQ(sam_session_propose(session, doc[10], &d), SAM_OK);
+    ASSERT_EQ(sam_session_propose(session, doc[10], 0, &d), SAM_OK);
     EXPECT_GT(d.count, 1u);  // an 11-token match: the index was read
     sam_session_free(session);
   }
 }
 
 TEST(Capi, ErrorsInsideTheRuntimeBecomeCodes) {
-  sam_session_options options;
-  sam_session_options_default(&options);
+  sam_session_config options;
+  sam_session_config_init(&options);
   options.recycling_vocab_size = 10;
   sam_session* session = nullptr;
   ASSERT_EQ(sam_session_new(&options, &session), SAM_OK);
@@ -1041,7 +1186,7 @@ TEST(Capi, ErrorsInsideTheRuntimeBecomeCodes) {
   const uint32_t topk[2] = {3, 4};
   EXPECT_EQ(sam_session_observe_topk(session, tokens, 2, topk, 1), SAM_OK);
   sam_draft d;
-  ASSERT_EQ(sam_session_propose(session, 1, &d), SAM_OK) << sam_last_error();
+  ASSERT_EQ(sam_session_propose(session, 1, 0, &d), SAM_OK) << sam_last_error();
   EXPECT_EQ(d.source, SAM_SOURCE_RECYCLING);
   ASSERT_EQ(d.count, 2u);
   EXPECT_EQ(d.tokens[1], 3u);
@@ -1064,7 +1209,7 @@ std::vector<Step> RunCRequest(sam_session* s, const std::vector<uint32_t>& promp
   EXPECT_EQ(sam_session_prefill(s, prompt.data(), prompt.size()), SAM_OK);
   for (size_t i = 0; i < output.size();) {
     sam_draft d;
-    EXPECT_EQ(sam_session_propose(s, output[i], &d), SAM_OK);
+    EXPECT_EQ(sam_session_propose(s, output[i], 0, &d), SAM_OK);
     steps.push_back({std::vector<uint32_t>(d.tokens, d.tokens + d.count), d.source});
     size_t a = 0;
     while (a + 1 < d.count && i + a + 1 < output.size() && d.tokens[a + 1] == output[i + a + 1]) ++a;
@@ -1109,8 +1254,8 @@ TEST(CapiCache, SessionsDraftFromTheCacheLikeTheCppSession) {
   for (int policy : {SAM_POLICY_PAPER, SAM_POLICY_CALIBRATED}) {
     sam_cache* cache = nullptr;
     ASSERT_EQ(sam_cache_new(1 << 20, &cache), SAM_OK);
-    sam_session_options o;
-    sam_session_options_default(&o);
+    sam_session_config o;
+    sam_session_config_init(&o);
     o.policy = policy;
     sam_session* s = nullptr;
     ASSERT_EQ(sam_session_new(&o, &s), SAM_OK);
@@ -1118,7 +1263,7 @@ TEST(CapiCache, SessionsDraftFromTheCacheLikeTheCppSession) {
     // The oracle: the C++ session with its own cache, fed the same way.
     auto cpp_cache = std::make_shared<sam::runtime::ResponseCache>(1 << 20);
     sam::runtime::SessionOptions co;
-    co.selection.policy = static_cast<sam::runtime::Policy>(policy);
+    co.policy = static_cast<sam::runtime::Policy>(policy);
     sam::runtime::Session cpp(co);
     cpp.AttachCache(cpp_cache, "a");
     for (int request = 0; request < 3; ++request) {
@@ -1153,8 +1298,8 @@ TEST(CapiCache, CompilingCacheDraftsLikeTheCppSession) {
   for (uint32_t k = 0; k < 90; ++k) output.push_back(100 + rng.Next() % 12);
   sam_cache* cache = nullptr;
   ASSERT_EQ(sam_cache_new_compiling(1 << 20, 64, 0.25, 0, 0, &cache), SAM_OK);
-  sam_session_options o;
-  sam_session_options_default(&o);
+  sam_session_config o;
+  sam_session_config_init(&o);
   o.policy = SAM_POLICY_CALIBRATED;
   sam_session* s = nullptr;
   ASSERT_EQ(sam_session_new(&o, &s), SAM_OK);
@@ -1165,7 +1310,7 @@ TEST(CapiCache, CompilingCacheDraftsLikeTheCppSession) {
   compile.growth = 0.25;
   auto cpp_cache = std::make_shared<sam::runtime::ResponseCache>(1 << 20, compile);
   sam::runtime::SessionOptions co;
-  co.selection.policy = sam::runtime::Policy::kCalibrated;
+  co.policy = sam::runtime::Policy::kCalibrated;
   sam::runtime::Session cpp(co);
   cpp.AttachCache(cpp_cache, "a");
   for (int request = 0; request < 4; ++request) {
@@ -1308,9 +1453,9 @@ TEST_F(CapiTest, AttachRefusesAnotherVocabularyOrTokenizer) {
   other.tokenizer_sha256 = sam::format::Sha256("another model", 13);
   sam::automaton::BuildIndexFile(docs, kVocab, other_tok, other);
   sam_index *base = nullptr, *a = nullptr, *b = nullptr;
-  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &base), SAM_OK);
-  ASSERT_EQ(sam_index_open(wider.c_str(), nullptr, &a), SAM_OK);
-  ASSERT_EQ(sam_index_open(other_tok.c_str(), nullptr, &b), SAM_OK);
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, 0, &base), SAM_OK);
+  ASSERT_EQ(sam_index_open(wider.c_str(), nullptr, 0, &a), SAM_OK);
+  ASSERT_EQ(sam_index_open(other_tok.c_str(), nullptr, 0, &b), SAM_OK);
   sam_session* session = nullptr;
   ASSERT_EQ(sam_session_new(nullptr, &session), SAM_OK);
   ASSERT_EQ(sam_session_attach_index(session, base), SAM_OK);
@@ -1340,7 +1485,7 @@ TEST_F(CapiTest, CacheIdsAboveTheVocabularyAreNeverDrafted) {
   response.push_back(17);
   ASSERT_EQ(sam_cache_insert(cache, "t", response.data(), response.size(), nullptr), SAM_OK);
   sam_index* index = nullptr;
-  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &index), SAM_OK);
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, 0, &index), SAM_OK);
   // The paper rule, whose draft is the cache's continuation when its match is
   // the longer (the default, sam-cal, may prefer the index's tree).
   sam_session_config config;
@@ -1351,7 +1496,7 @@ TEST_F(CapiTest, CacheIdsAboveTheVocabularyAreNeverDrafted) {
     sam_session_config_init(&config);
     config.policy = SAM_POLICY_PAPER;  // a linear draft: the cache's continuation as it is
     sam_session* session = nullptr;
-    ASSERT_EQ(sam_session_new_ex(&config, &session), SAM_OK);
+    ASSERT_EQ(sam_session_new(&config, &session), SAM_OK);
     if (cache_first) {
       ASSERT_EQ(sam_session_attach_cache(session, cache, "t"), SAM_OK);
     }
@@ -1361,7 +1506,7 @@ TEST_F(CapiTest, CacheIdsAboveTheVocabularyAreNeverDrafted) {
     }
     ASSERT_EQ(sam_session_prefill(session, response.data(), 9), SAM_OK);  // 5..13
     sam_draft draft{};
-    ASSERT_EQ(sam_session_propose(session, 14, &draft), SAM_OK);
+    ASSERT_EQ(sam_session_propose(session, 14, 0, &draft), SAM_OK);
     // The cached continuation up to the foreign id: 15, 16.
     EXPECT_EQ(draft.source, SAM_SOURCE_CACHE);
     EXPECT_EQ(std::vector<uint32_t>(draft.tokens, draft.tokens + draft.count),
@@ -1387,7 +1532,7 @@ TEST_F(CapiTest, CacheFilesWithIdsAboveTheVocabularyAreRefused) {
     sam_cache_free(cache);
   }
   sam_index* index = nullptr;
-  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, &index), SAM_OK);
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, 0, &index), SAM_OK);
   const std::string vocab = std::to_string(sam_index_vocab_size(index));
   auto names_all = [&](const std::string& m) {
     EXPECT_NE(m.find(path), std::string::npos) << m;
@@ -1435,7 +1580,7 @@ TEST(Capi, LengthsWhoseByteSizeOverflowsAreRefused) {
 // under every policy (its drafts would overwrite each other).
 TEST_F(CapiTest, BatchRefusesTheSameSessionTwice) {
   sam_index* index = nullptr;
-  ASSERT_EQ(sam_index_open_ex(path_->c_str(), nullptr, SAM_OPEN_PREPARE, &index), SAM_OK);
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, SAM_OPEN_PREPARE, &index), SAM_OK);
   sam_draft_pool* pool = nullptr;
   ASSERT_EQ(sam_draft_pool_new(2, &pool), SAM_OK);
   for (const char* policy : {"sam", "sam-tree", "sam-cal"}) {
@@ -1443,8 +1588,8 @@ TEST_F(CapiTest, BatchRefusesTheSameSessionTwice) {
     sam_session_config_init(&config);
     ASSERT_EQ(sam_policy_from_name(policy, &config.policy, nullptr), SAM_OK) << policy;
     sam_session *a = nullptr, *b = nullptr;
-    ASSERT_EQ(sam_session_new_ex(&config, &a), SAM_OK) << policy;
-    ASSERT_EQ(sam_session_new_ex(&config, &b), SAM_OK) << policy;
+    ASSERT_EQ(sam_session_new(&config, &a), SAM_OK) << policy;
+    ASSERT_EQ(sam_session_new(&config, &b), SAM_OK) << policy;
     for (sam_session* s : {a, b}) {
       ASSERT_EQ(sam_session_attach_index(s, index), SAM_OK);
       ASSERT_EQ(sam_session_prefill(s, (*documents_)[0].data(), 20), SAM_OK);
@@ -1453,14 +1598,14 @@ TEST_F(CapiTest, BatchRefusesTheSameSessionTwice) {
     const uint32_t starts[] = {(*documents_)[0][20], (*documents_)[0][20], (*documents_)[0][20]};
     sam_draft out[3];
     int statuses[3] = {-1, -1, -1};
-    EXPECT_EQ(sam_propose_batch(pool, sessions, starts, 3, out, statuses), SAM_ERR_INVALID_ARGUMENT)
+    EXPECT_EQ(sam_propose_batch(pool, sessions, starts, nullptr, 3, out, statuses), SAM_ERR_INVALID_ARGUMENT)
         << policy;
     EXPECT_NE(std::string(sam_last_error()).find("sessions[0] and sessions[2] are the same session"),
               std::string::npos) << sam_last_error();
     EXPECT_EQ(statuses[0], -1);  // nothing ran
     // Without the duplicate the batch runs (and the marks of the refused call do not linger).
-    EXPECT_EQ(sam_propose_batch(pool, sessions, starts, 2, out, statuses), SAM_OK) << policy;
-    EXPECT_EQ(sam_propose_batch(pool, sessions, starts, 2, out, statuses), SAM_OK) << policy;
+    EXPECT_EQ(sam_propose_batch(pool, sessions, starts, nullptr, 2, out, statuses), SAM_OK) << policy;
+    EXPECT_EQ(sam_propose_batch(pool, sessions, starts, nullptr, 2, out, statuses), SAM_OK) << policy;
     EXPECT_EQ(statuses[0], SAM_OK);
     EXPECT_EQ(statuses[1], SAM_OK);
     sam_session_free(a);
@@ -1483,7 +1628,7 @@ TEST(Capi, OpeningAFifoNeverBlocks) {
   EXPECT_NE(std::string(sam_last_error()).find("not a regular file"), std::string::npos)
       << sam_last_error();
   sam_index* index = nullptr;
-  EXPECT_EQ(sam_index_open(fifo.c_str(), nullptr, &index), SAM_ERR_IO);
+  EXPECT_EQ(sam_index_open(fifo.c_str(), nullptr, 0, &index), SAM_ERR_IO);
   sam_shard_set* set = nullptr;
   EXPECT_EQ(sam_shard_set_open(fifo.c_str(), nullptr, 0, &set), SAM_ERR_IO);
   ::alarm(0);
@@ -1528,7 +1673,7 @@ TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
   sam::format::WriteShardSetManifest(manifest_path, manifest);
   {  // Opened as an index, the manifest is named for what it is.
     sam_index* not_index = nullptr;
-    EXPECT_EQ(sam_index_open(manifest_path.c_str(), nullptr, &not_index), SAM_ERR_FORMAT);
+    EXPECT_EQ(sam_index_open(manifest_path.c_str(), nullptr, 0, &not_index), SAM_ERR_FORMAT);
     EXPECT_NE(std::string(sam_last_error()).find("a shard set manifest, not an index file"),
               std::string::npos) << sam_last_error();
   }
@@ -1557,17 +1702,17 @@ TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
     sam_session_config_init(&config);
     config.policy = policy;
     sam_session* c_session = nullptr;
-    ASSERT_EQ(sam_session_new_ex(&config, &c_session), SAM_OK) << sam_last_error();
+    ASSERT_EQ(sam_session_new(&config, &c_session), SAM_OK) << sam_last_error();
     ASSERT_EQ(sam_session_attach_shard_set(c_session, opened), SAM_OK) << sam_last_error();
     sam::runtime::SessionOptions o;
-    o.selection.policy = static_cast<sam::runtime::Policy>(policy);
+    o.policy = static_cast<sam::runtime::Policy>(policy);
     sam::runtime::Session single(o);
     single.AttachIndex(sam::format::IndexFile::Open(single_path).shared_view());
     for (int step = 0; step < 400; ++step) {
       const auto& d = docs[rng() % docs.size()];
       const uint32_t t = rng() % 4 == 0 ? rng() % kSetVocab : d[rng() % d.size()];
       sam_draft draft;
-      ASSERT_EQ(sam_session_propose(c_session, t, &draft), SAM_OK) << sam_last_error();
+      ASSERT_EQ(sam_session_propose(c_session, t, 0, &draft), SAM_OK) << sam_last_error();
       const sam::runtime::DraftTree& expected = single.Propose(t);
       ASSERT_EQ(std::vector<uint32_t>(draft.tokens, draft.tokens + draft.count), expected.tokens);
       ASSERT_EQ(std::vector<int32_t>(draft.parents, draft.parents + draft.count), expected.parents);

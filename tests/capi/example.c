@@ -53,7 +53,7 @@ int main(int argc, char** argv) {
   int ok, a;
   sam_index* index = NULL;
   sam_session* session = NULL;
-  sam_session_options options;
+  sam_session_config config;
   sam_draft draft;
   const char* stats;
 
@@ -64,16 +64,16 @@ int main(int argc, char** argv) {
   for (a = 2; a < argc; ++a) ids[n++] = (uint32_t)strtoul(argv[a], NULL, 10);
   if (n == 0) ids[n++] = 1;
 
-  if (!Check(sam_index_open(argv[1], NULL, &index), "sam_index_open")) return 1;
+  if (!Check(sam_index_open(argv[1], NULL, 0, &index), "sam_index_open")) return 1;
   printf("index: %u ids, %llu tokens, %llu documents\n", (unsigned)sam_index_vocab_size(index),
          (unsigned long long)sam_index_num_tokens(index),
          (unsigned long long)sam_index_num_documents(index));
 
-  sam_session_options_default(&options);
-  ok = Check(sam_session_new(&options, &session), "sam_session_new") &&
+  sam_session_config_init(&config); /* defaults; config.struct_size */
+  ok = Check(sam_session_new(&config, &session), "sam_session_new") &&
        Check(sam_session_attach_index(session, index), "sam_session_attach_index") &&
        Check(sam_session_prefill(session, ids, n - 1), "sam_session_prefill") &&
-       Check(sam_session_propose(session, ids[n - 1], &draft), "sam_session_propose");
+       Check(sam_session_propose(session, ids[n - 1], 0, &draft), "sam_session_propose");
   if (ok) {
     PrintDraft(&draft);
     /* A real program verifies the draft with the model here. Pretend the
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     for (i = 0; i <= half; ++i) ids[i] = draft.tokens[i]; /* start + accepted */
     bonus = draft.tokens[half + 1 < draft.count ? half + 1 : half];
     ok = Check(sam_session_commit(session, ids, half + 1), "sam_session_commit") &&
-         Check(sam_session_propose(session, bonus, &draft), "sam_session_propose");
+         Check(sam_session_propose(session, bonus, 0, &draft), "sam_session_propose");
   }
   if (ok) {
     PrintDraft(&draft);

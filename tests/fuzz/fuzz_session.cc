@@ -107,22 +107,22 @@ void Drive(const sam::format::IndexView& view,
   Rng rng{seed};
   sam::runtime::SessionOptions o;
   o.max_dynamic_bytes = size_t{1} << 20;
-  o.selection.policy = policy;
-  o.selection.draft_size = 1 + rng.Below(48);
-  o.selection.adaptive_length = rng.Below(2);
+  o.policy = policy;
+  o.draft_size = 1 + rng.Below(48);
+  o.tuning.adaptive_length = rng.Below(2);
   // The calibrated ranking's knobs: the lookup limit (0: none), the backoff
   // threshold (0: never), the width and the path-probability floor.
-  o.selection.max_static_lookups = rng.Below(10);
-  o.selection.backoff_count = rng.Below(4) == 0 ? 0 : 1 + rng.Below(16);
-  o.selection.max_width = 1 + rng.Below(12);
-  o.selection.min_path_probability = rng.Below(4) == 0 ? 0.0 : 0.015;
-  o.selection.dynamic_link_fallback = rng.Below(2);
+  o.tuning.max_static_lookups = rng.Below(10);
+  o.tuning.backoff_count = rng.Below(4) == 0 ? 0 : 1 + rng.Below(16);
+  o.tree.width = o.tuning.calibrated_width = 1 + rng.Below(12);
+  o.tuning.min_path_probability = rng.Below(4) == 0 ? 0.0 : 0.015;
+  o.tuning.dynamic_link_fallback = rng.Below(2);
   // Cost-aware sizing (ChooseTreeSize) a quarter of the time: a curve from
   // flat (GPU-like) to steep (CPU-like).
   if (rng.Below(4) == 0) {
     const double slope = static_cast<double>(rng.Below(100)) / 25.0;
     const sam::runtime::CostPoint points[] = {{1, 1.0}, {64, 1.0 + slope * 63.0 / 64.0}};
-    o.selection.cost_curve = sam::runtime::CostCurve::FromPoints(points);
+    o.cost_curve = sam::runtime::CostCurve::FromPoints(points);
   }
   // A response cache half the time (compiled into an index once a tenant
   // holds 16 tokens): each request's text is cached for the next, so the
@@ -152,8 +152,8 @@ void Drive(const sam::format::IndexView& view,
       const sam::runtime::DraftTree& tree = session.Propose(start);
       CheckTree(tree, start,
                 policy == sam::runtime::Policy::kTree
-                    ? std::max(o.selection.draft_size, o.selection.max_tree_nodes)
-                    : o.selection.draft_size);
+                    ? std::max(o.draft_size, o.tree.nodes)
+                    : o.draft_size);
       // Accept a prefix of the first root path (verification agreeing with
       // the draft), or commit the start token and something else.
       buf.assign(1, start);

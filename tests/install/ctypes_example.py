@@ -75,10 +75,10 @@ def main():
     check(lib.sam_status_name(3) == b"tokenizer_mismatch", "sam_status_name(3)")
     check(lib.sam_policy_name(3) == b"sam-tree", "sam_policy_name(3)")
     idx = C.c_void_p()
-    check(lib.sam_index_open(b"/nonexistent/missing.sam", None, C.byref(idx)) == 1,
+    check(lib.sam_index_open(b"/nonexistent/missing.sam", None, 0, C.byref(idx)) == 1,
           "a missing file is SAM_ERR_IO")
     check(b"missing.sam" in lib.sam_last_error(), "sam_last_error names the file")
-    check(lib.sam_index_open(os.fsencode(index), None, C.byref(idx)) == 0, "sam_index_open")
+    check(lib.sam_index_open(os.fsencode(index), None, 0, C.byref(idx)) == 0, "sam_index_open")
     check(lib.sam_index_vocab_size(idx) == 32000, "sam_index_vocab_size")
     check(lib.sam_index_num_documents(idx) == 3, "sam_index_num_documents")
     lib.sam_index_close(idx)

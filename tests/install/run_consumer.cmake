@@ -60,7 +60,7 @@ foreach(file ${expected})
   endif()
 endforeach()
 run(soname readelf -d ${library})
-expect("${soname}" "Library soname: \\[libsam_runtime\\.so\\.0\\]" "soname libsam_runtime.so.0")
+expect("${soname}" "Library soname: \\[libsam_runtime\\.so\\.1\\]" "soname libsam_runtime.so.1")
 
 # Exported symbols: every C API function of sam.h, and nothing from zstd, xxhash or json.
 run(symbols ${NM} -D --defined-only ${library})
@@ -81,7 +81,7 @@ run(out ${CMAKE_COMMAND} --build ${WORK_DIR}/consumer)
 run(out ${WORK_DIR}/consumer/consumer_c ${INDEX})
 expect("${out}" "consumer_c: draft from static: 13 14 15 16 17 18 19 20\n" "C consumer (CMake)")
 expect("${out}" "consumer_c: missing index: io\n" "C consumer: error status")
-expect("${out}" "consumer_c: header 0\\.1\\.0 \\(100, abi 0\\), library 0\\.1\\.0 \\(100, abi 0\\)\n"
+expect("${out}" "consumer_c: header 0\\.2\\.0 \\(200, abi 1\\), library 0\\.2\\.0 \\(200, abi 1\\)\n"
        "C consumer: the installed header and library have the same version")
 expect("${out}" "consumer_c: accepted 7, bonus 21\n" "C consumer: sam_session_verify_greedy")
 expect("${out}" "consumer_c: stats {\"steps\":1,\n" "C consumer: sam_session_stats_json")

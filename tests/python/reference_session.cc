@@ -55,8 +55,8 @@ struct Rng {
 struct ReferenceSession {
   ReferenceSession(const sam::runtime::NamedPolicy& named) {
     sam::runtime::SessionOptions options;
-    options.selection.policy = named.policy;
-    options.selection.draft_size = kDraftSize;
+    options.policy = named.policy;
+    options.draft_size = kDraftSize;
     if (named.recycling_fallback) {
       recycling = std::make_unique<sam::runtime::RecyclingDrafter>(kVocab);
       options.fallback = recycling.get();
@@ -128,11 +128,11 @@ nlohmann::json EngineReference(const sam::format::IndexFile& file, Text& text) {
       nlohmann::json per_request = nlohmann::json::array();
       for (size_t r = 0; r < kEngineRequests; ++r) {
         sam::runtime::SessionOptions options;
-        options.selection.policy = sam::runtime::FindPolicy(policy).policy;
+        options.policy = sam::runtime::FindPolicy(policy).policy;
         if (chain_mode)
-          options.selection.shape = sam::runtime::DraftShape::kChain;
+          options.shape = sam::runtime::DraftShape::kChain;
         else
-          options.selection.draft_size = kTreeNodes;
+          options.draft_size = kTreeNodes;
         sam::runtime::Session session(options);
         session.AttachIndex(file.shared_view());
         // The engines' first step: the prompt is prefilled and the model's

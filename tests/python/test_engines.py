@@ -457,13 +457,13 @@ class VllmCustomProposerTest(unittest.TestCase):
         config = self.vllm_config(4096)
         module, name = config.speculative_config.model.rsplit(".", 1)
         user_class = getattr(importlib.import_module(module), name)
-        os.environ.update(SAM_INDEX=INDEX, SAM_POLICY="sam-tree", SAM_OPTIONS='{"max_width": 4}',
+        os.environ.update(SAM_INDEX=INDEX, SAM_POLICY="sam-tree", SAM_OPTIONS='{"tree_width": 4}',
                           SAM_THREADS="2")
         try:
             with self.assertLogs("samdecoding.vllm", "INFO") as logs:
                 proposer = user_class(config)
             self.assertEqual(proposer._pool.options["policy"], "sam-tree")
-            self.assertEqual(proposer._pool.options["max_width"], 4)
+            self.assertEqual(proposer._pool.options["tree_width"], 4)
             # A chain cut from the policy's whole tree (its own draft_size).
             self.assertEqual(proposer._pool.options["shape"], "chain")
             self.assertNotIn("draft_size", proposer._pool.options)

@@ -75,8 +75,8 @@ class DraftsTest(unittest.TestCase):
                     replay(self, session, policy)
         # sam-cal's lookup limit and backoff reach the session: the set drafts as the index
         # with the same options, and the options change the drafts.
-        opts = dict(policy="sam-cal", draft_size=REF["draft_size"], max_static_lookups=1,
-                    backoff_count=0)
+        opts = dict(policy="sam-cal", draft_size=REF["draft_size"],
+                    experimental=dict(max_static_lookups=1, backoff_count=0))
         single, sharded = sd.Session(**opts), sd.Session(**opts)
         single.attach(index)
         sharded.attach(shards)
@@ -102,6 +102,28 @@ class DraftsTest(unittest.TestCase):
         session.reset_statistics()
         replay(self, session, "sam")
         self.assertEqual(session.stats(), REF["policies"]["sam"]["stats"])
+
+    def test_statistics_and_calibration_resets_are_two_operations(self):
+        # sam-cal learns across requests: a second replay after reset() drafts otherwise
+        # (reset_statistics() keeps what it learned); after reset_calibration() it drafts as a
+        # new session, the C++ reference's drafts exactly, and its statistics are kept.
+        index = sd.Index.open(INDEX)
+        learned = new_session("sam-cal")
+        learned.attach(index)
+        replay(self, learned, "sam-cal")
+        learned.reset()
+        learned.reset_statistics()
+        self.assertEqual(learned.stats()["steps"], 0)
+        with self.assertRaises(AssertionError):
+            replay(self, learned, "sam-cal")
+        fresh = new_session("sam-cal")
+        fresh.attach(index)
+        replay(self, fresh, "sam-cal")
+        steps = fresh.stats()["steps"]
+        fresh.reset()
+        fresh.reset_calibration()
+        self.assertEqual(fresh.stats()["steps"], steps)
+        replay(self, fresh, "sam-cal")
 
     def test_numpy_ids_are_accepted(self):
         session = new_session("sam")
@@ -476,10 +498,20 @@ class ErrorsTest(unittest.TestCase):
                          sd.Session, draft_size=-4)
         self.assertError("invalid-argument", "option 'policy' must be a policy name",
                          sd.Session, policy=3)
-        self.assertError("invalid-argument", "min_path_probability must be in",
-                         sd.Session, policy="sam-cal", min_path_probability=float("nan"))
-        self.assertError("invalid-argument", "max_width must be at least 1",
-                         sd.Session, policy="sam-cal", max_width=0)
+        self.assertError("invalid-argument", "min_path_probability: 'nan' is not a finite number",
+                         sd.Session, policy="sam-cal",
+                         experimental={"min_path_probability": float("nan")})
+        self.assertError("invalid-argument", r"min_path_probability: '1.5' is outside \[0, 1\]",
+                         sd.Session, experimental={"min_path_probability": 1.5})
+        self.assertError("invalid-argument", r"calibrated_width: '0' is outside \[1, 64\]",
+                         sd.Session, policy="sam-cal", experimental={"calibrated_width": 0})
+        self.assertError("invalid-argument", r"tree_width: '0' is outside \[1, 64\]",
+                         sd.Session, policy="sam-tree", tree_width=0)
+        # Tuning parameters are not options: named as options they are refused, with a hint.
+        self.assertError("invalid-argument", "unknown option 'max_width'.*experimental=",
+                         sd.Session, max_width=4)
+        self.assertError("invalid-argument", "unknown experimental option 'nope'",
+                         sd.Session, experimental={"nope": 1})
         self.assertError("invalid-argument", r"unknown draft shape 'path' \(valid: tree, chain\)",
                          sd.Session, shape="path")
 
@@ -894,11 +926,13 @@ class BoundsTest(unittest.TestCase):
         self.assertEqual(e.exception.code, "invalid-argument")
         self.assertRegex(str(e.exception), pattern)
 
-    def test_max_width(self):
-        self.assertRefused("max_width must be at least 1 and at most 64, got 30000000",
-                           policy="sam-cal", max_width=30_000_000)
-        self.assertRefused("at most 64, got 65", policy="sam-tree", max_width=65)
-        sd.Session(policy="sam-cal", max_width=64)
+    def test_widths(self):
+        self.assertRefused(r"calibrated_width: '30000000' is outside \[1, 64\]",
+                           policy="sam-cal", experimental={"calibrated_width": 30_000_000})
+        self.assertRefused(r"tree_width: '65' is outside \[1, 64\]", policy="sam-tree",
+                           tree_width=65)
+        sd.Session(policy="sam-cal", experimental={"calibrated_width": 64})
+        sd.Session(policy="sam-tree", tree_width=64)
 
     def test_recycling_vocab_size(self):
         self.assertRefused("recycling_vocab_size 268435456 is above the limit of 4194304",
@@ -960,9 +994,19 @@ class DistributionTest(unittest.TestCase):
         self.assertEqual(sd.__version__, version.group(1))
         signature = sd.Session.__init__.__doc__
         for option in ("policy: object = 'sam-cal'", "draft_size: object = None",
-                       "max_width: object = None", "recycling_vocab_size: object = None",
-                       "shape: object = None"):
+                       "tree_width: object = None", "recycling_vocab_size: object = None",
+                       "shape: object = None", "experimental: object = None"):
             self.assertIn(option, signature)
+        # help() lists every option of the runtime's table with its default and meaning, and
+        # the keyword arguments are that table's names in its order (docs/python.md).
+        doc = sd.Session.__doc__
+        for line in ("draft_size INT (default 40; [1, 4096]): the most nodes a draft holds",
+                     "policy NAME (default sam-cal)", "tree_nodes INT (default 60",
+                     "min_path_probability FLOAT (default 0.015", "experimental DICT"):
+            self.assertIn(line, doc)
+        table = re.findall(r"^  ([a-z_]+) [A-Z]+ \(default", doc, re.M)
+        names = re.findall(r"([a-z_]+): object = ", signature)
+        self.assertEqual(names, table[:len(names) - 2] + ["recycling_vocab_size", "experimental"])
         for documented in (sd.Session, sd.Session.propose, sd.Session.commit, sd.Index,
                            sd.Index.open, sd.DraftPool.propose, sd.propose_batch, sd.Draft):
             self.assertGreater(len(documented.__doc__ or ""), 40, documented)

@@ -49,8 +49,8 @@ std::vector<std::unique_ptr<Session>> MakeSessions(const std::vector<Stream>& st
   for (const Stream& s : streams) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = policy;
-    o.selection.shape = shape;
+    o.policy = policy;
+    o.shape = shape;
     sessions.push_back(std::make_unique<Session>(o));
     sessions.back()->AttachIndex(index);
     sessions.back()->Prefill(s.prompt);
@@ -207,7 +207,7 @@ TEST(DraftPool, ErrorsStayWithTheirSession) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
     o.fallback = &failing;
-    o.selection.l_threshold = 1000;  // always fall back
+    o.paper.l_threshold = 1000;  // always fall back
     sessions.push_back(std::make_unique<Session>(o));
     sessions.back()->AttachIndex(index);
     sessions.back()->Prefill(docs[i]);

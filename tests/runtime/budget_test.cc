@@ -218,9 +218,9 @@ ReplayReport ReplayCalibrated(const format::IndexView& view, const std::vector<R
                               const CostCurve& curve, std::vector<DraftTree>* trees = nullptr) {
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kCalibrated;
-  o.selection.draft_size = 24;
-  o.selection.cost_curve = curve;
+  o.policy = Policy::kCalibrated;
+  o.draft_size = 24;
+  o.cost_curve = curve;
   Session s(o);
   s.AttachIndex(&view);
   if (trees == nullptr) return Replay(s, traces);
@@ -275,9 +275,9 @@ TEST(CostAwareSession, TreesArePrefixesOfTheRankingAndPayOnTheirCurve) {
     for (const CostCurve* curve : {static_cast<const CostCurve*>(nullptr), &cpu}) {
       SessionOptions o;
       o.max_dynamic_bytes = 1 << 20;
-      o.selection.policy = Policy::kCalibrated;
-      o.selection.draft_size = 24;
-      if (curve) o.selection.cost_curve = *curve;
+      o.policy = Policy::kCalibrated;
+      o.draft_size = 24;
+      if (curve) o.cost_curve = *curve;
       Session s(o);
       s.AttachIndex(&index.view());
       s.Prefill(trace.prompt);

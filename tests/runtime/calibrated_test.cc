@@ -130,7 +130,7 @@ struct ONode {
 
 class Oracle {
  public:
-  Oracle(std::vector<const format::IndexView*> views, const SelectionOptions& sel)
+  Oracle(std::vector<const format::IndexView*> views, const SessionOptions& sel)
       : views_(std::move(views)), sel_(sel) {
     for (const auto* v : views_) cursors_.emplace_back(v);
   }
@@ -170,7 +170,7 @@ class Oracle {
     const DynamicSam::Match dyn = dyn_sam.Lookup(start);
     if (dyn.len > 0) {
       std::vector<uint32_t> chain(budget - 1);
-      const size_t n = dyn_sam.Continuation(dyn, budget - 1, sel_.dynamic_link_fallback,
+      const size_t n = dyn_sam.Continuation(dyn, budget - 1, sel_.tuning.dynamic_link_fallback,
                                             chain.data());
       int node = 0;
       for (size_t j = 0; j < n; ++j) {
@@ -188,7 +188,7 @@ class Oracle {
       nodes_[x].path = x == 0 ? 1.0 : nodes_[nodes_[x].parent].path * nodes_[x].prob;
       // A node below min_path (or deeper than any ranked node can be) never
       // ranks, nor do its descendants.
-      if (nodes_[x].path < sel_.min_path_probability || nodes_[x].depth + 1 >= budget ||
+      if (nodes_[x].path < sel_.tuning.min_path_probability || nodes_[x].depth + 1 >= budget ||
           nodes_[x].depth >= 64)
         continue;
       for (size_t i = 0; i < views_.size(); ++i) {
@@ -205,7 +205,7 @@ class Oracle {
         }
         // Backoff: the shorter context's heaviest children that v's lack.
         const uint64_t u = views_[i]->Link(v);
-        if (total >= sel_.backoff_count || u == format::kRoot) continue;
+        if (total >= sel_.tuning.backoff_count || u == format::kRoot) continue;
         const uint64_t u_total = views_[i]->Count(u), u_len = views_[i]->Len(u);
         for (const auto& c : Heaviest(*views_[i], u)) {
           const int child = Child(static_cast<int>(x), c.token);
@@ -225,7 +225,7 @@ class Oracle {
       int best = -1;
       for (size_t x = 1; x < nodes_.size(); ++x) {
         const ONode& n = nodes_[x];
-        if (n.rank >= 0 || nodes_[n.parent].rank < 0 || n.path < sel_.min_path_probability)
+        if (n.rank >= 0 || nodes_[n.parent].rank < 0 || n.path < sel_.tuning.min_path_probability)
           continue;
         if (best < 0 || Before(n, nodes_[best])) best = static_cast<int>(x);
       }
@@ -236,7 +236,7 @@ class Oracle {
     return Output(start, ranked);
   }
 
-  // With SelectionOptions::max_static_lookups = limit > 0 the ranking is
+  // With experimental::Tuning::max_static_lookups = limit > 0 the ranking is
   // lazy by definition: at most `limit` lookups of branching states (a static
   // expansion of a state that occurs more than once, or a backoff), made in
   // best-first order. This is that process written plainly, as
@@ -250,7 +250,7 @@ class Oracle {
   // skipping expansions once the lookups are spent).
   DraftTree ProposeLimited(uint32_t start, const DynamicSam& dyn_sam, size_t limit) {
     const size_t budget = sel_.draft_size;
-    const double min_path = sel_.min_path_probability;
+    const double min_path = sel_.tuning.min_path_probability;
     Start(start, dyn_sam);
     size_t lookups = 0;
     std::vector<char> expanded, backed_off;
@@ -260,7 +260,7 @@ class Oracle {
     };
     auto backs_off = [&](int x, size_t i) {
       return nodes_[x].states[i] != format::kNoState && nodes_[x].counts[i] > 0 &&
-             nodes_[x].counts[i] < sel_.backoff_count;
+             nodes_[x].counts[i] < sel_.tuning.backoff_count;
     };
     auto expand = [&](int x) {
       grow();
@@ -447,7 +447,7 @@ class Oracle {
  private:
   // The max_width heaviest transitions of v (count descending, then token).
   std::vector<StaticIndex::Child> Heaviest(const format::IndexView& view, uint64_t v) const {
-    return test_util::HeaviestChildren(view, v, sel_.max_width);
+    return test_util::HeaviestChildren(view, v, sel_.tuning.calibrated_width);
   }
   // A child offered by a lookup of v: when v has a record (a clone that
   // occurs at least twice), v's subtree entries may hold its children.
@@ -483,7 +483,7 @@ class Oracle {
   }
 
   std::vector<const format::IndexView*> views_;
-  SelectionOptions sel_;
+  SessionOptions sel_;
   std::vector<StaticCursor> cursors_;
   std::vector<StaticMatch> peeked_;
   std::vector<ONode> nodes_;
@@ -514,10 +514,10 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t 
   }
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kCalibrated;
-  o.selection.draft_size = draft_size;
-  o.selection.max_width = max_width;
-  o.selection.max_static_lookups = limit;  // 0: the exact ranking
+  o.policy = Policy::kCalibrated;
+  o.draft_size = draft_size;
+  o.tuning.calibrated_width = max_width;
+  o.tuning.max_static_lookups = limit;  // 0: the exact ranking
   Session s(o);
   std::vector<const format::IndexView*> views;
   for (size_t i = 0; i < num_indexes; ++i) {
@@ -539,7 +539,7 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t 
       s.AttachIndex(&built[i]->view());
     }
   }
-  Oracle oracle(views, o.selection);
+  Oracle oracle(views, o);
   if (subtree_nodes > 0) oracle.SetSubtrees(subtree_nodes, StaticIndex::Options{}.top_k);
   const Text prompt = Stream(rng, docs[0], 30, vocab);
   s.Prefill(prompt);
@@ -660,8 +660,8 @@ TEST(CalibratedPolicy, StaticLookupLimitBoundsBranchingNodes) {
   for (size_t limit : {size_t{0}, size_t{1000}, size_t{1}, size_t{3}}) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = Policy::kCalibrated;
-    o.selection.max_static_lookups = limit;
+    o.policy = Policy::kCalibrated;
+    o.tuning.max_static_lookups = limit;
     sessions.push_back(std::make_unique<Session>(o));
     sessions.back()->AttachIndex(&built.view());
     sessions.back()->Prefill(prompt);

@@ -171,7 +171,7 @@ TEST(Chain, ShapeNames) {
               std::string::npos);
   }
   SessionOptions bad;
-  bad.selection.chain_min_path_probability = 1.5;
+  bad.tuning.chain_min_path_probability = 1.5;
   EXPECT_THROW(Session{bad}, Error);
 }
 
@@ -189,13 +189,13 @@ void CheckSessionChains(Policy policy, uint32_t seed) {
   BuiltIndex index(docs, vocab, "chain_session_" + std::to_string(seed) + ".sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = policy;
-  o.selection.shape = DraftShape::kChain;
-  o.selection.chain_min_path_probability = 0.1;
+  o.policy = policy;
+  o.shape = DraftShape::kChain;
+  o.tuning.chain_min_path_probability = 0.1;
   Session chain_session(o);
   chain_session.AttachIndex(&index.view());
   SessionOptions tree_options = o;
-  tree_options.selection.shape = DraftShape::kTree;
+  tree_options.shape = DraftShape::kTree;
   Session tree_session(tree_options);  // kTree, kPaper: no learning, same trees
   tree_session.AttachIndex(&index.view());
   const Text prompt = Stream(rng, docs, 20, vocab);
@@ -204,8 +204,8 @@ void CheckSessionChains(Policy policy, uint32_t seed) {
   const Text gen = Stream(rng, docs, 1200, vocab);
   ChainShaper shaper;
   ChainOptions shape;
-  shape.max_tokens = o.selection.draft_size - 1;
-  shape.min_path_probability = o.selection.chain_min_path_probability;
+  shape.max_tokens = o.draft_size - 1;
+  shape.min_path_probability = o.tuning.chain_min_path_probability;
   uint64_t drafted = 0, accepted_total = 0, cut = 0, bounded = 0;
   size_t steps = 0;
   for (size_t i = 0; i + 1 < gen.size(); ++steps) {
@@ -216,7 +216,7 @@ void CheckSessionChains(Policy policy, uint32_t seed) {
     else chain_session.Propose(gen[i], max_nodes, &chain);
     const DraftTree& tree = chain_session.last_tree();
     ASSERT_TRUE(chain.IsLinear());
-    shape.max_tokens = std::min(o.selection.draft_size, max_nodes) - 1;
+    shape.max_tokens = std::min(o.draft_size, max_nodes) - 1;
     bounded += tree.size() > max_nodes;
     DraftTree expected;
     shaper.Shape(tree, shape, &expected);

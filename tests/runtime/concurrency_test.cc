@@ -25,7 +25,7 @@ std::vector<DraftTree> Drafts(const format::IndexView* view, Policy policy,
                               std::shared_ptr<const StaticIndex> shared = nullptr) {
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = policy;
+  o.policy = policy;
   Session session(o);
   if (shared) session.AttachIndex(shared); else session.AttachIndex(view);
   std::vector<DraftTree> out;

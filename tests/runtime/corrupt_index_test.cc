@@ -201,8 +201,8 @@ constexpr Policy kPolicies[] = {Policy::kPaper, Policy::kTree, Policy::kCalibrat
 constexpr sam_policy kCPolicies[] = {SAM_POLICY_PAPER, SAM_POLICY_TREE, SAM_POLICY_CALIBRATED};
 
 size_t Budget(Policy p) {
-  const SelectionOptions o;
-  return p == Policy::kTree ? o.max_tree_nodes : o.draft_size;
+  const SessionOptions o;
+  return p == Policy::kTree ? o.tree.nodes : o.draft_size;
 }
 
 // What a run drafted: every draft's tokens, in order.
@@ -254,8 +254,8 @@ Drafts Drive(Session& s, Policy policy, const Workload& w, std::string* error) {
 // acceptable answer for a corrupt index; it must carry a message).
 Drafts DriveC(sam_index* index, sam_policy policy, const Workload& w, std::string* error) {
   Drafts drafts;
-  sam_session_options o;
-  sam_session_options_default(&o);
+  sam_session_config o;
+  sam_session_config_init(&o);
   o.policy = policy;
   o.max_dynamic_bytes = 1 << 20;
   sam_session* s = nullptr;
@@ -268,7 +268,7 @@ Drafts DriveC(sam_index* index, sam_policy policy, const Workload& w, std::strin
   const Policy p = policy == SAM_POLICY_TREE ? Policy::kTree : Policy::kPaper;
   for (size_t pos = 0; pos < w.stream.size();) {
     sam_draft d;
-    const int status = sam_session_propose(s, w.stream[pos], &d);
+    const int status = sam_session_propose(s, w.stream[pos], 0, &d);
     if (status != SAM_OK) {
       if (std::string(sam_last_error()).empty()) *error = "an error without a message";
       break;
@@ -321,7 +321,7 @@ bool DriveEverything(const std::string& path, const std::vector<Workload>& workl
   for (Policy p : kPolicies) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = p;
+    o.policy = p;
     for (int variant = 0; variant < 3; ++variant) {
       Session s(o);
       if (file && variant == 1)
@@ -337,7 +337,7 @@ bool DriveEverything(const std::string& path, const std::vector<Workload>& workl
     }
   }
   sam_index* index = nullptr;
-  const int status = sam_index_open_ex(path.c_str(), nullptr, SAM_OPEN_PREPARE, &index);
+  const int status = sam_index_open(path.c_str(), nullptr, SAM_OPEN_PREPARE, &index);
   if (status != SAM_OK && std::string(sam_last_error()).empty()) *error = "open: no message";
   for (sam_policy p : kCPolicies)
     for (const Workload& w : workloads) {

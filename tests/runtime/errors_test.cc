@@ -39,7 +39,7 @@ TEST(RuntimeErrors, BadArgumentsThrowSamErrorInvalidArgument) {
   ExpectInvalidArgument([] { sam::runtime::RecyclingDrafter recycling(0); }, "vocab_size");
   ExpectInvalidArgument([] { sam::runtime::StaticIndex::Create(nullptr); }, "null");
   sam::runtime::SessionOptions options;
-  options.selection.draft_size = 0;
+  options.draft_size = 0;
   ExpectInvalidArgument([&] { sam::runtime::Session session(options); }, "draft_size");
   sam::runtime::RecyclingDrafter recycling(16);
   ExpectInvalidArgument([&] { recycling.Row(16); }, "16");

@@ -38,8 +38,8 @@ TEST(PhaseTiming, NamesAreDistinct) {
 size_t RunSteps(const BuiltIndex& built, const std::vector<Text>& docs, size_t steps) {
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kCalibrated;
-  o.selection.draft_size = 16;
+  o.policy = Policy::kCalibrated;
+  o.draft_size = 16;
   Session s(o);
   StaticIndex::Options h;
   h.record_min_count = 2;

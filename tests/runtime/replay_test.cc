@@ -39,8 +39,8 @@ TEST(Replay, AcceptedLengthFollowsTheMatchingBranch) {
 TEST(Replay, HandComputedMat) {
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kDynamicOnly;
-  o.selection.draft_size = 5;
+  o.policy = Policy::kDynamicOnly;
+  o.draft_size = 5;
   Session session(o);
   std::vector<ReplayTrace> traces = {{"t1", "cat", {1, 2, 3, 4, 5}, {1, 2, 3, 4, 9, 9}, ""}};
   ReplayReport r = Replay(session, traces);

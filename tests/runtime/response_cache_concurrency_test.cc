@@ -22,8 +22,8 @@ uint32_t Id(int tenant, uint32_t r) { return tenant == 0 ? r % 8 : 1000 + r % 8;
 SessionOptions SmallOptions(Policy policy) {
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = policy;
-  o.selection.draft_size = 16;
+  o.policy = policy;
+  o.draft_size = 16;
   return o;
 }
 

@@ -516,8 +516,8 @@ TEST(ResponseCacheCompileTest, SessionDraftsFromTheCompiledIndexAsFromAnAttached
   const ResponseCache::Compiled c = compiling->CompiledIndex("t");
   ASSERT_NE(c.index, nullptr);
   SessionOptions o;
-  o.selection.policy = Policy::kCalibrated;
-  o.selection.draft_size = 24;
+  o.policy = Policy::kCalibrated;
+  o.draft_size = 24;
   o.max_dynamic_bytes = 1 << 16;
   size_t differ = 0;
   for (int trial = 0; trial < 200; ++trial) {
@@ -578,7 +578,7 @@ TEST(SessionCacheTest, PaperRuleDraftsTheCachedContinuation) {
   std::mt19937 rng(5);
   auto cache = std::make_shared<ResponseCache>(size_t{1} << 20);
   SessionOptions o;  // the paper rule, 40 nodes, no fallback: any match drafts
-  o.selection.policy = Policy::kPaper;
+  o.policy = Policy::kPaper;
   Session session(o);
   session.AttachCache(cache, "t");
   Tokens prompt = {1, 2}, output;
@@ -611,8 +611,8 @@ TEST(SessionCacheTest, DraftsEqualTheCacheLookupAndStayInTheTenant) {
   }
   for (Policy policy : {Policy::kPaper, Policy::kCalibrated}) {
     SessionOptions o;
-    o.selection.policy = policy;
-    o.selection.draft_size = 16;
+    o.policy = policy;
+    o.draft_size = 16;
     Session session(o);
     session.AttachCache(cache, "B");
     for (int r = 0; r < 20; ++r) {

@@ -17,6 +17,7 @@
 
 #include "sam/error.h"
 #include "sam/format/index.h"
+#include "sam/runtime/options.h"
 #include "sam/runtime/replay.h"
 #include "test_index.h"
 
@@ -49,7 +50,7 @@ bool SameTree(const DraftTree& a, const DraftTree& b) {
 // ---------------------------------------------------------------- selection
 
 TEST(Selection, PaperRuleDecisions) {
-  SelectionOptions o;  // l_bias auto, l_threshold 5
+  PaperOptions o;  // l_bias auto, l_threshold 5
   // With a fallback: bias 5.
   EXPECT_EQ(ChoosePaper(5, 0, true, o), Choice::kDynamic);
   EXPECT_EQ(ChoosePaper(4, 9, true, o), Choice::kFallback);   // l_s' = 4 < 5
@@ -71,9 +72,9 @@ TEST(Selection, PaperRuleDecisions) {
 }
 
 TEST(Selection, AdaptiveLength) {
-  SelectionOptions o;
+  SessionOptions o;
   EXPECT_EQ(LinearDraftSize(1, o), 40u);
-  o.adaptive_length = true;
+  o.tuning.adaptive_length = true;
   EXPECT_EQ(LinearDraftSize(1, o), 5u);
   EXPECT_EQ(LinearDraftSize(3, o), 13u);
   EXPECT_EQ(LinearDraftSize(100, o), 40u);
@@ -86,8 +87,8 @@ TEST(Selection, AdaptiveLength) {
 TEST(Session, DynamicDraftCopiesFirstOccurrence) {
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kDynamicOnly;
-  o.selection.draft_size = 5;
+  o.policy = Policy::kDynamicOnly;
+  o.draft_size = 5;
   Session s(o);
   s.Prefill(Text{1, 2, 3, 4, 5, 6, 9, 2, 3});
   const DraftTree& t = s.Propose(4);  // "2 3 4" matched at 2..4
@@ -110,7 +111,7 @@ TEST(Session, StaticDraftStopsAtDocumentEnd) {
   BuiltIndex index({{10, 11, 12, 13}, {11, 12, 20, 21, 22, 23, 24}}, 30, "docend.sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kStaticOnly;
+  o.policy = Policy::kStaticOnly;
   Session s(o);
   s.AttachIndex(&index.file.view());
   s.Prefill(Text{10, 11});
@@ -123,7 +124,7 @@ TEST(Session, StaticDraftStopsAtDocumentEnd) {
 TEST(Session, PaperRulePicksLongerMatch) {
   BuiltIndex index({{1, 2, 3, 4, 5, 6, 7, 8, 20, 21}}, 30, "paper.sam");
   SessionOptions o;
-  o.selection.policy = Policy::kPaper;
+  o.policy = Policy::kPaper;
   o.max_dynamic_bytes = 1 << 20;
   Session s(o);  // paper rule, no fallback: bias 0
   s.AttachIndex(&index.file.view());
@@ -148,7 +149,7 @@ TEST(Session, IncrementalEqualsRebuilt) {
   for (Policy p : {Policy::kPaper, Policy::kTree, Policy::kStaticOnly, Policy::kDynamicOnly}) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = p;
+    o.policy = p;
     Session inc(o);
     inc.AttachIndex(&index.file.view());
     Text prompt(30), gen(200);
@@ -183,7 +184,7 @@ TEST(Session, CursorsEqualTokenByTokenAfterAcceptedStaticDrafts) {
   for (Policy p : {Policy::kPaper, Policy::kStaticOnly}) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = p;
+    o.policy = p;
     Session s(o);
     s.AttachIndex(&index.file.view());
     s.AttachIndex(&other.file.view());
@@ -290,7 +291,7 @@ TEST(Session, MultipleIndexesUseTheLongestStaticMatch) {
   BuiltIndex domain({{7, 8, 2, 3, 9, 10, 11}}, 20, "domain.sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kStaticOnly;
+  o.policy = Policy::kStaticOnly;
   Session s(o);
   s.AttachIndex(&general.file.view());
   s.AttachIndex(&domain.file.view());
@@ -313,7 +314,7 @@ TEST(Session, AttachBetweenProposeAndCommit) {
   BuiltIndex index({{1, 2, 3, 4, 5}}, 20, "attach_mid.sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kStaticOnly;
+  o.policy = Policy::kStaticOnly;
   Session s(o);
   s.Prefill(Text{1, 2});
   s.Propose(3);
@@ -328,7 +329,7 @@ TEST(Session, TreePolicyShapes) {
   BuiltIndex index({{1, 2, 3, 5}, {1, 2, 3, 6}, {1, 2, 3, 5}, {1, 2, 4, 7}}, 10, "tree.sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kTree;
+  o.policy = Policy::kTree;
   Session s(o);
   s.AttachIndex(&index.file.view());
   s.Prefill(Text{1});
@@ -340,7 +341,7 @@ TEST(Session, TreePolicyShapes) {
   EXPECT_EQ(t.tokens[2], 5u);  // then "3 5" (weight 2/4) before "4" (1/4)
 }
 
-// kTree: at most max_width (8) nodes per depth and min(max_tree_nodes (60),
+// kTree: at most tree.width (8) nodes per depth and min(tree.nodes (60),
 // 1 + 4 l) nodes in all, on a corpus whose common states have many children.
 TEST(Session, TreePolicyBoundsWidthAndSize) {
   std::mt19937 rng(5);
@@ -353,7 +354,7 @@ TEST(Session, TreePolicyBoundsWidthAndSize) {
   for (bool shared : {false, true}) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = Policy::kTree;
+    o.policy = Policy::kTree;
     Session s(o);
     if (shared) s.AttachIndex(StaticIndex::Create(&index.file.view(), {.min_degree = 4}));
     else s.AttachIndex(&index.file.view());
@@ -383,7 +384,7 @@ TEST(Session, TreePolicyBoundsWidthAndSize) {
 TEST(Session, ResetForgetsRequestState) {
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kDynamicOnly;
+  o.policy = Policy::kDynamicOnly;
   Session s(o);
   s.Prefill(Text{1, 2, 3, 4});
   EXPECT_GT(s.Propose(2).size(), 1u);
@@ -409,7 +410,7 @@ class FixedDrafter : public Drafter {
 TEST(Session, FallbackDrafterBelowThreshold) {
   FixedDrafter fallback;
   SessionOptions o;
-  o.selection.policy = Policy::kPaper;  // the paper rule's threshold decides the fallback
+  o.policy = Policy::kPaper;  // the paper rule's threshold decides the fallback
   o.max_dynamic_bytes = 1 << 20;
   o.fallback = &fallback;
   Session s(o);
@@ -427,8 +428,8 @@ TEST(Session, CalibratedTreeIsWithinBudgetAndMergesSources) {
   BuiltIndex index({{1, 2, 3, 5, 6}, {1, 2, 3, 6, 6}, {1, 2, 4, 7, 7}}, 10, "cal.sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kCalibrated;
-  o.selection.draft_size = 6;
+  o.policy = Policy::kCalibrated;
+  o.draft_size = 6;
   Session s(o);
   s.AttachIndex(&index.file.view());
   s.Prefill(Text{1, 2, 8, 8, 1});
@@ -480,8 +481,8 @@ TEST(Session, CalibratedRanksModelCandidatesByDraftProbability) {
     TwoChildDrafter fallback(q_first, q_second);
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = Policy::kCalibrated;
-    o.selection.draft_size = 2;
+    o.policy = Policy::kCalibrated;
+    o.draft_size = 2;
     o.fallback = &fallback;
     Session s(o);
     s.Prefill(Text{7, 8, 9});
@@ -495,8 +496,8 @@ TEST(Session, CalibratedRanksModelCandidatesByDraftProbability) {
 TEST(Session, StatisticsByDepthAndMatchLength) {
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kDynamicOnly;
-  o.selection.draft_size = 4;
+  o.policy = Policy::kDynamicOnly;
+  o.draft_size = 4;
   Session s(o);
   s.Prefill(Text{1, 2, 3, 4, 5, 1, 2});
   s.Propose(3);               // "1 2 3": draft 3 4 5 1
@@ -513,6 +514,105 @@ TEST(Session, StatisticsByDepthAndMatchLength) {
   EXPECT_NE(s.statistics().ToJson().find("\"dynamic\""), std::string::npos);
   s.ResetStatistics();
   EXPECT_EQ(s.statistics().steps, 0u);
+}
+
+// ---------------------------------------------------------------- option table
+
+// Every field a row of the option tables sets, as text, to compare two options.
+std::string Fields(const SessionOptions& o) {
+  std::string out = std::string(PolicyName(o.policy)) + " " + std::to_string(o.draft_size) + " " +
+                    std::string(DraftShapeName(o.shape)) + " " + std::to_string(o.cost_curve.empty()) +
+                    " " + std::to_string(o.max_dynamic_bytes) + " " +
+                    std::to_string(o.collect_timing) + " " + std::to_string(o.cache_prompts) + " " +
+                    (o.paper.l_bias ? std::to_string(*o.paper.l_bias) : "auto") + " " +
+                    std::to_string(o.paper.l_threshold) + " " + std::to_string(o.tree.nodes) + " " +
+                    std::to_string(o.tree.width);
+  const experimental::Tuning& t = o.tuning;
+  out += " " + std::to_string(t.adaptive_length) + " " + std::to_string(t.length_per_match) + " " +
+         std::to_string(t.dynamic_link_fallback) + " " + std::to_string(t.min_path_probability) +
+         " " + std::to_string(t.max_static_lookups) + " " + std::to_string(t.backoff_count) + " " +
+         std::to_string(t.calibrated_width) + " " + std::to_string(t.chain_min_path_probability);
+  return out;
+}
+
+// The tables' defaults (what help texts, Python's docstring and the tools show) are the
+// structs' own: setting each option to its default text changes nothing.
+TEST(OptionTable, DefaultsAreTheStructsDefaults) {
+  const std::string defaults = Fields(SessionOptions{});
+  for (const OptionSpec& spec : SessionOptionSpecs()) {
+    SessionOptions o;
+    if (spec.default_text.empty()) continue;  // cost_curve: none
+    SetSessionOption(&o, spec.name, spec.default_text);
+    EXPECT_EQ(Fields(o), defaults) << spec.name;
+  }
+  for (const OptionSpec& spec : ExperimentalOptionSpecs()) {
+    SessionOptions o;
+    SetExperimentalOption(&o, spec.name, spec.default_text);
+    EXPECT_EQ(Fields(o), defaults) << spec.name;
+  }
+  EXPECT_EQ(SessionOptionSpecs().size(), 11u);
+  EXPECT_EQ(ExperimentalOptionSpecs().size(), 8u);
+}
+
+// Each row sets its own field and no other, and refuses what its field cannot hold.
+TEST(OptionTable, EachOptionSetsItsField) {
+  SessionOptions o;
+  SetSessionOption(&o, "policy", "sam-tree");
+  SetSessionOption(&o, "draft_size", "24");
+  SetSessionOption(&o, "shape", "chain");
+  SetSessionOption(&o, "max_dynamic_bytes", "1048576");
+  SetSessionOption(&o, "collect_timing", "true");
+  SetSessionOption(&o, "cache_prompts", "1");
+  SetSessionOption(&o, "l_bias", "3");
+  SetSessionOption(&o, "l_threshold", "7");
+  SetSessionOption(&o, "tree_nodes", "30");
+  SetSessionOption(&o, "tree_width", "2");
+  SetExperimentalAssignment(&o, "adaptive_length=true");
+  SetExperimentalAssignment(&o, "length_per_match=6");
+  SetExperimentalAssignment(&o, "dynamic_link_fallback=false");
+  SetExperimentalAssignment(&o, "min_path_probability=0.25");
+  SetExperimentalAssignment(&o, "max_static_lookups=0");
+  SetExperimentalAssignment(&o, "backoff_count=3");
+  SetExperimentalAssignment(&o, "calibrated_width=5");
+  SetExperimentalAssignment(&o, "chain_min_path_probability=0.5");
+  EXPECT_EQ(Fields(o),
+            "sam-tree 24 chain 1 1048576 1 1 3 7 30 2 1 6 0 0.250000 0 3 5 0.500000");
+  SetSessionOption(&o, "l_bias", "auto");
+  EXPECT_FALSE(o.paper.l_bias.has_value());
+  SetSessionOption(&o, "l_bias", "-1");
+  EXPECT_FALSE(o.paper.l_bias.has_value());
+  EXPECT_NO_THROW(Session{o});
+
+  auto refused = [](const char* name, const char* value, const char* message) {
+    SessionOptions x;
+    try {
+      if (FindOptionSpec(SessionOptionSpecs(), name)) SetSessionOption(&x, name, value);
+      else SetExperimentalOption(&x, name, value);
+      ADD_FAILURE() << name << "=" << value << " was accepted";
+    } catch (const sam::Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(Fields(x), Fields(SessionOptions{})) << name;  // nothing half-set
+  };
+  refused("draft_size", "0", "draft_size: '0' is outside [1, 4096]");
+  refused("draft_size", "4097", "outside [1, 4096]");
+  refused("draft_size", "-1", "is not an unsigned integer");
+  refused("draft_size", "18446744073709551616", "outside");
+  refused("draft_size", "12x", "is not an unsigned integer");
+  refused("draft_size", " ", "is empty");
+  refused("tree_width", "65", "tree_width: '65' is outside [1, 64]");
+  refused("policy", "nope", "unknown policy 'nope'");
+  refused("shape", "path", "unknown draft shape 'path'");
+  refused("collect_timing", "yes", "is not a bool");
+  refused("min_path_probability", "nan", "is not a finite number");
+  refused("min_path_probability", "1.5", "outside [0, 1]");
+  refused("calibrated_width", "0", "outside [1, 64]");
+  refused("l_bias", "-2", "outside [-1,");
+  EXPECT_THROW(SetSessionOption(&o, "max_width", "3"), sam::Error);  // not an option
+  EXPECT_THROW(SetExperimentalAssignment(&o, "backoff_count"), sam::Error);
+  EXPECT_NE(OptionHelp(SessionOptionSpecs()).find("draft_size INT (default 40; [1, 4096])"),
+            std::string::npos);
 }
 
 // ---------------------------------------------------------------- policy names
@@ -570,8 +670,8 @@ TEST(PolicyNames, UnknownNameListsEveryValidName) {
 TEST(SessionLimits, DraftSizeAtAndBeyondTheMaximum) {
   SessionOptions o;
   o.max_dynamic_bytes = 16 << 20;
-  o.selection.policy = Policy::kDynamicOnly;
-  o.selection.draft_size = kMaxDraftSize;  // at the limit: accepted, and drafts reach it
+  o.policy = Policy::kDynamicOnly;
+  o.draft_size = kMaxDraftSize;  // at the limit: accepted, and drafts reach it
   Session s(o);
   Text prompt;
   for (size_t i = 0; i < 2 * kMaxDraftSize + 10; ++i) prompt.push_back(1 + i % 5);  // period 5
@@ -580,7 +680,7 @@ TEST(SessionLimits, DraftSizeAtAndBeyondTheMaximum) {
   EXPECT_EQ(t.size(), kMaxDraftSize);
   EXPECT_EQ(t.depths.back(), kMaxDraftSize - 1);
   for (size_t bad : {size_t{0}, kMaxDraftSize + 1, size_t{1} << 40}) {
-    o.selection.draft_size = bad;
+    o.draft_size = bad;
     try {
       Session refused(o);
       ADD_FAILURE() << "draft_size " << bad << " was accepted";
@@ -589,21 +689,28 @@ TEST(SessionLimits, DraftSizeAtAndBeyondTheMaximum) {
       EXPECT_NE(std::string(e.what()).find(std::to_string(kMaxDraftSize)), std::string::npos);
     }
   }
-  o.selection.draft_size = 40;
-  o.selection.max_tree_nodes = kMaxDraftSize;
+  o.draft_size = 40;
+  o.tree.nodes = kMaxDraftSize;
   EXPECT_NO_THROW(Session{o});
-  o.selection.max_tree_nodes = kMaxDraftSize + 1;
+  o.tree.nodes = kMaxDraftSize + 1;
   EXPECT_THROW(Session{o}, sam::Error);
-  o.selection.max_tree_nodes = kMaxDraftSize;
-  o.selection.max_width = 0;
+  o.tree.nodes = kMaxDraftSize;
+  o.tree.width = 0;
   EXPECT_THROW(Session{o}, sam::Error);
-  o.selection.max_width = 1;
+  o.tree.width = kMaxWidth + 1;
+  EXPECT_THROW(Session{o}, sam::Error);
+  o.tree.width = 1;
+  o.tuning.calibrated_width = 0;
+  EXPECT_THROW(Session{o}, sam::Error);
+  o.tuning.calibrated_width = kMaxWidth + 1;
+  EXPECT_THROW(Session{o}, sam::Error);
+  o.tuning.calibrated_width = 1;
   for (double p : {0.0, 0.5, 1.0}) {
-    o.selection.min_path_probability = p;
+    o.tuning.min_path_probability = p;
     EXPECT_NO_THROW(Session{o}) << p;
   }
   for (double p : {-0.01, 1.5, std::nan(""), std::numeric_limits<double>::infinity()}) {
-    o.selection.min_path_probability = p;
+    o.tuning.min_path_probability = p;
     try {
       Session refused(o);
       ADD_FAILURE() << "min_path_probability " << p << " was accepted";
@@ -637,7 +744,7 @@ TEST(IndexLifetime, VectorGrowthKeepsBorrowedViewsValid) {
   for (Policy p : policies) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.selection.policy = p;
+    o.policy = p;
     sessions.push_back(std::make_unique<Session>(o));
     sessions.back()->AttachIndex(&files[0].view());
     sessions.push_back(std::make_unique<Session>(o));
@@ -690,7 +797,7 @@ TEST(IndexLifetime, SharedViewsOutliveTheFile) {
   BuiltIndex built(docs, 10, "shared_view.sam");
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
-  o.selection.policy = Policy::kCalibrated;
+  o.policy = Policy::kCalibrated;
   Session by_view(o), by_hubs(o);
   std::weak_ptr<const format::IndexView> weak;
   {

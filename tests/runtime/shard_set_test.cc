@@ -126,7 +126,7 @@ TEST_P(ShardSetTest, SessionsMatchTheSingleIndexAndBruteForce) {
   ASSERT_EQ(built.shards.size(), k);
   for (const Policy policy : {Policy::kStaticOnly, Policy::kTree, Policy::kPaper}) {
     SessionOptions o;
-    o.selection.policy = policy;
+    o.policy = policy;
     Session single(o), sharded(o);
     single.AttachIndex(built.single);
     sharded.AttachShardSet(built.shards);
@@ -149,7 +149,7 @@ TEST_P(ShardSetTest, SessionsMatchTheSingleIndexAndBruteForce) {
           // The continuation of the first occurrence, up to the document end.
           Text expected;
           for (size_t p = first; p < all.text.size() && all.text[p] != kVocab &&
-                                 expected.size() < LinearDraftSize(len, o.selection);
+                                 expected.size() < LinearDraftSize(len, o);
                ++p)
             expected.push_back(all.text[p]);
           ASSERT_EQ(Text(b.tokens.begin() + 1, b.tokens.end()), expected);
@@ -252,13 +252,13 @@ TEST_P(ShardSetTest, CalibratedDraftsEqualTheSingleIndex) {
       const Built& built = hubs == 8 ? built8 : hubs == 2 ? built2 : built32;
       SessionOptions o;
       o.max_dynamic_bytes = 1 << 20;
-      o.selection.policy = Policy::kCalibrated;
-      o.selection.max_static_lookups = limit;
-      o.selection.max_width = width;
+      o.policy = Policy::kCalibrated;
+      o.tuning.max_static_lookups = limit;
+      o.tuning.calibrated_width = width;
       // Backoff children (default backoff_count) included: a shard set backs
       // off to the union's shorter context, as the single index does. Also
       // with backoff everywhere (backoff_count large) every third setting.
-      if (limit == 2) o.selection.backoff_count = 1000;
+      if (limit == 2) o.tuning.backoff_count = 1000;
       Session single(o), sharded(o);
       single.AttachIndex(built.single);
       sharded.AttachShardSet(built.shards);

@@ -699,7 +699,7 @@ TEST(CorruptIndex, FailsToOpenOrStaysSafe) {
       SessionOptions options;
       options.max_dynamic_bytes = 1 << 20;
       for (Policy p : {Policy::kPaper, Policy::kTree, Policy::kCalibrated}) {
-        options.selection.policy = p;
+        options.policy = p;
         Session session(options);
         session.AttachIndex(&file.view());
         Text prompt(50);
@@ -710,8 +710,8 @@ TEST(CorruptIndex, FailsToOpenOrStaysSafe) {
           const DraftTree& tree = session.Propose(start);
           // A well-formed tree within the policy's budget; its tokens come
           // from the text (below the separator, 30) or the stream (<= 30).
-          const size_t budget = p == Policy::kTree ? options.selection.max_tree_nodes
-                                                   : options.selection.draft_size;
+          const size_t budget = p == Policy::kTree ? options.tree.nodes
+                                                   : options.draft_size;
           ASSERT_EQ(test_util::MalformedDraft(tree.tokens.data(), tree.parents.data(),
                                               tree.depths.data(), tree.size(), start, 31, budget),
                     "");

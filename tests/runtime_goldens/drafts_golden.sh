@@ -31,8 +31,8 @@ configs=(
   "shard_set_records|--index $tmp/s.samset --child-records"
   "cross_request|--index $tmp/one.sam --cross-request --tenant-field category"
   "cross_request_compiled|--index $tmp/one.sam --cross-request --cache-compile --tenant-field category"
-  "tight|--index $tmp/one.sam --draft-size 24 --max-width 3 --max-static-lookups 2 --backoff-count 3 --min-path-prob 0.05"
-  "unlimited|--index $tmp/s.samset --max-static-lookups 0 --min-path-prob 0"
+  "tight|--index $tmp/one.sam --draft-size 24 --tree-width 3 --experimental calibrated_width=3 --experimental max_static_lookups=2 --experimental backoff_count=3 --experimental min_path_probability=0.05"
+  "unlimited|--index $tmp/s.samset --experimental max_static_lookups=0 --experimental min_path_probability=0"
 )
 status=0
 for entry in "${configs[@]}"; do

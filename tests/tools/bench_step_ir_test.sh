@@ -29,7 +29,7 @@ source "$(dirname "$0")/phrase_index.sh"
 phrase_index "$bin" "$tmp/ids.sam" 1
 run() {
   "$script" --bin "$bin" -- --index "$tmp/ids.sam" --contexts 256 --steps 150 --runs 2 \
-    --policies sam-cal --max-static-lookups 3 | tail -n 1
+    --policies sam-cal --experimental max_static_lookups=3 | tail -n 1
 }
 first=$(run) second=$(run)
 echo "$first"
@@ -37,7 +37,7 @@ echo "$first"
 # --cache-sim: the same instructions, and simulated misses that repeat too.
 sim() {
   "$script" --bin "$bin" --cache-sim --ll 65536,4,64 -- --index "$tmp/ids.sam" --contexts 256 \
-    --steps 150 --runs 2 --policies sam-cal --max-static-lookups 3 | tail -n 2
+    --steps 150 --runs 2 --policies sam-cal --experimental max_static_lookups=3 | tail -n 2
 }
 sim1=$(sim) sim2=$(sim)
 echo "$sim1"

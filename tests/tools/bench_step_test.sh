@@ -4,7 +4,7 @@
 # leave the drafts alone (every row's MAT as without it, for every policy, and the figures of
 # two plain runs of one seed agree on MAT too); --memory-latency prints four positive
 # latencies and does not change the streams either. Lists of settings (--draft,
-# --max-width, --max-static-lookups) with --interleave give one row per policy and
+# --tree-width, --experimental calibrated_width=... and max_static_lookups=...) with --interleave give one row per policy and
 # setting, labelled with what varies, each drafting as a run of that setting alone
 # (its MAT equal to that run's; of the same stream, whose length follows the largest size).
 #
@@ -17,7 +17,7 @@ source "$(dirname "$0")/phrase_index.sh"
 phrase_index "$bin" "$tmp/ids.sam" 2
 run() {
   "$bin/bench-step" --index "$tmp/ids.sam" --contexts 256,2048 --steps 200 --runs 2 \
-    --policies sam,sam-cal,sam-tree,pld --max-static-lookups 3 --record-min-count 2 "$@"
+    --policies sam,sam-cal,sam-tree,pld --experimental max_static_lookups=3 --record-min-count 2 "$@"
 }
 # context, policy and MAT of every row (the columns: context policy p50 p99 cold MAT ...).
 mats() { awk '$1 ~ /^[0-9]+$/ && NF >= 8 { print $1, $2, $6 }'; }
@@ -44,7 +44,8 @@ lists() {
   "$bin/bench-step" --index "$tmp/ids.sam" --contexts 2048 --steps 200 --runs 2 \
     --record-min-count 2 "$@"
 }
-lists --policies sam,sam-cal,sam-tree,pld --draft 24,12 --max-width 8,3 --max-static-lookups 1,0 --interleave >"$tmp/lists"
+lists --policies sam,sam-cal,sam-tree,pld --draft 24,12 --tree-width 8,3 \
+  --experimental calibrated_width=8,3 --experimental max_static_lookups=1,0 --interleave >"$tmp/lists"
 cat "$tmp/lists"
 grep -q "^index .*24,12-node drafts, 2 warm runs (interleaved across the rows)" "$tmp/lists" ||
   { echo "FAIL: the header does not name the sizes and the interleaving"; exit 1; }
@@ -56,8 +57,9 @@ while read -r ctx label mat; do
   # Alone: this policy, width and limit; both sizes still (the rows share one
   # stream, long enough for the largest size), this row's size picked.
   flags=(--policies "$policy" --draft 24,12)
-  [[ -n "$w" ]] && flags+=(--max-width "${w#w}")
-  [[ -n "$l" ]] && flags+=(--max-static-lookups "${l#L}")
+  if [[ -n "$w" && $policy == sam-tree ]]; then flags+=(--tree-width "${w#w}"); fi
+  if [[ -n "$w" && $policy == sam-cal ]]; then flags+=(--experimental "calibrated_width=${w#w}"); fi
+  if [[ -n "$l" ]]; then flags+=(--experimental "max_static_lookups=${l#L}"); fi
   alone=$(lists "${flags[@]}" | mats | awk -v row="$policy/$d" '$2 == row { print $3 }')
   [[ "$alone" == "$mat" ]] ||
     { echo "FAIL: row $label: MAT $mat interleaved, $alone alone (${flags[*]})"; exit 1; }

@@ -276,20 +276,27 @@ class ReplayReportTest(unittest.TestCase):
         self.assertEqual(out[0], out[1])
         self.assertGreater(out[0]["policies"][0]["mat"], 1.0)
 
-    def test_max_width(self):
-        # --max-width 8 is the default; narrower trees verify fewer tokens a step.
+    def test_widths(self):
+        # 8 is the default of sam-tree's --tree-width and of sam-cal's calibrated_width
+        # (an experimental tuning parameter); narrower trees verify fewer tokens a step.
         def replay(*extra):
             r = run(*self.base, "--policy", "sam-cal", "--policy", "sam-tree", "--json", *extra)
             self.assertEqual(r.returncode, 0, r.stderr)
             return {p["name"]: p for p in json.loads(r.stdout)["policies"]}
-        default, eight, one = replay(), replay("--max-width", "8"), replay("--max-width", "1")
+        default = replay()
+        eight = replay("--tree-width", "8", "--experimental", "calibrated_width=8")
+        one = replay("--tree-width", "1", "--experimental", "calibrated_width=1")
+        cal_one = replay("--experimental", "calibrated_width=1")
         for name in ("sam-cal", "sam-tree"):
             self.assertEqual(default[name]["mat"], eight[name]["mat"])
             self.assertEqual(default[name]["tokens_per_step"], eight[name]["tokens_per_step"])
             self.assertLess(one[name]["tokens_per_step"], default[name]["tokens_per_step"], name)
-        r = run(*self.base, "--max-width", "0")
+        # Each width reaches its own policy only.
+        self.assertEqual(cal_one["sam-tree"]["tokens_per_step"], default["sam-tree"]["tokens_per_step"])
+        self.assertEqual(cal_one["sam-cal"]["tokens_per_step"], one["sam-cal"]["tokens_per_step"])
+        r = run(*self.base, "--tree-width", "0")
         self.assertEqual(r.returncode, 2)
-        self.assertIn("max-width", r.stderr)
+        self.assertIn("tree-width", r.stderr)
 
     def test_saved_cache_resumes_the_replay(self):
         d = self.tmp.name

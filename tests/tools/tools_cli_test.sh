@@ -88,11 +88,21 @@ expect 2 "output" -- "$build" "${ids[@]}"
 expect 2 "traces" -- "$replay" --index x.sam
 # CLI11 would read a negative number into an unsigned option (wrapped) and NaN
 # into a floating-point one past its range check (tools/cli.cc GuardNumbers).
-expect 2 "Value -3 is not an unsigned number" -- "$replay" --index x.sam --backoff-count -3
-expect 2 "Value nan is not a finite number" -- "$replay" --index x.sam --min-path-prob nan
-# And an empty value (a script's unset variable) into any number as 0, which
-# for --backoff-count means "never": every numeric flag refuses it.
-expect 2 "backoff-count: Value '' is empty, not a number" -- "$replay" --index x.sam --backoff-count ""
+expect 2 "Value -3 is not an unsigned number" -- "$replay" --index x.sam --tree-width -3
+expect 2 "Value -3 is not an unsigned number" -- "$replay" --index x.sam --draft-size -3
+# And an empty value (a script's unset variable) into any number as 0: every numeric flag
+# refuses it.
+expect 2 "draft-size: Value '' is empty, not a number" -- "$replay" --index x.sam --draft-size ""
+# The option table checks the ranges; tuning parameters are --experimental NAME=VALUE,
+# parsed as strictly (a negative, NaN or empty value would mean "never" or "no limit").
+expect 2 "tree-width: tree_width: '0' is outside \\[1, 64\\]" -- "$replay" --index x.sam --traces x.jsonl --tree-width 0
+expect 2 "draft-size: draft_size: '5000' is outside \\[1, 4096\\]" -- "$replay" --index x.sam --traces x.jsonl --draft-size 5000
+expect 2 "backoff_count: '-3' is not an unsigned integer" -- "$replay" --index x.sam --traces x.jsonl --experimental backoff_count=-3
+expect 2 "min_path_probability: 'nan' is not a finite number" -- "$replay" --index x.sam --traces x.jsonl --experimental min_path_probability=nan
+expect 2 "backoff_count: '' is empty, not a number" -- "$replay" --index x.sam --traces x.jsonl --experimental backoff_count=
+expect 2 "unknown experimental option 'max_width'" -- "$replay" --index x.sam --traces x.jsonl --experimental max_width=3
+expect 2 "is not NAME=VALUE" -- "$replay" --index x.sam --traces x.jsonl --experimental backoff_count
+expect 0 "backoff_count INT (default 8" -- "$replay" --help-experimental
 expect 2 "threads: Value ' ' is empty, not a number" -- "$build" -o "$tmp/a.sam" --threads " " "${ids[@]}"
 # Subtree records are part of the child records, and keep a record's place in 8 bits.
 expect 2 "needs --child-records" -- "$replay" --index x.sam --traces x.jsonl --subtree-nodes 8
@@ -108,18 +118,20 @@ if have bench-step; then
   expect 2 "policies" -- "$bin/bench-step" --index x.sam --policies bogus
   expect 2 "load" -- "$bin/bench-step" --index x.sam --load bogus
   expect 2 "steps" -- "$bin/bench-step" --index x.sam --steps abc
-  expect 2 "backoff-count" -- "$bin/bench-step" --index x.sam --backoff-count abc
-  expect 2 "max-width" -- "$bin/bench-step" --index x.sam --max-width 0
-  expect 2 "Value 0 not in range 1 to 64" -- "$bin/bench-step" --index x.sam --max-width 8,0
+  expect 2 "backoff_count: 'abc' is not an unsigned integer" -- "$bin/bench-step" --index x.sam --experimental backoff_count=abc
+  expect 2 "tree-width" -- "$bin/bench-step" --index x.sam --tree-width 0
+  expect 2 "Value 0 not in range 1 to 64" -- "$bin/bench-step" --index x.sam --tree-width 8,0
+  expect 2 "calibrated_width: '0' is outside" -- "$bin/bench-step" --index x.sam --experimental calibrated_width=8,0
   expect 2 "Value 0 not in range 1 to 4096" -- "$bin/bench-step" --index x.sam --draft 24,0
-  expect 2 "max-static-lookups" -- "$bin/bench-step" --index x.sam --max-static-lookups 1,x
+  expect 2 "max_static_lookups: 'x' is not an unsigned integer" -- "$bin/bench-step" --index x.sam --experimental max_static_lookups=1,x
+  expect 2 "one value" -- "$bin/bench-step" --index x.sam --experimental backoff_count=1,2
   expect 2 "flush-mib" -- "$bin/bench-step" --index x.sam --flush-mib 5000
   # A default build has no phase marks: --phases says which build has them.
   expect 2 "SAM_PHASE_TIMING=ON" -- "$bin/bench-step" --index x.sam --phases
   expect 2 "needs --record-min-count" -- "$bin/bench-step" --index x.sam --subtree-nodes 8
   expect 2 "Value -5 is not an unsigned number" -- "$bin/bench-step" --index x.sam --contexts 1024,-5
   expect 2 "contexts: Value '' is empty" -- "$bin/bench-step" --index x.sam --contexts ""
-  expect 2 "max-static-lookups: Value '' is empty" -- "$bin/bench-step" --index x.sam --max-static-lookups ""
+  expect 2 "max_static_lookups: '' is empty" -- "$bin/bench-step" --index x.sam --experimental max_static_lookups=
 fi
 if have bench-batch; then
   expect 2 "index" -- "$bin/bench-batch" --traces x.jsonl
@@ -294,8 +306,8 @@ expect 2 "is the input" -- "$replay" --index "$tmp/set.samset" "${cache[@]}" --s
 cp "$tmp/replace.sam" "$tmp/dir/index.html"
 expect 2 "is the input" -- "$replay" --index "$tmp/dir/index.html" --traces "$tmp/ids-traces.jsonl" --report "$tmp/dir"
 # Chains and the SGLang NGRAM baseline: their flags' usage errors, and a run of each.
-expect 2 "needs --shape chain" -- "$replay" --traces "$tmp/ids-traces.jsonl" --chain-min-prob 0.1
-expect 2 "path not in" -- "$replay" --traces "$tmp/ids-traces.jsonl" --shape path
+expect 2 "needs --shape chain" -- "$replay" --traces "$tmp/ids-traces.jsonl" --experimental chain_min_path_probability=0.1
+expect 2 "unknown draft shape 'path'" -- "$replay" --traces "$tmp/ids-traces.jsonl" --shape path
 expect 2 "needs an --index" -- "$replay" --traces "$tmp/ids-traces.jsonl" --policy sglang-ngram --sglang-corpus-budget 3
 expect 0 "sglang-ngram" -- "$replay" --index "$tmp/replace.sam" --traces "$tmp/ids-traces.jsonl" --policy sglang-ngram --sglang-corpus-budget 3 --sglang-match prob --shape chain
 

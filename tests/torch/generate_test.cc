@@ -150,7 +150,7 @@ struct PolicyCase {
   bool recycling;
   bool attach_index;
   bool expect_long_acceptance;  // MAT > 1.5 expected (drafts from the model's own outputs)
-  std::string cost_curve = "";   // SelectionOptions::cost_curve as CSV text ("": none)
+  std::string cost_curve = "";   // SessionOptions::cost_curve as CSV text ("": none)
 };
 
 std::vector<PolicyCase> AllPolicyCases() {
@@ -788,7 +788,7 @@ TEST_F(SamplingDistribution, SamModelMixesBothRulesLosslessly) {
   tb::GeneratorOptions go = tb::GeneratorOptionsForPolicy("sam-model");
   go.draft_model = &draft;
   go.draft_tree = DraftTree(rt::TreeMode::kRsdS);
-  go.selection.l_threshold = 2;  // short matches already choose SAM on this small index
+  go.selection.paper.l_threshold = 2;  // short matches already choose SAM on this small index
   tb::Generator generator(*model_, go);
   generator.AttachIndex(&index_->view());
   double share = 0;
@@ -841,7 +841,7 @@ TEST_F(SamplingDistribution, SdsatBothRulesMatchExact) {
     go.sdsat.width = 2;
     go.sdsat.without_replacement = c.without_replacement;
     if (std::string(c.policy) == "sam-cal") go.sdsat_use = tb::GeneratorOptions::SdsatUse::kFallback;
-    if (std::string(c.policy) == "sam-sdsat") go.selection.l_threshold = 2;
+    if (std::string(c.policy) == "sam-sdsat") go.selection.paper.l_threshold = 2;
     tb::Generator generator(*model_, go);
     if (std::string(c.policy) != "sdsat") generator.AttachIndex(&index_->view());
     double share = 0;

@@ -93,8 +93,8 @@ std::vector<Request> MakeRequests(size_t n, const std::vector<size_t>& order,
     o.max_dynamic_bytes = dynamic_mib ? dynamic_mib << 20
                                       : rt::DynamicSam::BytesForCapacity(context_tokens +
                                                                          gen_tokens);
-    o.selection.policy = policy;
-    o.selection.draft_size = draft;
+    o.policy = policy;
+    o.draft_size = draft;
     r.session = std::make_unique<rt::Session>(o);
     r.session->AttachIndex(shared);
   }

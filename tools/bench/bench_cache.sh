@@ -9,7 +9,7 @@
 # with --cross-request (one tenant per category), and with the cache also
 # compiling its tenants (--cache-compile); sam-cal's three configurations are
 # then compared at equal tokens verified per step (each interpolated along a
-# sweep of --min-path-prob) at each configuration's default.
+# sweep of the tuning min_path_probability) at each configuration's default.
 # Prints figures; asserts nothing (the tests are runtime_response_cache_test
 # and the replay tests).
 #
@@ -83,13 +83,13 @@ for index in covered uncovered; do
   replay "$index" "$index-cache" --policy sam-cal --policy sam "${cache[@]}"
   replay "$index" "$index-compiled" --policy sam-cal --policy sam "${compiled[@]}"
   for p in 0.01 0.006 0.004 0.0025; do
-    replay "$index" "$index-plain-$p" --policy sam-cal --min-path-prob "$p"
+    replay "$index" "$index-plain-$p" --policy sam-cal --experimental "min_path_probability=$p"
   done
   for p in 0.02 0.025 0.03 0.035 0.045; do
-    replay "$index" "$index-cache-$p" --policy sam-cal --min-path-prob "$p" "${cache[@]}"
+    replay "$index" "$index-cache-$p" --policy sam-cal --experimental "min_path_probability=$p" "${cache[@]}"
   done
   for p in 0.02 0.03 0.04 0.05 0.07; do
-    replay "$index" "$index-compiled-$p" --policy sam-cal --min-path-prob "$p" "${compiled[@]}"
+    replay "$index" "$index-compiled-$p" --policy sam-cal --experimental "min_path_probability=$p" "${compiled[@]}"
   done
 done
 
@@ -140,7 +140,7 @@ for index in ("covered", "uncovered"):
         print(f"{'':<10} sam-cal by category, {LABELS[kind]}: {cats}")
 
 print()
-print("sam-cal at equal tokens per step (linear between two points of a --min-path-prob")
+print("sam-cal at equal tokens per step (linear between two points of a min_path_probability")
 print("sweep of each configuration)")
 for index in ("covered", "uncovered"):
     curves = {kind: curve(index, kind) for kind in ("plain", "cache", "compiled")}

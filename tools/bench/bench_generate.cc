@@ -33,6 +33,7 @@
 #include <torch/types.h>
 
 #include "cli.h"
+#include "session_flags.h"
 #include "sam/corpora/templates.h"
 #include "sam/error.h"
 #include "sam/format/index.h"
@@ -140,7 +141,8 @@ std::vector<std::vector<uint32_t>> GsmPrompts(const std::string& data_dir, int64
 // ---- 2. End to end: plain decoding and every policy, interleaved prompt by prompt.
 void EndToEnd(const tb::Model& model, const std::vector<std::string>& policies,
               const std::vector<sam::format::IndexFile>& indexes,
-              const std::vector<std::vector<uint32_t>>& prompt_ids, int64_t max_new_tokens) {
+              const std::vector<std::vector<uint32_t>>& prompt_ids, int64_t max_new_tokens,
+              const sam::tools::SessionFlags& session_flags) {
   struct Run {
     std::string name;
     std::unique_ptr<tb::Generator> generator;
@@ -152,8 +154,9 @@ void EndToEnd(const tb::Model& model, const std::vector<std::string>& policies,
   std::vector<Run> runs;
   runs.push_back({"plain", std::make_unique<tb::Generator>(model), false, 0, 0, {}});
   for (const auto& p : policies) {
-    runs.push_back({p, std::make_unique<tb::Generator>(model, tb::GeneratorOptionsForPolicy(p)),
-                    true, 0, 0, {}});
+    tb::GeneratorOptions options = tb::GeneratorOptionsForPolicy(p);
+    session_flags.Apply(&options.selection);
+    runs.push_back({p, std::make_unique<tb::Generator>(model, options), true, 0, 0, {}});
     for (const auto& f : indexes) runs.back().generator->AttachIndex(&f.view());
   }
   const tb::GenerateOptions base{.max_new_tokens = max_new_tokens, .stop_tokens = {}};
@@ -227,6 +230,8 @@ int main(int argc, char** argv) {
                  "data folder with gsm8k/test.jsonl (required unless --curve-only)");
   app.add_option("--index", index_paths, "static index (repeatable; default: none)");
   app.add_option("--policy", policies, "speculative policies to compare")->capture_default_str();
+  sam::tools::SessionFlags session_flags;
+  session_flags.Add(app, {"draft_size", "shape", "l_bias", "l_threshold", "tree_nodes", "tree_width"});
   app.add_option("--replay", replay_path,
                  "sam-replay --json report for the projection (default: no projection)");
   const auto positive = CLI::Range(int64_t{1}, int64_t{1} << 20);
@@ -280,6 +285,10 @@ int main(int argc, char** argv) {
         throw sam::tools::UsageError(std::string("--policy: ") + e.what());
       }
     }
+    {
+      sam::runtime::SessionOptions check;  // bad values are usage errors before any work
+      session_flags.Apply(&check);
+    }
     torch::NoGradGuard no_grad;
     const auto tokenizer = sam::indexer::Tokenizer::Load(tokenizer_path);
     tb::LlamaConfig config;
@@ -320,7 +329,8 @@ int main(int argc, char** argv) {
     open.expected_vocab_size = tokenizer.vocab_size();
     std::vector<sam::format::IndexFile> indexes;
     for (const auto& p : index_paths) indexes.push_back(sam::format::IndexFile::Open(p, open));
-    EndToEnd(model, policies, indexes, GsmPrompts(data_dir, prompts, tokenizer), max_new_tokens);
+    EndToEnd(model, policies, indexes, GsmPrompts(data_dir, prompts, tokenizer), max_new_tokens,
+             session_flags);
     PrintProjection(replay_path, curve);
     return 0;
   });

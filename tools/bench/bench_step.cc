@@ -27,8 +27,9 @@
 // timed proposal (the same draft: nothing changes between the two), so that
 // the timed step finds what it reads in the CPU caches: the step without its
 // cache misses, whose difference to a plain run is what the misses cost.
-// --draft, --max-width and --max-static-lookups take comma lists: one row per
-// policy and setting (sam-cal/d24/w8/L1); --interleave alternates the rows'
+// --draft, --tree-width and --experimental calibrated_width=... and
+// max_static_lookups=... take comma lists: one row per policy and setting
+// (sam-cal/d24/w8/L1); --interleave alternates the rows'
 // runs (run 1 of each, then run 2, ...), so that on a machine whose speed
 // drifts their medians come from the same minutes and compare.
 // --memory-latency first prints what one dependent load costs on this
@@ -48,6 +49,7 @@
 #include <fstream>
 #include <chrono>
 #include <cstdio>
+#include <iostream>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -65,6 +67,7 @@
 #include "sam/runtime/phase_timing.h"
 #include "sam/runtime/pld.h"
 #include "sam/runtime/recycling.h"
+#include "sam/runtime/options.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
 #include "trace_io.h"
@@ -115,12 +118,39 @@ struct Result {
 };
 
 // A row of the table: a policy with the settings it runs at (--draft,
-// --max-width and --max-static-lookups take lists).
+// --tree-width and --experimental calibrated_width=... and max_static_lookups=...
+// take lists).
 struct Variant {
   std::string policy;
-  size_t draft, max_width, max_static_lookups;
+  size_t draft, width, max_static_lookups;
   std::string label;
 };
+
+// --experimental NAME=V[,V...]: every value checked by the option table (a bad one is a
+// usage error naming it); returns the values as text.
+std::vector<std::string> ExperimentalValues(const std::string& assignment, std::string* name) {
+  const size_t eq = assignment.find('=');
+  if (eq == std::string::npos)
+    throw sam::tools::UsageError("--experimental: '" + assignment + "' is not NAME=VALUE");
+  *name = assignment.substr(0, eq);
+  std::vector<std::string> values;
+  std::string rest = assignment.substr(eq + 1);
+  for (size_t at = 0;;) {
+    const size_t comma = rest.find(',', at);
+    values.push_back(rest.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  rt::SessionOptions scratch;
+  for (const std::string& v : values) {
+    try {
+      rt::SetExperimentalOption(&scratch, *name, v);
+    } catch (const sam::Error& e) {
+      throw sam::tools::UsageError("--experimental: " + e.problem());
+    }
+  }
+  return values;
+}
 
 // A row's drafter and what its runs measured.
 struct Row {
@@ -265,9 +295,8 @@ struct BenchStepFlags {
   bool interleave = false;
   std::string load = "mmap";
   rt::StaticIndex::Options hub_options;
-  std::vector<size_t> max_static_lookups = {rt::SelectionOptions{}.max_static_lookups};
-  uint64_t backoff_count = rt::SelectionOptions{}.backoff_count;
-  std::vector<size_t> max_width = {rt::SelectionOptions{}.max_width};
+  std::vector<size_t> tree_width = {rt::SessionOptions{}.tree.width};
+  std::vector<std::string> experimental;
 };
 
 // One bench-step run over its parsed flags: the rows (policy variants), the index and streams,
@@ -278,6 +307,7 @@ class BenchStep : private BenchStepFlags {
 
   int Run() {
     CheckFlags();
+    ParseTuning();
     ChooseVariants();
     const double shared_ms = OpenInputs();
     flush_.resize(flush_mib << 17);  // 8-byte words
@@ -311,9 +341,31 @@ class BenchStep : private BenchStepFlags {
         throw sam::tools::UsageError("--policies: " + std::string(e.what()) + " (or pld)");
       }
     }
-    if (drafts.empty() || max_width.empty() || max_static_lookups.empty())
-      throw sam::tools::UsageError("--draft, --max-width and --max-static-lookups each need at "
-                                   "least one value");
+    if (drafts.empty() || tree_width.empty())
+      throw sam::tools::UsageError("--draft and --tree-width each need at least one value");
+  }
+
+  // The tuning: calibrated_width and max_static_lookups may list values (sam-cal rows);
+  // every other parameter has one value, set on every session.
+  void ParseTuning() {
+    const rt::experimental::Tuning defaults;
+    calibrated_width_ = {defaults.calibrated_width};
+    max_static_lookups_ = {defaults.max_static_lookups};
+    for (const std::string& assignment : experimental) {
+      std::string name;
+      const std::vector<std::string> values = ExperimentalValues(assignment, &name);
+      if (name == "calibrated_width" || name == "max_static_lookups") {
+        std::vector<size_t>& list =
+            name == "calibrated_width" ? calibrated_width_ : max_static_lookups_;
+        list.clear();
+        for (const std::string& v : values) list.push_back(std::stoull(v));
+      } else if (values.size() > 1) {
+        throw sam::tools::UsageError("--experimental " + name + ": one value (lists: "
+                                     "calibrated_width, max_static_lookups)");
+      } else {
+        rt::SetExperimentalOption(&tuned_, name, values[0]);
+      }
+    }
   }
 
   // The rows: every policy at every listed draft size, and at every listed
@@ -325,15 +377,18 @@ class BenchStep : private BenchStepFlags {
       // (pld: neither, like the paper rule.)
       const rt::Policy policy = name == "pld" ? rt::Policy::kPaper : rt::FindPolicy(name).policy;
       const bool calibrated = policy == rt::Policy::kCalibrated;
-      const bool widths = calibrated || policy == rt::Policy::kTree;
+      const bool tree = policy == rt::Policy::kTree;
+      // The widths that vary this policy's drafts: sam-tree's, or sam-cal's tuning.
+      const std::vector<size_t> widths =
+          tree ? tree_width : calibrated ? calibrated_width_ : std::vector<size_t>{0};
       for (size_t d : drafts)
-        for (size_t w : widths ? max_width : std::vector<size_t>{max_width[0]})
-          for (size_t l : calibrated ? max_static_lookups
-                                     : std::vector<size_t>{max_static_lookups[0]}) {
+        for (size_t w : widths)
+          for (size_t l : calibrated ? max_static_lookups_
+                                     : std::vector<size_t>{max_static_lookups_[0]}) {
             std::string label = name;
             if (drafts.size() > 1) label += "/d" + std::to_string(d);
-            if (widths && max_width.size() > 1) label += "/w" + std::to_string(w);
-            if (calibrated && max_static_lookups.size() > 1) label += "/L" + std::to_string(l);
+            if (widths.size() > 1) label += "/w" + std::to_string(w);
+            if (calibrated && max_static_lookups_.size() > 1) label += "/L" + std::to_string(l);
             variants_.push_back(Variant{name, d, w, l, label});
           }
     }
@@ -408,17 +463,17 @@ class BenchStep : private BenchStepFlags {
         continue;
       }
       const rt::NamedPolicy* named = &rt::FindPolicy(spec.policy);  // checked above
-      rt::SessionOptions o;
+      rt::SessionOptions o = tuned_;
       o.max_dynamic_bytes = rt::DynamicSam::BytesForCapacity(ctx + gen_tokens);
-      o.selection.policy = named->policy;
+      o.policy = named->policy;
       if (named->recycling_fallback) {
         row.recycling = std::make_unique<rt::RecyclingDrafter>(view_->vocab_size());
         o.fallback = row.recycling.get();
       }
-      o.selection.draft_size = spec.draft;
-      o.selection.max_static_lookups = spec.max_static_lookups;
-      o.selection.backoff_count = backoff_count;
-      o.selection.max_width = spec.max_width;
+      o.draft_size = spec.draft;
+      o.tuning.max_static_lookups = spec.max_static_lookups;
+      if (named->policy == rt::Policy::kTree) o.tree.width = spec.width;
+      if (named->policy == rt::Policy::kCalibrated) o.tuning.calibrated_width = spec.width;
       o.collect_timing = false;
       auto session = std::make_unique<rt::Session>(o);
       if (!shards_.empty()) session->AttachShardSet(shards_);
@@ -488,6 +543,8 @@ class BenchStep : private BenchStepFlags {
   }
 
   std::vector<Variant> variants_;
+  rt::SessionOptions tuned_;  // the single-valued --experimental settings
+  std::vector<size_t> calibrated_width_, max_static_lookups_;
   int label_width_ = 11;
   size_t max_draft_ = 0;
   std::vector<std::shared_ptr<const rt::StaticIndex>> shards_;
@@ -513,7 +570,7 @@ int main(int argc, char** argv) {
   BenchStep bench;
   auto& [index_path, traces_path, tokenizer_path, contexts, policies, steps, runs, flush_mib,
          drafts, seed, share_index, prewarm, memory_latency, phases, interleave, load,
-         hub_options, max_static_lookups, backoff_count, max_width] = bench.flags();
+         hub_options, tree_width, experimental] = bench.flags();
   app.add_option("--index", index_path,
                  "static index file, or shard set manifest NAME.samset (its shards as one index: "
                  "per-step cost against the number of shards)")
@@ -564,21 +621,25 @@ int main(int argc, char** argv) {
   app.add_option("--share-index", share_index,
                  "attach a shared StaticIndex (precomputed top children) instead of a bare view")
       ->capture_default_str();
-  app.add_option("--max-static-lookups", max_static_lookups,
-                 "sam-cal: lookups of branching states' children per step (0: no limit); a "
-                 "list makes one row per value")
-      ->delimiter(',')
-      ->capture_default_str();
-  app.add_option("--backoff-count", backoff_count,
-                 "sam-cal: a static state that occurs fewer times also offers the heaviest "
-                 "children of its next shorter context (0: never)")
-      ->capture_default_str();
-  app.add_option("--max-width", max_width,
-                 "sam-cal: static children offered per node; sam-tree: nodes per depth; a list "
-                 "makes one row per value")
+  app.add_option("--tree-width", tree_width,
+                 "sam-tree: nodes per depth; a list makes one row per value")
       ->delimiter(',')
       ->capture_default_str()
-      ->check(CLI::Range(size_t{1}, size_t{64}));
+      ->check(CLI::Range(size_t{1}, rt::kMaxWidth));
+  app.add_option("--experimental", experimental,
+                 "set a tuning parameter, NAME=VALUE (repeatable; --help-experimental lists "
+                 "them): experiments, not options; calibrated_width and max_static_lookups "
+                 "take a list (NAME=V,V...) that makes one sam-cal row per value")
+      ->type_name("NAME=VALUE");
+  app.add_flag_callback(
+      "--help-experimental",
+      [] {
+        std::cout << "Tuning parameters (--experimental NAME=VALUE), with their measured "
+                     "defaults:\n"
+                  << rt::OptionHelp(rt::ExperimentalOptionSpecs(), "  ");
+        throw CLI::Success();
+      },
+      "list the tuning parameters that --experimental sets, and exit");
   app.add_flag("--interleave", interleave,
                "alternate the rows' runs (run 1 of every policy and setting, then run 2, ...) "
                "instead of running each row's runs together: on a shared machine whose speed "

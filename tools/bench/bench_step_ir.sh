@@ -30,7 +30,7 @@
 # Example (the figures in docs/runtime.md; 20-40 s):
 #   tools/bench/bench_step_ir.sh -- --index chat.sam --traces dev.jsonl \
 #     --tokenizer llama-32k.model --contexts 1024 --steps 1000 --runs 1 \
-#     --load read --policies sam-cal --max-static-lookups 3 --draft 24
+#     --load read --policies sam-cal --experimental max_static_lookups=3 --draft 24
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 bin=${SAM_BUILD_DIR:-build}/bin

@@ -147,7 +147,7 @@ def main():
             table(["policy", "MAT", "tokens verified / step", "MAT GSM8K", "MAT HumanEval",
                    "propose p50 / p99 us"], rows)]
     fast = policies(load(w, "fast.json"))["sam-cal"]
-    doc += ["", "`sam-cal`'s fast setting (`--max-static-lookups 1 --draft-size 24`, child and",
+    doc += ["", "`sam-cal`'s fast setting (`--experimental max_static_lookups=1 --draft-size 24`, child and",
             f"subtree records, M = 8): MAT {fast['mat']:.3f} at {fast['tokens_per_step']:.2f} tokens",
             "per step."]
 
@@ -205,7 +205,7 @@ def main():
             (f"({float(shared.group(1)) / 1000:.1f} s and {shared.group(2)} MiB to prepare), "
              if shared else "") + "medians of 3 warm runs of 2,000 steps. On a shared machine a",
             "cell's median moves by up to about 25% between runs.", "", step_table(step), "",
-            "`sam-cal`'s fast setting (`--max-static-lookups 1 --draft 24 --record-min-count 2",
+            "`sam-cal`'s fast setting (`--experimental max_static_lookups=1 --draft 24 --record-min-count 2",
             "--subtree-nodes 8`):", "", step_table(step_fast)]
 
     single = {(r[0], r[1]): r for r in bench_rows(read(w, "step_default.txt"))}

@@ -3,7 +3,7 @@
  * Usage (C):
  *
  *   sam_index* idx = NULL;
- *   if (sam_index_open("general.sam", NULL, &idx) != SAM_OK) {
+ *   if (sam_index_open("general.sam", NULL, 0, &idx) != SAM_OK) {
  *     fprintf(stderr, "%s\n", sam_last_error());
  *     return 1;
  *   }
@@ -12,13 +12,13 @@
  *   sam_session_config config;
  *   sam_session_config_init(&config);        // defaults; config.struct_size
  *   sam_session* sess = NULL;
- *   sam_session_new_ex(&config, &sess);
+ *   sam_session_new(&config, &sess);
  *   sam_session_attach_index(sess, idx);
  *   sam_session_prefill(sess, prompt_ids, prompt_len);
  *   uint32_t start = first_token_from_prefill;
  *   while (!done) {
  *     sam_draft d;
- *     sam_session_propose(sess, start, &d);   // d.tokens[0] == start
+ *     sam_session_propose(sess, start, 0, &d);  // d.tokens[0] == start
  *     ... run the model on d.tokens / d.parents: argmax[i] after node i ...
  *     sam_verify_result r;
  *     sam_session_verify_greedy(sess, argmax, d.count, &r);
@@ -33,7 +33,7 @@
  * sam_session_verify_sampling with a caller-seeded sam_rng.
  *
  * Link with sam::runtime (CMake: find_package(sam CONFIG REQUIRED)) or with
- * `pkg-config --cflags --libs sam-runtime`: libsam_runtime.so.0.
+ * `pkg-config --cflags --libs sam-runtime`: libsam_runtime.so.1.
  *
  * Usage (Python ctypes; libsam_runtime.so is the shared runtime library that
  * `cmake --install` puts in PREFIX/lib, see docs/embedding.md: put that folder
@@ -45,21 +45,15 @@
  *       _fields_ = [("tokens", C.POINTER(C.c_uint32)), ("parents", C.POINTER(C.c_int32)),
  *                   ("depths", C.POINTER(C.c_uint16)), ("count", C.c_size_t),
  *                   ("source", C.c_int), ("match_len", C.c_uint32)]
- *   class Options(C.Structure):
- *       _fields_ = [("draft_size", C.c_size_t), ("policy", C.c_int),
- *                   ("l_bias", C.c_int32), ("l_threshold", C.c_uint32),
- *                   ("recycling_vocab_size", C.c_uint32),
- *                   ("max_dynamic_bytes", C.c_size_t)]
  *   lib.sam_last_error.restype = C.c_char_p
  *   idx, sess = C.c_void_p(), C.c_void_p()
- *   if lib.sam_index_open(b"general.sam", None, C.byref(idx)) != 0:
+ *   if lib.sam_index_open(b"general.sam", None, 0, C.byref(idx)) != 0:
  *       raise RuntimeError(lib.sam_last_error().decode())
- *   opts = Options(); lib.sam_session_options_default(C.byref(opts))
- *   lib.sam_session_new(C.byref(opts), C.byref(sess))
+ *   lib.sam_session_new(None, C.byref(sess))   # the defaults
  *   lib.sam_session_attach_index(sess, idx)
  *   prompt = (C.c_uint32 * 3)(1, 450, 4996)
  *   lib.sam_session_prefill(sess, prompt, C.c_size_t(3))
- *   d = Draft(); lib.sam_session_propose(sess, C.c_uint32(263), C.byref(d))
+ *   d = Draft(); lib.sam_session_propose(sess, C.c_uint32(263), C.c_size_t(0), C.byref(d))
  *   print([d.tokens[i] for i in range(d.count)], [d.parents[i] for i in range(d.count)])
  *   lib.sam_session_free(sess); lib.sam_index_close(idx)
  *
@@ -100,19 +94,19 @@ extern "C" {
  * to configure when they differ). Compare with sam_version() at run time to
  * detect a header / library mismatch. */
 #define SAM_VERSION_MAJOR 0
-#define SAM_VERSION_MINOR 1
+#define SAM_VERSION_MINOR 2
 #define SAM_VERSION_PATCH 0
-#define SAM_VERSION_STRING "0.1.0"
+#define SAM_VERSION_STRING "0.2.0"
 /* Packs a version into one int: major * 10000 + minor * 100 + patch. */
 #define SAM_MAKE_VERSION(major, minor, patch) ((major) * 10000 + (minor) * 100 + (patch))
 #define SAM_VERSION SAM_MAKE_VERSION(SAM_VERSION_MAJOR, SAM_VERSION_MINOR, SAM_VERSION_PATCH)
 /* The ABI version: the number of the shared library's soname
- * (libsam_runtime.so.0). It changes only when the ABI breaks; a program
+ * (libsam_runtime.so.1). It changes only when the ABI breaks; a program
  * built against this header runs with any library of the same ABI version
  * whose sam_version() is at least SAM_VERSION. */
-#define SAM_ABI_VERSION 0
+#define SAM_ABI_VERSION 1
 
-/* The library's version, packed as SAM_VERSION (e.g. 100 for 0.1.0). */
+/* The library's version, packed as SAM_VERSION (e.g. 200 for 0.2.0). */
 SAM_API int sam_version(void);
 /* The library's version as "MAJOR.MINOR.PATCH"; static storage. */
 SAM_API const char* sam_version_string(void);
@@ -142,15 +136,7 @@ SAM_API const char* sam_last_error(void);
 
 typedef struct sam_index sam_index;
 
-/* Memory-maps a static index file and checks its header and sections
- * (O(1) in the index size). expected_tokenizer_sha256: NULL to accept any
- * index, or 64 hex digits (the SHA-256 of the SentencePiece model file):
- * an index built with another tokenizer, or from raw ids, is then refused
- * with SAM_ERR_TOKENIZER_MISMATCH. On success *out receives a new handle. */
-SAM_API int sam_index_open(const char* path, const char* expected_tokenizer_sha256,
-                           sam_index** out);
-
-/* Flags of sam_index_open_ex (bitwise or; 0 is sam_index_open). */
+/* Flags of sam_index_open (bitwise or; 0: map the file, check its header). */
 enum {
   /* Read the file into private memory on 2 MiB pages where the system has
    * them, instead of mapping it: O(file size) to open (tens of ms for
@@ -177,18 +163,23 @@ enum {
    * state's descendants among the first 8 nodes of a count-weighted walk
    * (StaticIndex::Options::subtree_nodes, docs/runtime.md): SAM_POLICY_
    * CALIBRATED expands those without lookups of their own, so that one lookup
-   * a step (sam_session_config.max_static_lookups = 1) drafts as well as
+   * a step (the C++ tuning's max_static_lookups = 1) drafts as well as
    * three without: on the dev traces MAT 2.484 at 16.1 tokens a step against
    * 2.471 at 17.6, about 10% fewer instructions a step, for about 14 bytes per
    * corpus token more (97 MiB for the 6.8M-token index) and 2 s more to open.
    * This one flag changes SAM_POLICY_CALIBRATED's drafts. */
   SAM_OPEN_SUBTREE_RECORDS = 16
 };
-/* sam_index_open with flags (SAM_OPEN_*); unknown bits are
- * SAM_ERR_INVALID_ARGUMENT. Drafts are identical whatever the flags, but for
- * SAM_OPEN_SUBTREE_RECORDS's calibrated ones. */
-SAM_API int sam_index_open_ex(const char* path, const char* expected_tokenizer_sha256,
-                              unsigned flags, sam_index** out);
+/* Memory-maps a static index file and checks its header and sections
+ * (O(1) in the index size). expected_tokenizer_sha256: NULL to accept any
+ * index, or 64 hex digits (the SHA-256 of the SentencePiece model file):
+ * an index built with another tokenizer, or from raw ids, is then refused
+ * with SAM_ERR_TOKENIZER_MISMATCH. flags: SAM_OPEN_* (0: none); unknown bits
+ * are SAM_ERR_INVALID_ARGUMENT. Drafts are identical whatever the flags, but
+ * for SAM_OPEN_SUBTREE_RECORDS's calibrated ones. On success *out receives a
+ * new handle. */
+SAM_API int sam_index_open(const char* path, const char* expected_tokenizer_sha256,
+                           unsigned flags, sam_index** out);
 /* Releases the handle (NULL is a no-op). Sessions that attached the index
  * keep it open until they are freed. */
 SAM_API void sam_index_close(sam_index* index);
@@ -248,7 +239,7 @@ SAM_API const char* sam_policy_name(int policy);
  * the paper rule with a Token Recycling fallback). On success *policy
  * receives the sam_policy and, if recycling_fallback is not NULL,
  * *recycling_fallback 1 when the name asks for a Token Recycling fallback
- * (set sam_session_options.recycling_vocab_size), else 0. An unknown name is
+ * (set sam_session_config.recycling_vocab_size), else 0. An unknown name is
  * SAM_ERR_INVALID_ARGUMENT; sam_last_error() lists every valid name. */
 SAM_API int sam_policy_from_name(const char* name, int* policy, int* recycling_fallback);
 
@@ -271,96 +262,80 @@ typedef enum sam_draft_source {
   SAM_SOURCE_SDSAT = 9  /* SDSAT adaptive tokens (C++ torch backend only) */
 } sam_draft_source;
 
-/* Always initialise with sam_session_options_default(), then change fields.
- * This struct's layout is frozen (sam_session_new keeps reading exactly
- * these fields); options added later go to sam_session_config only. */
-typedef struct sam_session_options {
-  size_t draft_size;             /* nodes per draft, start token included (40);
-                                    1..SAM_MAX_DRAFT_SIZE */
-  int policy;                    /* a sam_policy (SAM_POLICY_CALIBRATED) */
-  int32_t l_bias;                /* < 0: automatic, 5 with a fallback, 0 without (-1) */
-  uint32_t l_threshold;          /* the paper's rule threshold (5) */
-  uint32_t recycling_vocab_size; /* > 0: Token Recycling fallback over ids < this (0) */
-  size_t max_dynamic_bytes;      /* memory bound of the dynamic automaton (64 MiB):
-                                    reserved, touched as the text needs it
-                                    (about 6 MiB resident for a 1K-token request) */
-} sam_session_options;
-
-SAM_API void sam_session_options_default(sam_session_options* options);
-
-/* Creates a session; options NULL means the defaults. An unusable option
- * (draft_size 0 or above SAM_MAX_DRAFT_SIZE, an unknown policy) is
- * SAM_ERR_INVALID_ARGUMENT, with a message naming the field and its range. */
-SAM_API int sam_session_new(const sam_session_options* options, sam_session** out);
-/* Session options that can grow without breaking old callers: new fields are
- * only ever appended, and struct_size tells the library which fields the
- * caller knows.
- *
- *   sam_session_config c;
- *   sam_session_config_init(&c);   // defaults, and c.struct_size = sizeof c
- *   c.draft_size = 64;
- *   sam_session_new_ex(&c, &sess);
- *
- * The rule: the library reads a field only if the caller's struct_size
- * covers it whole (offset + size <= struct_size); a field it does not cover
- * takes its default, so a program compiled against an older, shorter
- * struct gets the defaults of the fields added since. A struct_size larger
- * than the library's struct (a caller compiled against a newer header) is
- * accepted when every byte past the library's struct is zero (a newer field
- * left at zero) and refused with SAM_ERR_INVALID_ARGUMENT otherwise: the
- * caller asked for something this library cannot do. A struct_size smaller
- * than the first option's end (sizeof(size_t) * 2) is SAM_ERR_INVALID_ARGUMENT.
- * Fields and defaults are those of sam_session_options, then the fields
- * added since (sam_session_options stays as it is). */
-typedef struct sam_session_config {
-  size_t struct_size;            /* sizeof(sam_session_config) of the caller */
-  size_t draft_size;
-  int policy;
-  int32_t l_bias;
-  uint32_t l_threshold;
-  uint32_t recycling_vocab_size;
-  size_t max_dynamic_bytes;
-  /* Added in 0.1.0 after the fields above: nonzero measures propose, commit
-   * and prefill time into the statistics (two clock reads, about 50 ns, per
-   * call); 0 (default) leaves the *_ns figures at 0. */
-  int collect_timing;
-  /* Added in 0.1.0 after collect_timing: the verification cost curve of
-   * SAM_POLICY_CALIBRATED (docs/runtime.md, "Budgets from the cost of
-   * verification"). cost_curve[i] is the time of one verification pass over
-   * i + 1 tokens, in any unit, for i < cost_curve_size (<= SAM_MAX_DRAFT_SIZE;
-   * beyond it the cost grows in proportion to the tokens); each step then
-   * drafts only the nodes that pay for their verification. NULL and 0
-   * (default): no curve. The array is copied by sam_session_new_ex. A value
-   * that is not positive and finite, or a NULL array with a nonzero size, is
-   * SAM_ERR_INVALID_ARGUMENT. */
-  const double* cost_curve;
-  size_t cost_curve_size;
-  /* Added in 0.1.0 after cost_curve_size, for SAM_POLICY_CALIBRATED
-   * (docs/runtime.md): the most lookups of branching static states a step
-   * makes (8; 0 = no limit: cost against MAT), and the occurrence count
-   * below which a static context also offers its shorter context's children
-   * (the backoff children; 8; 0 = none, the cheaper drafts). */
-  uint64_t max_static_lookups;
-  uint64_t backoff_count;
-  /* Added in 0.1.0 after backoff_count: the drafts' shape, a sam_draft_shape
-   * (every policy): SAM_SHAPE_TREE (default) or SAM_SHAPE_CHAIN, one path of
-   * the policy's tree for verifiers that take one sequence per request (the
-   * path of most expected accepted tokens; docs/runtime.md, "Chains"). */
-  int shape;
-} sam_session_config;
-
 /* sam_session_config.shape. */
 typedef enum sam_draft_shape {
   SAM_SHAPE_TREE = 0,  /* the policy's tree (default) */
   SAM_SHAPE_CHAIN = 1  /* one root-to-node path of it */
 } sam_draft_shape;
 
+/* A session's options (sam/runtime/options.h: the same names and defaults
+ * as the C++ SessionOptions, Python's Session(**options) and the tools'
+ * flags). Always initialise with sam_session_config_init(), then change
+ * fields:
+ *
+ *   sam_session_config c;
+ *   sam_session_config_init(&c);   // defaults, and c.struct_size = sizeof c
+ *   c.draft_size = 64;
+ *   sam_session_new(&c, &sess);
+ *
+ * The struct can grow without breaking old callers: new fields are only
+ * ever appended, and struct_size tells the library which fields the caller
+ * knows. The library reads a field only if the caller's struct_size covers
+ * it whole (offset + size <= struct_size); a field it does not cover takes
+ * its default, so a program compiled against an older, shorter struct gets
+ * the defaults of the fields added since. A struct_size larger than the
+ * library's struct (a caller compiled against a newer header) is accepted
+ * when every byte past the library's struct is zero (a newer field left at
+ * zero) and refused with SAM_ERR_INVALID_ARGUMENT otherwise: the caller
+ * asked for something this library cannot do. A struct_size smaller than
+ * the first option's end is SAM_ERR_INVALID_ARGUMENT. */
+typedef struct sam_session_config {
+  size_t struct_size;            /* sizeof(sam_session_config) of the caller */
+  size_t draft_size;             /* nodes per draft, start token included (40);
+                                    1..SAM_MAX_DRAFT_SIZE; every policy but
+                                    SAM_POLICY_TREE (tree_nodes) */
+  int policy;                    /* a sam_policy (SAM_POLICY_CALIBRATED) */
+  int shape;                     /* a sam_draft_shape (SAM_SHAPE_TREE):
+                                    SAM_SHAPE_CHAIN drafts one path of the
+                                    policy's tree, for verifiers that take one
+                                    sequence per request (the path of most
+                                    expected accepted tokens; docs/runtime.md,
+                                    "Chains") */
+  /* The verification cost curve of SAM_POLICY_CALIBRATED and of chains
+   * (docs/runtime.md, "Budgets from the cost of verification").
+   * cost_curve[i] is the time of one verification pass over i + 1 tokens, in
+   * any unit, for i < cost_curve_size (<= SAM_MAX_DRAFT_SIZE; beyond it the
+   * cost grows in proportion to the tokens); each step then drafts only the
+   * nodes that pay for their verification. NULL and 0 (default): no curve.
+   * The array is copied by sam_session_new. A value that is not positive and
+   * finite, or a NULL array with a nonzero size, is SAM_ERR_INVALID_ARGUMENT. */
+  const double* cost_curve;
+  size_t cost_curve_size;
+  size_t max_dynamic_bytes;      /* memory bound of the dynamic automaton (64 MiB;
+                                    0: the default): reserved, touched as the
+                                    text needs it (about 6 MiB resident for a
+                                    1K-token request) */
+  int collect_timing;            /* nonzero: measure propose, commit and prefill
+                                    time into the statistics (two clock reads,
+                                    about 50 ns, per call); 0 (default) leaves
+                                    the *_ns figures at 0 */
+  uint32_t recycling_vocab_size; /* > 0: a Token Recycling fallback over ids
+                                    below this (0: none) */
+  int32_t l_bias;                /* SAM_POLICY_PAPER: < 0 (-1): automatic, 5 with
+                                    a fallback, 0 without */
+  uint32_t l_threshold;          /* SAM_POLICY_PAPER: the rule's threshold (5) */
+  size_t tree_nodes;             /* SAM_POLICY_TREE: nodes per tree, start token
+                                    included (60); 0..SAM_MAX_DRAFT_SIZE */
+  size_t tree_width;             /* SAM_POLICY_TREE: nodes per depth (8); 1..64 */
+} sam_session_config;
+
 /* Fills *config with the defaults and struct_size = sizeof(sam_session_config)
  * (NULL is a no-op). */
 SAM_API void sam_session_config_init(sam_session_config* config);
-/* sam_session_new with a sam_session_config (the rule above); config NULL
- * means the defaults. Invalid options as in sam_session_new. */
-SAM_API int sam_session_new_ex(const sam_session_config* config, sam_session** out);
+/* Creates a session; config NULL means the defaults. An unusable option
+ * (draft_size 0 or above SAM_MAX_DRAFT_SIZE, an unknown policy, ...) is
+ * SAM_ERR_INVALID_ARGUMENT, with a message naming the field and its range. */
+SAM_API int sam_session_new(const sam_session_config* config, sam_session** out);
 
 /* Frees the session (NULL is a no-op). */
 SAM_API void sam_session_free(sam_session* session);
@@ -391,8 +366,13 @@ typedef struct sam_draft {
 } sam_draft;
 
 /* Proposes a draft rooted at start_token (the model's last token, not yet
- * committed). The arrays stay valid until the next call on the session. */
-SAM_API int sam_session_propose(sam_session* session, uint32_t start_token, sam_draft* out);
+ * committed), of at most max_nodes nodes, the start included (0: no limit
+ * but the config's draft_size, or tree_nodes for SAM_POLICY_TREE): for a
+ * verifier with a per-step limit, e.g. a chain-only engine's k + 1. With SAM_SHAPE_CHAIN the chain is cut from the
+ * policy's whole tree. The arrays stay valid until the next call on the
+ * session. */
+SAM_API int sam_session_propose(sam_session* session, uint32_t start_token, size_t max_nodes,
+                                sam_draft* out);
 
 /* Commits the tokens that joined the verified context: the start token of
  * the last proposal, then the accepted draft tokens (the bonus token is the
@@ -474,9 +454,14 @@ SAM_API int sam_session_verify_sampling(sam_session* session, const float* probs
 SAM_API int sam_session_observe_topk(sam_session* session, const uint32_t* tokens, size_t n,
                                      const uint32_t* topk, size_t k);
 
-/* Ends the request: forgets its text and matches (statistics, the Token
- * Recycling table and attached indexes are kept). */
+/* Ends the request: forgets its text and matches (statistics, what the
+ * policy has learned, the Token Recycling table and attached indexes are
+ * kept). */
 SAM_API int sam_session_reset(sam_session* session);
+/* Forgets what the policy has learned across requests (SAM_POLICY_CALIBRATED's
+ * acceptance estimates): the next drafts are a new session's. Statistics are
+ * kept (sam_session_stats_reset). */
+SAM_API int sam_session_reset_calibration(sam_session* session);
 
 /* Statistics as a JSON object, for the totals since the session was created
  * or since sam_session_stats_reset, and for the current request (since the
@@ -500,7 +485,7 @@ SAM_API int sam_session_reset(sam_session* session);
 SAM_API const char* sam_session_stats_json(sam_session* session);
 /* Starts the totals of sam_session_stats_json, and the current request's
  * figures, from zero. Drafting is unaffected (what the sam-cal policy has
- * learnt is kept). */
+ * learnt is kept: sam_session_reset_calibration). */
 SAM_API int sam_session_stats_reset(sam_session* session);
 
 /* ---- Batched drafting (sam/runtime/batch.h): one call drafts for many
@@ -508,7 +493,7 @@ SAM_API int sam_session_stats_reset(sam_session* session);
  *
  *   sam_draft_pool* pool = NULL;
  *   sam_draft_pool_new(0, &pool);                 // threads made once (0: all cores)
- *   int rc = sam_propose_batch(pool, sessions, starts, n, drafts, statuses);
+ *   int rc = sam_propose_batch(pool, sessions, starts, NULL, n, drafts, statuses);
  *   // rc == SAM_OK: drafts[i] is session i's draft when statuses[i] == SAM_OK
  *   sam_draft_pool_free(pool);
  */
@@ -520,9 +505,10 @@ SAM_API int sam_draft_pool_new(size_t num_threads, sam_draft_pool** out);
 SAM_API void sam_draft_pool_free(sam_draft_pool* pool);
 SAM_API size_t sam_draft_pool_num_threads(const sam_draft_pool* pool);
 
-/* Proposes sessions[i]'s draft rooted at start_tokens[i] into out[i], for
- * i < n, and returns when all are done: the same drafts as
- * sam_session_propose on each in turn. statuses[i] gets session i's status
+/* Proposes sessions[i]'s draft rooted at start_tokens[i], of at most
+ * max_nodes[i] nodes (max_nodes NULL, or an entry 0: no limit but the
+ * session's config, as in sam_session_propose), into out[i], for i < n, and returns when all are done: the
+ * same drafts as sam_session_propose on each in turn. statuses[i] gets session i's status
  * (out[i] is meaningful only when it is SAM_OK); the call returns SAM_OK
  * when it ran, failed sessions or not, and sam_last_error() then names the
  * first failed session and its message. A NULL pool, array or session (when
@@ -531,8 +517,8 @@ SAM_API size_t sam_draft_pool_num_threads(const sam_draft_pool* pool);
  * concurrent calls on one pool run one after the other. The draft arrays
  * stay valid until the next call on their session. */
 SAM_API int sam_propose_batch(sam_draft_pool* pool, sam_session* const* sessions,
-                              const uint32_t* start_tokens, size_t n, sam_draft* out,
-                              int* statuses);
+                              const uint32_t* start_tokens, const size_t* max_nodes, size_t n,
+                              sam_draft* out, int* statuses);
 
 /* ---- Cross-request response cache (sam/runtime/response_cache.h,
  * docs/runtime.md): sessions draft from earlier responses of the same

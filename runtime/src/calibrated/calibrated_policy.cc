@@ -14,17 +14,17 @@ void CalibratedPolicy::Propose(const internal::StepContext& step, DraftTree* tre
   step_ = &step;
   src_ = step.sources;
   trie_.Reset(step.start_token, src_.size());
-  trie_.min_key = sel_.min_path_probability;
+  trie_.min_key = sel_.tuning.min_path_probability;
   SetUpUnits();
   SetRootStates();
   OfferEagerSources();
   PrefetchRootBackoff();
-  lookups_left_ = sel_.max_static_lookups != 0 ? sel_.max_static_lookups : SIZE_MAX;
+  lookups_left_ = sel_.tuning.max_static_lookups != 0 ? sel_.tuning.max_static_lookups : SIZE_MAX;
   // Child records followed from record to record (one index): a node's
   // record, its own (known from its parent's) or looked up by its state
   // (kNoRecord: none, or records unusable at this width).
   records_ = src_.size() == 1 && src_[0].has_records() &&
-                     sel_.max_width <= src_[0].index->options().top_k
+                     sel_.tuning.calibrated_width <= src_[0].index->options().top_k
                  ? src_[0].index.get()
                  : nullptr;
   // Subtree records (StaticIndex::Options::subtree_nodes): a node offered
@@ -82,7 +82,7 @@ void CalibratedPolicy::OfferEagerSources() {
   dyn_chain_ = 0;
   if (step.dyn.len > 0) {
     chain_.resize(budget_ - 1);
-    dyn_chain_ = step.dynamic->Continuation(step.dyn, budget_ - 1, sel_.dynamic_link_fallback,
+    dyn_chain_ = step.dynamic->Continuation(step.dyn, budget_ - 1, sel_.tuning.dynamic_link_fallback,
                                             chain_.data());
   }
   dyn_tip_ = 0;
@@ -125,7 +125,7 @@ void CalibratedPolicy::OfferEagerSources() {
 void CalibratedPolicy::PrefetchRootBackoff() const {
   for (size_t i = 0; i < src_.size(); ++i) {
     const CandidateTrie::IndexState& r = trie_.states[i];  // node 0's, index i
-    if (r.state == format::kNoState || r.count == 0 || r.count >= sel_.backoff_count) continue;
+    if (r.state == format::kNoState || r.count == 0 || r.count >= sel_.tuning.backoff_count) continue;
     const format::IndexView& view = src_[i].view();
     if (const StaticIndex* shared = src_[i].index.get(); shared->has_records()) {
       // With child records the link's record holds all of it: found through
@@ -192,7 +192,7 @@ int32_t CalibratedPolicy::OfferStaticChild(int32_t node, uint32_t token, uint64_
 std::span<const StaticIndex::Child> CalibratedPolicy::TopChildren(size_t i, uint64_t v,
                                                                   uint64_t count) {
   const format::IndexView& view = src_[i].view();
-  const size_t width = sel_.max_width;
+  const size_t width = sel_.tuning.calibrated_width;
   if (width == 0) return {};
   // A state that occurs once continues as its one occurrence does: one
   // child, the next text position (the implicit transition), which occurs
@@ -251,7 +251,7 @@ void CalibratedPolicy::PrefetchChild(size_t i, uint64_t target, uint64_t count,
   // A rare string backs off to its suffix link's state if it ranks:
   // its link (and a clone's length) start loading too, or with records a
   // position's suffix link's record.
-  if (count < sel_.backoff_count) {
+  if (count < sel_.tuning.backoff_count) {
     if (shared->has_records() && !view.IsClone(target))
       shared->PrefetchPositionLinkRecord(target);
     else
@@ -350,7 +350,7 @@ void CalibratedPolicy::ExpandUnit(int32_t node, size_t u) {
     if (trie_.State(node, i) != format::kNoState && trie_.StateCount(node, i) > 0)
       shards_.shard_states.push_back(
           {i, trie_.State(node, i), trie_.StateCount(node, i), 0, 0, false});
-  shards_.Merge(src_, sel_.max_width);
+  shards_.Merge(src_, sel_.tuning.calibrated_width);
   const size_t n = shards_.shard_states.size();
   for (const ShardChildren::MergedChild& c : shards_.merged) {
     const int32_t child = OfferStaticChild(node, c.token, c.count, offers);
@@ -392,7 +392,7 @@ __attribute__((always_inline)) inline void CalibratedPolicy::ExpandSource(int32_
         CandidateTrie::IndexState{s.state + 1, 1, s.len + 1u};
     PrefetchChild(i, s.state + 1, 1);
     // Its backoff, if it ranks, starts from its suffix link's record.
-    if (records_ != nullptr && s.count < sel_.backoff_count && !LookupsSpent())
+    if (records_ != nullptr && s.count < sel_.tuning.backoff_count && !LookupsSpent())
       records_->PrefetchRecordAt(records_->PositionLinkRecord(s.state));
     return;
   }
@@ -416,9 +416,9 @@ __attribute__((always_inline)) inline void CalibratedPolicy::ExpandSource(int32_
 void CalibratedPolicy::ExpandFromRecord(int32_t node, const CandidateTrie::IndexState& s,
                                         uint32_t r, const StaticOffers& offers) {
   const StaticIndex::RecordHead head = records_->Head(r);
-  if (s.count < sel_.backoff_count && !LookupsSpent()) records_->PrefetchRecordAt(head.link_record);
+  if (s.count < sel_.tuning.backoff_count && !LookupsSpent()) records_->PrefetchRecordAt(head.link_record);
   const StaticIndex::RecordEntry* e = records_->Entries(r);
-  const uint32_t k = std::min<uint32_t>(head.size(), static_cast<uint32_t>(sel_.max_width));
+  const uint32_t k = std::min<uint32_t>(head.size(), static_cast<uint32_t>(sel_.tuning.calibrated_width));
   // One state's children have distinct tokens: each is compared with the
   // node's earlier children only.
   const int32_t first = trie_.nodes[node].first_child;
@@ -459,7 +459,7 @@ bool CalibratedPolicy::UnitHasState(int32_t node, size_t u) const {
 bool CalibratedPolicy::UnitBacksOff(int32_t node, size_t u) const {
   uint64_t len = 0;
   const uint64_t total = UnitCount(node, u, &len);
-  return total > 0 && total < sel_.backoff_count;
+  return total > 0 && total < sel_.tuning.backoff_count;
 }
 
 // The longest suffix of `node`'s string that occurs in shard i (its state
@@ -482,7 +482,7 @@ StaticMatch CalibratedPolicy::MatchIn(int32_t node, size_t i) {
   return r;
 }
 
-// SelectionOptions::backoff_count: the backoff children of `node` in unit u
+// experimental::Tuning::backoff_count: the backoff children of `node` in unit u
 // (Calibrator: their own cells): the heaviest children of the node's shorter
 // context u* that the node's own heaviest children do not include. The
 // node's string s occurs fewer than backoff_count times in the unit; u* is
@@ -531,7 +531,7 @@ void CalibratedPolicy::OfferBackoff(int32_t node, size_t u) {
   // The children summed over the shards (in shards_.merged, heaviest first),
   // with their target and count in every shard state (shards_.targets /
   // target_counts, row `row`).
-  shards_.Merge(src_, sel_.max_width);
+  shards_.Merge(src_, sel_.tuning.calibrated_width);
   for (const ShardChildren::MergedChild& c : shards_.merged) {
     const int32_t child = trie_.Child(node, c.token);
     if (UnitHasState(child, u)) continue;  // s's child too
@@ -591,7 +591,7 @@ void CalibratedPolicy::BackoffFromRecord(int32_t node, const CandidateTrie::Inde
   if (lstar >= s.len) return;  // corrupt: a link must shorten the match
   const StaticOffers offers = StaticOffersFor(total, lstar, true, 0);
   const StaticIndex::RecordEntry* e = records_->Entries(lr);
-  const uint32_t k = std::min<uint32_t>(head.size(), static_cast<uint32_t>(sel_.max_width));
+  const uint32_t k = std::min<uint32_t>(head.size(), static_cast<uint32_t>(sel_.tuning.calibrated_width));
   const int32_t first = trie_.nodes[node].first_child;  // the children it may share
   for (uint32_t j = 0; j < k; ++j) {
     const int32_t child = trie_.ChildAmong(node, first, e[j].token);
@@ -643,7 +643,7 @@ CalibratedPolicy::Bounds CalibratedPolicy::BoundsOf(int32_t node) const {
     const double backoff_bound = calibrator_.BackoffBound(s.len, 0);
     const bool no_lookup = spent && s.count > 1 && !FreeChildren(node);
     b.static_children = no_lookup ? 0.0 : static_bound;
-    b.backoff_children = !spent && s.count < sel_.backoff_count ? backoff_bound : 0.0;
+    b.backoff_children = !spent && s.count < sel_.tuning.backoff_count ? backoff_bound : 0.0;
     return b;
   }
   for (size_t u = 0; u < num_units_; ++u) {
@@ -660,7 +660,7 @@ CalibratedPolicy::Bounds CalibratedPolicy::BoundsOf(int32_t node) const {
     const bool no_lookup = spent && total > 1 && !FreeChildren(node);
     b.static_children = std::max(b.static_children, no_lookup ? 0.0 : static_bound);
     b.backoff_children =
-        std::max(b.backoff_children, !spent && total < sel_.backoff_count ? backoff_bound : 0.0);
+        std::max(b.backoff_children, !spent && total < sel_.tuning.backoff_count ? backoff_bound : 0.0);
   }
   return b;
 }
@@ -680,7 +680,7 @@ __attribute__((always_inline)) inline bool CalibratedPolicy::FreeChildren(int32_
 bool CalibratedPolicy::QueueExpansion(int32_t node, double bound, bool backoff) {
   if (!(bound > 0.0)) return false;
   const MergedNode& r = trie_.nodes[node];
-  if (r.path * bound >= sel_.min_path_probability)
+  if (r.path * bound >= sel_.tuning.min_path_probability)
     trie_.Push(QueueEntry{r.path * bound, OrderAtEqualKeys(true, r.depth, r.rank, r.token, backoff),
                           node, true, backoff});
   return true;
@@ -703,7 +703,7 @@ void CalibratedPolicy::Rank(int32_t node) {
   for (int32_t c = n.first_child; c >= 0; c = trie_.nodes[c].next_sibling) trie_.Enqueue(c);
   const Bounds b = BoundsOf(node);
   if (b.max_count == 1 && b.static_children > 0.0 &&
-      trie_.nodes[node].path * b.static_children >= sel_.min_path_probability) {
+      trie_.nodes[node].path * b.static_children >= sel_.tuning.min_path_probability) {
     // Its strings occur once: its one static child (the text after that
     // occurrence) needs no lookup, and is offered now rather than through
     // a queued expansion. The ranking is the same: the expansion would have
@@ -726,7 +726,7 @@ void CalibratedPolicy::RankBestFirst() {
   while (!trie_.QueueEmpty() && trie_.ranked.size() < budget_) {
     PhaseMark();
     const QueueEntry e = trie_.Pop();
-    if (e.key < sel_.min_path_probability) break;  // nothing left reaches it
+    if (e.key < sel_.tuning.min_path_probability) break;  // nothing left reaches it
     if (e.expand) {
       if (e.backoff) {
         if (LookupsSpent()) trie_.nodes[e.node].backed_off = true;  // nothing to offer
@@ -809,7 +809,7 @@ void CalibratedPolicy::Output(DraftTree* tree) {
   SAM_PHASE_END(kCalOutput);
 }
 
-// SelectionOptions::cost_curve: how many of the `keep` best-ranked nodes
+// SessionOptions::cost_curve: how many of the `keep` best-ranked nodes
 // after the root to draft, chosen against the measured rate (tokens per t(1)
 // over the session's steps).
 size_t CalibratedPolicy::CostAwareKeep(size_t keep) {
@@ -849,7 +849,7 @@ size_t CalibratedPolicy::FollowKnown(size_t i, std::span<const uint32_t> tokens,
 
 namespace sam::runtime::internal {
 
-std::unique_ptr<DraftPolicy> MakeCalibratedPolicy(const SelectionOptions& options) {
+std::unique_ptr<DraftPolicy> MakeCalibratedPolicy(const SessionOptions& options) {
   return std::make_unique<calibrated::CalibratedPolicy>(options);
 }
 

@@ -17,7 +17,7 @@
 //    (Calibrator::StaticBound) comes up in the best-first queue, or when one
 //    of its children is about to be ranked. Lookups are the cost of a step
 //    (cache misses in the index); most leaves of the draft never need theirs.
-// A node's backoff children (SelectionOptions::backoff_count) are a second
+// A node's backoff children (experimental::Tuning::backoff_count) are a second
 // lazy expansion of the same kind, with its own bound (Calibrator::
 // BackoffBound), after the node's own static children; before a child ranks,
 // its parent's backoff children are offered too if they may give it a state.
@@ -57,7 +57,7 @@ namespace sam::runtime::calibrated {
 
 class CalibratedPolicy : public internal::DraftPolicy {
  public:
-  explicit CalibratedPolicy(const SelectionOptions& options) : sel_(options) {
+  explicit CalibratedPolicy(const SessionOptions& options) : sel_(options) {
     uses_cache_ = uses_compiled_cache_ = prefetches_children_ = true;
     node_cells_.reserve(256);
   }
@@ -147,7 +147,7 @@ class CalibratedPolicy : public internal::DraftPolicy {
   bool UnitBacksOff(int32_t node, size_t u) const;
   StaticMatch MatchIn(int32_t node, size_t i);
 
-  SelectionOptions sel_;
+  SessionOptions sel_;
   Calibrator calibrator_;
   CandidateTrie trie_;
   ShardChildren shards_;
@@ -156,7 +156,7 @@ class CalibratedPolicy : public internal::DraftPolicy {
   TopChildrenCache top_cache_{1024};
   std::vector<StaticIndex::Child> children_;
   std::vector<int32_t> tree_index_;
-  std::vector<double> ranked_paths_;  // cost-aware sizing (SelectionOptions::cost_curve)
+  std::vector<double> ranked_paths_;  // cost-aware sizing (SessionOptions::cost_curve)
   std::vector<uint32_t> chain_;       // the dynamic continuation
   DraftTree fallback_tree_;
   std::vector<std::array<int, 4>> node_cells_;  // calibration cells of the tree's nodes

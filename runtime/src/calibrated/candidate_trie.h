@@ -116,7 +116,7 @@ struct CandidateTrie {
   std::vector<int32_t> ranked;   // ranked[r]: the node of rank r (tree node r)
   // The pending proposal is this trie's ranking (Commit may read the states).
   bool valid = false;
-  double min_key = 0.0;  // SelectionOptions::min_path_probability
+  double min_key = 0.0;  // experimental::Tuning::min_path_probability
 
   // A shard set's backoff (CalibratedPolicy::OfferBackoff): per node
   // and cursor, the longest suffix of the node's string in that shard

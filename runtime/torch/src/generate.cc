@@ -195,9 +195,9 @@ struct Generator::Scratch {
 Generator::Generator(const Model& model, const GeneratorOptions& options)
     : model_(model), options_(options), scratch_(std::make_unique<Scratch>()) {
   const uint32_t vocab = static_cast<uint32_t>(model.config().vocab_size);
-  rt::SessionOptions session_options;
+  rt::SessionOptions session_options = options.selection;
   session_options.max_dynamic_bytes = options.max_dynamic_bytes;
-  session_options.selection = options.selection;
+  session_options.fallback = nullptr;
   if (options.recycling_fallback) {
     recycling_ = std::make_unique<rt::RecyclingDrafter>(vocab);
     session_options.fallback = recycling_.get();
@@ -264,11 +264,11 @@ Generator::Generator(const Model& model, const GeneratorOptions& options)
   drafter_ = options.draft_model_use == Use::kOnly ? static_cast<rt::Drafter*>(model_drafter_.get())
              : options.sdsat_use == SdsatUse::kOnly ? static_cast<rt::Drafter*>(sdsat_.get())
                                                     : static_cast<rt::Drafter*>(session_.get());
-  // Every policy bounds its drafts by draft_size, except kTree's trees (max_tree_nodes); the
+  // Every policy bounds its drafts by draft_size, except kTree's trees (tree.nodes); the
   // bound passed to Propose makes this a hard limit.
   max_draft_nodes_ = std::max<size_t>(
       1, options.selection.policy == rt::Policy::kTree
-             ? std::max(options.selection.draft_size, options.selection.max_tree_nodes)
+             ? std::max(options.selection.draft_size, options.selection.tree.nodes)
              : options.selection.draft_size);
   if (options.draft_model_use == Use::kOnly)
     max_draft_nodes_ = std::min(max_draft_nodes_, options.draft_tree.MaxNodes());

@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   sam_index* index = NULL;
-  if (sam_index_open_ex(argv[1], NULL, SAM_OPEN_PREPARE, &index) != SAM_OK) {
+  if (sam_index_open(argv[1], NULL, SAM_OPEN_PREPARE, &index) != SAM_OK) {
     fprintf(stderr, "consumer_c: %s\n", sam_last_error());
     return 1;
   }
@@ -35,10 +35,10 @@ int main(int argc, char** argv) {
   sam_session_config config;
   sam_session_config_init(&config);
   config.collect_timing = 1;
-  if (sam_session_new_ex(&config, &session) != SAM_OK ||
+  if (sam_session_new(&config, &session) != SAM_OK ||
       sam_session_attach_index(session, index) != SAM_OK ||
       sam_session_prefill(session, prompt, 4) != SAM_OK ||
-      sam_session_propose(session, 13, &draft) != SAM_OK) {
+      sam_session_propose(session, 13, 0, &draft) != SAM_OK) {
     fprintf(stderr, "consumer_c: %s\n", sam_last_error());
     sam_session_free(session);
     sam_index_close(index);
@@ -67,7 +67,7 @@ int main(int argc, char** argv) {
   sam_index_close(index);
 
   sam_index* missing = NULL;
-  const int status = sam_index_open("/nonexistent/missing.sam", NULL, &missing);
+  const int status = sam_index_open("/nonexistent/missing.sam", NULL, 0, &missing);
   printf("consumer_c: missing index: %s\n", sam_status_name(status));
   return 0;
 }

@@ -4,7 +4,7 @@
 //   // --cost-curve-out writes it for a model and a machine).
 //   sam::runtime::CostCurve curve = sam::runtime::CostCurve::Load("cpu.csv");
 //   double c = curve.Relative(24);                      // t(24) / t(1)
-//   options.selection.cost_curve = curve;               // sam-cal sizes each tree by it
+//   options.cost_curve = curve;               // sam-cal sizes each tree by it
 //   // the choice itself, for path probabilities ranked best first:
 //   size_t n = sam::runtime::ChooseTreeSize(ranked_paths, curve, /*rate=*/1.8);
 //
@@ -49,7 +49,7 @@ struct SAM_API CostPoint {
 };
 
 // t(n)/t(1) for every n >= 1. A default-constructed curve is empty: no cost
-// model (SelectionOptions::cost_curve unset). Copies are cheap enough for
+// model (SessionOptions::cost_curve unset). Copies are cheap enough for
 // options (one double per measured token count); immutable once built.
 class SAM_API CostCurve {
  public:

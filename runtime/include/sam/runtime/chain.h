@@ -46,7 +46,7 @@
 
 namespace sam::runtime {
 
-// The shape of a session's drafts (SelectionOptions::shape).
+// The shape of a session's drafts (SessionOptions::shape).
 enum class DraftShape : uint8_t {
   kTree = 0,   // the policy's tree (for tree-attention verifiers)
   kChain = 1,  // one root-to-node path of it (ChainShaper)

@@ -33,7 +33,7 @@
 // Reset() forgets everything about the request (text, cursors, the fallback's
 // per-request state) but keeps statistics and the learned acceptance
 // estimates of Policy::kCalibrated, which are not tied to a request
-// (ResetStatistics() clears both).
+// (ResetStatistics() clears the statistics, ResetCalibration() the estimates).
 #ifndef SAM_RUNTIME_SESSION_H_
 #define SAM_RUNTIME_SESSION_H_
 
@@ -50,6 +50,7 @@
 #include "sam/runtime/draft.h"
 #include "sam/runtime/drafter.h"
 #include "sam/runtime/dynamic_sam.h"
+#include "sam/runtime/options.h"
 #include "sam/runtime/response_cache.h"
 #include "sam/runtime/selection.h"
 #include "sam/runtime/shard_set.h"
@@ -65,33 +66,10 @@ struct StepContext;
 class DraftPolicy;
 }  // namespace internal
 
-// The smallest dynamic window SessionOptions::max_dynamic_bytes may give.
-inline constexpr size_t kMinDynamicWindowTokens = 64;
-
-struct SAM_API SessionOptions {
-  // Memory bound of the dynamic automaton (text, states, transitions). The
-  // default (64 MiB) holds a window of about 490K tokens (111-153 bytes a token);
-  // when the context outgrows it, the window keeps the most recent half
-  // (dynamic_sam.h). 0 means the default; a value too small for a window of
-  // kMinDynamicWindowTokens tokens is refused (kInvalidArgument).
-  size_t max_dynamic_bytes = size_t{64} << 20;
-  SelectionOptions selection;
-  // Drafter used when the policy falls back (not owned; may be null).
-  Drafter* fallback = nullptr;
-  // Measure drafting and update time into the statistics (two clock reads,
-  // about 50 ns, per Propose and per Commit). Off by default: the per-step
-  // budget is about 1-2 us.
-  bool collect_timing = false;
-  // CacheRequest() adds the prompt before the output (one text) when true,
-  // the output alone when false.
-  bool cache_prompts = false;
-};
-
 class SAM_API Session : public Drafter {
  public:
-  // Throws sam::Error (kInvalidArgument) for an unusable option (draft_size outside
-  // 1..kMaxDraftSize, max_tree_nodes above kMaxDraftSize, max_width 0,
-  // min_path_probability outside [0, 1] or NaN).
+  // Throws sam::Error (kInvalidArgument) for an unusable option
+  // (ValidateSessionOptions, options.h).
   explicit Session(const SessionOptions& options = {});
   ~Session() override;
   Session(const Session&) = delete;
@@ -153,7 +131,7 @@ class SAM_API Session : public Drafter {
   // the next call on the session.
   const DraftTree& Propose(uint32_t start_token);
   // Propose with at most max_nodes nodes, the start included (at least 1):
-  // a tree of at most max_nodes nodes, or with SelectionOptions::shape
+  // a tree of at most max_nodes nodes, or with SessionOptions::shape
   // kChain a chain of at most max_nodes nodes cut from the policy's whole
   // tree (draft_size nodes), which the statistics and calibration then
   // count. For a verifier with a per-step limit (vLLM's
@@ -172,7 +150,13 @@ class SAM_API Session : public Drafter {
   void Reset() override;
 
   const SessionStatistics& statistics() const { return stats_; }
+  // Starts the statistics (and the measured rate a cost_curve weighs) from
+  // zero; drafting is unaffected.
   void ResetStatistics();
+  // Forgets what the policy has learned across requests (Policy::kCalibrated's
+  // acceptance estimates): the next drafts are those of a new session's.
+  // Statistics are kept.
+  void ResetCalibration();
 
   // Inspection (tests, tools).
   const SessionOptions& options() const { return options_; }
@@ -183,7 +167,7 @@ class SAM_API Session : public Drafter {
   uint32_t last_dynamic_length() const { return last_dyn_len_; }
   uint32_t last_static_length() const { return last_static_len_; }
   uint32_t last_cache_length() const { return last_cache_len_; }
-  // The last Propose's tree before it was shaped (SelectionOptions::shape).
+  // The last Propose's tree before it was shaped (SessionOptions::shape).
   const DraftTree& last_tree() const { return tree_; }
 
  private:
@@ -199,7 +183,7 @@ class SAM_API Session : public Drafter {
   const DraftTree& Shaped(size_t max_nodes);
   void PeekSources(uint32_t start_token, internal::StepContext* step);
   void PrefetchPeekedChildren(const internal::StaticSource& s) const;
-  // SelectionOptions::cost_curve: the measured rate a calibrated tree's size
+  // SessionOptions::cost_curve: the measured rate a calibrated tree's size
   // is chosen against (tokens per t(1) over the session's steps).
   double MeasuredRate() const;
   // Statistics and calibration of the pending proposal; returns how many of
@@ -222,10 +206,10 @@ class SAM_API Session : public Drafter {
   // the caches the first steps then read). A match as long as the window may
   // be longer in the whole text: then every token is matched, as before.
   static void PrefillCursor(StaticCursor& c, std::span<const uint32_t> tokens);
-  // The drafting policy (options_.selection.policy; runtime/src/policy.h).
+  // The drafting policy (options_.policy; runtime/src/policy.h).
   std::unique_ptr<internal::DraftPolicy> policy_;
   DraftTree tree_;
-  ChainShaper chain_shaper_;  // SelectionOptions::shape kChain: tree_'s chain, shaped_
+  ChainShaper chain_shaper_;  // SessionOptions::shape kChain: tree_'s chain, shaped_
   DraftTree shaped_;
   std::vector<uint8_t> on_path_;  // the accepted path of tree_, for calibration
   bool pending_ = false;  // a proposal awaits its Commit

@@ -67,6 +67,7 @@
 #include "sam/runtime/draft.h"
 #include "sam/runtime/recycling.h"
 #include "sam/runtime/sdsat.h"
+#include "sam/runtime/options.h"
 #include "sam/runtime/selection.h"
 #include "sam/runtime/session.h"
 #include "sam/runtime/statistics.h"
@@ -79,8 +80,10 @@ namespace sam::torch_backend {
 
 // How drafts are made; fixed for the Generator's lifetime.
 struct GeneratorOptions {
-  // Selection policy and draft shape (runtime/selection.h); sam-cal by default.
-  runtime::SelectionOptions selection;
+  // The session's options (runtime/options.h): policy, draft size and shape, each policy's
+  // parameters; sam-cal by default. Its fallback and max_dynamic_bytes are set by the
+  // generator (the fields below).
+  runtime::SessionOptions selection;
   // Token Recycling as the session's fallback drafter; its table is kept across requests.
   bool recycling_fallback = false;
   // Memory bound of the per-request dynamic suffix automaton.
