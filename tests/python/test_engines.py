@@ -778,6 +778,76 @@ class HfCandidateGeneratorTest(unittest.TestCase):
         self.assertNotIn("_get_candidate_generator", vars(model), "the override is undone")
 
 
+class OutOfVocabularyTest(unittest.TestCase):
+    """Each adapter's entry point refuses ids outside the index's vocabulary (ids of another
+    tokenizer) with samdecoding.Error naming the id, in the prompt and as the sampled id."""
+
+    def setUp(self):
+        self.vocab = sd.Index.open(INDEX).vocab_size
+        self.prompt = list(REQUESTS[0]["prompt"])
+
+    def contexts(self):
+        yield "start token %d" % self.vocab, self.prompt + [self.vocab]
+        yield r"ids\[1\] = %d" % (self.vocab + 5), [self.prompt[0], self.vocab + 5] + self.prompt[1:]
+
+    def test_vllm_propose(self):
+        config = types.SimpleNamespace(
+            speculative_config=types.SimpleNamespace(method="custom_class",
+                                                     model="samdecoding.vllm.SamProposer",
+                                                     num_speculative_tokens=K),
+            model_config=types.SimpleNamespace(max_model_len=256))
+        for message, context in self.contexts():
+            proposer = type("P", (sd.vllm.SamProposer,), {"index_path": INDEX})(config)
+            buffer = np.zeros((4, 256), dtype=np.int32)
+            buffer[0, :len(context)] = context
+            with self.assertRaisesRegex(sd.Error, message + " is outside the vocabulary"):
+                proposer.propose([[context[-1]]], np.array([len(context), 0, 0, 0]), buffer)
+
+    def test_sglang_draft(self):
+        for message, context in self.contexts():
+            corpus = sd.sglang.SamCorpus(D, index=INDEX)
+            with self.assertRaisesRegex(sd.Error, message + " is outside the vocabulary"):
+                corpus.draft(["r0"], [context[:-1]], [[context[-1]]], [[]])
+
+    @unittest.skipIf(torch is None, "python3-torch is not installed (the driver needs tensors)")
+    def test_hf_get_candidates(self):
+        for message, context in self.contexts():
+            generator = sd.hf.SamCandidateGenerator(INDEX, num_output_tokens=K)
+            with self.assertRaisesRegex(sd.Error, message + " is outside the vocabulary"):
+                generator.get_candidates(torch.tensor([context], dtype=torch.long))
+
+
+class TokenizerCheckTest(unittest.TestCase):
+    """The adapters' tokenizer argument (and SAM_TOKENIZER): a path or a samdecoding.Tokenizer,
+    whose fingerprint the index must record; the fixture index is built from ids, so the
+    model's tokenizer is refused at start-up by each adapter."""
+
+    def test_each_adapter_refuses_an_index_of_another_tokenizer(self):
+        model = os.path.join(os.environ.get("SAM_DATA_DIR", ""), "tokenizer", "llama-32k.model")
+        if not os.path.exists(model):
+            self.skipTest("no %s (the shared data folder)" % model)
+        config = types.SimpleNamespace(
+            speculative_config=types.SimpleNamespace(method="custom_class",
+                                                     model="samdecoding.vllm.SamProposer",
+                                                     num_speculative_tokens=K),
+            model_config=types.SimpleNamespace(max_model_len=256))
+        for tokenizer in (model, sd.Tokenizer(model)):
+            starts = {
+                "vllm": lambda: type("P", (sd.vllm.SamProposer,),
+                                     {"index_path": INDEX, "tokenizer_path": tokenizer})(config),
+                "sglang": lambda: sd.sglang.SamCorpus(D, index=INDEX, tokenizer=tokenizer),
+                "hf": lambda: sd.hf.SamCandidateGenerator(INDEX, num_output_tokens=K,
+                                                          tokenizer=tokenizer),
+                "hf, an open Index": lambda: sd.hf.SamCandidateGenerator(
+                    sd.Index.open(INDEX), num_output_tokens=K, tokenizer=tokenizer),
+            }
+            for name, start in starts.items():
+                with self.subTest(adapter=name, tokenizer=type(tokenizer).__name__):
+                    with self.assertRaises(sd.Error) as e:
+                        start()
+                    self.assertEqual(e.exception.code, "tokenizer-mismatch")
+
+
 class DocsTest(unittest.TestCase):
     """docs/embedding.md's engine examples compile, and what they name exists."""
 
