@@ -345,9 +345,14 @@ int main(int argc, char** argv) {
                                   "file holding the prompt text (a FIFO or /dev/stdin is read as a stream)");
   prompt_opt->excludes(file_opt);
   app.add_option("--template", template_name,
-                 "prompt template: raw (the prompt and a newline, as in raw documents) or vicuna "
+                 "prompt template: raw (the text as written, nothing added) or vicuna "
                  "(default raw)")
       ->check(CLI::IsMember({"raw", "vicuna"}));
+  bool append_newline = false;
+  app.add_flag("--append-newline", append_newline,
+               "with --template raw: send the prompt followed by a newline, the separator raw "
+               "documents (sam-build --template raw) and make-traces' raw traces put between a "
+               "prompt and its response");
   app.add_option("--max-new-tokens", max_new_tokens, "most tokens to generate (default 128)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--temperature", temperature, "0 = greedy (default); > 0 samples")
@@ -470,9 +475,15 @@ int main(int argc, char** argv) {
 
     auto prompt_ids_of_flags = [&] {
       const std::string text = prompt_opt->count() ? prompt : ReadPromptFile(prompt_file);
+      const sam::corpora::Template templ = sam::corpora::ParseTemplate(template_name);
+      if (append_newline && templ != sam::corpora::Template::kRaw)
+        throw UsageError("--append-newline needs --template raw");
+      // raw: the text as written, or with the documents' separator when asked for.
+      const std::string rendered = templ == sam::corpora::Template::kRaw
+                                       ? (append_newline ? text + "\n" : text)
+                                       : sam::corpora::RenderPrompt(templ, text);
       std::vector<uint32_t> ids;
-      load_tokenizer().EncodePrompt(
-          sam::corpora::RenderPrompt(sam::corpora::ParseTemplate(template_name), text), &ids);
+      load_tokenizer().EncodePrompt(rendered, &ids);
       return ids;
     };
     if (print_prompt_ids) {
