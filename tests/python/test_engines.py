@@ -527,6 +527,17 @@ def _vllm_worker(vllm_config, pipe):
 
 
 FAKE_SGLANG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_sglang")
+FAKE_TRANSFORMERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_transformers")
+
+
+def recorded_transformers():
+    """tests/python/fake_transformers: a recording standing in for transformers and a model."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "fake_transformers", os.path.join(FAKE_TRANSFORMERS, "transformers", "__init__.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def installed_plugin():
@@ -746,36 +757,46 @@ class HfCandidateGeneratorTest(unittest.TestCase):
         request = REQUESTS[0]
         prompt, gen = request["prompt"], request["generation"]
 
-        class FakeModel:
-            """What GenerationMixin.generate does with prompt_lookup_num_tokens:
-            asks self._get_candidate_generator(...) and runs assisted decoding."""
-
-            def generate(self, inputs, prompt_lookup_num_tokens=None, max_new_tokens=20):
-                config = types.SimpleNamespace(max_length=inputs.shape[1] + max_new_tokens)
-                generator = self._get_candidate_generator(generation_config=config,
-                                                          input_ids=inputs)
-                ids = torch.cat((inputs, torch.tensor([gen[:1]])), dim=-1)
-                while ids.shape[1] < config.max_length:
-                    candidates, _ = generator.get_candidates(ids)
-                    pos = ids.shape[1] - len(prompt)
-                    draft = candidates[0, ids.shape[1]:].tolist()
-                    self.drafted.append(len(draft))
-                    k = accepted_prefix(draft, gen, pos)
-                    ids = torch.cat((ids, torch.tensor([gen[pos:pos + k + 1]])), dim=-1)
-                    generator.update_candidate_strategy(ids, None, k)
-                return ids[:, :config.max_length]
-
-            def _get_candidate_generator(self, **kwargs):
-                raise AssertionError("the prompt lookup generator must not be used")
-
-        model = FakeModel()
-        model.drafted = []
+        model = recorded_transformers().RecordedModel(prompt, gen)
         out = sd.hf.generate(model, torch.tensor([prompt]), INDEX, num_output_tokens=K,
                              max_new_tokens=30)
         self.assertEqual(out[0].tolist(), prompt + gen[:30])
         self.assertTrue(any(model.drafted), "SAM drafted at least once")
         self.assertTrue(all(n <= K for n in model.drafted))
         self.assertNotIn("_get_candidate_generator", vars(model), "the override is undone")
+
+
+    @unittest.skipIf(torch is None, "python3-torch is not installed (the driver needs tensors)")
+    def test_example_program(self):
+        """examples/engines/hf_generate.py, with transformers and the model played by a
+        recording (tests/python/fake_transformers): it prints the recorded greedy generation
+        and the drafts' acceptance, as samdecoding.hf.generate gives them in process."""
+        import subprocess
+        import tempfile
+        request = REQUESTS[0]
+        prompt, gen = request["prompt"], request["generation"]
+        example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "engines",
+                               "hf_generate.py")
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "recording.json"), "w") as f:
+                json.dump({"prompt_text": "the recorded prompt", "prompt": prompt,
+                           "generation": gen}, f)
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join([FAKE_TRANSFORMERS, env.get("PYTHONPATH", "")])
+            run = subprocess.run([sys.executable, example, d, INDEX, "the recorded prompt",
+                                  str(K)], capture_output=True, text=True, env=env)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        text, counts = run.stdout.splitlines()
+        self.assertEqual(text, " ".join(map(str, gen[:200])))
+        model = recorded_transformers().RecordedModel(prompt, gen)
+        generator = sd.hf.SamCandidateGenerator(INDEX, num_output_tokens=K, policy="sam-cal")
+        sd.hf.generate(model, torch.tensor([prompt]), INDEX, candidate_generator=generator,
+                       max_new_tokens=200)
+        total = generator.metrics()["total"]
+        steps = sum(v["steps"] for v in total.values())
+        accepted = sum(v["accepted"] for v in total.values())
+        self.assertGreater(accepted, 0)
+        self.assertEqual(counts, "drafted steps %d, accepted %d" % (steps, accepted))
 
 
 class OutOfVocabularyTest(unittest.TestCase):
