@@ -1218,6 +1218,10 @@ class DistributionTest(unittest.TestCase):
         plugins = metadata.entry_points(group="sglang.plugins")
         self.assertIn("samdecoding.sglang:register",
                       [ep.value for ep in plugins if ep.name == "samdecoding"])
+        # samdecoding.Tokenizer's module is installed beside the extension, and found there.
+        shim = os.path.join(os.path.dirname(sd.__file__), "libsam_tokenizer_shim.so")
+        self.assertTrue(os.path.exists(shim), shim)
+        self.assertIn("libsam_tokenizer_shim.so", [f.name for f in metadata.files("samdecoding")])
 
 
 if __name__ == "__main__":
