@@ -3,10 +3,6 @@
 // runtime library gains no protobuf of its own to clash with libtorch's.
 #include <algorithm>
 #include <cstring>
-#include <exception>
-#include <new>
-#include <optional>
-#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>

@@ -379,7 +379,8 @@ SAM_API int sam_session_attach_shard_set(sam_session* session, sam_shard_set* se
  * With an index or shard set attached, an id at or above its vocabulary size
  * (ids of another tokenizer) is SAM_ERR_INVALID_ARGUMENT naming it, here, in
  * sam_session_propose (the start token, also batched) and in
- * sam_session_commit; the session is then unchanged. */
+ * sam_session_commit; the session's text and matches are then unchanged
+ * (a refused propose leaves no proposal to verify). */
 SAM_API int sam_session_prefill(sam_session* session, const uint32_t* ids, size_t n);
 
 /* A draft tree. Node 0 is the start token; parents[0] = -1 and
