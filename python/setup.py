@@ -47,6 +47,13 @@ class BuildNative(build_ext):
                                "should end with %s)" % (module, os.path.basename(target)[7:]))
         os.makedirs(os.path.dirname(target), exist_ok=True)
         shutil.copyfile(module, target)
+        # samdecoding.Tokenizer loads SentencePiece from this module, beside the extension
+        # (the CMake build puts it beside the module it builds).
+        shim = os.path.join(os.path.dirname(module), "libsam_tokenizer_shim.so")
+        if not os.path.exists(shim):
+            raise RuntimeError("samdecoding: no %s beside %s (build the CMake target "
+                               "samdecoding_native, which copies it there)" % (shim, module))
+        shutil.copyfile(shim, os.path.join(os.path.dirname(target), os.path.basename(shim)))
 
     def cmake_build(self):
         build_dir = os.environ.get("SAM_CMAKE_BUILD_DIR") or os.path.join(

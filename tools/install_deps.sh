@@ -21,7 +21,8 @@ build=(cmake ninja-build g++ pkg-config
 tests=(libgtest-dev libbenchmark-dev
        libtorch-dev libopenblas0-pthread
        python3 pybind11-dev python3-dev python3-numpy python3-torch
-       python3-venv python3-pip python3-setuptools python3-wheel)  # python_pip_install (offline)
+       python3-venv python3-pip python3-setuptools python3-wheel  # python_pip_install (offline)
+       python3-sentencepiece)  # samdecoding.Tokenizer's oracle for SentencePiece models
 # The fuzz stage: clang and libFuzzer (gcc's ASan, UBSan and TSan runtimes come with g++).
 tests+=(clang-14 libfuzzer-14-dev libclang-rt-14-dev)
 # tools/bench/bench_step_ir.sh: instructions per drafting step under callgrind.

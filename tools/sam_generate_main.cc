@@ -246,6 +246,7 @@ struct GenerateFlags {
   std::string sdsat_scheme = "one-pass", sdsat_sampling = "without-replacement";
   std::string prompt_ids_text;
   bool print_prompt_ids = false;
+  bool append_newline = false;
 };
 
 // One run of sam-generate over its parsed flags: checks the flags, chooses the drafters, checks
@@ -301,9 +302,15 @@ class GenerateCommand : private GenerateFlags {
 
   std::vector<uint32_t> PromptIdsOfFlags() {
     const std::string text = prompt_given ? prompt : ReadPromptFile(prompt_file);
+    const sam::corpora::Template templ = sam::corpora::ParseTemplate(template_name);
+    if (append_newline && templ != sam::corpora::Template::kRaw)
+      throw UsageError("--append-newline needs --template raw");
+    // raw: the text as written, or with the documents' separator when asked for.
+    const std::string rendered = templ == sam::corpora::Template::kRaw
+                                     ? (append_newline ? text + "\n" : text)
+                                     : sam::corpora::RenderPrompt(templ, text);
     std::vector<uint32_t> ids;
-    LoadTokenizer().EncodePrompt(
-        sam::corpora::RenderPrompt(sam::corpora::ParseTemplate(template_name), text), &ids);
+    LoadTokenizer().EncodePrompt(rendered, &ids);
     return ids;
   }
 
@@ -595,7 +602,7 @@ int main(int argc, char** argv) {
          policy, device, dtype, index_paths, session_flags, max_new_tokens, temperature, top_p, top_k,
          seed, no_spec, as_json, cost_curve_path, draft_model_dir, draft_mode, draft_branching,
          draft_depth, draft_width, sdsat_ids, sdsat_k, sdsat_width, sdsat_scheme, sdsat_sampling,
-         prompt_ids_text, print_prompt_ids] = command.flags();
+         prompt_ids_text, print_prompt_ids, append_newline] = command.flags();
 
   app.add_option("--model", model_dir, "checkpoint directory (config.json + *.safetensors)");
   app.add_option("--tokenizer", tokenizer_path,
@@ -609,9 +616,13 @@ int main(int argc, char** argv) {
                                   "file holding the prompt text (a FIFO or /dev/stdin is read as a stream)");
   prompt_opt->excludes(file_opt);
   app.add_option("--template", template_name,
-                 "prompt template: raw (the prompt and a newline, as in raw documents) or vicuna "
+                 "prompt template: raw (the text as written, nothing added) or vicuna "
                  "(default raw)")
       ->check(CLI::IsMember({"raw", "vicuna"}));
+  app.add_flag("--append-newline", append_newline,
+               "with --template raw: send the prompt followed by a newline, the separator raw "
+               "documents (sam-build --template raw) and sam-traces' raw traces put between a "
+               "prompt and its response");
   app.add_option("--max-new-tokens", max_new_tokens, "most tokens to generate (default 128)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   app.add_option("--temperature", temperature, "0 = greedy (default); > 0 samples")

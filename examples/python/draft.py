@@ -1,9 +1,13 @@
 """Drafting from Python: open an index, draft, verify, print MAT.
 
     python3 draft.py INDEX REFERENCE
+    python3 draft.py --tokenizer TOKENIZER INDEX REFERENCE
 
 REFERENCE is a text file of two lines of token ids (the index's tokenizer): a
-prompt (BOS first), then the model's greedy continuation of it. The reference
+prompt (BOS first), then the model's greedy continuation of it. With
+--tokenizer (the SentencePiece .model or tokenizer.json the index was built
+with, checked against the index), its two lines are text instead: the prompt
+and the continuation, encoded by samdecoding.Tokenizer. The reference
 stands in for the model: after draft node i it "predicts" the continuation's
 next token, as a model scoring the whole draft tree in one forward pass would;
 only score_draft would call the model instead. The session uses the default
@@ -28,21 +32,35 @@ def score_draft(draft, text, pos):
     return argmax
 
 
+def read_reference(path, tokenizer, index):
+    """The reference's prompt and continuation as ids."""
+    with open(path) as f:
+        lines = [f.readline().rstrip("\n") for _ in range(2)]
+    if tokenizer is None:
+        prompt, text = ([int(t) for t in line.split()] for line in lines)
+    else:
+        # example-begin: python-tokenizer
+        tok = sd.Tokenizer(tokenizer)   # SentencePiece .model, tokenizer.json or its folder
+        tok.check(index)                # Error "tokenizer-mismatch" unless the index's
+        prompt = tok.encode(lines[0], add_bos=True)     # BOS, then the prompt's ids
+        text = tok.encode(lines[1])
+        # example-end: python-tokenizer
+    if not prompt or not text:
+        raise ValueError("expected two lines (prompt, continuation)")
+    return prompt, text
+
+
 def main(argv):
+    tokenizer = None
+    if len(argv) == 5 and argv[1] == "--tokenizer":
+        tokenizer, argv = argv[2], argv[:1] + argv[3:]
     if len(argv) != 3:
-        print("usage: draft.py INDEX REFERENCE", file=sys.stderr)
+        print("usage: draft.py [--tokenizer TOKENIZER] INDEX REFERENCE", file=sys.stderr)
         return 2
-    try:
-        with open(argv[2]) as f:
-            prompt, text = ([int(t) for t in f.readline().split()] for _ in range(2))
-        if not prompt or not text:
-            raise ValueError("expected two lines of token ids (prompt, continuation)")
-    except (OSError, ValueError) as e:
-        print(f"draft.py: {argv[2]}: {e}", file=sys.stderr)
-        return 1
     try:
         # example-begin: python-loop
         index = sd.Index.open(argv[1])  # mmap + a shared StaticIndex
+        prompt, text = read_reference(argv[2], tokenizer, index)
         session = sd.Session()          # the defaults: policy sam-cal, 40-node drafts
         session.attach(index)
         session.prefill(prompt)
@@ -57,6 +75,9 @@ def main(argv):
             steps += 1
         print(f"MAT {(accepted + steps) / steps:.3f} ({pos} tokens in {steps} steps)")
         # example-end: python-loop
+    except (OSError, ValueError) as e:
+        print(f"draft.py: {argv[2]}: {e}", file=sys.stderr)
+        return 1
     except sd.Error as e:
         print(f"draft.py: {e}", file=sys.stderr)
         return 1

@@ -1,7 +1,9 @@
 // The isolated backend of sam::indexer::Tokenizer (see tokenizer.h): every call is forwarded to
 // libsam_tokenizer_shim.so (tokenizer_module.cc), which this file loads once per process with
 // dlopen(RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND) and never unloads (SentencePiece and protobuf
-// keep process-wide state).
+// keep process-wide state). The module is looked up beside the shared object holding this code
+// (libsam_runtime.so, the Python extension), in ../lib/ and beside the program, then at its
+// build-tree path.
 //
 // Sanitizer runtimes (ASan, TSan, MSan) refuse RTLD_DEEPBIND, so sanitized builds load the module
 // with RTLD_LOCAL alone. That is enough for processes without libtorch, which are the only ones
@@ -49,6 +51,14 @@ void Bind(void* module, const std::string& path, F* fn, const char* name) {
 TokenizerModuleApi OpenModule() {
   std::vector<std::filesystem::path> candidates;
   std::error_code ec;
+  // Beside the shared object holding this backend, when that is not the program: the shared
+  // runtime library (libsam_runtime.so, its C tokenizer calls) or the Python extension.
+  Dl_info self{};
+  if (dladdr(reinterpret_cast<const void*>(&OpenModule), &self) != 0 && self.dli_fname != nullptr &&
+      std::strchr(self.dli_fname, '/') != nullptr) {
+    const std::filesystem::path object = std::filesystem::absolute(self.dli_fname, ec);
+    if (!ec) candidates.push_back(object.parent_path() / kModuleName);
+  }
   const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
   if (!ec) {
     candidates.push_back(exe.parent_path() / ".." / "lib" / kModuleName);
@@ -138,8 +148,12 @@ Tokenizer Tokenizer::Load(const std::string& path) {
   impl->api = &Module();
   impl->path = path;
   char error[2048] = "";
-  impl->handle = impl->api->load(path.c_str(), error, sizeof(error));
-  if (impl->handle == nullptr) throw TokenizerError(error);
+  int code = static_cast<int>(ErrorCode::kTokenizer);
+  impl->handle = impl->api->load(path.c_str(), &code, error, sizeof(error));
+  if (impl->handle == nullptr)
+    throw TokenizerError(code == static_cast<int>(ErrorCode::kIo) ? ErrorCode::kIo
+                                                                  : ErrorCode::kTokenizer,
+                         error);
   impl->vocab_size = impl->api->vocab_size(impl->handle);
   impl->bos_id = impl->api->bos_id(impl->handle);
   impl->eos_id = impl->api->eos_id(impl->handle);

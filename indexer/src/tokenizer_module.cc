@@ -53,10 +53,15 @@ __attribute__((visibility("default"))) int sam_tokenizer_abi() {
   return sam::indexer::internal::kTokenizerModuleAbi;
 }
 
-__attribute__((visibility("default"))) void* sam_tokenizer_load(const char* path, char* error,
-                                                                size_t error_size) {
+__attribute__((visibility("default"))) void* sam_tokenizer_load(const char* path, int* code,
+                                                                char* error, size_t error_size) {
+  *code = static_cast<int>(sam::ErrorCode::kTokenizer);
   try {
     return new Tokenizer(Tokenizer::Load(path));
+  } catch (const sam::Error& e) {
+    *code = static_cast<int>(e.code());  // kIo for a file that cannot be read
+    SetError(e.what(), error, error_size);
+    return nullptr;
   } catch (const std::exception& e) {
     SetError(e.what(), error, error_size);
     return nullptr;

@@ -16,11 +16,12 @@
 namespace sam::indexer::internal {
 
 // Bumped whenever a signature below changes.
-inline constexpr int kTokenizerModuleAbi = 3;
+inline constexpr int kTokenizerModuleAbi = 4;
 
 struct TokenizerModuleApi {
   int (*abi)();
-  void* (*load)(const char* path, char* error, size_t error_size);
+  // *code: the sam::ErrorCode of a failure (kIo: the file cannot be read).
+  void* (*load)(const char* path, int* code, char* error, size_t error_size);
   void (*free)(void* tokenizer);
   uint32_t (*vocab_size)(const void* tokenizer);
   uint32_t (*bos_id)(const void* tokenizer);

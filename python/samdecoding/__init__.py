@@ -1,7 +1,9 @@
 """samdecoding: SAM-Decoding retrieval drafting from Python (docs/python.md).
 
     import samdecoding as sd
-    index = sd.Index.open("general.sam")            # shared by any number of sessions
+    tokenizer = sd.Tokenizer("llama-32k.model")     # or a tokenizer.json / its folder
+    index = sd.Index.open("general.sam", tokenizer=tokenizer)  # refused if built with another
+    prompt_ids = tokenizer.encode(prompt, add_bos=True)
     session = sd.Session(policy="sam-cal", draft_size=40)
     session.attach(index)                           # or sd.ShardSet.open("big.samset")
     session.prefill(prompt_ids)
@@ -23,11 +25,11 @@ samdecoding.__version__ is the project's version (the runtime it was built with)
 import json as _json
 
 from ._native import (MAX_DRAFT_SIZE, POLICIES, Draft, DraftPool, Error, Index, ResponseCache,
-                      Rng, Session, ShardSet, VerifyResult, __version__, apply_sampling,
-                      propose_batch, sample_token, verify_greedy, verify_sampling)
+                      Rng, Session, ShardSet, Tokenizer, VerifyResult, __version__,
+                      apply_sampling, propose_batch, sample_token, verify_greedy, verify_sampling)
 
 __all__ = ["__version__", "Draft", "DraftPool", "Error", "Index", "MAX_DRAFT_SIZE", "POLICIES", "ResponseCache",
-           "Rng", "Session", "ShardSet", "VerifyResult", "apply_sampling", "propose_batch",
+           "Rng", "Session", "ShardSet", "Tokenizer", "VerifyResult", "apply_sampling", "propose_batch",
            "sample_token", "verify_greedy", "verify_sampling"]
 
 

@@ -1,4 +1,4 @@
-# Type stubs of the native part of samdecoding (python/src/module.cc).
+# Type stubs of the native part of samdecoding (python/src/module.cc, tokenizer.cc).
 from typing import Optional, Sequence, Union
 
 import numpy as np
@@ -16,9 +16,22 @@ class Error(Exception):
     code_value: int
 
 
+class Tokenizer:
+    def __init__(self, path: str) -> None: ...
+    def encode(self, text: str, add_bos: bool = False) -> list[int]: ...
+    def decode(self, ids: Ids) -> str: ...
+    def check(self, index: "Index") -> None: ...
+    sha256: str
+    vocab_size: int
+    bos_id: Optional[int]
+    eos_id: Optional[int]
+    kind: str
+    path: str
+
+
 class Index:
     @staticmethod
-    def open(path: str, tokenizer: Optional[str] = None, read: bool = False,
+    def open(path: str, tokenizer: Union[str, Tokenizer, None] = None, read: bool = False,
              prepare: bool = True, verify: bool = False, child_records: bool = False,
              subtree_nodes: int = 0) -> "Index": ...
     def verify(self) -> None: ...
@@ -42,7 +55,7 @@ class Index:
 
 class ShardSet:
     @staticmethod
-    def open(path: str, tokenizer: Optional[str] = None, verify: bool = False,
+    def open(path: str, tokenizer: Union[str, Tokenizer, None] = None, verify: bool = False,
              child_records: bool = False) -> "ShardSet": ...
     num_shards: int
     num_tokens: int

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from ._native import Error, Index, ResponseCache, Session
+from ._native import Error, Index, ResponseCache, Session, Tokenizer
 
 # How a context is handed over: a 1-D array of ids (numpy, a list, a CPU
 # torch tensor's .numpy()).
@@ -61,8 +61,14 @@ def chain_of(draft, limit):
 
 def open_index(index, tokenizer=None):
     """`index` as an Index: an Index is used as is, a path is opened
-    (prepared: one StaticIndex shared by every session)."""
+    (prepared: one StaticIndex shared by every session). tokenizer: None, a
+    Tokenizer, or the path of the model's tokenizer (.model, tokenizer.json or
+    its folder), whose fingerprint the index must record."""
+    if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
+        tokenizer = Tokenizer(tokenizer)
     if isinstance(index, Index):
+        if tokenizer is not None:
+            tokenizer.check(index)
         return index
     if index is None:
         raise Error("no index: give index=PATH (or set SAM_INDEX for the engine adapters)")

@@ -16,8 +16,9 @@ processes inherit them):
 
     SAM_INDEX      the index file (required unless a subclass sets index_path)
     SAM_POLICY     a session policy (samdecoding.POLICIES; default "sam-cal")
-    SAM_TOKENIZER  optional: the model's SentencePiece file, checked against
-                   the index's tokenizer fingerprint at start-up
+    SAM_TOKENIZER  optional: the model's tokenizer (.model, tokenizer.json or
+                   its folder), checked against the index's tokenizer
+                   fingerprint at start-up
     SAM_OPTIONS    optional: JSON object of further Session options,
                    e.g. '{"draft_size": 24}'
     SAM_CACHE_MIB  optional: a cross-request response cache of this many MiB

@@ -37,6 +37,7 @@
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
 #include "sam/runtime/verify.h"
+#include "tokenizer.h"
 
 namespace py = pybind11;
 
@@ -80,20 +81,30 @@ std::string FsPath(py::handle object) {
   return path;
 }
 
+// The fingerprint Index.open's and ShardSet.open's tokenizer argument asks for: a
+// samdecoding.Tokenizer's, or the SHA-256 of a SentencePiece model file (str, bytes or
+// os.PathLike); None asks for none.
+std::optional<sam::format::Sha256Digest> ExpectedTokenizer(py::handle object) {
+  if (object.is_none()) return std::nullopt;
+  if (auto digest = samdecoding::TokenizerDigest(object)) return digest;
+  const std::string path = FsPath(object);
+  py::gil_scoped_release release;
+  return sam::format::Sha256File(path);
+}
+
 class Index {
  public:
-  // path and tokenizer: str, bytes or os.PathLike (tokenizer may be None).
+  // path: str, bytes or os.PathLike; tokenizer: as ExpectedTokenizer.
   static std::shared_ptr<Index> Open(py::handle path_object, py::handle tokenizer_object, bool read,
                                      bool prepare, bool verify, bool child_records,
                                      size_t subtree_nodes) {
     const std::string path = FsPath(path_object);
-    std::optional<std::string> tokenizer;
-    if (!tokenizer_object.is_none()) tokenizer = FsPath(tokenizer_object);
+    const std::optional<sam::format::Sha256Digest> tokenizer = ExpectedTokenizer(tokenizer_object);
     auto index = std::make_shared<Index>();
     py::gil_scoped_release release;
     sam::format::OpenOptions options;
     options.verify = verify;
-    if (tokenizer) options.expected_tokenizer_sha256 = sam::format::Sha256File(*tokenizer);
+    options.expected_tokenizer_sha256 = tokenizer;
     index->file_ = std::make_shared<const sam::format::IndexFile>(
         read ? sam::format::IndexFile::Read(path, options)
              : sam::format::IndexFile::Open(path, options));
@@ -133,13 +144,12 @@ class ShardSet {
   static std::shared_ptr<ShardSet> Open(py::handle path_object, py::handle tokenizer_object,
                                         bool verify, bool child_records) {
     const std::string path = FsPath(path_object);
-    std::optional<std::string> tokenizer;
-    if (!tokenizer_object.is_none()) tokenizer = FsPath(tokenizer_object);
+    const std::optional<sam::format::Sha256Digest> tokenizer = ExpectedTokenizer(tokenizer_object);
     auto set = std::make_shared<ShardSet>();
     py::gil_scoped_release release;
     sam::format::OpenOptions options;
     options.verify = verify;
-    if (tokenizer) options.expected_tokenizer_sha256 = sam::format::Sha256File(*tokenizer);
+    options.expected_tokenizer_sha256 = tokenizer;
     const sam::format::ShardSet opened = sam::format::ShardSet::Open(path, options);
     for (const auto& f : opened.shards()) {
       set->shards_.push_back(
@@ -936,8 +946,9 @@ PYBIND11_MODULE(_native, m) {
       .def_static("open", &Index::Open, py::arg("path"), py::arg("tokenizer") = py::none(),
                   py::arg("read") = false, py::arg("prepare") = true, py::arg("verify") = false,
                   py::arg("child_records") = false, py::arg("subtree_nodes") = 0,
-                  "Opens the index at `path`. tokenizer: the model's tokenizer file, checked\n"
-                  "against the index's fingerprint (Error 'tokenizer-mismatch'); read: read the\n"
+                  "Opens the index at `path`. tokenizer: a Tokenizer, or the model's SentencePiece\n"
+                  "file, checked against the index's fingerprint (Error 'tokenizer-mismatch');\n"
+                  "read: read the\n"
                   "file into memory instead of mapping it; prepare: lay out the static index\n"
                   "once for every session (faster steps); verify: check every checksum first;\n"
                   "child_records / subtree_nodes: precompute child records (and that many\n"
@@ -983,6 +994,8 @@ PYBIND11_MODULE(_native, m) {
                                return hex;
                              })
       .def_property_readonly("file_size", [](const Index& i) { return i.header().file_size; });
+
+  samdecoding::BindTokenizer(m);
 
   py::class_<ShardSet, std::shared_ptr<ShardSet>>(
       m, "ShardSet", "A set of index shards (a .samset file) that sessions draft from together.")

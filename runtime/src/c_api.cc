@@ -27,6 +27,7 @@
 #include "sam/runtime/static_index.h"
 #include "sam/runtime/verify.h"
 #include "sam/sam.h"
+#include "c_api_internal.h"
 
 struct sam_index {
   std::shared_ptr<const sam::format::IndexFile> file;
@@ -893,5 +894,20 @@ int sam_session_cache_request(sam_session* session, int include_prompt, int* ins
     Require(session != nullptr, "sam_session_cache_request", "session is NULL");
     const bool done = session->session->CacheRequest(include_prompt != 0);
     if (inserted != nullptr) *inserted = done ? 1 : 0;
+  });
+}
+
+// ---- Shared with the other files of the C API (c_api_internal.h) -------------
+
+int sam::capi_internal::Guard(const std::function<void()>& body) noexcept { return ::Guard(body); }
+
+int sam_index_tokenizer_sha256(const sam_index* index, char out[65]) {
+  return Guard([&] {
+    Require(index != nullptr, "sam_index_tokenizer_sha256", "index is NULL");
+    Require(out != nullptr, "sam_index_tokenizer_sha256", "out is NULL");
+    const auto& header = index->file->header();
+    const std::string hex =
+        header.has_tokenizer() ? sam::format::DigestToHex(header.tokenizer_sha256) : std::string();
+    std::memcpy(out, hex.c_str(), hex.size() + 1);
   });
 }

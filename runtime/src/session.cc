@@ -197,7 +197,27 @@ void Session::PrefillCursor(StaticCursor& c, std::span<const uint32_t> tokens) {
   for (uint32_t t : tokens) c.Advance(t);
 }
 
+uint64_t Session::VocabularyLimit() const {
+  // No index: no vocabulary is known, and the dynamic automaton takes any id.
+  return sources_.empty() ? uint64_t{1} << 32 : sources_[0].cursor.view()->vocab_size();
+}
+
+void Session::ThrowOutOfVocabulary(const char* function, const std::string& what,
+                                   uint32_t id) const {
+  throw Error(ErrorCode::kInvalidArgument,
+              std::string("Session::") + function + ": " + what + " " + std::to_string(id) +
+                  " is outside the vocabulary of the attached indexes (" +
+                  std::to_string(VocabularyLimit()) + " ids; ids of another tokenizer?)");
+}
+
+void Session::CheckIds(std::span<const uint32_t> ids, const char* function) const {
+  const uint64_t limit = VocabularyLimit();
+  for (size_t i = 0; i < ids.size(); ++i)
+    if (ids[i] >= limit) ThrowOutOfVocabulary(function, "ids[" + std::to_string(i) + "] =", ids[i]);
+}
+
 void Session::Prefill(std::span<const uint32_t> prompt) {
+  CheckIds(prompt, "Prefill");
   const uint64_t t0 = options_.collect_timing ? NowNs() : 0;
   dynamic_.Extend(prompt);
   for (internal::StaticSource& s : sources_) PrefillCursor(s.cursor, prompt);
@@ -215,6 +235,7 @@ const DraftTree& Session::Propose(uint32_t start_token) {
 }
 
 const DraftTree& Session::Propose(uint32_t start_token, size_t max_nodes) {
+  if (start_token >= VocabularyLimit()) ThrowOutOfVocabulary("Propose", "start token", start_token);
   max_nodes = std::max<size_t>(max_nodes, 1);
   // max_nodes bounds what is verified: a chain of max_nodes is cut from the
   // policy's whole tree.
@@ -398,6 +419,7 @@ size_t Session::RecordAcceptance(std::span<const uint32_t> tokens) {
 }
 
 void Session::Commit(std::span<const uint32_t> tokens) {
+  CheckIds(tokens, "Commit");
   const uint64_t t0 = options_.collect_timing ? NowNs() : 0;
   // The proposal peeked every cursor with its start token: reuse that match.
   const bool peeked = pending_ && !tokens.empty() && tokens[0] == tree_.tokens[0];

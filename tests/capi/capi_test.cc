@@ -1578,6 +1578,51 @@ TEST(Capi, LengthsWhoseByteSizeOverflowsAreRefused) {
 
 // The same session twice in one batch is refused before anything is drafted,
 // under every policy (its drafts would overwrite each other).
+// Ids of another vocabulary are refused by prefill, propose (alone or batched) and commit,
+// naming the id; the refused calls change nothing: the drafts after them equal those of a
+// session that never got them.
+TEST_F(CapiTest, OutOfVocabularyIdsAreRefused) {
+  sam_index* index = nullptr;
+  ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, 0, &index), SAM_OK);
+  sam_session *s = nullptr, *oracle = nullptr;
+  ASSERT_EQ(sam_session_new(nullptr, &s), SAM_OK);
+  ASSERT_EQ(sam_session_new(nullptr, &oracle), SAM_OK);
+  for (sam_session* x : {s, oracle}) ASSERT_EQ(sam_session_attach_index(x, index), SAM_OK);
+  const std::vector<uint32_t>& doc = (*documents_)[0];
+  auto expect_refused = [](int status, const std::string& expected) {
+    EXPECT_EQ(status, SAM_ERR_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(sam_last_error()).find(expected), std::string::npos) << sam_last_error();
+  };
+  std::vector<uint32_t> bad_prompt(doc.begin(), doc.begin() + 20);
+  bad_prompt[7] = kVocab;
+  expect_refused(sam_session_prefill(s, bad_prompt.data(), bad_prompt.size()),
+                 "ids[7] = 50 is outside the vocabulary of the attached indexes (50 ids");
+  for (sam_session* x : {s, oracle}) ASSERT_EQ(sam_session_prefill(x, doc.data(), 20), SAM_OK);
+  sam_draft d{}, expected{};
+  expect_refused(sam_session_propose(s, kVocab + 3, 0, &d), "start token 53 is outside the vocabulary");
+  sam_draft_pool* pool = nullptr;
+  ASSERT_EQ(sam_draft_pool_new(1, &pool), SAM_OK);
+  sam_session* const batch[] = {s};
+  const uint32_t bad_start[] = {kVocab};
+  int statuses[1] = {-1};
+  sam_draft out[1];
+  sam_propose_batch(pool, batch, bad_start, nullptr, 1, out, statuses);
+  EXPECT_EQ(statuses[0], SAM_ERR_INVALID_ARGUMENT);
+  sam_draft_pool_free(pool);
+  for (size_t at = 20; at + 3 < doc.size(); at += 3) {
+    ASSERT_EQ(sam_session_propose(oracle, doc[at], 0, &expected), SAM_OK);
+    const std::vector<uint32_t> want(expected.tokens, expected.tokens + expected.count);
+    ASSERT_EQ(sam_session_propose(s, doc[at], 0, &d), SAM_OK);
+    EXPECT_EQ(std::vector<uint32_t>(d.tokens, d.tokens + d.count), want) << at;
+    const uint32_t bad_commit[] = {doc[at], doc[at + 1], 1u << 20};
+    expect_refused(sam_session_commit(s, bad_commit, 3), "ids[2] = 1048576");
+    for (sam_session* x : {s, oracle}) ASSERT_EQ(sam_session_commit(x, &doc[at], 3), SAM_OK);
+  }
+  sam_session_free(s);
+  sam_session_free(oracle);
+  sam_index_close(index);
+}
+
 TEST_F(CapiTest, BatchRefusesTheSameSessionTwice) {
   sam_index* index = nullptr;
   ASSERT_EQ(sam_index_open(path_->c_str(), nullptr, SAM_OPEN_PREPARE, &index), SAM_OK);

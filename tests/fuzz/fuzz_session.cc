@@ -6,7 +6,8 @@
 // policies draft over it, attached both as a bare IndexView and as a
 // prepared StaticIndex, fed a token stream derived from the input (random
 // ids, stretches of the index's own text so that matches go deep, separators
-// and out-of-vocabulary ids). The index is also attached as a shard set of
+// and out-of-vocabulary ids, which the session refuses, changing nothing, while the stream goes
+// on). The index is also attached as a shard set of
 // two copies, the StaticIndex has child records half the time, the
 // calibrated policy's knobs (lookup limit, backoff, width, a cost curve)
 // vary with the input, and half the sessions also draft from a response
@@ -25,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/runtime/budget.h"
 #include "sam/runtime/response_cache.h"
@@ -55,6 +57,19 @@ uint64_t HashBytes(const uint8_t* data, size_t size) {
 }
 
 // A token: mostly in the vocabulary, sometimes the separator or beyond it.
+// Runs call; true when it was refused as an invalid argument (an out-of-vocabulary id: the
+// session is then unchanged and the stream goes on), false when it ran. Other errors propagate.
+template <typename Call>
+bool Refused(Call&& call) {
+  try {
+    call();
+    return false;
+  } catch (const sam::Error& e) {
+    if (e.code() != sam::ErrorCode::kInvalidArgument) throw;
+    return true;
+  }
+}
+
 uint32_t RandomToken(Rng& rng, const sam::format::IndexView& v) {
   const uint64_t r = rng.Below(64);
   if (r == 0) return v.separator();
@@ -146,10 +161,20 @@ void Drive(const sam::format::IndexView& view,
   for (int request = 0; request < 2; ++request) {
     buf.clear();
     AppendTokens(rng, view, rng.Below(64), &buf);
-    session.Prefill(buf);
+    if (Refused([&] { session.Prefill(buf); })) {  // an out-of-vocabulary id in the prompt
+      buf.erase(std::remove_if(buf.begin(), buf.end(),
+                               [&](uint32_t t) { return t >= view.vocab_size(); }),
+                buf.end());
+      session.Prefill(buf);
+    }
     uint32_t start = buf.empty() ? 0 : buf.back();
     for (int step = 0; step < 48; ++step) {
-      const sam::runtime::DraftTree& tree = session.Propose(start);
+      const sam::runtime::DraftTree* proposed = nullptr;
+      if (Refused([&] { proposed = &session.Propose(start); })) {
+        start = static_cast<uint32_t>(rng.Below(view.vocab_size() ? view.vocab_size() : 1));
+        continue;
+      }
+      const sam::runtime::DraftTree& tree = *proposed;
       CheckTree(tree, start,
                 policy == sam::runtime::Policy::kTree
                     ? std::max(o.draft_size, o.tree.nodes)
@@ -165,7 +190,7 @@ void Drive(const sam::format::IndexView& view,
       } else {
         AppendTokens(rng, view, rng.Below(6), &buf);
       }
-      session.Commit(buf);
+      Refused([&] { session.Commit(buf); });  // refused: nothing was committed
       std::vector<uint32_t> next;
       AppendTokens(rng, view, 1, &next);
       start = next.empty() || rng.Below(4) == 0 ? RandomToken(rng, view) : next[0];

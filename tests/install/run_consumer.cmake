@@ -66,7 +66,7 @@ expect("${soname}" "Library soname: \\[libsam_runtime\\.so\\.1\\]" "soname libsa
 run(symbols ${NM} -D --defined-only ${library})
 file(STRINGS ${SOURCE_DIR}/runtime/include/sam/sam.h c_api REGEX "^SAM_API ")
 foreach(line ${c_api})
-  string(REGEX MATCH "(sam_[a-z_]+)\\(" name "${line}")
+  string(REGEX MATCH "(sam_[a-z0-9_]+)\\(" name "${line}")
   expect("${symbols}" " T ${CMAKE_MATCH_1}\n" "exported: ${CMAKE_MATCH_1}")
 endforeach()
 if(symbols MATCHES "ZSTD_|XXH|nlohmann|simdjson")

@@ -11,6 +11,7 @@ Run by CTest like test_samdecoding.py (SAM_PYTHON_FIXTURE).
 """
 import json
 import os
+import re
 import sys
 import types
 import unittest
@@ -88,79 +89,6 @@ def best_chain(step, limit):
         if expected > best_expected or (expected == best_expected and depths[v] < depths[best]):
             best, best_expected = v, expected
     return [tokens[u] for u in root_path(best)]
-
-
-class InputBatch:
-    """The part of vLLM's InputBatch that a custom proposer sees, with its
-    row moves (vllm-project/vllm vllm/v1/worker/gpu_input_batch.py, commit
-    a9e3b0a0): whole (max_num_reqs, max_model_len) int32 token_ids_cpu and
-    num_tokens_no_spec buffers; add_request writes the whole prompt (and any
-    output) into the lowest removed row, or the next one; remove_request
-    leaves a hole that condense() fills with the last rows, copying only
-    their first num_tokens ids (the rest of a row keeps what was there);
-    swap_states(i1, i2) swaps two whole rows. token_ids_cpu is the numpy view
-    of token_ids_cpu_tensor, what propose_draft_token_ids hands over."""
-
-    def __init__(self, max_num_reqs, max_model_len):
-        if torch is not None:
-            self.token_ids_cpu_tensor = torch.zeros((max_num_reqs, max_model_len),
-                                                    dtype=torch.int32)
-            self.token_ids_cpu = self.token_ids_cpu_tensor.numpy()
-        else:
-            self.token_ids_cpu = np.zeros((max_num_reqs, max_model_len), dtype=np.int32)
-            self.token_ids_cpu_tensor = self.token_ids_cpu
-        self.num_tokens_no_spec = np.zeros(max_num_reqs, dtype=np.int32)
-        self.req_ids = []  # row -> request id (None: a hole); never handed to the proposer
-        self.removed = []  # removed rows not yet filled
-
-    @property
-    def num_reqs(self):
-        return sum(r is not None for r in self.req_ids)
-
-    def add_request(self, req_id, token_ids):
-        if self.removed:
-            self.removed.sort()
-            row = self.removed.pop(0)
-            self.req_ids[row] = req_id
-        else:
-            row = len(self.req_ids)
-            self.req_ids.append(req_id)
-        self.token_ids_cpu[row, :len(token_ids)] = token_ids
-        self.num_tokens_no_spec[row] = len(token_ids)
-        return row
-
-    def remove_request(self, req_id):
-        row = self.req_ids.index(req_id)
-        self.req_ids[row] = None
-        self.removed.append(row)
-
-    def condense(self):
-        holes = sorted(self.removed)
-        self.removed = []
-        for hole in holes:
-            last = max((i for i, r in enumerate(self.req_ids) if r is not None), default=-1)
-            if last <= hole:
-                break
-            n = self.num_tokens_no_spec[last]
-            self.token_ids_cpu[hole, :n] = self.token_ids_cpu[last, :n]
-            self.num_tokens_no_spec[hole] = n
-            self.req_ids[hole], self.req_ids[last] = self.req_ids[last], None
-        while self.req_ids and self.req_ids[-1] is None:
-            self.req_ids.pop()
-
-    def swap_states(self, i1, i2):
-        tmp = self.token_ids_cpu[i1, ...].copy()
-        self.token_ids_cpu[i1, ...] = self.token_ids_cpu[i2, ...]
-        self.token_ids_cpu[i2, ...] = tmp
-        n = self.num_tokens_no_spec
-        n[i1], n[i2] = n[i2], n[i1]
-        self.req_ids[i1], self.req_ids[i2] = self.req_ids[i2], self.req_ids[i1]
-
-    def append_sampled(self, row, ids):
-        """What _bookkeeping_sync does with a row's sampled ids."""
-        start = self.num_tokens_no_spec[row]
-        self.token_ids_cpu[row, start:start + len(ids)] = ids
-        self.num_tokens_no_spec[row] = start + len(ids)
 
 
 class HandDrivenSession:
@@ -255,7 +183,7 @@ class VllmCustomProposerTest(unittest.TestCase):
         hand-driven session per request (and, given, the C++ reference)."""
         index = sd.Index.open(INDEX)
         proposer = user_class(self.vllm_config(max_model_len))  # as vLLM constructs it
-        batch = InputBatch(self.MAX_NUM_REQS, max_model_len)
+        batch = fake_vllm_input_batch()(self.MAX_NUM_REQS, max_model_len)
         prefill_chunks = prefill_chunks or {}
         waiting = list(range(len(requests)))
         state = {}  # request j -> its progress
@@ -402,7 +330,7 @@ class VllmCustomProposerTest(unittest.TestCase):
     def serve_alone(self, proposer, r, max_model_len=4096):
         """Request r alone in row 0 until it finishes, then it leaves; returns
         the tokens accepted from its drafts."""
-        batch = InputBatch(1, max_model_len)
+        batch = fake_vllm_input_batch()(1, max_model_len)
         prompt, gen = REQUESTS[r]["prompt"], REQUESTS[r]["generation"]
         batch.add_request("r", prompt)
         batch.append_sampled(0, gen[:1])
@@ -499,6 +427,30 @@ class VllmCustomProposerTest(unittest.TestCase):
         self.assertEqual(spawned, here)
         self.assertGreater(here, 0)
 
+    def test_example_program(self):
+        """examples/engines/vllm_serve.py, with vLLM and the model played by a recording
+        (tests/python/fake_vllm: its LLM builds SamProposer as create_custom_proposer does and
+        calls propose after each step's bookkeeping): the recorded greedy text comes out and
+        the proposer's drafts were accepted."""
+        import subprocess
+        import tempfile
+        request = REQUESTS[0]
+        example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "engines",
+                               "vllm_serve.py")
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "recording.json"), "w") as f:
+                json.dump({"prompt_text": "the recorded prompt", "prompt": request["prompt"],
+                           "generation": request["generation"]}, f)
+            env = dict(os.environ, SAM_INDEX=INDEX)
+            env["PYTHONPATH"] = os.pathsep.join([FAKE_VLLM, env.get("PYTHONPATH", "")])
+            run = subprocess.run([sys.executable, example, d, "the recorded prompt", str(K)],
+                                 capture_output=True, text=True, env=env)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertEqual(run.stdout.strip(), " ".join(map(str, request["generation"][:200])))
+        counts = re.search(r"(\d+) draft tokens, (\d+) accepted", run.stderr)
+        self.assertIsNotNone(counts, run.stderr)
+        self.assertGreater(int(counts.group(2)), 0, run.stderr)
+
     def test_errors(self):
         with self.assertRaises(sd.Error):  # no index anywhere
             sd.vllm.SamProposer(self.vllm_config(4096))
@@ -527,6 +479,29 @@ def _vllm_worker(vllm_config, pipe):
 
 
 FAKE_SGLANG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_sglang")
+FAKE_TRANSFORMERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_transformers")
+FAKE_VLLM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_vllm")
+
+
+def fake_vllm_input_batch():
+    """tests/python/fake_vllm's InputBatch (vLLM's, as the custom proposer sees it)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "fake_vllm_input_batch",
+        os.path.join(FAKE_VLLM, "vllm", "v1", "worker", "gpu_input_batch.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.InputBatch
+
+
+def recorded_transformers():
+    """tests/python/fake_transformers: a recording standing in for transformers and a model."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "fake_transformers", os.path.join(FAKE_TRANSFORMERS, "transformers", "__init__.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def installed_plugin():
@@ -632,6 +607,31 @@ class SglangPluginTest(unittest.TestCase):
         # is unknown and the scheduler fails.
         environ["SGLANG_PLUGINS"] = "another"
         self.assertIsNone(self.spawn(self.server_args("SAM", True), environ))
+
+    def test_example_program(self):
+        """examples/engines/sglang_serve.py with tests/python/fake_sglang's Engine (the model
+        a recording): the plugin, loaded from the installed distribution's entry point in the
+        spawned scheduler, drafts with SAM and the recorded greedy text comes out."""
+        if installed_plugin() is None:
+            if os.environ.get("SAM_REQUIRE_INSTALLED"):
+                self.fail("samdecoding's sglang.plugins entry point is not installed")
+            self.skipTest("samdecoding is not installed as a distribution here (the "
+                          "python_pip_install test runs this against the installed one)")
+        import subprocess
+        import tempfile
+        request = REQUESTS[0]
+        example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "engines",
+                               "sglang_serve.py")
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "recording.json"), "w") as f:
+                json.dump({"prompt_text": "the recorded prompt", "prompt": request["prompt"],
+                           "generation": request["generation"]}, f)
+            env = dict(os.environ, SAM_INDEX=INDEX, SGLANG_PLUGINS="samdecoding")
+            env["PYTHONPATH"] = os.pathsep.join([FAKE_SGLANG, env.get("PYTHONPATH", "")])
+            run = subprocess.run([sys.executable, example, d, "the recorded prompt", str(D)],
+                                 capture_output=True, text=True, env=env)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        self.assertEqual(run.stdout.strip(), " ".join(map(str, request["generation"][:200])))
 
     def test_worker_in_process(self):
         """SamWorker over the NGRAMWorker, both policies (sam-cal with a fresh
@@ -746,36 +746,116 @@ class HfCandidateGeneratorTest(unittest.TestCase):
         request = REQUESTS[0]
         prompt, gen = request["prompt"], request["generation"]
 
-        class FakeModel:
-            """What GenerationMixin.generate does with prompt_lookup_num_tokens:
-            asks self._get_candidate_generator(...) and runs assisted decoding."""
-
-            def generate(self, inputs, prompt_lookup_num_tokens=None, max_new_tokens=20):
-                config = types.SimpleNamespace(max_length=inputs.shape[1] + max_new_tokens)
-                generator = self._get_candidate_generator(generation_config=config,
-                                                          input_ids=inputs)
-                ids = torch.cat((inputs, torch.tensor([gen[:1]])), dim=-1)
-                while ids.shape[1] < config.max_length:
-                    candidates, _ = generator.get_candidates(ids)
-                    pos = ids.shape[1] - len(prompt)
-                    draft = candidates[0, ids.shape[1]:].tolist()
-                    self.drafted.append(len(draft))
-                    k = accepted_prefix(draft, gen, pos)
-                    ids = torch.cat((ids, torch.tensor([gen[pos:pos + k + 1]])), dim=-1)
-                    generator.update_candidate_strategy(ids, None, k)
-                return ids[:, :config.max_length]
-
-            def _get_candidate_generator(self, **kwargs):
-                raise AssertionError("the prompt lookup generator must not be used")
-
-        model = FakeModel()
-        model.drafted = []
+        model = recorded_transformers().RecordedModel(prompt, gen)
         out = sd.hf.generate(model, torch.tensor([prompt]), INDEX, num_output_tokens=K,
                              max_new_tokens=30)
         self.assertEqual(out[0].tolist(), prompt + gen[:30])
         self.assertTrue(any(model.drafted), "SAM drafted at least once")
         self.assertTrue(all(n <= K for n in model.drafted))
         self.assertNotIn("_get_candidate_generator", vars(model), "the override is undone")
+
+
+    @unittest.skipIf(torch is None, "python3-torch is not installed (the driver needs tensors)")
+    def test_example_program(self):
+        """examples/engines/hf_generate.py, with transformers and the model played by a
+        recording (tests/python/fake_transformers): it prints the recorded greedy generation
+        and the drafts' acceptance, as samdecoding.hf.generate gives them in process."""
+        import subprocess
+        import tempfile
+        request = REQUESTS[0]
+        prompt, gen = request["prompt"], request["generation"]
+        example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "engines",
+                               "hf_generate.py")
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "recording.json"), "w") as f:
+                json.dump({"prompt_text": "the recorded prompt", "prompt": prompt,
+                           "generation": gen}, f)
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join([FAKE_TRANSFORMERS, env.get("PYTHONPATH", "")])
+            run = subprocess.run([sys.executable, example, d, INDEX, "the recorded prompt",
+                                  str(K)], capture_output=True, text=True, env=env)
+        self.assertEqual(run.returncode, 0, run.stderr)
+        text, counts = run.stdout.splitlines()
+        self.assertEqual(text, " ".join(map(str, gen[:200])))
+        model = recorded_transformers().RecordedModel(prompt, gen)
+        generator = sd.hf.SamCandidateGenerator(INDEX, num_output_tokens=K, policy="sam-cal")
+        sd.hf.generate(model, torch.tensor([prompt]), INDEX, candidate_generator=generator,
+                       max_new_tokens=200)
+        total = generator.metrics()["total"]
+        steps = sum(v["steps"] for v in total.values())
+        accepted = sum(v["accepted"] for v in total.values())
+        self.assertGreater(accepted, 0)
+        self.assertEqual(counts, "drafted steps %d, accepted %d" % (steps, accepted))
+
+
+class OutOfVocabularyTest(unittest.TestCase):
+    """Each adapter's entry point refuses ids outside the index's vocabulary (ids of another
+    tokenizer) with samdecoding.Error naming the id, in the prompt and as the sampled id."""
+
+    def setUp(self):
+        self.vocab = sd.Index.open(INDEX).vocab_size
+        self.prompt = list(REQUESTS[0]["prompt"])
+
+    def contexts(self):
+        yield "start token %d" % self.vocab, self.prompt + [self.vocab]
+        yield r"ids\[1\] = %d" % (self.vocab + 5), [self.prompt[0], self.vocab + 5] + self.prompt[1:]
+
+    def test_vllm_propose(self):
+        config = types.SimpleNamespace(
+            speculative_config=types.SimpleNamespace(method="custom_class",
+                                                     model="samdecoding.vllm.SamProposer",
+                                                     num_speculative_tokens=K),
+            model_config=types.SimpleNamespace(max_model_len=256))
+        for message, context in self.contexts():
+            proposer = type("P", (sd.vllm.SamProposer,), {"index_path": INDEX})(config)
+            buffer = np.zeros((4, 256), dtype=np.int32)
+            buffer[0, :len(context)] = context
+            with self.assertRaisesRegex(sd.Error, message + " is outside the vocabulary"):
+                proposer.propose([[context[-1]]], np.array([len(context), 0, 0, 0]), buffer)
+
+    def test_sglang_draft(self):
+        for message, context in self.contexts():
+            corpus = sd.sglang.SamCorpus(D, index=INDEX)
+            with self.assertRaisesRegex(sd.Error, message + " is outside the vocabulary"):
+                corpus.draft(["r0"], [context[:-1]], [[context[-1]]], [[]])
+
+    @unittest.skipIf(torch is None, "python3-torch is not installed (the driver needs tensors)")
+    def test_hf_get_candidates(self):
+        for message, context in self.contexts():
+            generator = sd.hf.SamCandidateGenerator(INDEX, num_output_tokens=K)
+            with self.assertRaisesRegex(sd.Error, message + " is outside the vocabulary"):
+                generator.get_candidates(torch.tensor([context], dtype=torch.long))
+
+
+class TokenizerCheckTest(unittest.TestCase):
+    """The adapters' tokenizer argument (and SAM_TOKENIZER): a path or a samdecoding.Tokenizer,
+    whose fingerprint the index must record; the fixture index is built from ids, so the
+    model's tokenizer is refused at start-up by each adapter."""
+
+    def test_each_adapter_refuses_an_index_of_another_tokenizer(self):
+        model = os.path.join(os.environ.get("SAM_DATA_DIR", ""), "tokenizer", "llama-32k.model")
+        if not os.path.exists(model):
+            self.skipTest("no %s (the shared data folder)" % model)
+        config = types.SimpleNamespace(
+            speculative_config=types.SimpleNamespace(method="custom_class",
+                                                     model="samdecoding.vllm.SamProposer",
+                                                     num_speculative_tokens=K),
+            model_config=types.SimpleNamespace(max_model_len=256))
+        for tokenizer in (model, sd.Tokenizer(model)):
+            starts = {
+                "vllm": lambda: type("P", (sd.vllm.SamProposer,),
+                                     {"index_path": INDEX, "tokenizer_path": tokenizer})(config),
+                "sglang": lambda: sd.sglang.SamCorpus(D, index=INDEX, tokenizer=tokenizer),
+                "hf": lambda: sd.hf.SamCandidateGenerator(INDEX, num_output_tokens=K,
+                                                          tokenizer=tokenizer),
+                "hf, an open Index": lambda: sd.hf.SamCandidateGenerator(
+                    sd.Index.open(INDEX), num_output_tokens=K, tokenizer=tokenizer),
+            }
+            for name, start in starts.items():
+                with self.subTest(adapter=name, tokenizer=type(tokenizer).__name__):
+                    with self.assertRaises(sd.Error) as e:
+                        start()
+                    self.assertEqual(e.exception.code, "tokenizer-mismatch")
 
 
 class DocsTest(unittest.TestCase):

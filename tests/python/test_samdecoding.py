@@ -488,6 +488,34 @@ class ErrorsTest(unittest.TestCase):
                          sd.Index.open, INDEX, tokenizer=os.path.join(FIXTURE, "reference.json"))
         self.assertError("io", "missing.model", sd.Index.open, INDEX, tokenizer="missing.model")
 
+    def test_out_of_vocabulary_ids(self):
+        """Ids at or above the index's vocabulary are refused by prefill, propose (alone and
+        batched) and commit; the refused calls change nothing (the drafts equal an oracle
+        session's that never got them)."""
+        index = sd.Index.open(INDEX)
+        vocab = index.vocab_size
+        session, oracle = sd.Session(), sd.Session()
+        for s in (session, oracle):
+            s.attach(index)
+        prompt = REF["prompt"]
+        self.assertError("invalid-argument", r"ids\[1\] = %d is outside the vocabulary" % vocab,
+                         session.prefill, [prompt[0], vocab] + prompt[1:])
+        for s in (session, oracle):
+            s.prefill(prompt)
+        self.assertError("invalid-argument", "start token %d is outside the vocabulary" % (vocab + 1),
+                         session.propose, vocab + 1)
+        failed = sd.propose_batch([session], [vocab])[0]
+        self.assertIsInstance(failed, sd.Error)
+        self.assertEqual(failed.code, "invalid-argument")
+        for step in REF["policies"]["sam-cal"]["steps"][:4]:
+            self.assertEqual(session.propose(step["start"]).tokens.tolist(),
+                             oracle.propose(step["start"]).tokens.tolist())
+            self.assertError("invalid-argument", r"Session::Commit: ids\[1\] = %d" % (vocab + 9),
+                             session.commit, [step["commit"][0], vocab + 9])
+            session.commit(step["commit"])
+            oracle.commit(step["commit"])
+        self.assertEqual(session.stats(), oracle.stats())
+
     def test_bad_options(self):
         self.assertError("invalid-argument", r"unknown policy 'nope' \(valid: sam, static",
                          sd.Session, policy="nope")
@@ -971,6 +999,196 @@ class BoundsTest(unittest.TestCase):
             self.assertIn("one session drafts for one vocabulary", str(e.exception))
 
 
+class TokenizerTest(unittest.TestCase):
+    """samdecoding.Tokenizer against independent oracles: the SentencePiece Python package for a
+    .model, Hugging Face's own tokenizers (the Node addon hf_tokenizer_compare installs) for a
+    tokenizer.json; the fingerprint against the file's SHA-256 and what sam-build records."""
+
+    TEXTS = ["Hello world", "  two leading spaces, 12345 digits; punctuation!?",
+             "caf\u00e9 na\u00efve \u4f60\u597d \U0001f642", "def f(x):\n    return x\t# end\n",
+             "Natalia sold clips to 48 of her friends in April.", ""]
+
+    def setUp(self):
+        self.data = os.environ.get("SAM_DATA_DIR", "")
+        self.model = os.path.join(self.data, "tokenizer", "llama-32k.model")
+
+    def texts(self):
+        texts = list(self.TEXTS)
+        gsm8k = os.path.join(self.data, "gsm8k", "test.jsonl")
+        if os.path.exists(gsm8k):
+            with open(gsm8k) as f:
+                for line, _ in zip(f, range(200)):
+                    record = json.loads(line)
+                    texts += [record["question"], record["answer"]]
+        return texts
+
+    def build_index(self, d, tokenizer, name):
+        import subprocess
+        sam_build = os.environ.get("SAM_BUILD_TOOL", "")
+        if not os.path.exists(sam_build):
+            self.skipTest("sam-build not found (SAM_BUILD_TOOL)")
+        corpus = os.path.join(d, "corpus.txt")
+        with open(corpus, "w") as f:
+            f.write("the quick brown fox\n\njumps over the lazy dog\n")
+        out = os.path.join(d, name)
+        subprocess.run([sam_build, "-q", "--tokenizer", tokenizer, "--text-split", "blank-line",
+                        "--corpus", "text=" + corpus, "-o", out], check=True,
+                       stdout=subprocess.DEVNULL)
+        return out
+
+    def test_sentencepiece_model_encodes_as_sentencepiece(self):
+        if not os.path.exists(self.model):
+            self.skipTest("no %s (the shared data folder)" % self.model)
+        try:
+            import sentencepiece
+        except ImportError:
+            self.skipTest("the SentencePiece Python package is not installed "
+                          "(python3-sentencepiece, tools/install_deps.sh)")
+        oracle = sentencepiece.SentencePieceProcessor(model_file=self.model)
+        tok = sd.Tokenizer(pathlib.Path(self.model))
+        self.assertEqual(tok.kind, "sentencepiece")
+        self.assertEqual(tok.vocab_size, oracle.vocab_size())
+        self.assertEqual((tok.bos_id, tok.eos_id), (oracle.bos_id(), oracle.eos_id()))
+        for text in self.texts():
+            ids = oracle.encode(text)
+            self.assertEqual(tok.encode(text), ids, text)
+            self.assertEqual(tok.encode(text, add_bos=True), [oracle.bos_id()] + ids, text)
+            self.assertEqual(tok.decode(ids), oracle.decode(ids), text)
+        self.assertEqual(tok.decode(np.array([1, 15043, 3186], dtype=np.uint32)), "Hello world")
+        with self.assertRaises(sd.Error) as e:
+            tok.decode([15043, 32000])
+        self.assertEqual(e.exception.code, "invalid-argument")
+        self.assertIn("ids[1] = 32000 is outside the vocabulary", str(e.exception))
+
+    def test_fingerprint_is_what_the_index_records(self):
+        if not os.path.exists(self.model):
+            self.skipTest("no %s (the shared data folder)" % self.model)
+        import hashlib
+        import tempfile
+        tok = sd.Tokenizer(self.model)
+        with open(self.model, "rb") as f:
+            self.assertEqual(tok.sha256, hashlib.sha256(f.read()).hexdigest())
+        with tempfile.TemporaryDirectory() as d:
+            built = self.build_index(d, self.model, "llama.sam")
+            index = sd.Index.open(built, tokenizer=tok)
+            self.assertEqual(index.tokenizer_sha256, tok.sha256)
+            tok.check(index)
+            # An index of raw ids, or of another tokenizer: refused by check and by open.
+            ids_index = sd.Index.open(INDEX)
+            with self.assertRaises(sd.Error) as e:
+                tok.check(ids_index)
+            self.assertEqual(e.exception.code, "tokenizer-mismatch")
+            self.assertIn("from token ids", str(e.exception))
+            self.assertIn("llama-32k.model", str(e.exception))
+            with self.assertRaises(sd.Error) as e:
+                sd.Index.open(INDEX, tokenizer=tok)
+            self.assertEqual(e.exception.code, "tokenizer-mismatch")
+            hf = self.hf_reference()
+            if hf:
+                other = sd.Tokenizer(hf[1])
+                with self.assertRaises(sd.Error) as e:
+                    other.check(index)
+                self.assertEqual(e.exception.code, "tokenizer-mismatch")
+                self.assertIn(tok.sha256, str(e.exception))
+                with self.assertRaises(sd.Error) as e:
+                    sd.Index.open(built, tokenizer=other)
+                self.assertEqual(e.exception.code, "tokenizer-mismatch")
+
+    def test_example_reads_text_with_the_tokenizer(self):
+        """examples/python/draft.py --tokenizer: the text reference drafts as the ids the
+        tokenizer gives (the ids run is checked against sam-replay by examples_mat_equals_replay);
+        another tokenizer's index is refused."""
+        if not os.path.exists(self.model):
+            self.skipTest("no %s (the shared data folder)" % self.model)
+        import subprocess
+        import sys
+        import tempfile
+        example = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python" / "draft.py"
+        tok = sd.Tokenizer(self.model)
+        prompt = "the quick brown fox"
+        text = " jumps over the lazy dog, the quick brown fox jumps over the lazy dog"
+        with tempfile.TemporaryDirectory() as d:
+            built = self.build_index(d, self.model, "llama.sam")
+            with open(os.path.join(d, "text.txt"), "w") as f:
+                f.write(prompt + "\n" + text + "\n")
+            with open(os.path.join(d, "ids.txt"), "w") as f:
+                f.write(" ".join(map(str, tok.encode(prompt, add_bos=True))) + "\n")
+                f.write(" ".join(map(str, tok.encode(text))) + "\n")
+            run = lambda *args: subprocess.run([sys.executable, str(example), *args],
+                                               capture_output=True, text=True)
+            by_text = run("--tokenizer", self.model, built, os.path.join(d, "text.txt"))
+            by_ids = run(built, os.path.join(d, "ids.txt"))
+            self.assertEqual(by_text.returncode, 0, by_text.stderr)
+            self.assertRegex(by_text.stdout, r"^MAT \d")
+            self.assertEqual(by_text.stdout, by_ids.stdout)
+            refused = run("--tokenizer", self.model, INDEX, os.path.join(d, "text.txt"))
+            self.assertEqual(refused.returncode, 1)
+            self.assertIn("from token ids", refused.stderr)
+
+    def hf_reference(self):
+        """(node_modules, Llama 3's tokenizer.json) when hf_tokenizer_compare's cache is present."""
+        modules = os.environ.get("SAM_HF_REFERENCE_MODULES", "")
+        json_path = os.path.join(modules, "@lenml", "tokenizer-llama3", "models", "tokenizer.json")
+        import shutil
+        if not os.path.exists(json_path) or not shutil.which("node"):
+            return None
+        return modules, json_path
+
+    def test_tokenizer_json_encodes_as_hugging_face(self):
+        hf = self.hf_reference()
+        if not hf:
+            self.skipTest("Hugging Face's tokenizers (the hf_tokenizer_compare test's npm cache, "
+                          "SAM_HF_REFERENCE_MODULES) or node is unavailable")
+        import struct
+        import subprocess
+        import tempfile
+        modules, json_path = hf
+        texts = [t for t in self.texts() if t and "\n" not in t]  # one text a line
+        with tempfile.TemporaryDirectory() as d:
+            tsv, ids_bin, decoded = (os.path.join(d, n) for n in ("t.tsv", "ids.bin", "dec.txt"))
+            with open(tsv, "w") as f:
+                for t in texts:
+                    f.write("t\t" + t.encode().hex() + "\n")
+            script = os.path.join(os.path.dirname(__file__), "..", "indexer", "hf_reference.js")
+            subprocess.run(["node", script, modules, json_path, tsv, ids_bin, decoded], check=True,
+                           stdout=subprocess.DEVNULL)
+            with open(ids_bin, "rb") as f:
+                data = f.read()
+            expected, at = [], 0
+            for _ in texts:
+                (n,) = struct.unpack_from("<I", data, at)
+                expected.append(list(struct.unpack_from("<%dI" % n, data, at + 4)))
+                at += 4 * (n + 1)
+            with open(decoded) as f:
+                expected_text = [bytes.fromhex(line.strip()).decode() for line in f]
+            tok = sd.Tokenizer(json_path)
+            self.assertEqual(tok.kind, "tokenizer.json")
+            for text, ids, back in zip(texts, expected, expected_text):
+                self.assertEqual(tok.encode(text), ids, text)
+                self.assertEqual(tok.decode(ids), back, text)
+            self.assertEqual(tok.encode(texts[0], add_bos=True)[0], tok.bos_id)
+            # The folder holding tokenizer.json is the same tokenizer, and sam-build records its
+            # fingerprint.
+            self.assertEqual(sd.Tokenizer(os.path.dirname(json_path)).sha256, tok.sha256)
+            built = self.build_index(d, json_path, "llama3.sam")
+            self.assertEqual(sd.Index.open(built, tokenizer=tok).tokenizer_sha256, tok.sha256)
+
+    def test_bad_files_are_refused_by_name(self):
+        import tempfile
+        with self.assertRaises(sd.Error) as e:
+            sd.Tokenizer("no/such.model")
+        self.assertEqual(e.exception.code, "io")
+        self.assertIn("no/such.model", str(e.exception))
+        with tempfile.TemporaryDirectory() as d:
+            bad = os.path.join(d, "bad.model")
+            with open(bad, "w") as f:
+                f.write("not a tokenizer")
+            with self.assertRaises(sd.Error) as e:
+                sd.Tokenizer(bad)
+            self.assertEqual(e.exception.code, "tokenizer")
+            self.assertIn(bad, str(e.exception))
+
+
 class DocsExampleTest(unittest.TestCase):
     def test_docs_example_runs(self):
         """Runs the first python block of docs/python.md with INDEX_PATH set."""
@@ -1044,6 +1262,10 @@ class DistributionTest(unittest.TestCase):
         plugins = metadata.entry_points(group="sglang.plugins")
         self.assertIn("samdecoding.sglang:register",
                       [ep.value for ep in plugins if ep.name == "samdecoding"])
+        # samdecoding.Tokenizer's module is installed beside the extension, and found there.
+        shim = os.path.join(os.path.dirname(sd.__file__), "libsam_tokenizer_shim.so")
+        self.assertTrue(os.path.exists(shim), shim)
+        self.assertIn("libsam_tokenizer_shim.so", [f.name for f in metadata.files("samdecoding")])
 
 
 if __name__ == "__main__":

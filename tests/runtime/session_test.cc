@@ -18,8 +18,10 @@
 #include "sam/error.h"
 #include "sam/format/index.h"
 #include "sam/runtime/options.h"
+#include "sam/runtime/recycling.h"
 #include "sam/runtime/replay.h"
 #include "test_index.h"
+#include "thrown.h"
 
 namespace sam::runtime {
 namespace {
@@ -119,6 +121,57 @@ TEST(Session, StaticDraftStopsAtDocumentEnd) {
   EXPECT_EQ(t.source, DraftSource::kStatic);
   EXPECT_EQ(t.match_len, 3u);
   EXPECT_EQ(t.tokens, (Text{12, 13}));  // stops at the end of document 1, no padding
+}
+
+// With an index attached, an id at or above its vocabulary size is refused by Prefill, Propose
+// and Commit (an id of another tokenizer would draft nothing, silently), naming the id; the
+// refused call changes nothing: the session drafts on as one that never got it (the oracle).
+TEST(Session, OutOfVocabularyIdsAreRefused) {
+  BuiltIndex index({{1, 2, 3, 4, 5, 6, 7, 8, 20, 21}, {9, 3, 4, 5, 29}}, 30, "oov.sam");
+  for (const NamedPolicy& named : NamedPolicies()) {
+    SCOPED_TRACE(named.name);
+    SessionOptions o;
+    o.max_dynamic_bytes = 1 << 20;
+    o.policy = named.policy;
+    RecyclingDrafter recycling(30), oracle_recycling(30);
+    SessionOptions oracle_options = o;
+    if (named.recycling_fallback) {
+      o.fallback = &recycling;
+      oracle_options.fallback = &oracle_recycling;
+    }
+    Session s(o), oracle(oracle_options);
+    s.AttachIndex(&index.file.view());
+    oracle.AttachIndex(&index.file.view());
+    auto refused = [](auto&& call, const std::string& expected) {
+      const sam::Error e = sam::testing::Thrown(call);
+      EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    };
+    refused([&] { s.Prefill(Text{1, 2, 30}); },
+            "Session::Prefill: ids[2] = 30 is outside the vocabulary of the attached indexes (30 ids");
+    s.Prefill(Text{1, 2, 29});
+    oracle.Prefill(Text{1, 2, 29});
+    refused([&] { s.Propose(30); }, "Session::Propose: start token 30 is outside the vocabulary");
+    refused([&] { s.Propose(0xFFFFFFFFu, 4); }, "start token 4294967295");
+    for (int step = 0; step < 3; ++step) {
+      const DraftTree& expected = oracle.Propose(3);
+      const DraftTree& got = s.Propose(3);
+      EXPECT_EQ(got.tokens, expected.tokens);
+      EXPECT_EQ(got.parents, expected.parents);
+      refused([&] { s.Commit(Text{3, 4, 1000}); }, "Session::Commit: ids[2] = 1000");
+      s.Commit(Text{3, 4});
+      oracle.Commit(Text{3, 4});
+    }
+    EXPECT_EQ(s.dynamic_sam().size(), oracle.dynamic_sam().size());
+    EXPECT_EQ(s.statistics().Total().accepted_tokens, oracle.statistics().Total().accepted_tokens);
+  }
+  // Without an index no vocabulary is known: the dynamic automaton takes any id.
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.policy = Policy::kDynamicOnly;
+  Session free_ids(o);
+  free_ids.Prefill(Text{100000, 7, 100001});
+  EXPECT_EQ(free_ids.Propose(7).tokens, (Text{7, 100001}));
 }
 
 TEST(Session, PaperRulePicksLongerMatch) {

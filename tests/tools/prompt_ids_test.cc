@@ -2,8 +2,10 @@
 // (`--print-prompt-ids` shows what the replay feeds the drafters) and sam-generate
 // (`--print-prompt-ids` shows what it feeds the model), for both templates. The expected ids
 // are derived independently: BOS, then SentencePiece's encoding of the text each template
-// defines (raw: the prompt and a newline, as raw documents put one before the response;
-// vicuna: FastChat's v1.1 prompt), written out here rather than taken from the library.
+// defines (sam-traces' raw traces: the prompt and a newline, as raw documents put one before
+// the response; sam-generate's raw: the text exactly as written, the newline only with
+// --append-newline; vicuna: FastChat's v1.1 prompt), written out here rather than taken from
+// the library.
 //
 // SAM_REPLAY_PATH, SAM_TRACES_PATH, SAM_GENERATE_PATH (empty without torch) and SAM_SPM_TRAIN are set by CMake.
 #include <gtest/gtest.h>
@@ -77,13 +79,14 @@ class PromptIds : public ::testing::Test {
     return ids;
   }
 
-  std::vector<uint32_t> GenerateIds(const std::string& prompt, const std::string& templ) {
+  std::vector<uint32_t> GenerateIds(const std::string& prompt, const std::string& templ,
+                                    const std::string& flags = "") {
     const fs::path file = dir_.path() / "prompt.txt";
     std::ofstream(file, std::ios::binary) << prompt;
     const auto printed = RunCommand(ShellQuote(SAM_GENERATE_PATH) + " --tokenizer " +
                                     ShellQuote(model_.string()) + " --prompt-file " +
                                     ShellQuote(file.string()) + " --template " + templ +
-                                    " --print-prompt-ids");
+                                    " " + flags + " --print-prompt-ids");
     EXPECT_EQ(printed.exit_code, 0) << printed.output;
     return json::parse(printed.output).get<std::vector<uint32_t>>();
   }
@@ -97,14 +100,25 @@ class PromptIds : public ::testing::Test {
   const std::vector<std::string> trace_ids_ = {"gsm8k/1", "HumanEval/0"};
 };
 
-TEST_F(PromptIds, RawPromptIsThePromptAndANewline) {
+TEST_F(PromptIds, RawTracesAddANewlineSamGenerateSendsTheTextAsWritten) {
   auto replay = ReplayIds("raw");
   ASSERT_EQ(replay.size(), 2u);
   for (size_t i = 0; i < prompts_.size(); ++i)
     EXPECT_EQ(replay[trace_ids_[i]], Expected(prompts_[i] + "\n")) << trace_ids_[i];
   if (std::string(SAM_GENERATE_PATH).empty()) GTEST_SKIP() << "sam-generate is not built (torch off)";
-  for (size_t i = 0; i < prompts_.size(); ++i)
-    EXPECT_EQ(GenerateIds(prompts_[i], "raw"), replay[trace_ids_[i]]) << trace_ids_[i];
+  for (size_t i = 0; i < prompts_.size(); ++i) {
+    // sam-generate sends a raw prompt as written; the separator is asked for explicitly.
+    EXPECT_EQ(GenerateIds(prompts_[i], "raw"), Expected(prompts_[i])) << trace_ids_[i];
+    EXPECT_EQ(GenerateIds(prompts_[i], "raw", "--append-newline"), replay[trace_ids_[i]])
+        << trace_ids_[i];
+  }
+  const auto refused = RunCommand(ShellQuote(SAM_GENERATE_PATH) + " --tokenizer " +
+                                  ShellQuote(model_.string()) +
+                                  " --prompt x --template vicuna --append-newline"
+                                  " --print-prompt-ids 2>&1");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("--append-newline needs --template raw"), std::string::npos)
+      << refused.output;
 }
 
 TEST_F(PromptIds, VicunaPromptIsFastChatsV11Prompt) {

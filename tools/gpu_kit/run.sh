@@ -122,7 +122,7 @@ for run in plain sam sam-cal model sam-model sam-cal+model; do
   args=(--policy "${run%+model}"); [[ $run == plain ]] && args=(--no-spec)
   [[ $run == model || $run == sam-model || $run == sam-cal+model ]] && args+=(--draft-model "$pair/draft")
   "$build/bin/sam-generate" --model "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
-      --index "$build/kit-gsm8k.sam" --prompt "$question" --max-new-tokens "$new_tokens" \
+      --index "$build/kit-gsm8k.sam" --prompt "$question" --append-newline --max-new-tokens "$new_tokens" \
       --device "$device" --json "${args[@]}" 2>> "$out/pair.log" |
     $py -c 'import json,sys; r=json.load(sys.stdin); print("JSON " + json.dumps({"bench": "draft_pair",
         "run": sys.argv[1], "tokens_per_s": r.get("tokens_per_s"), "mat": r.get("mat"),
@@ -142,7 +142,7 @@ for run in plain sdsat-one sdsat-two sam-sdsat sam-cal-sdsat; do
     sam-cal-sdsat) args=(--policy sam-cal --sdsat-tokens 31999 --sdsat-k 4);;
   esac
   "$build/bin/sam-generate" --model "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
-      --index "$build/kit-gsm8k.sam" --prompt "$question" --max-new-tokens "$new_tokens" \
+      --index "$build/kit-gsm8k.sam" --prompt "$question" --append-newline --max-new-tokens "$new_tokens" \
       --device "$device" --json "${args[@]}" 2>> "$out/sdsat.log" |
     $py -c 'import json,sys; r=json.load(sys.stdin); s=r.get("sdsat", {}); print("JSON " + json.dumps({
         "bench": "sdsat", "run": sys.argv[1], "tokens_per_s": r.get("tokens_per_s"), "mat": r.get("mat"),

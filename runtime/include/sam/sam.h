@@ -172,9 +172,10 @@ enum {
 };
 /* Memory-maps a static index file and checks its header and sections
  * (O(1) in the index size). expected_tokenizer_sha256: NULL to accept any
- * index, or 64 hex digits (the SHA-256 of the SentencePiece model file):
- * an index built with another tokenizer, or from raw ids, is then refused
- * with SAM_ERR_TOKENIZER_MISMATCH. flags: SAM_OPEN_* (0: none); unknown bits
+ * index, or 64 hex digits (sam_tokenizer_sha256's fingerprint; for a
+ * SentencePiece model, the SHA-256 of its file): an index built with another
+ * tokenizer, or from raw ids, is then refused with SAM_ERR_TOKENIZER_MISMATCH.
+ * flags: SAM_OPEN_* (0: none); unknown bits
  * are SAM_ERR_INVALID_ARGUMENT. Drafts are identical whatever the flags, but
  * for SAM_OPEN_SUBTREE_RECORDS's calibrated ones. On success *out receives a
  * new handle. */
@@ -349,7 +350,12 @@ SAM_API int sam_session_attach_index(sam_session* session, sam_index* index);
 SAM_API int sam_session_attach_shard_set(sam_session* session, sam_shard_set* set);
 
 /* Feeds the request's prompt ids (n may be 0; ids may then be NULL). Calls
- * append: one request is prefill, then propose/commit steps, then reset. */
+ * append: one request is prefill, then propose/commit steps, then reset.
+ * With an index or shard set attached, an id at or above its vocabulary size
+ * (ids of another tokenizer) is SAM_ERR_INVALID_ARGUMENT naming it, here, in
+ * sam_session_propose (the start token, also batched) and in
+ * sam_session_commit; the session's text and matches are then unchanged
+ * (a refused propose leaves no proposal to verify). */
 SAM_API int sam_session_prefill(sam_session* session, const uint32_t* ids, size_t n);
 
 /* A draft tree. Node 0 is the start token; parents[0] = -1 and
@@ -590,6 +596,74 @@ SAM_API int sam_session_attach_cache(sam_session* session, sam_cache* cache, con
  * cache under the session's tenant; *inserted as sam_cache_insert (0 without
  * a cache). Call when the request is finished, before sam_session_reset. */
 SAM_API int sam_session_cache_request(sam_session* session, int include_prompt, int* inserted);
+
+/* ---- Tokenizers ----------------------------------------------------------
+ * The tokenizer an index was built with (sam-build --tokenizer): a
+ * SentencePiece model (.model), a Hugging Face tokenizer.json, or a folder
+ * holding tokenizer.json; ids as the model sees them, without a Python
+ * package or a call of sam-generate --print-prompt-ids.
+ *
+ *   sam_tokenizer* tok = NULL;
+ *   if (sam_tokenizer_open("llama-32k.model", &tok) != SAM_OK) ...
+ *   if (sam_tokenizer_check_index(tok, idx) != SAM_OK) ...   // the index's tokenizer?
+ *   uint32_t ids[4096];
+ *   size_t n = 0;
+ *   sam_tokenizer_encode(tok, text, strlen(text), 1, ids, 4096, &n);  // BOS first
+ *   if (n > 4096) ...                          // too small: call again with n ids
+ *
+ * The library loads the tokenizer's code (SentencePiece, protobuf, PCRE2, ICU)
+ * from a module, libsam_tokenizer_shim.so, installed beside libsam_runtime.so,
+ * in its own symbol scope: a program that also links libtorch (which carries
+ * another protobuf) may use it. A tokenizer is immutable once opened: any
+ * number of threads may encode and decode with it at once. */
+
+typedef struct sam_tokenizer sam_tokenizer;
+
+/* Opens a SentencePiece model, a tokenizer.json or a folder holding one (the
+ * kind is told by content; hf_tokenizer.h in the sources lists the supported
+ * tokenizer.json components). SAM_ERR_IO for a file that cannot be read,
+ * SAM_ERR_FORMAT for one that is not a supported tokenizer (the message names
+ * the file and the component). */
+SAM_API int sam_tokenizer_open(const char* path, sam_tokenizer** out);
+/* NULL is a no-op. */
+SAM_API void sam_tokenizer_free(sam_tokenizer* tokenizer);
+/* Vocabulary size (0 for NULL); BOS and EOS ids, SAM_NO_TOKEN when the
+ * tokenizer has none. */
+#define SAM_NO_TOKEN 0xFFFFFFFFu
+SAM_API uint32_t sam_tokenizer_vocab_size(const sam_tokenizer* tokenizer);
+SAM_API uint32_t sam_tokenizer_bos_id(const sam_tokenizer* tokenizer);
+SAM_API uint32_t sam_tokenizer_eos_id(const sam_tokenizer* tokenizer);
+/* The fingerprint an index records (sam-inspect's "tokenizer"): 64 lower-case
+ * hex digits and a NUL into out[65]. For a SentencePiece model, the SHA-256
+ * of the file; for a tokenizer.json, of its canonical model, normalizer,
+ * pre-tokenizer and added tokens (formatting does not change it). Pass it as
+ * sam_index_open's expected_tokenizer_sha256. */
+SAM_API int sam_tokenizer_sha256(const sam_tokenizer* tokenizer, char out[65]);
+/* Encodes length bytes of text (invalid UTF-8 becomes U+FFFD), BOS first
+ * when add_bos is non-zero and the tokenizer has one; no EOS. Writes at most
+ * capacity ids to ids (NULL when capacity is 0) and the number of ids of the
+ * whole text to *count: when *count > capacity, only the first capacity ids
+ * were written; call again with a buffer of *count ids. */
+SAM_API int sam_tokenizer_encode(const sam_tokenizer* tokenizer, const char* text, size_t length,
+                                 int add_bos, uint32_t* ids, size_t capacity, size_t* count);
+/* Decodes n ids to text, as the tokenizer's own decoder does (special tokens
+ * such as BOS decode to nothing for SentencePiece). Writes at most capacity
+ * bytes to text, and a NUL after them when capacity > *length; *length
+ * receives the decoded text's length in bytes: when *length >= capacity, call
+ * again with *length + 1 bytes. An id at or above the vocabulary size is
+ * SAM_ERR_INVALID_ARGUMENT naming it. */
+SAM_API int sam_tokenizer_decode(const sam_tokenizer* tokenizer, const uint32_t* ids, size_t n,
+                                 char* text, size_t capacity, size_t* length);
+/* The tokenizer fingerprint an index records, as sam_tokenizer_sha256: 64
+ * hex digits and a NUL into out[65]; an empty string for an index built
+ * from ids (sam-build --corpus ids=FILE without --tokenizer), which
+ * records none. */
+SAM_API int sam_index_tokenizer_sha256(const sam_index* index, char out[65]);
+/* SAM_OK when `index` was built with this tokenizer (equal fingerprints),
+ * else SAM_ERR_TOKENIZER_MISMATCH naming both fingerprints and the
+ * tokenizer's file (an index built from ids matches no tokenizer). Drafts of
+ * an index used with another tokenizer are meaningless ids. */
+SAM_API int sam_tokenizer_check_index(const sam_tokenizer* tokenizer, const sam_index* index);
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -25,8 +25,9 @@
 //    Debian's SentencePiece and libtorch carry clashing protobuf copies, so this backend loads
 //    the SentencePiece backend from a module, libsam_tokenizer_shim.so
 //    (src/tokenizer_module.cc), with dlopen(RTLD_LOCAL | RTLD_DEEPBIND) and forwards every call
-//    to it. The module is looked up
-//    in ../lib/ and next to the program, then at its build-tree path. Such programs must link
+//    to it. The module is looked up beside the shared object holding the backend (the shared
+//    runtime library, the Python extension), in ../lib/ and next to the program, then at its
+//    build-tree path. Such programs must link
 //    neither sam::indexer nor SentencePiece.
 // Both backends handle both kinds and behave identically (tests/indexer/tokenizer_test.cc checks both against
 // SentencePiece's own tools) and throw the same TokenizerError.

@@ -121,6 +121,11 @@ class SAM_API Session : public Drafter {
   // The same, with or without the prompt whatever options.cache_prompts says.
   bool CacheRequest(bool include_prompt);
 
+  // Ids: with an index or shard set attached, Prefill, Propose and Commit
+  // refuse an id at or above its vocabulary size (kInvalidArgument naming the
+  // id and its position; nothing changes): ids of another tokenizer would
+  // draft nothing silently. Without one, any id is taken.
+  //
   // Starts a request with its prompt ids: extends the dynamic automaton by
   // all of them; a static cursor matches only the last
   // kPrefillMatchWindow of a longer prompt unless that match fills the window
@@ -142,7 +147,7 @@ class SAM_API Session : public Drafter {
   // Commits the tokens that joined the verified context: the start token of
   // the last proposal followed by the accepted draft tokens. Updates the
   // statistics of the last proposal (acceptance = the longest root path of
-  // that draft matching `tokens`). Any tokens may be committed.
+  // that draft matching `tokens`). Any ids of the vocabulary may be committed.
   void Commit(std::span<const uint32_t> tokens) override;
   // Forwards model feedback to the fallback drafter.
   void ObserveTopK(std::span<const uint32_t> tokens, std::span<const uint32_t> topk,
@@ -175,6 +180,12 @@ class SAM_API Session : public Drafter {
   // an index of its own).
   // Throws kInvalidArgument when `view`'s vocabulary differs from the attached indexes'.
   void CheckVocabulary(const format::IndexView& view) const;
+  // The attached indexes' vocabulary size; 2^32 (any id) when none is attached.
+  uint64_t VocabularyLimit() const;
+  [[noreturn]] void ThrowOutOfVocabulary(const char* function, const std::string& what,
+                                         uint32_t id) const;
+  // Throws kInvalidArgument naming the first id at or above VocabularyLimit().
+  void CheckIds(std::span<const uint32_t> ids, const char* function) const;
   void AttachCursor(StaticCursor cursor, std::shared_ptr<const StaticIndex> index,
                     size_t group = SIZE_MAX);
   void ProposeInto(uint32_t start_token, size_t max_nodes, DraftTree* tree);
