@@ -20,7 +20,8 @@ void SessionFlags::Add(CLI::App& app, std::initializer_list<std::string_view> na
   options_.reserve(names.size());
   for (std::string_view name : names) {
     const rt::OptionSpec* spec = rt::FindOptionSpec(rt::SessionOptionSpecs(), name);
-    if (spec == nullptr) throw std::logic_error("no session option " + std::string(name));
+    if (spec == nullptr)
+      throw sam::Error(sam::ErrorCode::kInvalidArgument, "no session option " + std::string(name));
     options_.push_back({std::string(name), nullptr, {}});
     Given& g = options_.back();
     std::string help(spec->help);

@@ -703,10 +703,10 @@ TEST(CorruptIndex, FailsToOpenOrStaysSafe) {
         Session session(options);
         session.AttachIndex(&file.view());
         Text prompt(50);
-        for (auto& t : prompt) t = rng() % 31;
+        for (auto& t : prompt) t = rng() % 30;
         session.Prefill(prompt);
         for (int step = 0; step < 50; ++step) {
-          uint32_t start = rng() % 31;
+          uint32_t start = rng() % 30;
           const DraftTree& tree = session.Propose(start);
           // A well-formed tree within the policy's budget; its tokens come
           // from the text (below the separator, 30) or the stream (<= 30).

@@ -353,7 +353,7 @@ TEST_F(WithTokenizer, RefusesAPromptLongerThanTheModelsPositions) {
   const std::string prompt = "one two three four five six seven eight nine ten";
   const auto tokenizer = sam::indexer::Tokenizer::Load(tokenizer_path_.string());
   std::vector<uint32_t> ids{tokenizer.bos_id()};
-  tokenizer.Encode(prompt + "\n", &ids);  // the raw template: the prompt and a newline
+  tokenizer.Encode(prompt, &ids);  // the raw template: the prompt as written
   ASSERT_GT(ids.size(), 8u);
   const std::string args = "--model " + Quote(short_model) + " --tokenizer " + Quote(tokenizer_path_);
   const ProcessResult run = RunGenerate(args + " --prompt '" + prompt + "'");
@@ -366,7 +366,7 @@ TEST_F(WithTokenizer, RefusesAPromptLongerThanTheModelsPositions) {
 
   // A prompt that fits: the new tokens are capped at what is left, with a note.
   std::vector<uint32_t> short_ids{tokenizer.bos_id()};
-  tokenizer.Encode("one two\n", &short_ids);
+  tokenizer.Encode("one two", &short_ids);
   ASSERT_LT(short_ids.size(), 8u);
   const ProcessResult fits = RunGenerate(args + " --prompt 'one two' --max-new-tokens 100 --json");
   ASSERT_EQ(fits.exit_code, 0) << fits.output;
@@ -399,7 +399,7 @@ TEST_F(WithTokenizer, ReadsAFifoPromptFileAsAStream) {
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const auto tokenizer = sam::indexer::Tokenizer::Load(tokenizer_path_.string());
   std::vector<uint32_t> ids{tokenizer.bos_id()};
-  tokenizer.Encode(prompt + "\n", &ids);  // the raw template: the prompt and a newline
+  tokenizer.Encode(prompt, &ids);  // the raw template: the prompt as written
   EXPECT_EQ(nlohmann::json::parse(run.output)["prompt_tokens"].get<size_t>(), ids.size());
 }
 
