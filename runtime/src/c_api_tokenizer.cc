@@ -94,7 +94,7 @@ int sam_tokenizer_decode(const sam_tokenizer* tokenizer, const uint32_t* ids, si
                   std::to_string(vocab) + " ids)");
     const std::string decoded = tokenizer->tokenizer.Decode({ids, n});
     const size_t written = std::min(capacity, decoded.size());
-    std::memcpy(text, decoded.data(), written);
+    if (written > 0) std::memcpy(text, decoded.data(), written);  // text may be NULL (capacity 0)
     if (capacity > decoded.size()) text[decoded.size()] = '\0';
     *length = decoded.size();
   });
