@@ -43,6 +43,10 @@ void SessionFlags::Add(CLI::App& app, std::initializer_list<std::string_view> na
                  "set a tuning parameter, NAME=VALUE (repeatable; --help-experimental lists "
                  "them): experiments, not options, which may change or go in any release")
       ->type_name("NAME=VALUE");
+  AddExperimentalHelp(app);
+}
+
+void SessionFlags::AddExperimentalHelp(CLI::App& app) {
   app.add_flag_callback(
       "--help-experimental",
       [] {

@@ -38,6 +38,9 @@ class SessionFlags {
   bool experimental_given(std::string_view name) const;
   // "--" NAME with '-' for '_'.
   static std::string FlagOf(std::string_view name);
+  // --help-experimental alone: prints the tuning table with its defaults and
+  // exits 0 (Add adds it; bench-step, whose --experimental takes lists, too).
+  static void AddExperimentalHelp(CLI::App& app);
 
  private:
   struct Given {

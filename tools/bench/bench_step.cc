@@ -49,7 +49,6 @@
 #include <fstream>
 #include <chrono>
 #include <cstdio>
-#include <iostream>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -70,6 +69,7 @@
 #include "sam/runtime/options.h"
 #include "sam/runtime/replay.h"
 #include "sam/runtime/session.h"
+#include "session_flags.h"
 #include "trace_io.h"
 
 namespace {
@@ -631,15 +631,7 @@ int main(int argc, char** argv) {
                  "them): experiments, not options; calibrated_width and max_static_lookups "
                  "take a list (NAME=V,V...) that makes one sam-cal row per value")
       ->type_name("NAME=VALUE");
-  app.add_flag_callback(
-      "--help-experimental",
-      [] {
-        std::cout << "Tuning parameters (--experimental NAME=VALUE), with their measured "
-                     "defaults:\n"
-                  << rt::OptionHelp(rt::ExperimentalOptionSpecs(), "  ");
-        throw CLI::Success();
-      },
-      "list the tuning parameters that --experimental sets, and exit");
+  sam::tools::SessionFlags::AddExperimentalHelp(app);
   app.add_flag("--interleave", interleave,
                "alternate the rows' runs (run 1 of every policy and setting, then run 2, ...) "
                "instead of running each row's runs together: on a shared machine whose speed "
