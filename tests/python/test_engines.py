@@ -432,19 +432,9 @@ class VllmCustomProposerTest(unittest.TestCase):
         (tests/python/fake_vllm: its LLM builds SamProposer as create_custom_proposer does and
         calls propose after each step's bookkeeping): the recorded greedy text comes out and
         the proposer's drafts were accepted."""
-        import subprocess
-        import tempfile
         request = REQUESTS[0]
-        example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "engines",
-                               "vllm_serve.py")
-        with tempfile.TemporaryDirectory() as d:
-            with open(os.path.join(d, "recording.json"), "w") as f:
-                json.dump({"prompt_text": "the recorded prompt", "prompt": request["prompt"],
-                           "generation": request["generation"]}, f)
-            env = dict(os.environ, SAM_INDEX=INDEX)
-            env["PYTHONPATH"] = os.pathsep.join([FAKE_VLLM, env.get("PYTHONPATH", "")])
-            run = subprocess.run([sys.executable, example, d, "the recorded prompt", str(K)],
-                                 capture_output=True, text=True, env=env)
+        run = run_engine_example("vllm_serve.py", FAKE_VLLM, ["the recorded prompt", str(K)],
+                                 SAM_INDEX=INDEX)
         self.assertEqual(run.returncode, 0, run.stderr)
         self.assertEqual(run.stdout.strip(), " ".join(map(str, request["generation"][:200])))
         counts = re.search(r"(\d+) draft tokens, (\d+) accepted", run.stderr)
@@ -481,6 +471,25 @@ def _vllm_worker(vllm_config, pipe):
 FAKE_SGLANG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_sglang")
 FAKE_TRANSFORMERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_transformers")
 FAKE_VLLM = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fake_vllm")
+
+
+def run_engine_example(name, fake_path, args, **environ):
+    """examples/engines/NAME with the engine played by the stand-in package
+    at fake_path and the model by a recording of REQUESTS[0] (recording.json
+    in a temporary model folder, the example's first argument, then args);
+    returns the finished process."""
+    import subprocess
+    import tempfile
+    request = REQUESTS[0]
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "engines", name)
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "recording.json"), "w") as f:
+            json.dump({"prompt_text": "the recorded prompt", "prompt": request["prompt"],
+                       "generation": request["generation"]}, f)
+        env = dict(os.environ, **environ)
+        env["PYTHONPATH"] = os.pathsep.join([fake_path, env.get("PYTHONPATH", "")])
+        return subprocess.run([sys.executable, example, d, *args], capture_output=True,
+                              text=True, env=env)
 
 
 def fake_vllm_input_batch():
@@ -535,25 +544,12 @@ class SglangPluginTest(unittest.TestCase):
     def spawn(self, server_args, environ):
         """run_scheduler_process in a process started with "spawn"; returns
         what it sends, or None if it died."""
-        import multiprocessing
-
-        from sglang.srt.managers.scheduler import run_scheduler_process
+        from sglang import _spawn_scheduler
 
         saved = {key: os.environ.get(key) for key in environ}
         os.environ.update(environ)
         try:
-            context = multiprocessing.get_context("spawn")
-            receiver, sender = context.Pipe(duplex=False)
-            process = context.Process(target=run_scheduler_process,
-                                      args=(server_args, REQUESTS, 3, sender))
-            process.start()
-            sender.close()
-            try:
-                result = receiver.recv() if receiver.poll(300) else None
-            except EOFError:
-                result = None
-            process.join(60)
-            return result
+            return _spawn_scheduler(server_args, REQUESTS, 3)
         finally:
             for key, value in saved.items():
                 if value is None:
@@ -617,19 +613,9 @@ class SglangPluginTest(unittest.TestCase):
                 self.fail("samdecoding's sglang.plugins entry point is not installed")
             self.skipTest("samdecoding is not installed as a distribution here (the "
                           "python_pip_install test runs this against the installed one)")
-        import subprocess
-        import tempfile
         request = REQUESTS[0]
-        example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "engines",
-                               "sglang_serve.py")
-        with tempfile.TemporaryDirectory() as d:
-            with open(os.path.join(d, "recording.json"), "w") as f:
-                json.dump({"prompt_text": "the recorded prompt", "prompt": request["prompt"],
-                           "generation": request["generation"]}, f)
-            env = dict(os.environ, SAM_INDEX=INDEX, SGLANG_PLUGINS="samdecoding")
-            env["PYTHONPATH"] = os.pathsep.join([FAKE_SGLANG, env.get("PYTHONPATH", "")])
-            run = subprocess.run([sys.executable, example, d, "the recorded prompt", str(D)],
-                                 capture_output=True, text=True, env=env)
+        run = run_engine_example("sglang_serve.py", FAKE_SGLANG, ["the recorded prompt", str(D)],
+                                 SAM_INDEX=INDEX, SGLANG_PLUGINS="samdecoding")
         self.assertEqual(run.returncode, 0, run.stderr)
         self.assertEqual(run.stdout.strip(), " ".join(map(str, request["generation"][:200])))
 
@@ -760,20 +746,10 @@ class HfCandidateGeneratorTest(unittest.TestCase):
         """examples/engines/hf_generate.py, with transformers and the model played by a
         recording (tests/python/fake_transformers): it prints the recorded greedy generation
         and the drafts' acceptance, as samdecoding.hf.generate gives them in process."""
-        import subprocess
-        import tempfile
         request = REQUESTS[0]
         prompt, gen = request["prompt"], request["generation"]
-        example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "engines",
-                               "hf_generate.py")
-        with tempfile.TemporaryDirectory() as d:
-            with open(os.path.join(d, "recording.json"), "w") as f:
-                json.dump({"prompt_text": "the recorded prompt", "prompt": prompt,
-                           "generation": gen}, f)
-            env = dict(os.environ)
-            env["PYTHONPATH"] = os.pathsep.join([FAKE_TRANSFORMERS, env.get("PYTHONPATH", "")])
-            run = subprocess.run([sys.executable, example, d, INDEX, "the recorded prompt",
-                                  str(K)], capture_output=True, text=True, env=env)
+        run = run_engine_example("hf_generate.py", FAKE_TRANSFORMERS,
+                                 [INDEX, "the recorded prompt", str(K)])
         self.assertEqual(run.returncode, 0, run.stderr)
         text, counts = run.stdout.splitlines()
         self.assertEqual(text, " ".join(map(str, gen[:200])))

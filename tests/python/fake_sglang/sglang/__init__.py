@@ -5,6 +5,28 @@ worker answers from recorded generations. Each module cites the upstream
 file it mirrors."""
 
 
+def _spawn_scheduler(server_args, requests, num_steps):
+    """run_scheduler_process in a process started with the "spawn" method, as
+    sglang.Engine starts its scheduler; returns what the scheduler sends, or
+    None if it died. (Also the test driver's way of starting a scheduler.)"""
+    import multiprocessing
+
+    from sglang.srt.managers.scheduler import run_scheduler_process
+
+    context = multiprocessing.get_context("spawn")
+    receiver, sender = context.Pipe(duplex=False)
+    process = context.Process(target=run_scheduler_process,
+                              args=(server_args, requests, num_steps, sender))
+    process.start()
+    sender.close()
+    try:
+        result = receiver.recv() if receiver.poll(300) else None
+    except EOFError:
+        result = None
+    process.join(60)
+    return result
+
+
 class Engine:
     """Mirrors sglang.Engine (python/sglang/srt/entrypoints/engine.py): the
     server arguments as keywords; the scheduler runs in a process started with
@@ -31,27 +53,13 @@ class Engine:
             speculative_ngram_capacity=1000000, **server_args)
 
     def generate(self, prompt, sampling_params):
-        import multiprocessing
-
-        from sglang.srt.managers.scheduler import run_scheduler_process
-
         if prompt != self.recording["prompt_text"]:
             raise ValueError("Engine: not the recorded prompt text")
         if sampling_params.get("temperature", 1.0) != 0:
             raise ValueError("the recording holds greedy outputs: temperature 0")
         gen = self.recording["generation"][:sampling_params.get("max_new_tokens", 128)]
         request = {"prompt": self.recording["prompt"], "generation": gen}
-        context = multiprocessing.get_context("spawn")
-        receiver, sender = context.Pipe(duplex=False)
-        process = context.Process(target=run_scheduler_process,
-                                  args=(self.server_args, [request], 1, sender))
-        process.start()
-        sender.close()
-        try:
-            result = receiver.recv() if receiver.poll(300) else None
-        except EOFError:
-            result = None
-        process.join(60)
+        result = _spawn_scheduler(self.server_args, [request], 1)
         if result is None:
             raise RuntimeError("the scheduler process failed (is the algorithm %r registered?)"
                                % self.server_args.speculative_algorithm)
