@@ -15,7 +15,9 @@
 #include "sam/corpora/presets.h"
 #include "sam/corpora/templates.h"
 #include "sam/format/error.h"
+#include "sam/format/index.h"
 #include "sam/format/packed.h"
+#include "sam/format/writer.h"
 #include "sam/indexer/pipeline.h"
 
 namespace {
@@ -71,10 +73,10 @@ void PrintSummary(const BuildReport& r, const std::string& path) {
                   static_cast<double>(s.file_bytes) / s.tokens, s.seconds,
                   s.peak_rss_bytes / 1048576.0);
   }
-  std::printf("seconds: read %.2f, tokenize %.2f, construct %.2f, write %.2f, total %.2f "
-              "(%.2fM tokens/s end to end)\n",
+  std::printf("seconds: read %.2f, tokenize %.2f, construct %.2f, write %.2f (of which "
+              "accelerators %.2f), total %.2f (%.2fM tokens/s end to end)\n",
               r.read_seconds, r.tokenize_seconds, r.construct_seconds, r.write_seconds,
-              r.total_seconds, tokens / r.total_seconds / 1e6);
+              r.accelerator_seconds, r.total_seconds, tokens / r.total_seconds / 1e6);
   std::printf("peak RSS %.1f MiB = %.1f bytes/token; tokenizer segment cache %s (hit rate %.1f%%)\n",
               r.peak_rss_bytes / 1048576.0, r.peak_rss_bytes / tokens,
               r.segment_cache ? "on" : "off", 100 * r.cache_hit_rate);
@@ -122,6 +124,7 @@ nlohmann::json ReportJson(const BuildReport& r, const std::string& path) {
   j["bytes_per_token"] = static_cast<double>(r.file_bytes) / r.tokens;
   j["seconds"] = {{"read", r.read_seconds}, {"tokenize", r.tokenize_seconds},
                   {"construct", r.construct_seconds}, {"write", r.write_seconds},
+                  {"accelerators", r.accelerator_seconds},
                   {"total", r.total_seconds}};
   j["tokens_per_second"] = r.tokens / r.total_seconds;
   j["peak_rss_bytes"] = r.peak_rss_bytes;
@@ -162,7 +165,8 @@ std::string Help() {
       "  sam-build --data-dir ../shared/data --preset default --max-memory 128M -o chat.sam\n"
       "    (writes chat.sam if the build fits, else chat.0.sam, chat.1.sam, ... and chat.samset)\n"
       "  sam-build --data-dir ../shared/data --preset default --shard 2/4 -o out/chat.2.sam\n"
-      "  sam-build --write-samset -o out/chat.samset out/chat.0.sam out/chat.1.sam ...";
+      "  sam-build --write-samset -o out/chat.samset out/chat.0.sam out/chat.1.sam ...\n"
+      "  sam-build --upgrade old.sam   (adds the accelerator sections to a format 1.0 file)";
 }
 
 // --write-samset: joins finished shard files into a manifest.
@@ -174,6 +178,38 @@ int WriteSamset(const BuildConfig& cfg, const std::vector<std::string>& corpus_a
   sam::tools::CheckOutputPath("-o", cfg.output_path, shard_files);
   sam::indexer::WriteShardSet(shard_files, cfg.output_path, cfg.tool_version);
   std::printf("wrote %s (%zu shards)\n", cfg.output_path.c_str(), shard_files.size());
+  return 0;
+}
+
+// --upgrade: adds the accelerator sections to index files written without
+// them, in place (atomically), without the corpora.
+int Upgrade(const BuildConfig& cfg, const std::vector<std::string>& corpus_args,
+            const std::string& preset, const std::vector<std::string>& files) {
+  if (!cfg.corpora.empty() || !corpus_args.empty() || !preset.empty() || !cfg.output_path.empty())
+    throw UsageError("--upgrade rewrites the index files given as arguments; it takes no "
+                     "corpora and no -o");
+  if (files.empty()) throw UsageError("--upgrade needs the index files");
+  for (const std::string& path : files) {
+    if (path.size() >= 7 && path.compare(path.size() - 7, 7, ".samset") == 0)
+      throw UsageError(path + " is a shard set: upgrade its shard files, then join them again "
+                       "with --write-samset");
+    const auto t = std::chrono::steady_clock::now();
+    // A shard (of --max-memory or --shard) keeps the longer child lists a
+    // shard set's drafting reads, as sam-build writes them.
+    sam::format::AcceleratorParams params;
+    {
+      const auto meta = nlohmann::json::parse(
+          sam::format::IndexFile::Open(path).ReadMetadata().json, nullptr, false);
+      if (meta.is_object() && (meta.contains("shard") || meta.contains("partition")))
+        params.top_k = sam::format::kShardTopK;
+    }
+    const bool changed = sam::format::AddAcceleratorsToFile(path, params);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    if (changed)
+      std::printf("%s: added the accelerator sections (verified first; %.2f s)\n", path.c_str(), s);
+    else
+      std::printf("%s: already has the accelerator sections; unchanged\n", path.c_str());
+  }
   return 0;
 }
 
@@ -372,8 +408,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", cfg.threads, "tokenizer threads (0 = all cores)")
       ->capture_default_str();
   app.add_option("-o,--output", cfg.output_path,
-                 "output index file (required; a new or regular file, not an input)")
-      ->required();
+                 "output index file (required, except with --upgrade; a new or regular file, "
+                 "not an input)");
   app.add_flag("--json", json, "print the build report as one JSON object on stdout (default: "
                "a table)");
   app.add_flag("-q,--quiet", quiet, "no progress on stderr (default: progress)");
@@ -394,12 +430,23 @@ int main(int argc, char** argv) {
   app.add_flag("--write-samset", write_samset,
                "join finished --shard files (given as arguments, in the folder of -o) into the "
                "shard set manifest -o NAME.samset, after deep checks of every file");
-  app.add_option("shard_files", shard_files, "with --write-samset: the shard index files");
+  bool upgrade = false;
+  app.add_flag("--upgrade", upgrade,
+               "add the drafting accelerators (hub tables, edge filter) to index files written "
+               "without them (format 1.0), in place and atomically, after a deep check; the "
+               "files are given as arguments, no corpora needed");
+  app.add_option("shard_files", shard_files,
+                 "with --write-samset: the shard index files; with --upgrade: the index files");
   bool wide_ids = false;
   unsigned min_width = 0;
   app.add_flag("--wide-ids", wide_ids,
                "testing: build with 64-bit state ids from the start (default: 32-bit ids, "
                "widened automatically before a corpus reaches 2^31 tokens); same index");
+  bool no_accelerators = false;
+  app.add_flag("--no-accelerators", no_accelerators,
+               "testing: leave out the accelerator sections (hub tables, edge filter), as "
+               "format 1.0 files do; every process then computes them at open (default: "
+               "written)");
   app.add_option("--min-width", min_width,
                  "testing: at least this many bits for the state, position, clone length and "
                  "count widths, to exercise the readers' wide paths on a small corpus "
@@ -411,12 +458,17 @@ int main(int argc, char** argv) {
     if (min_width > sam::format::kMaxPackedWidth)
       throw UsageError("--min-width " + std::to_string(min_width) + " is above " +
                        std::to_string(sam::format::kMaxPackedWidth));
+    if (write_samset && upgrade) throw UsageError("--write-samset and --upgrade exclude each other");
+    if (!upgrade && cfg.output_path.empty()) throw UsageError("--output is required");
     if (write_samset) return WriteSamset(cfg, corpus_args, preset, shard_files);
-    if (!shard_files.empty()) throw UsageError("index files as arguments need --write-samset");
+    if (upgrade) return Upgrade(cfg, corpus_args, preset, shard_files);
+    if (!shard_files.empty())
+      throw UsageError("index files as arguments need --write-samset or --upgrade");
     if (!shard_spec.empty()) ParseShardSpec(shard_spec, max_memory, &cfg);
     if (!max_memory.empty()) cfg.max_memory_bytes = ParseSize("--max-memory", max_memory);
     if (wide_ids) cfg.builder_options.ids = sam::automaton::BuilderOptions::Ids::kWide;
     cfg.builder_options.min_width = min_width;
+    cfg.accelerators = !no_accelerators;
     if (cfg.threads > 1024)
       throw UsageError("--threads " + std::to_string(cfg.threads) + " is absurd (at most 1024)");
     AddCorpora(corpus_args, data_dir, preset, quiet, &cfg);

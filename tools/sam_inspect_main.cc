@@ -263,6 +263,18 @@ int main(int argc, char** argv) {
                 (unsigned long long)h.num_edges);
     std::printf("field widths (bits): token %u, state %u, position %u, clone length %u, count %u\n",
                 h.token_width, h.state_width, h.position_width, h.clone_len_width, h.count_width);
+    const sam::format::HubTables& hubs = f.view().hubs();
+    if (hubs.present())
+      std::printf("accelerators: %llu hubs (states with >= %u transitions, top %u children "
+                  "each)%s\n",
+                  (unsigned long long)hubs.num_hubs, hubs.min_degree, hubs.top_k,
+                  f.view().edge_filter().present()
+                      ? (", edge filter " + std::to_string(f.view().edge_filter().bits_per_edge) +
+                         " bits per transition").c_str()
+                      : "");
+    else
+      std::printf("accelerators: none (computed by every process at open; sam-build --upgrade "
+                  "%s adds them)\n", path.c_str());
     std::printf("corpora:\n");
     for (const auto& c : meta.corpora)
       std::printf("  %-10s %-28s records %llu, documents %llu, skipped %llu, tokens %llu, "
@@ -279,7 +291,7 @@ int main(int argc, char** argv) {
     for (auto [count, c] : frequent)
       std::printf("  token %6u %-16s occurs %llu times\n", c,
                   c < vocab.size() ? vocab[c].c_str() : "", (unsigned long long)count);
-    if (verify) std::printf("verify: OK (checksums, structure, self-test samples) in %.0f ms\n",
+    if (verify) std::printf("verify: OK (checksums, structure, accelerators, self-test samples) in %.0f ms\n",
                             verify_ms);
     return 0;
   });

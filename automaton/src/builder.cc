@@ -768,8 +768,15 @@ WriteReport Automaton<Id>::Write(format::IndexWriter& writer, const IndexInfo& i
   if (!info.vocabulary.empty())
     writer.AddSection("VOCB", format::EncodeVocabulary(info.vocabulary), /*compress=*/true);
   writer.AddSection("TEST", format::EncodeSelfTest(tests), /*compress=*/true);
-  writer.Finish(h);
   report.write_seconds = Seconds(t1);
+  if (info.accelerators) {
+    const auto t2 = std::chrono::steady_clock::now();
+    writer.AddAccelerators(h, *info.accelerators);
+    report.accelerator_seconds = Seconds(t2);
+  }
+  const auto t3 = std::chrono::steady_clock::now();
+  writer.Finish(h);
+  report.write_seconds += Seconds(t3);
   report.sections = writer.sections();
   for (const auto& sec : report.sections)
     report.file_bytes = std::max(report.file_bytes, sec.offset + sec.stored_bytes);

@@ -18,6 +18,7 @@
 
 #include "layout.h"
 #include "structure_checks.h"
+#include "sam/format/accelerators.h"
 #include "sam/format/huge_buffer.h"
 #include "sam/format/index.h"
 #include "sam/format/sections.h"
@@ -380,6 +381,9 @@ std::vector<SectionInfo> ReadSectionTable(const uint8_t* h, uint64_t size, const
         Fail(ErrorCode::kBadSectionTable, p,
              where + " has " + Num(si.stored_bytes) + " bytes, the header implies " +
                  Num(want));
+    } else if (known && known->mapped) {
+      if (si.codec != "raw" || si.offset % kAlignment != 0 || si.raw_bytes != si.stored_bytes)
+        Fail(ErrorCode::kBadSectionTable, p, where + " must be raw and page-aligned");
     } else if (si.codec == "raw" && si.raw_bytes != si.stored_bytes) {
       Fail(ErrorCode::kBadSectionTable, p, where + ": raw section with differing sizes");
     } else if (si.raw_bytes > (uint64_t{1} << 34)) {
@@ -564,7 +568,19 @@ void IndexFile::Init(const OpenOptions& options) {
   v.degree_bit_count_ = s + e;
   v.select_samples_ = packed("ESEL", select_samples, hd.select_width);
   v.select_rate_log2_ = hd.select_rate_log2;
-
+  // The accelerator sections (FORMAT.md section 12): their heads, in O(1).
+  auto bytes_of = [&](const char* tag) {
+    const SectionInfo* si = FindSection(tag);
+    return si ? std::span<const uint8_t>(SectionData(*si), si->stored_bytes)
+              : std::span<const uint8_t>();
+  };
+  try {
+    if (FindSection("HUBS")) v.hubs_ = ParseHubTables(bytes_of("HUBS"), v, p);
+    if (FindSection("FILT")) v.edge_filter_ = ParseEdgeFilter(bytes_of("FILT"), v, p);
+  } catch (const FormatError&) {
+    CheckSectionChecksums(data_, sections_, p);  // an accident is reported as such
+    throw;
+  }
 
   if (options.verify) {
     Verify();
@@ -648,6 +664,12 @@ void IndexFile::Verify() const {
   ReadMetadata();
   ReadVocabulary();
   const IndexView& v = view();
+  auto bytes_of = [&](const char* tag) {
+    const SectionInfo* si = FindSection(tag);
+    return si ? std::span<const uint8_t>(SectionData(*si), si->stored_bytes)
+              : std::span<const uint8_t>();
+  };
+  VerifyAccelerators(v, bytes_of("HUBS"), bytes_of("FILT"), p);
   const uint64_t n = v.num_tokens();
   auto corrupt = [&](const std::string& what) { Fail(ErrorCode::kCorruptStructure, p, what); };
   // Self-test samples: walk each stored substring and compare.

@@ -1,4 +1,4 @@
-// Byte layout of format v1 (see format/FORMAT.md): offsets, tags, feature
+// Byte layout of format 1.x (see format/FORMAT.md): offsets, tags, feature
 // bits, and little-endian field helpers shared by the reader and the writer.
 #ifndef SAM_FORMAT_SRC_LAYOUT_H_
 #define SAM_FORMAT_SRC_LAYOUT_H_
@@ -16,7 +16,7 @@ namespace sam::format::layout {
 inline constexpr uint8_t kMagic[8] = {0x89, 'S', 'A', 'M', '\r', '\n', 0x1a, '\n'};
 inline constexpr uint8_t kMagicIncomplete[8] = {0x89, 'S', 'A', 'M', 'T', 'M', 'P', '\n'};
 inline constexpr uint16_t kMajorVersion = 1;
-inline constexpr uint16_t kMinorVersion = 0;
+inline constexpr uint16_t kMinorVersion = 1;
 inline constexpr uint32_t kByteOrderMark = 0x01020304;
 inline constexpr uint32_t kHeaderSize = 256;
 inline constexpr uint32_t kSectionEntrySize = 64;
@@ -29,6 +29,8 @@ inline constexpr uint64_t kKnownRequiredFeatures = kFeatureAutomatonV1;
 // Optional feature bits: unknown ones are ignored.
 inline constexpr uint64_t kFeatureVocabulary = 1ull << 0;
 inline constexpr uint64_t kFeatureSelfTest = 1ull << 1;
+inline constexpr uint64_t kFeatureHubTables = 1ull << 2;
+inline constexpr uint64_t kFeatureEdgeFilter = 1ull << 3;
 
 // Header field offsets.
 enum HeaderOffset : uint32_t {
@@ -86,6 +88,7 @@ struct SectionKind {
   bool required;              // the table entry's required flag; the reader refuses a file without it
   bool hot;                   // raw, page-aligned, size implied by the header
   uint64_t optional_feature;  // the optional feature bit that says the section is present (0: none)
+  bool mapped = false;        // raw and page-aligned (read in place), its size given by its own head
 };
 inline constexpr SectionKind kSectionKinds[] = {
     {"TEXT", true, true, 0},   {"LINK", true, true, 0},  {"CLEN", true, true, 0},
@@ -94,6 +97,8 @@ inline constexpr SectionKind kSectionKinds[] = {
     {"ESEL", true, true, 0},   {"META", true, false, 0},
     {"VOCB", false, false, kFeatureVocabulary},
     {"TEST", false, false, kFeatureSelfTest},
+    {"HUBS", false, false, kFeatureHubTables, true},
+    {"FILT", false, false, kFeatureEdgeFilter, true},
 };
 // The known section with this tag, or nullptr.
 inline const SectionKind* FindSectionKind(const std::string& tag) {

@@ -5,6 +5,7 @@
 #include "sam/format/writer.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>
 #include <zstd.h>
@@ -13,6 +14,7 @@
 #include <cstring>
 
 #include "layout.h"
+#include "sam/format/accelerators.h"
 #include "sam/format/file_checks.h"
 #include "sam/format/temp_files.h"
 
@@ -131,78 +133,163 @@ void IndexWriter::AddSection(const std::string& tag, std::span<const uint8_t> by
   sections_.push_back(s);
 }
 
+std::vector<uint8_t> IndexWriter::HeadAndTable(const IndexHeader& in) {
+  for (const SectionKind& k : kSectionKinds) {
+    bool present = false;
+    for (const SectionInfo& s : sections_) present |= s.tag == k.tag;
+    if (k.required && !present)
+      Fail(ErrorCode::kInvalidArgument, path_,
+           std::string("required section ") + k.tag + " was not written");
+  }
+  auto check_token_id = [&](const char* field, uint32_t id) {
+    if (id != kNoToken && id >= in.vocab_size)
+      Fail(ErrorCode::kInvalidArgument, path_,
+           std::string(field) + " " + std::to_string(id) + " is not below the vocab size " +
+               std::to_string(in.vocab_size));
+  };
+  check_token_id("BOS id", in.bos_id);
+  check_token_id("EOS id", in.eos_id);
+  const uint32_t nsec = static_cast<uint32_t>(sections_.size());
+  std::vector<uint8_t> out(kHeaderSize + uint64_t{nsec} * kSectionEntrySize, 0);
+  uint8_t* head = out.data();
+  uint64_t optional = 0;
+  for (uint32_t i = 0; i < nsec; ++i) {
+    const SectionInfo& s = sections_[i];
+    uint8_t* t = head + kHeaderSize + uint64_t{i} * kSectionEntrySize;
+    Write32(t + kSecTag, TagValue(s.tag.c_str()));
+    Write32(t + kSecCodec, s.codec == "zstd" ? kCodecZstd : kCodecRaw);
+    const SectionKind& kind = *FindSectionKind(s.tag);
+    Write32(t + kSecFlags, kind.required ? kSectionRequired : 0);
+    Write64(t + kSecOffset, s.offset);
+    Write64(t + kSecStored, s.stored_bytes);
+    Write64(t + kSecRaw, s.raw_bytes);
+    Write64(t + kSecChecksum, s.checksum);
+    optional |= kind.optional_feature;
+    sections_[i].required = kind.required;
+  }
+  std::memcpy(head + kOffMagic, kMagic, 8);
+  Write16(head + kOffMajor, kMajorVersion);
+  Write16(head + kOffMinor, kMinorVersion);
+  Write32(head + kOffByteOrder, kByteOrderMark);
+  Write64(head + kOffRequired, kFeatureAutomatonV1);
+  Write64(head + kOffOptional, optional);
+  Write64(head + kOffFileSize, end_);
+  Write32(head + kOffHeaderSize, kHeaderSize);
+  Write32(head + kOffSectionCount, nsec);
+  Write32(head + kOffSectionTable, kHeaderSize);
+  Write32(head + kOffAlignment, kAlignment);
+  Write64(head + kOffNumTokens, in.num_tokens);
+  Write64(head + kOffNumClones, in.num_clones);
+  Write64(head + kOffNumStates, in.num_states);
+  Write64(head + kOffNumEdges, in.num_edges);
+  Write64(head + kOffNumDocuments, in.num_documents);
+  Write64(head + kOffNumPrefixCounts, in.num_prefix_counts);
+  Write32(head + kOffVocabSize, in.vocab_size);
+  Write32(head + kOffSeparator, in.separator_id);
+  Write32(head + kOffBos, in.bos_id);
+  Write32(head + kOffEos, in.eos_id);
+  head[kOffTokenWidth] = in.token_width;
+  head[kOffStateWidth] = in.state_width;
+  head[kOffPositionWidth] = in.position_width;
+  head[kOffCloneLenWidth] = in.clone_len_width;
+  head[kOffCountWidth] = in.count_width;
+  head[kOffSelectWidth] = in.select_width;
+  Write16(head + kOffSelectRateLog2, in.select_rate_log2);
+  std::memcpy(head + kOffTokenizerSha, in.tokenizer_sha256.data(), 32);
+  Write64(head + kOffHeaderChecksum, XXH3_64bits(out.data(), out.size()));
+  return out;
+}
+
+void IndexWriter::AddAccelerators(const IndexHeader& header, const AcceleratorParams& params) {
+  if (finished_ || (fd_ < 0 && memory_ == nullptr))
+    Fail(ErrorCode::kInvalidArgument, path_, "writer is closed");
+  // The automaton as written so far, read in place: its header and table
+  // go into a private copy-on-write mapping of the temporary file (or into
+  // the memory output, which Finish() rewrites), so that the sections are
+  // computed from exactly the bytes the file holds.
+  const std::vector<uint8_t> head = HeadAndTable(header);
+  AcceleratorImages images;
+  if (memory_ != nullptr) {
+    WriteAt(0, head.data(), head.size());
+    memory_->resize(end_);
+    IndexFile f = IndexFile::FromBuffer(memory_->data(), memory_->size(), path_);
+    images = BuildAccelerators(f.view(), params);
+  } else {
+    const int fd = ::open(temp_path_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) Fail(ErrorCode::kIo, path_, "cannot reopen " + temp_path_ + ": " + Errno());
+    if (::ftruncate(fd_, static_cast<off_t>(end_)) != 0) {
+      ::close(fd);
+      Fail(ErrorCode::kIo, path_, "cannot size the file: " + Errno());
+    }
+    void* map = ::mmap(nullptr, end_, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
+    const int err = errno;
+    ::close(fd);
+    if (map == MAP_FAILED)
+      Fail(ErrorCode::kIo, path_, std::string("cannot map ") + temp_path_ + ": " + std::strerror(err));
+    try {
+      std::memcpy(map, head.data(), head.size());
+      IndexFile f = IndexFile::FromBuffer(map, end_, path_);
+      images = BuildAccelerators(f.view(), params);
+    } catch (...) {
+      ::munmap(map, end_);
+      throw;
+    }
+    ::munmap(map, end_);
+  }
+  auto bytes = [](const HugeBuffer& b) {
+    return std::span<const uint8_t>(static_cast<const uint8_t*>(b.data()), b.size());
+  };
+  AddSection("HUBS", bytes(images.hubs));
+  if (images.filter.size() != 0) AddSection("FILT", bytes(images.filter));
+}
+
+void IndexWriter::CopySection(const SectionInfo& info, std::span<const uint8_t> stored) {
+  if (info.codec == "raw") {
+    AddSection(info.tag, stored);
+    return;
+  }
+  if (finished_ || (fd_ < 0 && memory_ == nullptr))
+    Fail(ErrorCode::kInvalidArgument, path_, "writer is closed");
+  const SectionKind* kind = FindSectionKind(info.tag);
+  if (!kind || kind->hot || kind->mapped || info.codec != "zstd")
+    Fail(ErrorCode::kInvalidArgument, path_, "section " + info.tag + " cannot be copied");
+  if (!sections_.empty() && FindSectionKind(sections_.back().tag) >= kind)
+    Fail(ErrorCode::kInvalidArgument, path_,
+         "section " + info.tag + " added after " + sections_.back().tag);
+  SectionInfo s;
+  s.tag = info.tag;
+  s.codec = "zstd";
+  s.raw_bytes = info.raw_bytes;
+  s.offset = AlignUp(end_, 8);
+  s.stored_bytes = stored.size();
+  s.checksum = XXH3_64bits(stored.data(), stored.size());
+  WriteAt(s.offset, stored.data(), stored.size());
+  end_ = s.offset + s.stored_bytes;
+  sections_.push_back(s);
+}
+
+bool AddAcceleratorsToFile(const std::string& path, const AcceleratorParams& params) {
+  OpenOptions verify;
+  verify.verify = true;
+  const IndexFile in = IndexFile::Open(path, verify);
+  if (in.view().hubs().present()) return false;
+  IndexWriter out(path);  // a temporary file renamed over `path` when complete
+  for (const SectionInfo& s : in.sections()) {
+    if (!FindSectionKind(s.tag)) continue;  // (an unknown optional section: not carried over)
+    out.CopySection(s, in.StoredBytes(s));
+  }
+  out.AddAccelerators(in.header(), params);
+  out.Finish(in.header());
+  return true;
+}
+
 void IndexWriter::Finish(const IndexHeader& in) {
   if (finished_ || (fd_ < 0 && memory_ == nullptr))
     Fail(ErrorCode::kInvalidArgument, path_, "writer is closed");
   try {
-    for (const SectionKind& k : kSectionKinds) {
-      bool present = false;
-      for (const SectionInfo& s : sections_) present |= s.tag == k.tag;
-      if (k.required && !present)
-        Fail(ErrorCode::kInvalidArgument, path_,
-             std::string("required section ") + k.tag + " was not written");
-    }
-    auto check_token_id = [&](const char* field, uint32_t id) {
-      if (id != kNoToken && id >= in.vocab_size)
-        Fail(ErrorCode::kInvalidArgument, path_,
-             std::string(field) + " " + std::to_string(id) + " is not below the vocab size " +
-                 std::to_string(in.vocab_size));
-    };
-    check_token_id("BOS id", in.bos_id);
-    check_token_id("EOS id", in.eos_id);
-    const uint32_t nsec = static_cast<uint32_t>(sections_.size());
-    std::vector<uint8_t> table(uint64_t{nsec} * kSectionEntrySize, 0);
-    uint64_t optional = 0;
-    for (uint32_t i = 0; i < nsec; ++i) {
-      const SectionInfo& s = sections_[i];
-      uint8_t* t = table.data() + uint64_t{i} * kSectionEntrySize;
-      Write32(t + kSecTag, TagValue(s.tag.c_str()));
-      Write32(t + kSecCodec, s.codec == "zstd" ? kCodecZstd : kCodecRaw);
-      const SectionKind& kind = *FindSectionKind(s.tag);
-      Write32(t + kSecFlags, kind.required ? kSectionRequired : 0);
-      Write64(t + kSecOffset, s.offset);
-      Write64(t + kSecStored, s.stored_bytes);
-      Write64(t + kSecRaw, s.raw_bytes);
-      Write64(t + kSecChecksum, s.checksum);
-      optional |= kind.optional_feature;
-      sections_[i].required = kind.required;
-    }
-    uint8_t head[kHeaderSize] = {};
-    std::memcpy(head + kOffMagic, kMagic, 8);
-    Write16(head + kOffMajor, kMajorVersion);
-    Write16(head + kOffMinor, kMinorVersion);
-    Write32(head + kOffByteOrder, kByteOrderMark);
-    Write64(head + kOffRequired, kFeatureAutomatonV1);
-    Write64(head + kOffOptional, optional);
-    Write64(head + kOffFileSize, end_);
-    Write32(head + kOffHeaderSize, kHeaderSize);
-    Write32(head + kOffSectionCount, nsec);
-    Write32(head + kOffSectionTable, kHeaderSize);
-    Write32(head + kOffAlignment, kAlignment);
-    Write64(head + kOffNumTokens, in.num_tokens);
-    Write64(head + kOffNumClones, in.num_clones);
-    Write64(head + kOffNumStates, in.num_states);
-    Write64(head + kOffNumEdges, in.num_edges);
-    Write64(head + kOffNumDocuments, in.num_documents);
-    Write64(head + kOffNumPrefixCounts, in.num_prefix_counts);
-    Write32(head + kOffVocabSize, in.vocab_size);
-    Write32(head + kOffSeparator, in.separator_id);
-    Write32(head + kOffBos, in.bos_id);
-    Write32(head + kOffEos, in.eos_id);
-    head[kOffTokenWidth] = in.token_width;
-    head[kOffStateWidth] = in.state_width;
-    head[kOffPositionWidth] = in.position_width;
-    head[kOffCloneLenWidth] = in.clone_len_width;
-    head[kOffCountWidth] = in.count_width;
-    head[kOffSelectWidth] = in.select_width;
-    Write16(head + kOffSelectRateLog2, in.select_rate_log2);
-    std::memcpy(head + kOffTokenizerSha, in.tokenizer_sha256.data(), 32);
-    XXH3_state_t* st = XXH3_createState();
-    XXH3_64bits_reset(st);
-    XXH3_64bits_update(st, head, kHeaderSize);
-    XXH3_64bits_update(st, table.data(), table.size());
-    Write64(head + kOffHeaderChecksum, XXH3_64bits_digest(st));
-    XXH3_freeState(st);
+    const std::vector<uint8_t> all = HeadAndTable(in);
+    const std::vector<uint8_t> table(all.begin() + kHeaderSize, all.end());
+    const uint8_t* head = all.data();
 
     if (memory_ != nullptr) {
       memory_->resize(end_);

@@ -474,7 +474,7 @@ class IndexBuild {
   void ReportConstructed(size_t ci, uint64_t done, uint64_t ndocs);
   void NewBuilder();
   void AddDocument(size_t ci, const std::vector<uint32_t>& doc);
-  automaton::IndexInfo MakeIndexInfo(const nlohmann::json& meta) const;
+  automaton::IndexInfo MakeIndexInfo(const nlohmann::json& meta, bool shard) const;
   nlohmann::json BuildOptionsJson() const;
   nlohmann::json BaseMeta() const;
   nlohmann::json WholeBuildMeta() const;
@@ -689,7 +689,7 @@ void IndexBuild::AddDocument(size_t ci, const std::vector<uint32_t>& doc) {
 }
 
 // Everything an index file holds besides the automaton; `meta` for META.
-automaton::IndexInfo IndexBuild::MakeIndexInfo(const nlohmann::json& meta) const {
+automaton::IndexInfo IndexBuild::MakeIndexInfo(const nlohmann::json& meta, bool shard) const {
   automaton::IndexInfo info;
   if (tok_) {
     info.tokenizer_sha256 = tok_->sha256();
@@ -698,6 +698,12 @@ automaton::IndexInfo IndexBuild::MakeIndexInfo(const nlohmann::json& meta) const
     info.vocabulary = tok_->Pieces();
   }
   info.metadata_json = meta.dump();
+  // The drafting accelerators, computed once here instead of in every
+  // process that opens the file: a shard's child lists are as long as a
+  // shard set's drafting reads.
+  format::AcceleratorParams accelerators;
+  if (shard) accelerators.top_k = format::kShardTopK;
+  if (cfg_.accelerators) info.accelerators = accelerators;
   return info;
 }
 
@@ -780,7 +786,7 @@ void IndexBuild::FinishShard() {
   // Under a temporary name until the whole set is written (CommitShardSet).
   format::CheckOutputPath(shard_.path, inputs_);
   const std::string staged = StagedShardPath(shard_.path);
-  const automaton::WriteReport w = builder_->Write(staged, MakeIndexInfo(meta));
+  const automaton::WriteReport w = builder_->Write(staged, MakeIndexInfo(meta, /*shard=*/true));
   written_.paths.push_back(staged);
   format::RegisterTempFile(staged);  // a signal removes it (when the registry has room)
   builder_.reset();
@@ -795,6 +801,7 @@ void IndexBuild::FinishShard() {
   shard_.peak_rss_bytes = PeakRssBytes();
   rep_.transitions += w.transitions;
   rep_.edges += w.explicit_edges;
+  rep_.accelerator_seconds += w.accelerator_seconds;
   rep_.shards.push_back(shard_);
   ResetPeakRss();
 }
@@ -959,7 +966,7 @@ void IndexBuild::WriteSingleIndex(const nlohmann::json& meta) {
   rep_.index_path = SingleIndexPath(cfg_.output_path);
   Report({"write", rep_.index_path, 0, 0, tokens_added_, cfg_.corpora.size(),
           cfg_.corpora.size()});
-  const automaton::IndexInfo info = MakeIndexInfo(meta);
+  const automaton::IndexInfo info = MakeIndexInfo(meta, /*shard=*/cfg_.shard_count != 0);
 #ifdef __GLIBC__
   // The corpora were read and tokenized on other threads, whose malloc arenas
   // keep the freed documents resident; give them back before the freeze
@@ -988,7 +995,8 @@ void IndexBuild::WriteSingleIndex(const nlohmann::json& meta) {
   }
   builder_.reset();
   release.join();
-  rep_.write_seconds = w.freeze_seconds + w.write_seconds;
+  rep_.write_seconds = w.freeze_seconds + w.write_seconds + w.accelerator_seconds;
+  rep_.accelerator_seconds = w.accelerator_seconds;
   rep_.transitions = w.transitions;
   rep_.edges = w.explicit_edges;
   rep_.file_bytes = w.file_bytes;

@@ -43,11 +43,13 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "sam/export.h"
+#include "sam/format/accelerators.h"
 #include "sam/format/error.h"
 #include "sam/format/packed.h"
 
@@ -347,6 +349,11 @@ class SAM_API IndexView {
   uint64_t degree_bit_count() const { return degree_bit_count_; }
   const PackedView& select_samples() const { return select_samples_; }
   unsigned select_rate_log2() const { return select_rate_log2_; }
+  // The accelerator sections (HUBS, FILT), parsed at open; absent (present()
+  // false) in a file that has none. Their contents are checked by --verify
+  // only: a reader bounds every value it takes from them.
+  const HubTables& hubs() const { return hubs_; }
+  const EdgeFilter& edge_filter() const { return edge_filter_; }
 
  private:
   friend class IndexFile;
@@ -379,6 +386,8 @@ class SAM_API IndexView {
   uint64_t degree_bit_count_ = 0;
   PackedView select_samples_;              // position of every 2^r-th one
   unsigned select_rate_log2_ = 6;
+  HubTables hubs_;
+  EdgeFilter edge_filter_;
 };
 
 struct SAM_API OpenOptions {
@@ -435,6 +444,10 @@ class SAM_API IndexFile {
   const IndexHeader& header() const { return header_; }
   const std::string& path() const { return path_; }
   const std::vector<SectionInfo>& sections() const { return sections_; }
+  // A section's bytes as stored in the file (compressed ones compressed).
+  std::span<const uint8_t> StoredBytes(const SectionInfo& s) const {
+    return std::span<const uint8_t>(SectionData(s), s.stored_bytes);
+  }
   // Parses the META section (zstd JSON). Throws FormatError if corrupt.
   Metadata ReadMetadata() const;
   // The vocabulary pieces stored at build time (VOCB section); empty if absent.

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "sam/format/accelerators.h"
 #include "sam/format/index.h"
 
 namespace sam::format {
@@ -42,11 +43,21 @@ class IndexWriter {
   // automaton come from header; versions, features, sizes are filled in),
   // fsyncs, renames to the final path and fsyncs the directory.
   void Finish(const IndexHeader& header);
+  // Computes the accelerator sections (HUBS, FILT: sam/format/accelerators.h)
+  // from the sections written so far, which must be all the others, and
+  // appends them. `header` is the one Finish() will get.
+  void AddAccelerators(const IndexHeader& header, const AcceleratorParams& params);
+  // Appends a section of another index file as it is stored there (a
+  // compressed one is not compressed again).
+  void CopySection(const SectionInfo& info, std::span<const uint8_t> stored);
   // Bytes written so far per section, for reports.
   const std::vector<SectionInfo>& sections() const { return sections_; }
 
  private:
   void WriteAt(uint64_t offset, const void* data, size_t size);
+  // The header (its checksum included) and the section table for the
+  // sections written so far.
+  std::vector<uint8_t> HeadAndTable(const IndexHeader& header);
   void Abort() noexcept;
 
   std::string path_;
@@ -57,6 +68,13 @@ class IndexWriter {
   std::vector<SectionInfo> sections_;
   bool finished_ = false;
 };
+
+// Rewrites the index file at `path` with the accelerator sections (HUBS,
+// FILT) computed with `params`, atomically (a temporary file renamed over
+// it); every other section is carried over byte for byte. The file is
+// verified first (IndexFile::Verify). Returns false, changing nothing, when
+// the file already has them. Throws FormatError.
+bool AddAcceleratorsToFile(const std::string& path, const AcceleratorParams& params);
 
 }  // namespace sam::format
 

@@ -123,6 +123,10 @@ struct BuildConfig {
   // Id type and minimum widths (defaults: 32-bit ids widened as needed,
   // widths from the data); the others test the 64-bit paths.
   automaton::BuilderOptions builder_options;
+  // The accelerator sections (HUBS, FILT: format/FORMAT.md section 12); off
+  // writes a format 1.0 file, which the runtime prepares at open (tests and
+  // benchmarks of that path).
+  bool accelerators = true;
   // Bound on the build's memory in bytes (0: none); see the top of this file.
   uint64_t max_memory_bytes = 0;
   // Distributed builds (sam-build --shard I/N): with shard_count N > 0, only
@@ -168,6 +172,8 @@ struct BuildReport {
   // constructing, freezing and writing.
   double read_seconds = 0, tokenize_seconds = 0, construct_seconds = 0, write_seconds = 0;
   double total_seconds = 0;
+  // Of write_seconds: computing the accelerator sections (HUBS, FILT).
+  double accelerator_seconds = 0;
   uint64_t peak_rss_bytes = 0;
   bool segment_cache = false;
   double cache_hit_rate = 0;
