@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -89,11 +90,83 @@ uint64_t Walk(const sam::format::IndexView& v, const Tokens& s) {
 
 // The reader answers every question about the committed file as a brute-force
 // search of the inputs does.
-TEST(Golden, ReaderAnswersLikeBruteForceOnTheInputs) {
+// The accelerator sections against a brute-force reading of the automaton:
+// the hubs are exactly the states (the root aside) with at least
+// min_degree transitions other than the implicit one; each hub's label
+// table finds every token's transition, as IndexView::Next does, and none
+// for the others; its children are its heaviest (count descending, then
+// token), enumerated and sorted here; the filter says "maybe" for every
+// transition of the other states.
+void AcceleratorsAgreeWithBruteForce(const sam::format::IndexView& v,
+                                     const sam::format::AcceleratorParams& params) {
+  const sam::format::HubTables& hubs = v.hubs();
+  ASSERT_TRUE(hubs.present());
+  EXPECT_EQ(hubs.min_degree, params.min_degree);
+  EXPECT_EQ(hubs.top_k, params.top_k);
+  ASSERT_EQ(v.edge_filter().present(), params.filter_bits_per_edge > 0);
+  uint64_t found = 0;
+  for (uint64_t s = 1; s < v.num_states(); ++s) {
+    struct Kid {
+      uint32_t token;
+      uint64_t target, count;
+    };
+    std::vector<Kid> kids;  // every transition (document ends aside)
+    size_t explicit_edges = 0;  // the implicit s -> s+1 left out
+    for (uint32_t c = 0; c < v.vocab_size(); ++c) {
+      const uint64_t t = v.Next(s, c);
+      if (t == kNoState) continue;
+      kids.push_back({c, t, v.Count(t)});
+      explicit_edges += !(s < v.num_tokens() && t == s + 1);
+    }
+    const bool hub = explicit_edges >= params.min_degree;
+    ASSERT_EQ((hubs.bits[s >> 6] >> (s & 63) & 1) != 0, hub) << "state " << s;
+    if (!hub) {
+      for (const Kid& k : kids)
+        if (!(s < v.num_tokens() && k.target == s + 1))
+          ASSERT_TRUE(v.edge_filter().MayContain(s, k.token)) << "state " << s << " token " << k.token;
+      continue;
+    }
+    ++found;
+    const sam::format::HubEntry* entry = nullptr;
+    for (uint64_t i = 0; i <= hubs.mask; ++i)
+      if (hubs.table[i].key == s + 1) entry = &hubs.table[i];
+    ASSERT_NE(entry, nullptr) << "hub " << s << " has no table entry";
+    for (uint32_t c = 0; c < v.vocab_size(); ++c) {
+      uint64_t got = kNoState;
+      for (uint64_t i = 0; i < entry->num_slots; ++i) {
+        const sam::format::LabelSlot& slot = hubs.slots[entry->slot_begin + i];
+        if (slot.label == c)
+          got = hubs.slots_hold_targets ? slot.value : v.edges().Get(entry->edge_begin + slot.value);
+      }
+      const uint64_t want = v.Next(s, c);
+      const bool explicit_edge = want != kNoState && !(s < v.num_tokens() && want == s + 1);
+      ASSERT_EQ(got, explicit_edge ? want : kNoState) << "hub " << s << " token " << c;
+    }
+    std::sort(kids.begin(), kids.end(), [](const Kid& a, const Kid& b) {
+      return a.count != b.count ? a.count > b.count : a.token < b.token;
+    });
+    const size_t k = std::min<size_t>(kids.size(), params.top_k);
+    ASSERT_EQ(hubs.sizes[entry->hub], k) << "hub " << s;
+    for (size_t i = 0; i < k; ++i) {
+      const sam::format::HubChild& c = hubs.children[uint64_t{entry->hub} * hubs.top_k + i];
+      ASSERT_EQ(c.token, kids[i].token) << "hub " << s << " child " << i;
+      ASSERT_EQ(c.target, kids[i].target);
+      ASSERT_EQ(c.count, kids[i].count);
+    }
+  }
+  EXPECT_EQ(found, hubs.num_hubs);
+  EXPECT_GT(found, 0u) << "a golden file with accelerators should have hubs";
+}
+
+// The golden files of `dir`, written in format 1.`minor`: 1.0 files have no
+// accelerator sections (a reader must still read them; the runtime prepares
+// them at open).
+void ReaderAnswersLikeBruteForce(const fs::path& dir, uint16_t minor) {
   for (const fs::path& json : Specs()) {
-    const auto spec = sam::golden::LoadGoldenSpec(json);
-    SCOPED_TRACE(spec.name);
-    const fs::path sam_path = kGoldenDir / (spec.name + ".sam");
+    auto spec = sam::golden::LoadGoldenSpec(json);
+    if (minor == 0) spec.info.accelerators.reset();
+    SCOPED_TRACE(spec.name + " in " + dir.string());
+    const fs::path sam_path = dir / (spec.name + ".sam");
     ASSERT_TRUE(fs::exists(sam_path)) << sam_path;
     sam::format::OpenOptions verify;
     verify.verify = true;
@@ -104,6 +177,7 @@ TEST(Golden, ReaderAnswersLikeBruteForceOnTheInputs) {
     // Header and cold sections: the inputs as given.
     const auto& h = f.header();
     EXPECT_EQ(h.major_version, 1);
+    EXPECT_EQ(h.minor_version, minor);
     EXPECT_EQ(h.vocab_size, spec.vocab_size);
     EXPECT_EQ(h.separator_id, spec.vocab_size);
     EXPECT_EQ(h.bos_id, spec.info.bos_id);
@@ -119,6 +193,10 @@ TEST(Golden, ReaderAnswersLikeBruteForceOnTheInputs) {
                                      "EDGE", "EDEG", "ESEL", "META"};
     if (!spec.info.vocabulary.empty()) want.push_back("VOCB");
     want.push_back("TEST");
+    if (spec.info.accelerators) {
+      want.push_back("HUBS");
+      if (spec.info.accelerators->filter_bits_per_edge > 0) want.push_back("FILT");
+    }
     EXPECT_EQ(tags, want);
 
     // The text, token by token.
@@ -170,8 +248,13 @@ TEST(Golden, ReaderAnswersLikeBruteForceOnTheInputs) {
     // vocabulary, and a document followed by its own separator's successor.
     EXPECT_EQ(v.Next(kRoot, spec.vocab_size), kNoState);
     EXPECT_EQ(v.Next(kRoot, spec.vocab_size + 1), kNoState);
+    if (spec.info.accelerators) AcceleratorsAgreeWithBruteForce(v, *spec.info.accelerators);
   }
 }
+
+TEST(Golden, ReaderAnswersLikeBruteForceOnTheInputs) { ReaderAnswersLikeBruteForce(kGoldenDir, 1); }
+
+TEST(Golden, ReaderReadsFormat1_0Files) { ReaderAnswersLikeBruteForce(kGoldenDir / "1.0", 0); }
 
 // Every byte of a file that must not depend on the zstd version: the header
 // (less the file size and checksum), the table (less the stored sizes,

@@ -94,6 +94,11 @@ int main(int argc, char** argv) {
     Docs hub;
     for (uint32_t i = 0; i < 40; ++i) hub.push_back({7, 5, 100 + i, 5, 100 + (i * 7) % 40});
     Write(dir, "hub", hub, 300, small_info);
+    // The same with the accelerator sections (HUBS, FILT) of small hubs.
+    sam::automaton::IndexInfo accelerated = small_info;
+    accelerated.accelerators = sam::format::AcceleratorParams{.min_degree = 4, .top_k = 4,
+                                                              .filter_bits_per_edge = 10};
+    Write(dir, "hub_accelerated", hub, 300, accelerated);
 
     // BOS/EOS, a vocabulary section (VOCB), metadata, more self-test samples.
     sam::automaton::IndexInfo full;

@@ -172,6 +172,10 @@ Corpus BuildCorpus(const std::string& path) {
   }
   automaton::IndexInfo info;
   for (uint32_t t = 0; t < kVocab; ++t) info.vocabulary.push_back("t" + std::to_string(t));
+  // The accelerator sections with the parameters the sessions below use,
+  // so that they read the file's tables (damaged ones included).
+  info.accelerators = format::AcceleratorParams{.min_degree = 4, .top_k = 8,
+                                                .filter_bits_per_edge = 10};
   automaton::BuildIndexFile(c.docs, kVocab, path, info);
   c.bytes = ReadFile(path);
   return c;
@@ -364,13 +368,19 @@ TEST(CorruptIndex, EverySectionResealedWithDamageIsRefusedByVerifyAndNeverHangsA
   const std::string original_path = TempPath("corrupt_original.sam");
   const Corpus corpus = BuildCorpus(original_path);
   const std::vector<Section> sections = SectionsOf(corpus.bytes);
-  ASSERT_EQ(sections.size(), 13u) << "expected every section, VOCB and TEST included";
+  ASSERT_EQ(sections.size(), 15u) << "expected every section, VOCB, TEST, HUBS and FILT included";
   const std::vector<Workload> workloads = Workloads(corpus.docs);
 
   // The intact index: verify accepts it, and the harness reaches static drafts.
   format::OpenOptions verify;
   verify.verify = true;
   ASSERT_NO_THROW(format::IndexFile::Open(original_path, verify));
+  {
+    const format::IndexFile f = format::IndexFile::Open(original_path);
+    const auto prepared = StaticIndex::Create(&f.view(), {.min_degree = 4});
+    ASSERT_TRUE(prepared->accelerators_from_file());
+    ASSERT_GT(prepared->num_hubs(), 0u);
+  }
   std::vector<Drafts> intact;
   std::string error;
   DriveEverything(original_path, workloads, &intact, &error);
@@ -423,8 +433,8 @@ TEST(CorruptIndex, EverySectionResealedWithDamageIsRefusedByVerifyAndNeverHangsA
   }
   std::printf("%zu damaged files, %zu of them opened without verify and drafted from\n", checked,
               opened);
-  EXPECT_GE(checked, 13u * 7);
-  EXPECT_GE(opened, 13u * 2);  // the sessions did meet damaged indexes
+  EXPECT_GE(checked, 15u * 7);
+  EXPECT_GE(opened, 15u * 2);  // the sessions did meet damaged indexes
   std::remove(path.c_str());
   std::remove(original_path.c_str());
 }

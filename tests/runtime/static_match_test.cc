@@ -637,7 +637,9 @@ TEST(SharedStaticIndex, EdgeFilterHasNoFalseNegativesAndFewFalsePositives) {
   const format::IndexView& view = index.view();
   const auto s = sam::runtime::StaticIndex::Create(&view);
   size_t absent = 0, maybe_absent = 0, present = 0;
+  ASSERT_GT(s->num_hubs(), 0u);
   for (uint64_t v = 1; v < view.num_states(); ++v) {
+    if (s->IsHub(v)) continue;  // a hub's label table answers; the filter leaves hubs out
     std::vector<bool> explicit_label(200, false);
     view.ForEachChild(v, [&](uint32_t c, uint64_t t) {
       if (t != v + 1 || v >= view.num_tokens()) explicit_label[c] = true;
@@ -655,6 +657,96 @@ TEST(SharedStaticIndex, EdgeFilterHasNoFalseNegativesAndFewFalsePositives) {
   ASSERT_GT(present, 1000u);
   const double fpr = static_cast<double>(maybe_absent) / static_cast<double>(absent);
   EXPECT_LT(fpr, 0.03) << maybe_absent << " of " << absent;
+}
+
+// The accelerator sections of a file (format 1.1) against the same tables
+// computed at open from a file written without them (as format 1.0 files
+// are): every transition, every hub's children and every session's drafts
+// are the same; options other than the file's (another minimum degree,
+// another filter size, more children than stored) compute their own.
+TEST(SharedStaticIndex, FileSectionsAnswerAsTablesComputedAtOpen) {
+  std::mt19937 rng(31);
+  const Docs docs = HubDocs(rng, 300, 60, 50);
+  automaton::IndexInfo with;
+  with.accelerators = format::AcceleratorParams{.min_degree = 4, .top_k = 6,
+                                                .filter_bits_per_edge = 10};
+  const test_util::BuiltIndex plain(docs, 50, "sections_plain.sam");
+  const test_util::BuiltIndex mapped(docs, 50, "sections_mapped.sam", with);
+  ASSERT_FALSE(plain.view().hubs().present());
+  ASSERT_TRUE(mapped.view().hubs().present());
+  const sam::runtime::StaticIndex::Options o{.min_degree = 4, .top_k = 6};
+  const auto computed = sam::runtime::StaticIndex::Create(&plain.view(), o);
+  const auto from_file = sam::runtime::StaticIndex::Create(&mapped.view(), o);
+  EXPECT_FALSE(computed->accelerators_from_file());
+  ASSERT_TRUE(from_file->accelerators_from_file());
+  EXPECT_EQ(from_file->memory_bytes(), sizeof(sam::runtime::StaticIndex));  // nothing private
+  EXPECT_GT(computed->memory_bytes(), computed->hub_bytes());
+  EXPECT_EQ(from_file->hub_bytes(), computed->hub_bytes());
+  EXPECT_EQ(from_file->filter_bytes(), computed->filter_bytes());
+  ASSERT_GT(from_file->num_hubs(), 10u);
+  EXPECT_EQ(from_file->num_hubs(), computed->num_hubs());
+  std::vector<sam::runtime::StaticIndex::Child> scratch;
+  for (uint64_t v = 0; v < plain.view().num_states(); ++v) {
+    for (uint32_t c = 0; c <= 51; ++c) {
+      ASSERT_EQ(from_file->Next(v, c), plain.view().Next(v, c)) << v << " " << c;
+      ASSERT_EQ(computed->Next(v, c), plain.view().Next(v, c)) << v << " " << c;
+    }
+    std::span<const sam::runtime::StaticIndex::Child> a, b;
+    ASSERT_EQ(from_file->TopChildren(v, &a), computed->TopChildren(v, &b)) << v;
+    ASSERT_EQ(a.size(), b.size()) << v;
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_EQ(a[i].token, b[i].token);
+      EXPECT_EQ(a[i].target, b[i].target);
+      EXPECT_EQ(a[i].count, b[i].count);
+    }
+  }
+  // Fewer children than stored: the file's first ones. Anything else: computed.
+  EXPECT_TRUE(sam::runtime::StaticIndex::Create(&mapped.view(), {.min_degree = 4, .top_k = 2})
+                  ->accelerators_from_file());
+  for (const sam::runtime::StaticIndex::Options other :
+       {sam::runtime::StaticIndex::Options{.min_degree = 5, .top_k = 6},
+        sam::runtime::StaticIndex::Options{.min_degree = 4, .top_k = 7},
+        sam::runtime::StaticIndex::Options{.min_degree = 4, .top_k = 6, .filter_bits_per_edge = 12}}) {
+    const auto s = sam::runtime::StaticIndex::Create(&mapped.view(), other);
+    EXPECT_FALSE(s->accelerators_from_file()) << other.min_degree << " " << other.top_k;
+    for (uint64_t v = 0; v < plain.view().num_states(); v += 7)
+      for (uint32_t c = 0; c < 50; c += 3) ASSERT_EQ(s->Next(v, c), plain.view().Next(v, c));
+  }
+  // Sessions draft the same, with every policy.
+  for (const sam::runtime::Policy policy :
+       {sam::runtime::Policy::kPaper, sam::runtime::Policy::kTree,
+        sam::runtime::Policy::kCalibrated}) {
+    sam::runtime::SessionOptions so;
+    so.policy = policy;
+    sam::runtime::Session x(so), y(so);
+    x.AttachIndex(computed);
+    y.AttachIndex(from_file);
+    const Text stream = test_util::CopiedStream(rng, docs, 600, 50, 8, 12);
+    x.Prefill(std::span<const uint32_t>(stream.data(), 20));
+    y.Prefill(std::span<const uint32_t>(stream.data(), 20));
+    for (size_t p = 20; p + 1 < stream.size();) {
+      const sam::runtime::DraftTree& dx = x.Propose(stream[p]);
+      const sam::runtime::DraftTree& dy = y.Propose(stream[p]);
+      ASSERT_EQ(dx.tokens, dy.tokens) << "step " << p;
+      ASSERT_EQ(dx.parents, dy.parents) << "step " << p;
+      // The stream's tokens as far as the tree holds them (node 0: start).
+      size_t node = 0, accepted = 0;
+      for (bool found = true; found && p + accepted + 1 < stream.size();) {
+        found = false;
+        for (size_t k = node + 1; k < dx.tokens.size(); ++k)
+          if (static_cast<size_t>(dx.parents[k]) == node &&
+              dx.tokens[k] == stream[p + accepted + 1]) {
+            node = k;
+            ++accepted;
+            found = true;
+            break;
+          }
+      }
+      x.Commit(std::span<const uint32_t>(&stream[p], accepted + 1));
+      y.Commit(std::span<const uint32_t>(&stream[p], accepted + 1));
+      p += accepted + 1;
+    }
+  }
 }
 
 TEST(CorruptIndex, FailsToOpenOrStaysSafe) {

@@ -82,8 +82,10 @@ inline std::string MalformedDraft(const uint32_t* tokens, const int32_t* parents
 struct BuiltIndex {
   std::string path;
   format::IndexFile file;
-  BuiltIndex(const std::vector<Text>& docs, uint32_t vocab, const std::string& name)
-      : path(TempPath(name)), file(Build(docs, vocab, path)) {}
+  // `info`: the IndexInfo to write (the accelerator sections when it asks).
+  BuiltIndex(const std::vector<Text>& docs, uint32_t vocab, const std::string& name,
+             const automaton::IndexInfo& info = {})
+      : path(TempPath(name)), file(Build(docs, vocab, path, info)) {}
   ~BuiltIndex() { std::remove(path.c_str()); }
   BuiltIndex(const BuiltIndex&) = delete;
   BuiltIndex& operator=(const BuiltIndex&) = delete;
@@ -91,8 +93,8 @@ struct BuiltIndex {
 
  private:
   static format::IndexFile Build(const std::vector<Text>& docs, uint32_t vocab,
-                                 const std::string& path) {
-    automaton::BuildIndexFile(docs, vocab, path);
+                                 const std::string& path, const automaton::IndexInfo& info) {
+    automaton::BuildIndexFile(docs, vocab, path, info);
     return format::IndexFile::Open(path);
   }
 };

@@ -311,6 +311,37 @@ expect 2 "unknown draft shape 'path'" -- "$replay" --traces "$tmp/ids-traces.jso
 expect 2 "needs an --index" -- "$replay" --traces "$tmp/ids-traces.jsonl" --policy sglang-ngram --sglang-corpus-budget 3
 expect 0 "sglang-ngram" -- "$replay" --index "$tmp/replace.sam" --traces "$tmp/ids-traces.jsonl" --policy sglang-ngram --sglang-corpus-budget 3 --sglang-match prob --shape chain
 
+# ---------------------------------------------------------------- accelerator sections
+# A file without them (as format 1.0 files are): sam-inspect says so, --upgrade adds them in place
+# (and only once), the result verifies, and the drafts are those of the file without them.
+expect 0 "wrote" -- "$build" -q --no-accelerators -o "$tmp/plain.sam" "${ids[@]}"
+expect 0 "accelerators: none" -- "$inspect" "$tmp/plain.sam"
+cp "$tmp/plain.sam" "$tmp/upgraded.sam"
+expect 0 "added the accelerator sections" -- "$build" --upgrade "$tmp/upgraded.sam"
+expect 0 "accelerators: 0 hubs" -- "$inspect" --verify "$tmp/upgraded.sam"
+grep -q "verify: OK" "$tmp/out" || FAIL "the upgraded file does not verify: $(cat "$tmp/out")"
+expect 0 "already has the accelerator sections; unchanged" -- "$build" --upgrade "$tmp/upgraded.sam"
+expect 0 "accelerators: 0 hubs" -- "$inspect" "$tmp/replace.sam"
+ls "$tmp" | grep -q "upgraded.sam.tmp" && FAIL "--upgrade left a temporary file: $(ls "$tmp")"
+expect 2 "needs the index files" -- "$build" --upgrade
+expect 2 "is a shard set" -- "$build" --upgrade "$tmp/x.samset"
+expect 2 "takes no corpora and no -o" -- "$build" --upgrade "$tmp/upgraded.sam" -o "$tmp/y.sam"
+expect 2 "exclude each other" -- "$build" --upgrade --write-samset -o "$tmp/y.samset" "$tmp/upgraded.sam"
+expect 1 "doc.txt" -- "$build" --upgrade "$tmp/doc.txt"
+for f in plain upgraded; do
+  "$replay" --index "$tmp/$f.sam" --traces "$tmp/ids-traces.jsonl" --json > "$tmp/$f.json" 2>&1 \
+    || FAIL "sam-replay on $f.sam: $(cat "$tmp/$f.json")"
+done
+python3 - "$tmp/plain.json" "$tmp/upgraded.json" <<'PY' || FAIL "drafts differ between a file and its upgrade"
+import json, re, sys
+def strip(x):
+    if isinstance(x, dict):
+        return {k: strip(v) for k, v in x.items() if not re.search(r"_us|seconds|_ms|bytes|index", k)}
+    return [strip(v) for v in x] if isinstance(x, list) else x
+a, b = (strip(json.load(open(p))) for p in sys.argv[1:])
+sys.exit(0 if a == b and a.get("policies") else 1)
+PY
+
 # ---------------------------------------------------------------- bench-random-model
 model=$tmp/model
 if have bench-random-model; then

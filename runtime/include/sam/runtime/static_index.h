@@ -21,8 +21,8 @@
 //    read from the text (two dependent cache misses a probe). Matching
 //    mostly climbs through hubs.
 //
-// And for every state, an edge filter: a blocked Bloom filter over the
-// (state, token) pairs of all explicit transitions (Options::filter_bits_per_edge
+// And for every other state, an edge filter: a blocked Bloom filter over the
+// (state, token) pairs of their explicit transitions (Options::filter_bits_per_edge
 // bits per transition; about 1% false positives at 10). Matching after a
 // rejected draft mostly asks for transitions that do not exist, climbing
 // suffix links; without the filter each such question costs a select on the
@@ -31,12 +31,16 @@
 // line answers "no" and only the rare "maybe" takes the full path. Answers
 // are identical either way.
 //
-// Cost: Create() visits every state and every transition once (O(states +
-// edges); about 0.8 s for the 6.8M-token index: 9.2M states, 14.5M transitions,
-// 17.8K hubs of >= 32 transitions holding 1.6M of them). It keeps one bit per
-// state, per hub 64 + 24 top_k bytes plus 12 bytes per transition, and the
-// filter (memory_bytes(): 33.7 MiB there, 18 of them the filter), all on
-// 2 MiB pages where available (format::HugeBuffer).
+// Where they come from: the index file's HUBS and FILT sections
+// (format/FORMAT.md section 12, written by sam-build), mapped in O(1) and
+// shared by every process, when Options match the parameters they were
+// built with (min_degree, filter_bits_per_edge, and a stored top_k at least
+// Options::top_k); accelerators_from_file() then says true. Otherwise
+// Create() computes the same tables (format::BuildAccelerators) into
+// private memory on 2 MiB pages where available: O(states + edges), about
+// 0.3-0.8 s and 34 MiB for the 6.8M-token index (9.2M states, 7.7M explicit
+// transitions, 17.8K hubs of >= 32 transitions holding 1.6M of them);
+// memory_bytes() counts them then. Child records are always computed here.
 //
 // Lifetime and threads: immutable after Create(), so any number of threads
 // may use one concurrently. Created from IndexFile::shared_view(), it keeps
@@ -109,11 +113,7 @@ class SAM_API StaticIndex {
     size_t subtree_nodes = 0;
   };
   // One child of a hub: the transition token, its target and the target's count.
-  struct Child {
-    uint32_t token;
-    uint64_t target;
-    uint64_t count;
-  };
+  using Child = format::HubChild;
 
   // Builds the hub table of `view`, which it shares: the view (and its file's
   // mapping) lives at least as long as the StaticIndex. Throws
@@ -145,6 +145,11 @@ class SAM_API StaticIndex {
   // False for a Bare() index: then nothing below accelerates anything
   // (no hub, no record, no filter), and matching reads the view alone.
   bool prepared() const { return prepared_; }
+  // True when the hub tables and the edge filter are the index file's own
+  // sections (HUBS, FILT), mapped and shared by every process; false when
+  // Create() computed them into private memory (a file written without
+  // them, or options other than the ones they were built with).
+  bool accelerators_from_file() const { return from_file_; }
   // True when `state` is a hub; then *children receives its (at most top_k)
   // heaviest children, heaviest first (count descending, then token ascending;
   // document-end transitions excluded).
@@ -283,42 +288,27 @@ class SAM_API StaticIndex {
     return view.Next(v, c);
   }
   bool IsHub(uint64_t v) const {
-    return v < hub_bits_.size() * 64 && (hub_bits_[v >> 6] >> (v & 63) & 1);
+    return v < hubs_.bit_words * 64 && (hubs_.bits[v >> 6] >> (v & 63) & 1);
   }
   // Starts loading what IsHub(v) reads.
   void PrefetchHubBit(uint64_t v) const {
-    if (v < hub_bits_.size() * 64) __builtin_prefetch(&hub_bits_[v >> 6]);
+    if (v < hubs_.bit_words * 64) __builtin_prefetch(&hubs_.bits[v >> 6]);
   }
-  // False when v certainly has no explicit transition on c (the filter);
-  // true when it may have one, or when there is no filter.
+  // False when v, which is not a hub, certainly has no explicit transition
+  // on c (the filter leaves hubs out); true when it may have one, or when
+  // there is no filter.
   bool MayHaveEdge(uint64_t v, uint32_t c) const {
-    if (filter_.size() == 0) return true;
-    const uint64_t h = EdgeHash(v, c);
-    const uint64_t* block = &filter_[FilterBlock(h) * kFilterWords];
-    uint64_t bits = h * 0x9E3779B97F4A7C15ull;
-    bool all = true;
-    for (size_t w = 0; w < kFilterWords; ++w, bits >>= 6) all &= (block[w] >> (bits & 63)) & 1;
-    return all;
+    return !filter_.present() || filter_.MayContain(v, c);
   }
-  size_t num_hubs() const { return num_hubs_; }
-  // Bytes of the edge filter (0 without one) and bytes of everything.
-  size_t filter_bytes() const { return filter_.bytes(); }
+  size_t num_hubs() const { return hubs_.num_hubs; }
+  // Bytes of the edge filter (0 without one) and of the hub tables, wherever
+  // they are; memory_bytes(): what this object keeps in private memory (the
+  // hub tables and filter only when Create() computed them, and records).
+  size_t filter_bytes() const { return filter_bytes_; }
+  size_t hub_bytes() const { return hub_bytes_; }
   size_t memory_bytes() const;
 
  private:
-  // Filter blocks are one 64-byte cache line: one bit set in each word.
-  static constexpr size_t kFilterWords = 8;
-  static uint64_t EdgeHash(uint64_t v, uint32_t c) {
-    uint64_t x = v * 0xD6E8FEB86659FD93ull + c;
-    x ^= x >> 32;
-    x *= 0xD6E8FEB86659FD93ull;
-    x ^= x >> 29;
-    return x;
-  }
-  uint64_t FilterBlock(uint64_t h) const {
-    const uint64_t blocks = filter_.size() / kFilterWords;
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(h) * blocks) >> 64);
-  }
   // The children of the child record of `state`: records_[*begin, *end)
   // (after its head); false when it has none (not a clone, no records, or
   // not one of its clones).
@@ -331,52 +321,35 @@ class SAM_API StaticIndex {
     ++*begin;  // the head
     return true;
   }
-  void AddHash(uint64_t edge_hash);  // adds EdgeHash(v, c) to the filter
   // HubNext through a hub record's slot that places its label table
   // (BuildRecords): slot_begin, num_slots, and edge_begin's two halves.
   uint64_t HubNextAt(uint32_t hub_slot, uint32_t c) const;
   void BuildRecords(const Options& options);
   void BuildSubtrees(const Options& options);  // after BuildRecords's first linking
 
-  // A hub: where its transitions and label table are.
-  struct HubEntry {
-    uint64_t key = 0;  // state + 1; 0: empty entry
-    uint64_t edge_begin = 0;  // its explicit transitions: edges()[edge_begin, + degree)
-    uint64_t slot_begin = 0;  // its label table: label_slots_[slot_begin, + num_slots)
-    uint32_t num_slots = 0;
-    uint32_t hub = 0;         // hub number (top children)
-  };
-  // A label table slot: label (kNoToken: empty) and the transition's target
-  // when the file's state width is at most 32 bits (slots_hold_targets_),
-  // else its offset among the hub's edges.
-  struct LabelSlot {
-    uint32_t label;
-    uint32_t value;
-  };
-  static uint64_t LabelSlotOf(uint32_t label, uint64_t num_slots) {
-    const uint64_t x = (uint64_t{label} + 1) * 0x9E3779B97F4A7C15ull;
-    return static_cast<uint64_t>((static_cast<unsigned __int128>(x) * num_slots) >> 64);
-  }
+  using HubEntry = format::HubEntry;
+  using LabelSlot = format::LabelSlot;
 
   StaticIndex() = default;
-  const HubEntry& HubOf(uint64_t state) const;  // requires a hub
+  // The hub table's entry of `state`; nullptr when it has none (a state
+  // that is not a hub, or a corrupt table).
+  const HubEntry* HubOf(uint64_t state) const;
+  // The transition on c through a hub's label table (slots [slot_begin, +
+  // num_slots), edges from edge_begin): bounded whatever the table holds.
+  uint64_t LabelTableNext(uint64_t slot_begin, uint64_t num_slots, uint64_t edge_begin,
+                          uint32_t c) const;
   uint64_t HubNext(uint64_t v, uint32_t c) const;
 
   const format::IndexView* view_ = nullptr;
   std::shared_ptr<const format::IndexView> owner_;  // view_'s owner; null when borrowed
   Options options_;
-  size_t num_hubs_ = 0;
-  // Open addressing by state (mask_ + 1 entries); hub h's children are
-  // children_[h * top_k, + sizes_[h]).
-  format::HugeArray<HubEntry> hub_table_;
-  uint64_t mask_ = 0;
-  std::vector<uint8_t> sizes_;
-  std::vector<Child> children_;
-  format::HugeArray<uint64_t> hub_bits_;  // bit v: state v is a hub
-  format::HugeArray<LabelSlot> label_slots_;
-  bool slots_hold_targets_ = false;
+  // The hub tables and the edge filter: the file's sections, or images_.
+  format::HubTables hubs_;
+  format::EdgeFilter filter_;
+  format::AcceleratorImages images_;  // computed by Create() (empty when from the file)
+  size_t hub_bytes_ = 0, filter_bytes_ = 0;
+  bool from_file_ = false;
   bool prepared_ = true;  // false: Bare()
-  format::HugeArray<uint64_t> filter_;  // kFilterWords words a block; empty: no filter
   // Child records: clone c (state N + 1 + c) has records_[record_begin_[c],
   // record_begin_[c + 1]) (empty: none), a RecordHead then its children
   // (and a hub's label table slot); record_begin_ is empty without them. Position p's suffix link's record
