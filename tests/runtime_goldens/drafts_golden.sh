@@ -9,8 +9,8 @@
 #   drafts_golden.sh BIN_DIR --regenerate    # rewrite golden/*.json
 #
 # Configurations: one index; a 3-shard set of the same documents; two indexes; child records;
-# subtree records; a shard set with child records; cross-request replay (response cache, and
-# with its compiled index); and a tighter setting of the sizes and limits.
+# a shard set with child records; cross-request replay (response cache, and with its compiled
+# index); and a tighter setting of the sizes and limits.
 set -euo pipefail
 bin=$1
 regenerate=${2:-}
@@ -27,7 +27,6 @@ configs=(
   "shard_set|--index $tmp/s.samset"
   "two_indexes|--index $tmp/s.0.sam --index $tmp/s.1.sam"
   "child_records|--index $tmp/one.sam --child-records"
-  "subtree_records|--index $tmp/one.sam --child-records --subtree-nodes 8"
   "shard_set_records|--index $tmp/s.samset --child-records"
   "cross_request|--index $tmp/one.sam --cross-request --tenant-field category"
   "cross_request_compiled|--index $tmp/one.sam --cross-request --cache-compile --tenant-field category"
