@@ -350,7 +350,6 @@ struct ReplayFlags {
   sam::tools::SessionFlags session_flags;
   std::string sglang_match = "bfs";
   bool child_records = false;
-  size_t subtree_nodes = 0;
   bool cross_request = false, cache_prompts = false;
   std::string tenant_field;
   size_t cache_mib = 64;
@@ -439,9 +438,7 @@ class ReplayCommand : private ReplayFlags {
       open.expected_tokenizer_sha256 = tokenizer_->sha256();
       open.expected_vocab_size = tokenizer_->vocab_size();
     }
-    if (subtree_nodes > 0 && !child_records)
-      throw UsageError("--subtree-nodes needs --child-records (subtrees are part of the records)");
-    const rt::StaticIndex::Options prepare = rt::PrepareOptions(child_records, subtree_nodes);
+    const rt::StaticIndex::Options prepare = rt::PrepareOptions(child_records);
     for (const auto& p : index_paths) {
       if (sam::format::LooksLikeShardSet(p)) {  // NAME.samset: its shards as one index
         sam::format::ShardSet set = sam::format::ShardSet::Open(p, open);
@@ -619,7 +616,7 @@ int main(int argc, char** argv) {
   ReplayCommand command;
   auto& [index_paths, policies, tokenizer_path, traces_path, as_json, dynamic_mib, tuning,
          draft_sizes, cost_curve_path, report_dir, project_only, session_flags, sglang_match,
-         child_records, subtree_nodes, cross_request, cache_prompts, tenant_field, cache_mib,
+         child_records, cross_request, cache_prompts, tenant_field, cache_mib,
          cache_compile, save_cache_path, load_cache_path, print_prompt_ids] = command.flags();
   app.add_option("--index", index_paths,
                  "static index file, or shard set manifest NAME.samset (sam-build --max-memory; "
@@ -667,12 +664,6 @@ int main(int argc, char** argv) {
                "prepare each index with child records (StaticIndex::Options::record_min_count "
                "2, as SAM_OPEN_CHILD_RECORDS): the same drafts, cheaper sam-cal steps, about 23 "
                "bytes per corpus token more");
-  app.add_option("--subtree-nodes", subtree_nodes,
-                 "with --child-records: each record also holds its state's descendants among "
-                 "the first N nodes of a count-weighted walk (StaticIndex::Options::"
-                 "subtree_nodes; SAM_OPEN_SUBTREE_RECORDS: 8), which sam-cal expands without "
-                 "lookups of their own (0: none; at most 127)")
-      ->check(CLI::Range(size_t{0}, size_t{127}));
   app.add_flag("--json", as_json, "print one JSON object (default: a table)");
   app.add_flag("--cross-request", cross_request,
                "draft also from a response cache of the earlier traces (see above)");

@@ -96,8 +96,7 @@ class Index {
  public:
   // path: str, bytes or os.PathLike; tokenizer: as ExpectedTokenizer.
   static std::shared_ptr<Index> Open(py::handle path_object, py::handle tokenizer_object, bool read,
-                                     bool prepare, bool verify, bool child_records,
-                                     size_t subtree_nodes) {
+                                     bool prepare, bool verify, bool child_records) {
     const std::string path = FsPath(path_object);
     const std::optional<sam::format::Sha256Digest> tokenizer = ExpectedTokenizer(tokenizer_object);
     auto index = std::make_shared<Index>();
@@ -108,9 +107,9 @@ class Index {
     index->file_ = std::make_shared<const sam::format::IndexFile>(
         read ? sam::format::IndexFile::Read(path, options)
              : sam::format::IndexFile::Open(path, options));
-    if (prepare || child_records || subtree_nodes > 0)
+    if (prepare || child_records)
       index->prepared_ = sam::runtime::StaticIndex::Create(
-          index->file_->shared_view(), sam::runtime::PrepareOptions(child_records, subtree_nodes));
+          index->file_->shared_view(), sam::runtime::PrepareOptions(child_records));
     return index;
   }
 
@@ -945,14 +944,14 @@ PYBIND11_MODULE(_native, m) {
       "and threads. Open with Index.open(path).")
       .def_static("open", &Index::Open, py::arg("path"), py::arg("tokenizer") = py::none(),
                   py::arg("read") = false, py::arg("prepare") = true, py::arg("verify") = false,
-                  py::arg("child_records") = false, py::arg("subtree_nodes") = 0,
+                  py::arg("child_records") = false,
                   "Opens the index at `path`. tokenizer: a Tokenizer, or the model's SentencePiece\n"
                   "file, checked against the index's fingerprint (Error 'tokenizer-mismatch');\n"
                   "read: read the\n"
                   "file into memory instead of mapping it; prepare: lay out the static index\n"
                   "once for every session (faster steps); verify: check every checksum first;\n"
-                  "child_records / subtree_nodes: precompute child records (and that many\n"
-                  "subtree nodes each) for sam-cal (docs/python.md).")
+                  "child_records: precompute child records, faster sam-cal steps, same drafts\n"
+                  "(docs/python.md).")
       .def("verify", &Index::Verify, "Checks every section's checksum; raises Error if one fails.")
       .def("metadata_json", [](const Index& i) { return i.file().ReadMetadata().json; },
            "The index's build metadata (META section) as JSON text; Index.metadata() parses it.")

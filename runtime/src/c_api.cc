@@ -410,10 +410,12 @@ int sam_index_open(const char* path, const char* expected_tokenizer_sha256, unsi
   return Guard([&] {
     Require(path != nullptr, "sam_index_open", "path is NULL");
     Require(out != nullptr, "sam_index_open", "out is NULL");
-    constexpr unsigned kKnown = SAM_OPEN_READ | SAM_OPEN_PREPARE | SAM_OPEN_VERIFY |
-                                SAM_OPEN_CHILD_RECORDS | SAM_OPEN_SUBTREE_RECORDS;
+    constexpr unsigned kKnown =
+        SAM_OPEN_READ | SAM_OPEN_PREPARE | SAM_OPEN_VERIFY | SAM_OPEN_CHILD_RECORDS;
     Require((flags & ~kKnown) == 0, "sam_index_open",
-            ("unknown flag bits " + std::to_string(flags & ~kKnown)).c_str());
+            ("unknown flag bits " + std::to_string(flags & ~kKnown) +
+             " (known: SAM_OPEN_READ, SAM_OPEN_PREPARE, SAM_OPEN_VERIFY, SAM_OPEN_CHILD_RECORDS)")
+                .c_str());
     sam::format::OpenOptions options;
     options.verify = (flags & SAM_OPEN_VERIFY) != 0;
     if (expected_tokenizer_sha256 != nullptr)
@@ -422,12 +424,10 @@ int sam_index_open(const char* path, const char* expected_tokenizer_sha256, unsi
     index->file = std::make_shared<const sam::format::IndexFile>(
         (flags & SAM_OPEN_READ) ? sam::format::IndexFile::Read(path, options)
                                 : sam::format::IndexFile::Open(path, options));
-    if (flags & (SAM_OPEN_PREPARE | SAM_OPEN_CHILD_RECORDS | SAM_OPEN_SUBTREE_RECORDS))
+    if (flags & (SAM_OPEN_PREPARE | SAM_OPEN_CHILD_RECORDS))
       index->prepared = sam::runtime::StaticIndex::Create(
           index->file->shared_view(),
-          sam::runtime::PrepareOptions(
-              (flags & SAM_OPEN_CHILD_RECORDS) != 0,
-              (flags & SAM_OPEN_SUBTREE_RECORDS) != 0 ? sam::runtime::kSubtreeNodes : 0));
+          sam::runtime::PrepareOptions((flags & SAM_OPEN_CHILD_RECORDS) != 0));
     *out = index.release();
   });
 }

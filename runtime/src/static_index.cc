@@ -46,16 +46,6 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
   if (options.filter_bits_per_edge > 64)
     throw Error(ErrorCode::kInvalidArgument,
                 "StaticIndex::Create: filter_bits_per_edge must be at most 64");
-  // A record counts its subtree entries in 7 bits (RecordHead::descendants()),
-  // and they are part of the child records.
-  if (options.subtree_nodes > 127)
-    throw Error(ErrorCode::kInvalidArgument,
-                "StaticIndex::Create: subtree_nodes must be at most 127, not " +
-                    std::to_string(options.subtree_nodes));
-  if (options.subtree_nodes > 0 && options.record_min_count == 0)
-    throw Error(ErrorCode::kInvalidArgument,
-                "StaticIndex::Create: subtree_nodes needs record_min_count (subtrees are part "
-                "of the child records)");
   std::shared_ptr<StaticIndex> index(new StaticIndex());
   index->view_ = view;
   index->options_ = options;
@@ -167,7 +157,7 @@ void StaticIndex::BuildRecords(const Options& options) {
   record_begin_ = std::move(begin);
   records_ = std::move(records);
   // The links: each record's head gets its suffix link's record, each child
-  // (and subtree) entry its target's, each position its suffix link's.
+  // entry its target's, each position its suffix link's.
   auto entry_record = [&](const Record& e) -> uint32_t {
     // A position that occurs once: the token after it (the implicit
     // transition, IndexView::Next's; the separator at a document end).
@@ -187,115 +177,11 @@ void StaticIndex::BuildRecords(const Options& options) {
       records_[head] = std::bit_cast<Record>(h);
       for (uint32_t i = head + 1; i < head + 1 + h.size(); ++i)
         records_[i].record = entry_record(records_[i]);
-      Record* d = &records_[head + 1 + h.size() + (h.hub() ? 1 : 0)];
-      for (uint32_t i = 0; i < h.descendants(); ++i) d[i].record = entry_record(d[i]);
     }
   };
   link();
-  // Subtree entries keep a token in 24 bits (and their parent's place above).
-  if (options.subtree_nodes > 0 && view.vocab_size() <= (uint64_t{1} << 24)) {
-    BuildSubtrees(options);
-    link();
-  }
   position_link_record_.assign(n + 1, kNoRecord);
   for (uint64_t p = 1; p <= n; ++p) position_link_record_[p] = RecordOf(view.Link(p));
-}
-
-// Options::subtree_nodes: each record's walk (the linked records give every
-// node's children), its kept nodes collected in record order, then the
-// records laid out again with each one's subtree entries after it (the
-// caller links them: offsets move). Peak memory: the records twice and the
-// entries once.
-void StaticIndex::BuildSubtrees(const Options& options) {
-  const format::IndexView& view = *view_;
-  const uint64_t n = view.num_tokens();
-  const uint64_t clones = view.num_clones();
-  const size_t m = options.subtree_nodes;  // at most 127 (Create)
-  struct Node {
-    double p;
-    uint16_t depth;
-    uint32_t seq;
-    uint32_t token;
-    uint64_t target, count;
-    uint32_t next;     // the entry's record field: a clone's record, a position's next token
-    int parent_place;  // its parent's place in the record (-1: not stored)
-    int place;         // depth 1: its child index
-  };
-  auto worse = [](const Node& a, const Node& b) {
-    if (a.p != b.p) return a.p < b.p;
-    if (a.depth != b.depth) return a.depth > b.depth;
-    return a.seq > b.seq;
-  };
-  std::vector<Node> heap;
-  std::vector<Record> all;  // every record's subtree entries, in record order
-  std::vector<uint8_t> counts(clones, 0);
-  for (uint64_t k = 0; k < clones; ++k) {
-    const uint32_t head = record_begin_[k];
-    if (head == record_begin_[k + 1]) continue;
-    const RecordHead h = Head(head);
-    if (h.count == 0) continue;
-    const double total = h.count;
-    heap.clear();
-    uint32_t seq = 0;
-    auto push = [&](const Node& v) {
-      heap.push_back(v);
-      std::push_heap(heap.begin(), heap.end(), worse);
-    };
-    const Record* e = &records_[head + 1];
-    for (uint32_t j = 0; j < h.size(); ++j)
-      push(Node{e[j].count / total, 1, seq++, e[j].token, e[j].target, e[j].count, e[j].record,
-                -1, static_cast<int>(j)});
-    uint32_t d = 0;
-    for (size_t taken = 0; taken < m && !heap.empty(); ++taken) {
-      std::pop_heap(heap.begin(), heap.end(), worse);
-      const Node v = heap.back();
-      heap.pop_back();
-      int place = v.depth == 1 ? v.place : -1;
-      if (v.depth >= 2 && v.parent_place >= 0) {  // below a stored node: stored
-        if (d >= 127 || h.size() + d > 255) break;
-        place = static_cast<int>(h.size() + d++);
-        all.push_back(Record{v.token | static_cast<uint32_t>(v.parent_place) << 24,
-                             static_cast<uint32_t>(v.target), static_cast<uint32_t>(v.count), 0});
-      }
-      if (v.count > 1 || v.target > n) {
-        // Its record's children (a clone that occurs at least
-        // record_min_count times; none: a leaf of the walk).
-        if (v.next == kNoRecord || v.next >= records_.size()) continue;
-        const RecordHead vh = Head(v.next);
-        const Record* ve = &records_[v.next + 1];
-        for (uint32_t j = 0; j < vh.size(); ++j)
-          push(Node{ve[j].count / total, static_cast<uint16_t>(v.depth + 1), seq++, ve[j].token,
-                    ve[j].target, ve[j].count, ve[j].record, place, 0});
-      } else if (v.next < view.separator() && v.target < n) {
-        // A position: its one continuation (the text has it: not stored).
-        push(Node{v.p, static_cast<uint16_t>(v.depth + 1), seq++, v.next, v.target + 1, 1,
-                  v.target + 1 < n ? view.Token(v.target + 2) : view.separator(), -1, 0});
-      }
-    }
-    counts[k] = static_cast<uint8_t>(d);
-  }
-  if (all.empty()) return;
-  // The records again, each followed by its subtree entries.
-  const uint64_t size = records_.size() + all.size();
-  if (size >= kNoRecord) return;
-  format::HugeArray<uint32_t> begin;
-  format::HugeArray<Record> records;
-  begin.assign(clones + 1, 0);
-  records.assign(size, Record{0, 0, 0, kNoRecord});
-  uint64_t out = 0, next_subtree = 0;
-  for (uint64_t k = 0; k < clones; ++k) {
-    begin[k] = static_cast<uint32_t>(out);
-    const uint32_t lo = record_begin_[k], hi = record_begin_[k + 1];
-    for (uint32_t i = lo; i < hi; ++i) records[out++] = records_[i];
-    if (lo == hi) continue;
-    RecordHead h = Head(lo);
-    h.bits |= uint32_t{counts[k]} << 9;
-    records[begin[k]] = std::bit_cast<Record>(h);
-    for (uint32_t i = 0; i < counts[k]; ++i) records[out++] = all[next_subtree++];
-  }
-  begin[clones] = static_cast<uint32_t>(out);
-  record_begin_ = std::move(begin);
-  records_ = std::move(records);
 }
 
 uint64_t StaticIndex::LabelTableNext(uint64_t slot_begin, uint64_t num_slots,

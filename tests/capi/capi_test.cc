@@ -504,11 +504,7 @@ void ExpectSameDraftsAsSession(const std::string& path, const std::vector<uint32
   }
   options.fallback = recycling ? &drafter : nullptr;
   sam::runtime::Session session(options);
-  if (flags & SAM_OPEN_SUBTREE_RECORDS)  // the one flag that changes calibrated drafts
-    session.AttachIndex(sam::runtime::StaticIndex::Create(
-        &file.view(), sam::runtime::PrepareOptions(true, sam::runtime::kSubtreeNodes)));
-  else
-    session.AttachIndex(&file.view());
+  session.AttachIndex(&file.view());  // the bare view: no flag changes drafts
 
   const size_t prompt = text.size() / 3;
   ASSERT_EQ(sam_session_prefill(c_session, text.data(), prompt), SAM_OK);
@@ -930,24 +926,20 @@ TEST_F(CapiTest, DraftsEqualTheSessionsWhateverTheOpenFlags) {
       ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[policy], rng), policy, false, flags);
     }
   }
-  sam_index* index = nullptr;
-  EXPECT_EQ(sam_index_open(path_->c_str(), nullptr, 32, &index), SAM_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(index, nullptr);
-  EXPECT_NE(std::string(sam_last_error()).find("unknown flag bits 32"), std::string::npos)
-      << sam_last_error();
-}
-
-// SAM_OPEN_SUBTREE_RECORDS: the calibrated drafts of a C++ session over a
-// StaticIndex with subtree records (PrepareOptions(true, kSubtreeNodes)); the
-// other policies' drafts as the bare view's. (Other lookup limits are C++
-// tuning: calibrated_test, shard_set_test.)
-TEST_F(CapiTest, SubtreeRecordsDraftAsTheSessionWithThem) {
-  sam::runtime::Rng rng(77);
-  for (size_t d : {2, 3})
-    ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[d], rng), SAM_POLICY_CALIBRATED, false,
-                              SAM_OPEN_SUBTREE_RECORDS);
-  ExpectSameDraftsAsSession(*path_, Mutated((*documents_)[1], rng), SAM_POLICY_TREE, false,
-                            SAM_OPEN_SUBTREE_RECORDS);
+  // Bits beyond SAM_OPEN_CHILD_RECORDS (16 and above) are refused, with the
+  // bits and the known flags named, and nothing opened.
+  for (const unsigned bad : {16u, 32u, unsigned{SAM_OPEN_CHILD_RECORDS} | 16u, 1u << 31}) {
+    sam_index* index = nullptr;
+    EXPECT_EQ(sam_index_open(path_->c_str(), nullptr, bad, &index), SAM_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(index, nullptr);
+    const std::string error = sam_last_error();
+    EXPECT_NE(error.find("unknown flag bits " + std::to_string(bad & ~15u)), std::string::npos)
+        << error;
+    EXPECT_NE(error.find("known: SAM_OPEN_READ, SAM_OPEN_PREPARE, SAM_OPEN_VERIFY, "
+                         "SAM_OPEN_CHILD_RECORDS"),
+              std::string::npos)
+        << error;
+  }
 }
 
 // sam_session_config's tree_nodes and tree_width reach sam-tree: the drafts equal a C++

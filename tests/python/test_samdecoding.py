@@ -444,21 +444,10 @@ class HeaderTest(unittest.TestCase):
         self.assertGreater(records.child_record_bytes, 0)
         self.assertEqual(records.prepared_bytes,
                          index.prepared_bytes + records.child_record_bytes)
-        # Subtree records: child records with more in each (implied), and
-        # calibrated drafts; at most 127 nodes.
-        subtrees = sd.Index.open(INDEX, prepare=False, subtree_nodes=8)
-        self.assertGreater(subtrees.child_record_bytes, records.child_record_bytes)
-        session = new_session("sam-cal")
-        session.attach(subtrees)
-        session.prefill(REF["prompt"])
-        drafted = 0
-        for step in REF["policies"]["sam-cal"]["steps"]:
-            draft = session.propose(step["start"])
-            drafted += len(draft.tokens) > 1
-            session.commit(step["commit"])
-        self.assertGreater(drafted, 0)
-        with self.assertRaisesRegex(sd.Error, "subtree_nodes must be at most 127"):
-            sd.Index.open(INDEX, subtree_nodes=128)
+        # No open option changes drafts (records' drafts: test above); an
+        # unknown keyword is refused.
+        with self.assertRaises(TypeError):
+            sd.Index.open(INDEX, subtree_nodes=8)
         self.assertEqual(sd.Index.open(pathlib.Path(INDEX)).path, INDEX)
         index.verify()
         self.assertIsInstance(index.metadata(), dict)

@@ -29,7 +29,7 @@
 #include "sam/runtime/session.h"
 #include "sam/runtime/static_index.h"
 #include "sam/runtime/static_match.h"
-#include "subtree_walk.h"
+#include "heaviest_children.h"
 #include "test_index.h"
 
 namespace sam::runtime {
@@ -122,10 +122,6 @@ struct ONode {
   std::vector<uint64_t> lens{};    // match length of each state
   bool backoff = false;          // offered as a backoff child
   int rank = -1;
-  // Subtree records: the state whose lookup offered it (a record's
-  // children), and the tokens from that state to it (kNoState: none).
-  uint64_t origin = format::kNoState;
-  std::vector<uint32_t> origin_path{};
 };
 
 class Oracle {
@@ -139,15 +135,6 @@ class Oracle {
       for (uint32_t x : t) c.Advance(x);
   }
   const StaticCursor& cursor(size_t i) const { return cursors_[i]; }
-  // StaticIndex::Options::subtree_nodes of the one index (with child
-  // records at record_min_count 2 and the index's top_k): ProposeLimited
-  // then expands a node below a looked-up state for free where that state's
-  // walk stored its children.
-  void SetSubtrees(size_t nodes, size_t top_k) {
-    subtree_nodes_ = nodes;
-    top_k_ = top_k;
-  }
-  size_t free_expansions = 0;  // by subtree entries
 
   // The root (the peeked matches) and the dynamic chain, offered whole.
   void Start(uint32_t start, const DynamicSam& dyn_sam) {
@@ -270,37 +257,12 @@ class Oracle {
         const uint64_t v = nodes_[x].states[i], total = nodes_[x].counts[i];
         if (v == format::kNoState || total == 0) continue;
         const uint64_t len = nodes_[x].lens[i];
-        if (total > 1 && nodes_[x].origin != format::kNoState) {
-          // Its children among its origin's subtree entries, without a lookup.
-          const uint64_t origin = nodes_[x].origin;
-          const std::vector<uint32_t> path = nodes_[x].origin_path;
-          bool any = false;
-          for (const test_util::SubtreeEntry& w :
-               test_util::SubtreeWalk(*views_[i], origin, subtree_nodes_, top_k_, 2)) {
-            if (w.path.size() != path.size() + 1 ||
-                !std::equal(path.begin(), path.end(), w.path.begin()))
-              continue;
-            any = true;
-            const int child = Child(x, w.path.back());
-            nodes_[child].states[i] = w.target;
-            nodes_[child].counts[i] = w.count;
-            nodes_[child].lens[i] = len + 1;
-            nodes_[child].origin = origin;
-            nodes_[child].origin_path = w.path;
-            Offer(child, 1, cal.Static(w.count, total, len));
-          }
-          if (any) {
-            ++free_expansions;
-            continue;
-          }
-        }
         if (total > 1 && ++lookups > limit) continue;
         for (const auto& c : Heaviest(*views_[i], v)) {
           const int child = Child(x, c.token);
           nodes_[child].states[i] = c.target;
           nodes_[child].counts[i] = c.count;
           nodes_[child].lens[i] = len + 1;
-          SetOrigin(*views_[i], child, v, c.token);
           Offer(child, 1, cal.Static(c.count, total, len));
         }
       }
@@ -326,7 +288,6 @@ class Oracle {
           nodes_[child].counts[i] = c.count;
           nodes_[child].lens[i] = u_len + 1;
           nodes_[child].backoff = true;
-          SetOrigin(view, child, u, c.token);
           Offer(child, 1, cal.Static(c.count, u_total, u_len, true));
         }
       }
@@ -449,13 +410,6 @@ class Oracle {
   std::vector<StaticIndex::Child> Heaviest(const format::IndexView& view, uint64_t v) const {
     return test_util::HeaviestChildren(view, v, sel_.tuning.calibrated_width);
   }
-  // A child offered by a lookup of v: when v has a record (a clone that
-  // occurs at least twice), v's subtree entries may hold its children.
-  void SetOrigin(const format::IndexView& view, int child, uint64_t v, uint32_t token) {
-    if (subtree_nodes_ == 0 || !view.IsClone(v) || view.Count(v) < 2) return;
-    nodes_[child].origin = v;
-    nodes_[child].origin_path = {token};
-  }
   bool Before(const ONode& a, const ONode& b) const {
     if (a.path != b.path) return a.path > b.path;
     if (a.depth != b.depth) return a.depth < b.depth;
@@ -488,7 +442,6 @@ class Oracle {
   std::vector<StaticMatch> peeked_;
   std::vector<ONode> nodes_;
   std::vector<std::array<int, 2>> tree_cells_;
-  size_t subtree_nodes_ = 0, top_k_ = 8;
 };
 
 Text Stream(std::mt19937& rng, const std::vector<Text>& docs, size_t n, uint32_t vocab) {
@@ -500,7 +453,7 @@ Text Stream(std::mt19937& rng, const std::vector<Text>& docs, size_t n, uint32_t
 enum class Shared { kNone, kHubs, kRecords };
 
 void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t draft_size,
-                       size_t max_width, size_t limit = 0, size_t subtree_nodes = 0) {
+                       size_t max_width, size_t limit = 0) {
   std::mt19937 rng(seed);
   const uint32_t vocab = 6 + seed % 5;
   std::vector<std::vector<Text>> docs;
@@ -531,7 +484,6 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t 
       StaticIndex::Options h;
       h.min_degree = 1000;     // no hubs: every branching state's lookup is a record's
       h.record_min_count = 2;  // every clone
-      h.subtree_nodes = subtree_nodes;
       const auto index = StaticIndex::Create(&built[i]->view(), h);
       EXPECT_GT(index->record_bytes(), 0u);
       s.AttachIndex(index);
@@ -540,17 +492,14 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t 
     }
   }
   Oracle oracle(views, o);
-  if (subtree_nodes > 0) oracle.SetSubtrees(subtree_nodes, StaticIndex::Options{}.top_k);
   const Text prompt = Stream(rng, docs[0], 30, vocab);
   s.Prefill(prompt);
   oracle.Prefill(prompt);
   const Text gen = Stream(rng, docs[rng() % num_indexes], 1500, vocab);
   size_t steps = 0, accepted_total = 0, branching = 0;
   for (size_t i = 0; i + 1 < gen.size();) {
-    const DraftTree expected =
-        subtree_nodes > 0 ? oracle.ProposeLimited(gen[i], s.dynamic_sam(), limit == 0 ? SIZE_MAX : limit)
-        : limit == 0      ? oracle.Propose(gen[i], s.dynamic_sam())
-                          : oracle.ProposeLimited(gen[i], s.dynamic_sam(), limit);
+    const DraftTree expected = limit == 0 ? oracle.Propose(gen[i], s.dynamic_sam())
+                                          : oracle.ProposeLimited(gen[i], s.dynamic_sam(), limit);
     const DraftTree& got = s.Propose(gen[i]);
     ASSERT_EQ(got.tokens, expected.tokens) << "seed " << seed << " step " << steps << " limit "
                                            << limit;
@@ -578,9 +527,6 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t 
   EXPECT_GT(accepted_total, steps / 4) << seed;
   EXPECT_GT(branching, steps / 10) << seed;
   EXPECT_GT(oracle.backoff_drafted, limit == 0 ? steps / 10 : steps / 50) << seed;
-  if (subtree_nodes > 0) {
-    EXPECT_GT(oracle.free_expansions, steps / 4) << seed;
-  }
 }
 
 TEST(CalibratedPolicy, LazyRankingMatchesEagerOracle) {
@@ -613,21 +559,7 @@ TEST(CalibratedPolicy, LookupLimitMatchesPlainLimitedRanking) {
       CompareWithOracle(seed, 1, Shared::kNone, 40, 8, limit);
     CompareWithOracle(74, 2, Shared::kHubs, 40, 8, limit);
     CompareWithOracle(75, 1, Shared::kRecords, 16, 3, limit);
-  }
-}
-
-// Subtree records (StaticIndex::Options::subtree_nodes): a node offered by a
-// record's lookup expands through that record's subtree entries without a
-// lookup of its own, against the plain limited ranking with the walk that
-// defines those entries written plainly (Oracle::Walk).
-TEST(CalibratedPolicy, SubtreeRecordsMatchPlainLimitedRanking) {
-  for (const size_t nodes : {size_t{4}, size_t{8}, size_t{16}}) {
-    for (const size_t limit : {size_t{1}, size_t{2}, size_t{3}}) {
-      for (uint32_t seed = 91; seed <= 92; ++seed)
-        CompareWithOracle(seed, 1, Shared::kRecords, 24, 8, limit, nodes);
-      CompareWithOracle(93, 1, Shared::kRecords, 16, 3, limit, nodes);
-    }
-    CompareWithOracle(94, 1, Shared::kRecords, 40, 8, 0, nodes);  // no limit
+    CompareWithOracle(76, 1, Shared::kRecords, 24, 8, limit);
   }
 }
 

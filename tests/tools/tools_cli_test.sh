@@ -104,10 +104,9 @@ expect 2 "unknown experimental option 'max_width'" -- "$replay" --index x.sam --
 expect 2 "is not NAME=VALUE" -- "$replay" --index x.sam --traces x.jsonl --experimental backoff_count
 expect 0 "backoff_count INT (default 8" -- "$replay" --help-experimental
 expect 2 "threads: Value ' ' is empty, not a number" -- "$build" -o "$tmp/a.sam" --threads " " "${ids[@]}"
-# Subtree records are part of the child records, and keep a record's place in 8 bits.
-expect 2 "needs --child-records" -- "$replay" --index x.sam --traces x.jsonl --subtree-nodes 8
-expect 2 "not in range 0 to 127" -- "$replay" --index x.sam --traces x.jsonl --child-records \
-  --subtree-nodes 200
+# No index-open option changes drafts: --child-records is the one record option.
+expect 2 "not expected: 8 --subtree-nodes" -- "$replay" --index x.sam --traces x.jsonl --child-records \
+  --subtree-nodes 8
 expect 2 "threads: Value -1 is not an unsigned number" -- "$build" -o "$tmp/a.sam" --threads -1 "${ids[@]}"
 expect 2 "out" -- "$traces" --data "$tmp"
 expect 2 "template" -- "$traces" --data "$tmp" --out "$tmp/t.jsonl" --template bogus
@@ -128,7 +127,8 @@ if have bench-step; then
   expect 2 "flush-mib" -- "$bin/bench-step" --index x.sam --flush-mib 5000
   # A default build has no phase marks: --phases says which build has them.
   expect 2 "SAM_PHASE_TIMING=ON" -- "$bin/bench-step" --index x.sam --phases
-  expect 2 "needs --record-min-count" -- "$bin/bench-step" --index x.sam --subtree-nodes 8
+  expect 2 "not expected: 8 --subtree-nodes" -- "$bin/bench-step" --index x.sam --record-min-count 2 \
+    --subtree-nodes 8
   expect 2 "Value -5 is not an unsigned number" -- "$bin/bench-step" --index x.sam --contexts 1024,-5
   expect 2 "contexts: Value '' is empty" -- "$bin/bench-step" --index x.sam --contexts ""
   expect 2 "max_static_lookups: '' is empty" -- "$bin/bench-step" --index x.sam --experimental max_static_lookups=

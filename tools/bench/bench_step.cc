@@ -327,9 +327,6 @@ class BenchStep : private BenchStepFlags {
 
  private:
   void CheckFlags() const {
-    if (hub_options.subtree_nodes > 0 && hub_options.record_min_count == 0)
-      throw sam::tools::UsageError("--subtree-nodes needs --record-min-count (subtrees are part "
-                                   "of the child records)");
     if (phases && !rt::PhaseTimingEnabled())
       throw sam::tools::UsageError(
           "--phases needs a build configured with -DSAM_PHASE_TIMING=ON (docs/runtime.md)");
@@ -645,11 +642,6 @@ int main(int argc, char** argv) {
   app.add_option("--record-min-count", hub_options.record_min_count,
                  "StaticIndex: child records for clone states that occur at least this many "
                  "times (0: none)")
-      ->capture_default_str();
-  app.add_option("--subtree-nodes", hub_options.subtree_nodes,
-                 "StaticIndex: with --record-min-count, each record also holds its state's "
-                 "descendants among the first N nodes of a count-weighted walk (0: none)")
-      ->check(CLI::Range(size_t{0}, size_t{127}))
       ->capture_default_str();
   app.add_option("--load", load,
                  "how the index is loaded: mmap (IndexFile::Open), populate (Open with "

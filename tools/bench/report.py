@@ -146,10 +146,6 @@ def main():
             "deterministic: MAT and tokens per step repeat exactly; propose times are this run's.", "",
             table(["policy", "MAT", "tokens verified / step", "MAT GSM8K", "MAT HumanEval",
                    "propose p50 / p99 us"], rows)]
-    fast = policies(load(w, "fast.json"))["sam-cal"]
-    doc += ["", "`sam-cal`'s fast setting (`--experimental max_static_lookups=1 --draft-size 24`, child and",
-            f"subtree records, M = 8): MAT {fast['mat']:.3f} at {fast['tokens_per_step']:.2f} tokens",
-            "per step."]
 
     curves = policies(load(w, "curves.json"))
     sizes = [c["draft_size"] for c in next(iter(curves.values()))["budget_curve"]]
@@ -195,8 +191,6 @@ def main():
                       "prefill"], rows)
     with open(os.path.join(w, "step.txt")) as f:
         step = f.read()
-    with open(os.path.join(w, "step_fast.txt")) as f:
-        step_fast = f.read()
     shared = re.search(r"shared StaticIndex: ([\d.]+) ms to build, ([\d.]+) MiB", step)
     doc += ["", "## Per-step cost (bench-step)", "",
             "Propose + commit of one drafting step (verification excluded), a session prefilled",
@@ -204,9 +198,7 @@ def main():
             "40-node drafts, index read into huge pages (`--load read`), shared `StaticIndex`",
             (f"({float(shared.group(1)) / 1000:.1f} s and {shared.group(2)} MiB to prepare), "
              if shared else "") + "medians of 3 warm runs of 2,000 steps. On a shared machine a",
-            "cell's median moves by up to about 25% between runs.", "", step_table(step), "",
-            "`sam-cal`'s fast setting (`--experimental max_static_lookups=1 --draft 24 --record-min-count 2",
-            "--subtree-nodes 8`):", "", step_table(step_fast)]
+            "cell's median moves by up to about 25% between runs.", "", step_table(step)]
 
     single = {(r[0], r[1]): r for r in bench_rows(read(w, "step_default.txt"))}
     rows = []

@@ -73,15 +73,9 @@ step "replay: the cross-request response cache"
 "${replay[@]}" --policy sam --policy sam-cal --cross-request --tenant-field category > "$work/cache.json"
 "${replay[@]}" --policy sam-cal --cross-request --tenant-field category --cache-compile \
   > "$work/cache_compile.json"
-step "replay: sam-cal's fast setting (1 lookup, 24 nodes, subtree records)"
-"${replay[@]}" --policy sam-cal --experimental max_static_lookups=1 --draft-size 24 --child-records \
-  --subtree-nodes 8 > "$work/fast.json"
 step "bench-step: per-step cost against context length"
 "$bin/bench-step" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
   --contexts 1024,16384,131072 --steps 2000 --runs 3 --load read > "$work/step.txt"
-"$bin/bench-step" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
-  --contexts 1024,16384,131072 --steps 2000 --runs 3 --load read --policies sam-cal \
-  --experimental max_static_lookups=1 --draft 24 --record-min-count 2 --subtree-nodes 8 > "$work/step_fast.txt"
 step "memory: one process, then two at once (sam-replay --policy sam-cal)"
 tools/bench/memory.sh -- "${replay[@]}" --policy sam-cal > "$work/memory.txt"
 step "bench-step: the same corpus as a 4-shard set"

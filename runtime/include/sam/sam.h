@@ -158,17 +158,7 @@ enum {
    * misses, about a third off the calibrated policy's step time, for about
    * 23 bytes per corpus token more (157 MiB for a 6.8M-token index) and
    * about 1 s more to open. Drafts are the same. */
-  SAM_OPEN_CHILD_RECORDS = 8,
-  /* Implies SAM_OPEN_CHILD_RECORDS, and also stores with each record its
-   * state's descendants among the first 8 nodes of a count-weighted walk
-   * (StaticIndex::Options::subtree_nodes, docs/runtime.md): SAM_POLICY_
-   * CALIBRATED expands those without lookups of their own, so that one lookup
-   * a step (the C++ tuning's max_static_lookups = 1) drafts as well as
-   * three without: on the dev traces MAT 2.484 at 16.1 tokens a step against
-   * 2.471 at 17.6, about 10% fewer instructions a step, for about 14 bytes per
-   * corpus token more (97 MiB for the 6.8M-token index) and 2 s more to open.
-   * This one flag changes SAM_POLICY_CALIBRATED's drafts. */
-  SAM_OPEN_SUBTREE_RECORDS = 16
+  SAM_OPEN_CHILD_RECORDS = 8
 };
 /* Memory-maps a static index file and checks its header and sections
  * (O(1) in the index size). expected_tokenizer_sha256: NULL to accept any
@@ -176,9 +166,8 @@ enum {
  * SentencePiece model, the SHA-256 of its file): an index built with another
  * tokenizer, or from raw ids, is then refused with SAM_ERR_TOKENIZER_MISMATCH.
  * flags: SAM_OPEN_* (0: none); unknown bits
- * are SAM_ERR_INVALID_ARGUMENT. Drafts are identical whatever the flags, but
- * for SAM_OPEN_SUBTREE_RECORDS's calibrated ones. On success *out receives a
- * new handle. */
+ * are SAM_ERR_INVALID_ARGUMENT. Drafts are identical whatever the flags. On
+ * success *out receives a new handle. */
 SAM_API int sam_index_open(const char* path, const char* expected_tokenizer_sha256,
                            unsigned flags, sam_index** out);
 /* Releases the handle (NULL is a no-op). Sessions that attached the index

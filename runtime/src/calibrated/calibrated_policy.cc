@@ -27,10 +27,6 @@ void CalibratedPolicy::Propose(const internal::StepContext& step, DraftTree* tre
                      sel_.tuning.calibrated_width <= src_[0].index->options().top_k
                  ? src_[0].index.get()
                  : nullptr;
-  // Subtree records (StaticIndex::Options::subtree_nodes): a node offered
-  // by a record's children or subtree entries may find its own children
-  // among that record's subtree entries.
-  subtrees_ = records_ != nullptr && records_->options().subtree_nodes > 0;
   SAM_PHASE_END(kCalSetup);
   RankBestFirst();
   Output(tree);
@@ -271,38 +267,6 @@ uint32_t CalibratedPolicy::LinkRecordOf(const CandidateTrie::IndexState& s) cons
   return r != StaticIndex::kNoRecord ? records_->Head(r).link_record : StaticIndex::kNoRecord;
 }
 
-// Its children among the subtree entries of the record that offered it
-// (free: no lookup of its own record); false when there are none.
-__attribute__((noinline)) bool CalibratedPolicy::SubtreeChildren(
-    const CandidateTrie::IndexState& s) const {
-  const StaticIndex::RecordHead h = records_->Head(s.sub);
-  const StaticIndex::RecordEntry* de = records_->Descendants(s.sub, h);
-  for (uint32_t j = 0; j < h.descendants(); ++j)
-    if (StaticIndex::DescendantParent(de[j]) == s.place) return true;
-  return false;
-}
-
-__attribute__((noinline)) bool CalibratedPolicy::OfferSubtree(int32_t node,
-                                                              const CandidateTrie::IndexState& s) {
-  const StaticIndex::RecordHead h = records_->Head(s.sub);
-  const uint32_t d = h.descendants();
-  if (d == 0) return false;
-  const StaticIndex::RecordEntry* de = records_->Descendants(s.sub, h);
-  const StaticOffers offers = StaticOffersFor(s.count, s.len, false, 0);
-  const int32_t first = trie_.nodes[node].first_child;
-  bool any = false;
-  for (uint32_t j = 0; j < d; ++j) {
-    if (StaticIndex::DescendantParent(de[j]) != s.place) continue;
-    any = true;
-    const int32_t child = OfferStaticAmong(node, first, StaticIndex::DescendantToken(de[j]),
-                                           de[j].count, offers);
-    trie_.states[child] = CandidateTrie::IndexState{de[j].target, de[j].count, s.len + 1u,
-                                                    de[j].record, s.sub, h.size() + j};
-    PrefetchChild(0, de[j].target, de[j].count, de[j].record_of_target());
-  }
-  return any;
-}
-
 // ---- Expansions.
 
 // Offers the static children of `node` from every unit with a state there
@@ -368,13 +332,11 @@ void CalibratedPolicy::ExpandUnit(int32_t node, size_t u) {
 
 // The static children of `node` in source i of unit u, the unit's only
 // source with a state there (an index of its own, or the one shard with the
-// node's string). With child records (records_: one index), from the
-// record that offered the node (subtree entries, free) or its own record.
+// node's string). With child records (records_: one index), from its own
+// record.
 __attribute__((always_inline)) inline void CalibratedPolicy::ExpandSource(int32_t node, size_t i,
                                                                         size_t u) {
   const CandidateTrie::IndexState s = trie_.states[node * trie_.num_indexes + i];
-  if (subtrees_ && s.sub != StaticIndex::kNoRecord && s.count > 1 && OfferSubtree(node, s))
-    return;
   if (s.count > 1) {
     if (lookups_left_ == 0) return;
     --lookups_left_;
@@ -425,7 +387,7 @@ void CalibratedPolicy::ExpandFromRecord(int32_t node, const CandidateTrie::Index
   for (uint32_t j = 0; j < k; ++j) {
     const int32_t child = OfferStaticAmong(node, first, e[j].token, e[j].count, offers);
     trie_.states[child] =
-        CandidateTrie::IndexState{e[j].target, e[j].count, s.len + 1u, e[j].record, r, j};
+        CandidateTrie::IndexState{e[j].target, e[j].count, s.len + 1u, e[j].record};
     PrefetchChild(0, e[j].target, e[j].count, e[j].record_of_target());
   }
 }
@@ -598,7 +560,7 @@ void CalibratedPolicy::BackoffFromRecord(int32_t node, const CandidateTrie::Inde
     CandidateTrie::IndexState& cs = trie_.states[child];
     if (cs.state != format::kNoState) continue;  // s's child too
     cs = CandidateTrie::IndexState{e[j].target, e[j].count, static_cast<uint32_t>(lstar + 1),
-                                   e[j].record, lr, j};
+                                   e[j].record};
     if (e[j].count > 1 && !LookupsSpent()) records_->PrefetchRecordAt(e[j].record);
     OfferStatic(child, e[j].count, offers);
   }
@@ -626,8 +588,7 @@ bool CalibratedPolicy::BackoffReaches(int32_t parent, int32_t child) const {
 
 // Upper bounds on the estimate of any static child of `node` and of any of
 // its backoff children (0: none), in one pass over the units. Past
-// max_static_lookups a unit whose state branches offers no children, unless
-// its subtree entries hold them (free).
+// max_static_lookups a unit whose state branches offers no children.
 CalibratedPolicy::Bounds CalibratedPolicy::BoundsOf(int32_t node) const {
   Bounds b;
   if (trie_.nodes[node].depth >= kMaxStaticDepth) return b;
@@ -641,7 +602,7 @@ CalibratedPolicy::Bounds CalibratedPolicy::BoundsOf(int32_t node) const {
     b.max_count = s.count;
     const double static_bound = calibrator_.StaticBound(s.count, s.len, 0);
     const double backoff_bound = calibrator_.BackoffBound(s.len, 0);
-    const bool no_lookup = spent && s.count > 1 && !FreeChildren(node);
+    const bool no_lookup = spent && s.count > 1;
     b.static_children = no_lookup ? 0.0 : static_bound;
     b.backoff_children = !spent && s.count < sel_.tuning.backoff_count ? backoff_bound : 0.0;
     return b;
@@ -657,20 +618,12 @@ CalibratedPolicy::Bounds CalibratedPolicy::BoundsOf(int32_t node) const {
     const size_t family = FamilyOf(u);
     const double static_bound = calibrator_.StaticBound(total, len, family);
     const double backoff_bound = calibrator_.BackoffBound(len, family);
-    const bool no_lookup = spent && total > 1 && !FreeChildren(node);
+    const bool no_lookup = spent && total > 1;
     b.static_children = std::max(b.static_children, no_lookup ? 0.0 : static_bound);
     b.backoff_children =
         std::max(b.backoff_children, !spent && total < sel_.tuning.backoff_count ? backoff_bound : 0.0);
   }
   return b;
-}
-
-// Whether `node`'s children are among the subtree entries of the record that
-// offered it (subtrees_: one index).
-__attribute__((always_inline)) inline bool CalibratedPolicy::FreeChildren(int32_t node) const {
-  if (!subtrees_) return false;
-  const CandidateTrie::IndexState& s = trie_.states[node];
-  return s.sub != StaticIndex::kNoRecord && SubtreeChildren(s);
 }
 
 // Queues the node's expansion (of its static children, or of its backoff

@@ -126,8 +126,6 @@ class CalibratedPolicy : public internal::DraftPolicy {
                      uint32_t record = StaticIndex::kNoRecord) const;
   uint32_t RecordOf(const CandidateTrie::IndexState& s) const;
   uint32_t LinkRecordOf(const CandidateTrie::IndexState& s) const;
-  bool SubtreeChildren(const CandidateTrie::IndexState& s) const;
-  bool OfferSubtree(int32_t node, const CandidateTrie::IndexState& s);
 
   // Expansions: a node's static children, then its backoff children, unit
   // by unit.
@@ -141,7 +139,6 @@ class CalibratedPolicy : public internal::DraftPolicy {
   uint64_t ShorterContext(int32_t node, size_t u);
   void BackoffFromRecord(int32_t node, const CandidateTrie::IndexState& s, uint32_t lr);
   bool BackoffReaches(int32_t parent, int32_t child) const;
-  bool FreeChildren(int32_t node) const;
   uint64_t UnitCount(int32_t node, size_t u, uint64_t* len) const;
   bool UnitHasState(int32_t node, size_t u) const;
   bool UnitBacksOff(int32_t node, size_t u) const;
@@ -181,10 +178,8 @@ class CalibratedPolicy : public internal::DraftPolicy {
   // still allowed in this step (SIZE_MAX: no limit, never spent).
   size_t lookups_left_ = 0;
   // Child records followed from record to record (one index with records
-  // usable at this width; else null), and its subtree entries: what one
-  // index and many differ by.
+  // usable at this width; else null): what one index and many differ by.
   const StaticIndex* records_ = nullptr;
-  bool subtrees_ = false;
 #ifdef SAM_PHASE_TIMING
   size_t phase_nodes_ = 2;  // the ranking's phase ends when this many nodes rank
 #endif

@@ -100,13 +100,8 @@ struct CandidateTrie {
     // RecordEntry::record; one index only), else kNoRecord: look it up; for
     // a state that occurs once (a position), the token after it when known.
     uint32_t record = StaticIndex::kNoRecord;
-    // The record whose entries offered it (StaticIndex::Options::
-    // subtree_nodes), and its place there: its children among that
-    // record's subtree entries need no lookup.
-    uint32_t sub = StaticIndex::kNoRecord;
-    uint32_t place = 0;
   };
-  static_assert(sizeof(IndexState) == 32, "a node's state in an index: half a cache line");
+  static_assert(sizeof(IndexState) == 24, "a node's state in an index: three words");
   std::vector<IndexState> states;
   // The best-first queue: entries q[head, tail), best first, in a buffer
   // with room on both sides (Push).

@@ -43,7 +43,6 @@ inline constexpr size_t kShardTopK = 32;
 // `options` with top_k raised to kShardTopK: what a shard's StaticIndex uses.
 inline StaticIndex::Options ShardIndexOptions(StaticIndex::Options options = {}) {
   if (options.top_k < kShardTopK) options.top_k = kShardTopK;
-  options.subtree_nodes = 0;  // a shard set's steps merge shards: no subtree lookups
   return options;
 }
 

@@ -71,8 +71,6 @@ namespace sam::runtime {
 // more than 3 (157 against 115 MiB of records) for sam-cal steps 8-10%
 // cheaper (docs/runtime.md).
 inline constexpr uint64_t kChildRecordMinCount = 2;
-// Options::subtree_nodes of SAM_OPEN_SUBTREE_RECORDS (docs/runtime.md).
-inline constexpr size_t kSubtreeNodes = 8;
 
 class SAM_API StaticIndex {
  public:
@@ -101,16 +99,6 @@ class SAM_API StaticIndex {
     // for the 6.8M-token index (23 bytes per corpus token), about 1 s more
     // to create, and `sam-cal` steps about a third cheaper (docs/runtime.md).
     uint64_t record_min_count = 0;
-    // Subtree records (0: none; at most 127, and only with child records:
-    // Create throws kInvalidArgument otherwise). Each record also holds
-    // the descendants of its state that a count-weighted best-first walk
-    // reaches among its first `subtree_nodes` nodes (path weight: a node's
-    // count over the state's; each node's top_k children; a state that
-    // occurs once continues with its one next token), beyond its direct
-    // children: the nodes below a child that occurs more than once, each with
-    // its parent's place in the record. A drafter then expands those nodes
-    // without reading their own records (Session: free lookups).
-    size_t subtree_nodes = 0;
   };
   // One child of a hub: the transition token, its target and the target's count.
   using Child = format::HubChild;
@@ -196,11 +184,9 @@ class SAM_API StaticIndex {
   // is a hub (then one more slot after them places its label table, so that
   // a transition its record lacks costs one probe of that table: NextAt).
   struct RecordHead {
-    uint32_t len, count, link_record, bits;  // bits: size | hub << 8 | descendants << 9
+    uint32_t len, count, link_record, bits;  // bits: size | hub << 8
     uint32_t size() const { return bits & 0xff; }
     bool hub() const { return (bits >> 8 & 1) != 0; }
-    // Subtree entries after the children (and a hub's table slot).
-    uint32_t descendants() const { return bits >> 9 & 0x7f; }
   };
   // A child in a record: its token, target, the target's count and record;
   // for a position that occurs once (which has no record), the token after
@@ -224,15 +210,6 @@ class SAM_API StaticIndex {
   // Requires a record (RecordOf, a head's link_record or an entry's record).
   RecordHead Head(uint32_t record) const { return std::bit_cast<RecordHead>(records_[record]); }
   const RecordEntry* Entries(uint32_t record) const { return &records_[record + 1]; }
-  // A record's subtree entries (Options::subtree_nodes; head.descendants()
-  // of them): token | parent << 24, where parent is the place of the node
-  // below which it is among the record's children (0 .. size() - 1) and
-  // then its subtree entries (size() + i).
-  const RecordEntry* Descendants(uint32_t record, const RecordHead& head) const {
-    return &records_[record + 1 + head.size() + (head.hub() ? 1 : 0)];
-  }
-  static uint32_t DescendantToken(const RecordEntry& e) { return e.token & 0xffffff; }
-  static uint32_t DescendantParent(const RecordEntry& e) { return e.token >> 24; }
   // The transition of the state of `record` (whose head is `head`) on a
   // token c its children lack, when the record does not hold all of them
   // (head.size() == top_k): a hub's label table (found through the record,
@@ -325,7 +302,6 @@ class SAM_API StaticIndex {
   // (BuildRecords): slot_begin, num_slots, and edge_begin's two halves.
   uint64_t HubNextAt(uint32_t hub_slot, uint32_t c) const;
   void BuildRecords(const Options& options);
-  void BuildSubtrees(const Options& options);  // after BuildRecords's first linking
 
   using HubEntry = format::HubEntry;
   using LabelSlot = format::LabelSlot;
@@ -363,13 +339,10 @@ class SAM_API StaticIndex {
 
 // The default options, with child records at kChildRecordMinCount when
 // `child_records`: what SAM_OPEN_CHILD_RECORDS, Python's
-// Index.open(child_records=True) and sam-replay --child-records prepare;
-// with `subtree_nodes` too, subtree records (SAM_OPEN_SUBTREE_RECORDS:
-// kSubtreeNodes).
-inline StaticIndex::Options PrepareOptions(bool child_records, size_t subtree_nodes = 0) {
+// Index.open(child_records=True) and sam-replay --child-records prepare.
+inline StaticIndex::Options PrepareOptions(bool child_records) {
   StaticIndex::Options options;
-  if (child_records || subtree_nodes > 0) options.record_min_count = kChildRecordMinCount;
-  options.subtree_nodes = subtree_nodes;
+  if (child_records) options.record_min_count = kChildRecordMinCount;
   return options;
 }
 
