@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <csignal>
 #include <cstring>
@@ -205,6 +206,23 @@ std::vector<std::string> IndexInputs(const std::vector<std::string>& index_paths
     }
   }
   return files;
+}
+
+void NoteWithoutAccelerators(const char* tool, const std::string& path, bool has_accelerators) {
+  if (has_accelerators) return;
+  if (sam::format::LooksLikeShardSet(path)) {
+    std::fprintf(stderr,
+                 "%s: note: the shards of %s have no accelerator sections (written before "
+                 "index format 1.1); this process computes them at open; `sam-build --upgrade` "
+                 "on each shard, then `sam-build --write-samset`, adds them\n",
+                 tool, path.c_str());
+    return;
+  }
+  std::fprintf(stderr,
+               "%s: note: %s has no accelerator sections (written before index format 1.1); "
+               "this process computes them at open; `sam-build --upgrade %s` adds them to the "
+               "file\n",
+               tool, path.c_str(), path.c_str());
 }
 
 void CheckOutputPath(const std::string& flag, const std::string& path,

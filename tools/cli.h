@@ -69,6 +69,12 @@ void CheckOutputPath(const std::string& flag, const std::string& path,
 // cannot be read adds only itself (opening it reports why, later).
 std::vector<std::string> IndexInputs(const std::vector<std::string>& index_paths);
 
+// Prints a note on stderr, once per file, when the index file `path` has no
+// accelerator sections (a format 1.0 file): every process that drafts from it
+// computes them at open; `sam-build --upgrade` adds them. `has_accelerators`
+// is IndexView::hubs().present().
+void NoteWithoutAccelerators(const char* tool, const std::string& path, bool has_accelerators);
+
 // An output file written atomically: the text goes to "<path>.tmp-<pid>"
 // (registered for signal cleanup); Commit() flushes, fsyncs and renames it over
 // `path`. Destroyed without Commit() (an exception), it removes the temporary

@@ -462,8 +462,16 @@ class GenerateCommand : private GenerateFlags {
       open.expected_vocab_size = tokenizer_->vocab_size();
     }
     for (const auto& p : index_paths) {
-      if (sam::format::LooksLikeShardSet(p)) shard_sets_.push_back(sam::runtime::OpenShardSet(p, open));
-      else indexes_.push_back(sam::format::IndexFile::Open(p, open));
+      if (sam::format::LooksLikeShardSet(p)) {
+        shard_sets_.push_back(sam::runtime::OpenShardSet(p, open));
+        bool all = true;
+        for (const auto& shard : shard_sets_.back()) all &= shard->accelerators_from_file();
+        sam::tools::NoteWithoutAccelerators("sam-generate", p, all);
+      } else {
+        indexes_.push_back(sam::format::IndexFile::Open(p, open));
+        sam::tools::NoteWithoutAccelerators("sam-generate", p,
+                                            indexes_.back().view().hubs().present());
+      }
     }
   }
 

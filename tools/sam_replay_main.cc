@@ -447,11 +447,13 @@ class ReplayCommand : private ReplayFlags {
           group.shards.push_back(
               rt::StaticIndex::Create(f.shared_view(), rt::ShardIndexOptions(prepare)));
           indexes_.push_back(sam::format::IndexFile::Open(f.path(), open));
+          sam::tools::NoteWithoutAccelerators("sam-replay", f.path(), f.view().hubs().present());
         }
         views_.push_back(std::move(group));
         continue;
       }
       indexes_.push_back(sam::format::IndexFile::Open(p, open));
+      sam::tools::NoteWithoutAccelerators("sam-replay", p, indexes_.back().view().hubs().present());
       views_.push_back({{rt::StaticIndex::Create(indexes_.back().shared_view(), prepare)}, false});
     }
     vocab_ = tokenizer_ ? tokenizer_->vocab_size()

@@ -92,6 +92,17 @@ std::optional<sam::format::Sha256Digest> ExpectedTokenizer(py::handle object) {
   return sam::format::Sha256File(path);
 }
 
+// A UserWarning for an index file without the accelerator sections (format
+// 1.0): opening it computed them in this process. Requires the GIL.
+void WarnNoAccelerators(const std::string& path) {
+  const std::string message =
+      path + " has no accelerator sections (an index written before format 1.1): every "
+             "process computes them at open, about 5 bytes per corpus token of private memory "
+             "and up to a second per 7M tokens; `sam-build --upgrade " + path + "` adds them "
+             "to the file";
+  if (PyErr_WarnEx(PyExc_UserWarning, message.c_str(), 1) != 0) throw py::error_already_set();
+}
+
 class Index {
  public:
   // path: str, bytes or os.PathLike; tokenizer: as ExpectedTokenizer.
@@ -100,16 +111,20 @@ class Index {
     const std::string path = FsPath(path_object);
     const std::optional<sam::format::Sha256Digest> tokenizer = ExpectedTokenizer(tokenizer_object);
     auto index = std::make_shared<Index>();
-    py::gil_scoped_release release;
-    sam::format::OpenOptions options;
-    options.verify = verify;
-    options.expected_tokenizer_sha256 = tokenizer;
-    index->file_ = std::make_shared<const sam::format::IndexFile>(
-        read ? sam::format::IndexFile::Read(path, options)
-             : sam::format::IndexFile::Open(path, options));
-    if (prepare || child_records)
-      index->prepared_ = sam::runtime::StaticIndex::Create(
-          index->file_->shared_view(), sam::runtime::PrepareOptions(child_records));
+    {
+      py::gil_scoped_release release;
+      sam::format::OpenOptions options;
+      options.verify = verify;
+      options.expected_tokenizer_sha256 = tokenizer;
+      index->file_ = std::make_shared<const sam::format::IndexFile>(
+          read ? sam::format::IndexFile::Read(path, options)
+               : sam::format::IndexFile::Open(path, options));
+      if (prepare || child_records)
+        index->prepared_ = sam::runtime::StaticIndex::Create(
+            index->file_->shared_view(), sam::runtime::PrepareOptions(child_records));
+    }
+    if (index->prepared_ && !index->prepared_->accelerators_from_file())
+      WarnNoAccelerators(path);
     return index;
   }
 
@@ -145,21 +160,25 @@ class ShardSet {
     const std::string path = FsPath(path_object);
     const std::optional<sam::format::Sha256Digest> tokenizer = ExpectedTokenizer(tokenizer_object);
     auto set = std::make_shared<ShardSet>();
-    py::gil_scoped_release release;
-    sam::format::OpenOptions options;
-    options.verify = verify;
-    options.expected_tokenizer_sha256 = tokenizer;
-    const sam::format::ShardSet opened = sam::format::ShardSet::Open(path, options);
-    for (const auto& f : opened.shards()) {
-      set->shards_.push_back(
-          sam::runtime::StaticIndex::Create(
-              f.shared_view(),
-              sam::runtime::ShardIndexOptions(sam::runtime::PrepareOptions(child_records))));
-      set->paths_.push_back(f.path());
+    {
+      py::gil_scoped_release release;
+      sam::format::OpenOptions options;
+      options.verify = verify;
+      options.expected_tokenizer_sha256 = tokenizer;
+      const sam::format::ShardSet opened = sam::format::ShardSet::Open(path, options);
+      for (const auto& f : opened.shards()) {
+        set->shards_.push_back(
+            sam::runtime::StaticIndex::Create(
+                f.shared_view(),
+                sam::runtime::ShardIndexOptions(sam::runtime::PrepareOptions(child_records))));
+        set->paths_.push_back(f.path());
+      }
+      set->manifest_ = opened.manifest();
+      set->tokens_ = opened.num_tokens();
+      set->documents_ = opened.num_documents();
     }
-    set->manifest_ = opened.manifest();
-    set->tokens_ = opened.num_tokens();
-    set->documents_ = opened.num_documents();
+    for (size_t i = 0; i < set->shards_.size(); ++i)
+      if (!set->shards_[i]->accelerators_from_file()) WarnNoAccelerators(set->paths_[i]);
     return set;
   }
   void AttachTo(sam::runtime::Session* session) const { session->AttachShardSet(shards_); }

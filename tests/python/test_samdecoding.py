@@ -987,6 +987,51 @@ class BoundsTest(unittest.TestCase):
             self.assertEqual(e.exception.code, "invalid-argument")
             self.assertIn("one session drafts for one vocabulary", str(e.exception))
 
+    def test_a_file_without_accelerator_sections_warns_and_drafts_the_same(self):
+        """An index written without HUBS/FILT (as format 1.0 files are) opens with a
+        UserWarning naming `sam-build --upgrade`, and drafts as the same corpus with them."""
+        import subprocess
+        import tempfile
+        import warnings
+        sam_build = os.environ.get("SAM_BUILD_TOOL", "")
+        if not os.path.exists(sam_build):
+            self.skipTest("sam-build not found (SAM_BUILD_TOOL)")
+        with tempfile.TemporaryDirectory() as d:
+            docs = os.path.join(d, "docs.jsonl")
+            with open(docs, "w") as f:
+                for i in range(200):
+                    f.write(str([1, 2, i % 50 + 3, 4, (i * 7) % 50 + 3, 2]) + "\n")
+            paths = {}
+            for name, extra in (("with", []), ("without", ["--no-accelerators"])):
+                paths[name] = os.path.join(d, name + ".sam")
+                subprocess.run([sam_build, "-q", "--vocab-size", "60", "--corpus", "ids=" + docs,
+                                "-o", paths[name]] + extra, check=True, stdout=subprocess.DEVNULL)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                plain = sd.Index.open(paths["with"])
+            self.assertEqual([str(w.message) for w in caught], [])
+            with self.assertWarns(UserWarning) as w:
+                old = sd.Index.open(paths["without"])
+            self.assertIn("sam-build --upgrade " + paths["without"], str(w.warning))
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                sd.Index.open(paths["without"], prepare=False)  # nothing computed: no warning
+            self.assertEqual([str(w.message) for w in caught], [])
+            stream = [1, 2, 5, 4, 38, 2, 1, 2, 7, 4, 52, 2, 1, 2, 5, 4]
+            drafts = []
+            for index in (plain, old):
+                session = sd.Session(policy="sam-cal")
+                session.attach(index)
+                session.prefill(stream[:2])
+                got = []
+                for t in stream[2:]:
+                    tree = session.propose(t)
+                    got.append((list(tree.tokens), list(tree.parents)))
+                    session.commit([t])
+                drafts.append(got)
+            self.assertEqual(drafts[0], drafts[1])
+            self.assertTrue(any(len(t) > 1 for t, _ in drafts[0]))
+
 
 class TokenizerTest(unittest.TestCase):
     """samdecoding.Tokenizer against independent oracles: the SentencePiece Python package for a

@@ -329,9 +329,13 @@ expect 2 "takes no corpora and no -o" -- "$build" --upgrade "$tmp/upgraded.sam" 
 expect 2 "exclude each other" -- "$build" --upgrade --write-samset -o "$tmp/y.samset" "$tmp/upgraded.sam"
 expect 1 "doc.txt" -- "$build" --upgrade "$tmp/doc.txt"
 for f in plain upgraded; do
-  "$replay" --index "$tmp/$f.sam" --traces "$tmp/ids-traces.jsonl" --json > "$tmp/$f.json" 2>&1 \
-    || FAIL "sam-replay on $f.sam: $(cat "$tmp/$f.json")"
+  "$replay" --index "$tmp/$f.sam" --traces "$tmp/ids-traces.jsonl" --json > "$tmp/$f.json" \
+    2> "$tmp/$f.err" || FAIL "sam-replay on $f.sam: $(cat "$tmp/$f.err")"
 done
+# The file without the sections is prepared at open, with a note naming the command that adds them.
+grep -q "has no accelerator sections.*sam-build --upgrade $tmp/plain.sam" "$tmp/plain.err" \
+  || FAIL "no note on a file without accelerator sections: $(cat "$tmp/plain.err")"
+if [[ -s $tmp/upgraded.err ]]; then FAIL "a note on an upgraded file: $(cat "$tmp/upgraded.err")"; fi
 python3 - "$tmp/plain.json" "$tmp/upgraded.json" <<'PY' || FAIL "drafts differ between a file and its upgrade"
 import json, re, sys
 def strip(x):
