@@ -28,6 +28,22 @@ double MsSince(std::chrono::steady_clock::time_point t) {
 // A response cache file (ResponseCache::Save): read and checked whole (the
 // blob's checksum, the payload), then its tokenizer and, per tenant, the
 // responses and tokens. --verify changes nothing: reading it is the check.
+// The accelerator sections' line of the text report.
+void PrintAccelerators(const sam::format::IndexView& view, const std::string& path) {
+  const sam::format::HubTables& hubs = view.hubs();
+  if (!hubs.present()) {
+    std::printf("accelerators: none (computed by every process at open; sam-build --upgrade "
+                "%s adds them)\n", path.c_str());
+    return;
+  }
+  std::string filter;
+  if (view.edge_filter().present())
+    filter = ", edge filter " + std::to_string(view.edge_filter().bits_per_edge) +
+             " bits per transition";
+  std::printf("accelerators: %llu hubs (states with >= %u transitions, top %u children each)%s\n",
+              (unsigned long long)hubs.num_hubs, hubs.min_degree, hubs.top_k, filter.c_str());
+}
+
 int InspectResponseCache(const std::string& path, bool json) {
   const auto t0 = std::chrono::steady_clock::now();
   const sam::format::ResponseCacheFile file = sam::format::ReadResponseCacheFile(path);
@@ -226,6 +242,14 @@ int main(int argc, char** argv) {
       j["file_bytes"] = h.file_size;
       j["bytes_per_token"] = h.file_size / tokens;
       j["open_ms"] = open_ms;
+      const sam::format::HubTables& hubs = f.view().hubs();
+      j["accelerators"] = hubs.present()
+          ? nlohmann::json{{"hubs", hubs.num_hubs}, {"min_degree", hubs.min_degree},
+                           {"top_k", hubs.top_k},
+                           {"filter_bits_per_edge", f.view().edge_filter().present()
+                                                        ? f.view().edge_filter().bits_per_edge
+                                                        : 0}}
+          : nlohmann::json(nullptr);
       if (verify) j["verified"] = true, j["verify_ms"] = verify_ms;
       j["sections"] = nlohmann::json::array();
       for (const auto& s : f.sections())
@@ -263,18 +287,7 @@ int main(int argc, char** argv) {
                 (unsigned long long)h.num_edges);
     std::printf("field widths (bits): token %u, state %u, position %u, clone length %u, count %u\n",
                 h.token_width, h.state_width, h.position_width, h.clone_len_width, h.count_width);
-    const sam::format::HubTables& hubs = f.view().hubs();
-    if (hubs.present())
-      std::printf("accelerators: %llu hubs (states with >= %u transitions, top %u children "
-                  "each)%s\n",
-                  (unsigned long long)hubs.num_hubs, hubs.min_degree, hubs.top_k,
-                  f.view().edge_filter().present()
-                      ? (", edge filter " + std::to_string(f.view().edge_filter().bits_per_edge) +
-                         " bits per transition").c_str()
-                      : "");
-    else
-      std::printf("accelerators: none (computed by every process at open; sam-build --upgrade "
-                  "%s adds them)\n", path.c_str());
+    PrintAccelerators(f.view(), path);
     std::printf("corpora:\n");
     for (const auto& c : meta.corpora)
       std::printf("  %-10s %-28s records %llu, documents %llu, skipped %llu, tokens %llu, "

@@ -320,6 +320,13 @@ cp "$tmp/plain.sam" "$tmp/upgraded.sam"
 expect 0 "added the accelerator sections" -- "$build" --upgrade "$tmp/upgraded.sam"
 expect 0 "accelerators: 0 hubs" -- "$inspect" --verify "$tmp/upgraded.sam"
 grep -q "verify: OK" "$tmp/out" || FAIL "the upgraded file does not verify: $(cat "$tmp/out")"
+python3 - "$tmp/plain.sam" "$tmp/upgraded.sam" "$inspect" <<'PY' || FAIL "sam-inspect --json: wrong accelerators field"
+import json, subprocess, sys
+plain, upgraded, inspect = sys.argv[1:]
+field = lambda p: json.loads(subprocess.run([inspect, "--json", p], capture_output=True, check=True).stdout)["accelerators"]
+a, b = field(plain), field(upgraded)
+sys.exit(0 if a is None and b["min_degree"] == 32 and b["top_k"] == 8 and b["filter_bits_per_edge"] == 10 else 1)
+PY
 expect 0 "already has the accelerator sections; unchanged" -- "$build" --upgrade "$tmp/upgraded.sam"
 expect 0 "accelerators: 0 hubs" -- "$inspect" "$tmp/replace.sam"
 ls "$tmp" | grep -q "upgraded.sam.tmp" && FAIL "--upgrade left a temporary file: $(ls "$tmp")"
