@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Resident memory of one process, then of two of the same command running at
 # once: what a second process that opens the same index adds. Samples
-# /proc/PID/smaps_rollup every 0.2 s and prints the last sample taken while
-# every process was alive (their memory at its fullest: after preparation,
-# during the work). Rss counts every page a process maps; Pss shares each page
+# /proc/PID/smaps_rollup every 0.2 s and prints, of the samples taken while
+# every process was alive, the one of largest total Rss (their memory at its
+# fullest: after preparation, during the work). Rss counts every page a process maps; Pss shares each page
 # among the processes that map it (a page of the index file mapped by two
 # counts half in each); Private_Dirty is what a process wrote for itself
 # (preparation, sessions). Prints figures in kB; asserts nothing. The command
@@ -27,20 +27,21 @@ sample() {
 }
 
 # Samples the given processes until the first exits; prints "LABEL PID rss pss dirty" per
-# process, from the sample before the last complete one (a process that has begun to exit
-# unmaps its pages, and the other's Pss then counts them whole).
+# process, from the complete sample (every process alive) whose total Rss was largest: their
+# memory at its fullest, before any has begun to exit (a process that exits unmaps its pages,
+# and the other's Pss then counts them whole).
 watch() {
   local label=$1; shift
-  local before=() last=() now pid s
+  local best=() now pid s total best_total=-1
   while :; do
-    now=()
+    now=() total=0
     for pid in "$@"; do
       s=$(sample "$pid")
-      [[ -n $s ]] || { printf '%s\n' "${before[@]:-${last[@]}}"; return; }
+      [[ -n $s ]] || { printf '%s\n' "${best[@]}"; return; }
       now+=("$label $pid $s")
+      total=$((total + ${s%% *}))
     done
-    before=("${last[@]}")
-    last=("${now[@]}")
+    if ((total > best_total)); then best=("${now[@]}") best_total=$total; fi
     sleep 0.2
   done
 }

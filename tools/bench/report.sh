@@ -18,9 +18,11 @@
 # What it runs (a few minutes on 2 cores): sam-build --preset default (build speed, peak memory,
 # bytes per token), sam-inspect (open time), sam-traces --template raw (the dev traces:
 # GSM8K test questions with reference answers, HumanEval prompts with canonical solutions),
-# sam-replay per policy, per draft size and with the cross-request cache, tools/bench/memory.sh
-# (resident memory of one and two processes), bench-step (per-step cost against context length;
-# a 4-shard set of the same corpus against the single file) and bench-batch (many sessions).
+# sam-replay per policy, per draft size, as chains, SGLang's NGRAM drafting at its settings and
+# with the cross-request cache, tools/bench/memory.sh
+# (resident memory of one and two processes; also of the index without its accelerator
+# sections), bench-step (per-step cost against context length; a 4-shard set of the same corpus
+# against the single file) and bench-batch (many sessions).
 # Prints progress; asserts nothing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -73,11 +75,35 @@ step "replay: the cross-request response cache"
 "${replay[@]}" --policy sam --policy sam-cal --cross-request --tenant-field category > "$work/cache.json"
 "${replay[@]}" --policy sam-cal --cross-request --tenant-field category --cache-compile \
   > "$work/cache_compile.json"
+step "replay: chains, and SGLang's NGRAM drafting at its settings"
+sizes=8,12,16,24,40
+"${replay[@]}" --draft-sizes $sizes > "$work/tree_sizes.json"
+"${replay[@]}" --draft-sizes $sizes --shape chain > "$work/chain_sizes.json"
+# sglang-ngram at 12 and 24 nodes (11 and 23 drafted), with 0, 3/11, 6/11, 9/11 of them from the
+# corpus, BFS and PROB trees; chains for SGLang's defaults and for PROB with 6/11 from the corpus.
+for m in bfs prob; do
+  for b in 0 3 6 9; do
+    for n in 12 24; do
+      nb=$((b * (n - 1) / 11))
+      shapes=(tree)
+      [[ $m/$b == bfs/0 || $m/$b == prob/6 ]] && shapes+=(chain)
+      for shape in "${shapes[@]}"; do
+        "${replay[@]}" --policy sglang-ngram --sglang-match $m --sglang-corpus-budget $nb \
+          --draft-size $n --shape $shape > "$work/sglang_${m}_${b}_${n}_${shape}.json"
+      done
+    done
+  done
+done
 step "bench-step: per-step cost against context length"
 "$bin/bench-step" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
   --contexts 1024,16384,131072 --steps 2000 --runs 3 --load read > "$work/step.txt"
 step "memory: one process, then two at once (sam-replay --policy sam-cal)"
 tools/bench/memory.sh -- "${replay[@]}" --policy sam-cal > "$work/memory.txt"
+step "memory: the same with the index written without its accelerator sections"
+"$bin/sam-build" --data-dir "$data" --preset default --no-accelerators -o "$work/plain.sam" \
+  > /dev/null 2>&1
+tools/bench/memory.sh -- "${replay[@]/$work\/default.sam/$work/plain.sam}" --policy sam-cal \
+  > "$work/memory_plain.txt"
 step "bench-step: the same corpus as a 4-shard set"
 for i in 0 1 2 3; do
   "$bin/sam-build" --data-dir "$data" --preset default --shard "$i/4" -o "$work/shard.$i.sam" > /dev/null
