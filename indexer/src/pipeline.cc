@@ -632,11 +632,13 @@ uint64_t IndexBuild::PlanShard() const {
     // holds 1/16 of the bound itself, so solve B >= fixed + B/16, i.e.
     // B >= fixed * 16/15; then a quarter more for the memory the process
     // gains between shards (measured: 15 MiB when the first shard is
-    // planned, 18-20 MiB at later ones with a 32K tokenizer), rounded up
-    // to MiB.
+    // planned, 18-20 MiB at later ones with a 32K tokenizer), and 8 MiB
+    // for the run-to-run spread of this process's resident memory when it
+    // plans (transparent huge pages: up to about 4 MiB on a busy machine),
+    // rounded up to MiB.
     const uint64_t fixed = needed - cfg_.max_memory_bytes / 16;
     const uint64_t mib = uint64_t{1} << 20;
-    const uint64_t hint = (fixed * 16 / 15 * 5 / 4 + mib - 1) / mib;
+    const uint64_t hint = (fixed * 16 / 15 * 5 / 4 + 8 * mib + mib - 1) / mib;
     throw BuildError(ErrorCode::kCapacity,
                      "--max-memory " + std::to_string(cfg_.max_memory_bytes) +
                          " bytes is too small: the process and the largest corpus take " +

@@ -2,6 +2,8 @@
 # Command-line behaviour of sam-build and sam-inspect on bad input: clear
 # messages naming the file, non-zero exits, nothing half-written.
 set -u
+# The tools default --data-dir to $SAM_DATA_DIR; these checks give every input themselves.
+unset SAM_DATA_DIR
 build=$1 inspect=$2 data=${3:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

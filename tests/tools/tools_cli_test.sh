@@ -13,6 +13,8 @@
 #
 #   tools_cli_test.sh BIN_DIR
 set -u
+# The tools default --data-dir to $SAM_DATA_DIR; these checks give every input themselves.
+unset SAM_DATA_DIR
 bin=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

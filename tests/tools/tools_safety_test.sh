@@ -10,6 +10,8 @@
 #
 #   tools_safety_test.sh BIN_DIR [DATA_DIR]
 set -u
+# The tools default --data-dir to $SAM_DATA_DIR; these checks give every input themselves.
+unset SAM_DATA_DIR
 bin=$1 data=${2:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
