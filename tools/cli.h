@@ -69,10 +69,10 @@ void CheckOutputPath(const std::string& flag, const std::string& path,
 // cannot be read adds only itself (opening it reports why, later).
 std::vector<std::string> IndexInputs(const std::vector<std::string>& index_paths);
 
-// Prints a note on stderr, once per file, when the index file `path` has no
+// Prints a note on stderr when the index file `path` has no
 // accelerator sections (a format 1.0 file): every process that drafts from it
 // computes them at open; `sam-build --upgrade` adds them. `has_accelerators`
-// is IndexView::hubs().present().
+// is IndexView::hubs().present(). Callers call it once for each file they open.
 void NoteWithoutAccelerators(const char* tool, const std::string& path, bool has_accelerators);
 
 // An output file written atomically: the text goes to "<path>.tmp-<pid>"

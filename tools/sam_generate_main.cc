@@ -465,7 +465,7 @@ class GenerateCommand : private GenerateFlags {
       if (sam::format::LooksLikeShardSet(p)) {
         shard_sets_.push_back(sam::runtime::OpenShardSet(p, open));
         bool all = true;
-        for (const auto& shard : shard_sets_.back()) all &= shard->accelerators_from_file();
+        for (const auto& shard : shard_sets_.back()) all &= shard->view().hubs().present();
         sam::tools::NoteWithoutAccelerators("sam-generate", p, all);
       } else {
         indexes_.push_back(sam::format::IndexFile::Open(p, open));

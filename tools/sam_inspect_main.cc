@@ -25,9 +25,6 @@ double MsSince(std::chrono::steady_clock::time_point t) {
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count();
 }
 
-// A response cache file (ResponseCache::Save): read and checked whole (the
-// blob's checksum, the payload), then its tokenizer and, per tenant, the
-// responses and tokens. --verify changes nothing: reading it is the check.
 // The accelerator sections' line of the text report.
 void PrintAccelerators(const sam::format::IndexView& view, const std::string& path) {
   const sam::format::HubTables& hubs = view.hubs();
@@ -44,6 +41,9 @@ void PrintAccelerators(const sam::format::IndexView& view, const std::string& pa
               (unsigned long long)hubs.num_hubs, hubs.min_degree, hubs.top_k, filter.c_str());
 }
 
+// A response cache file (ResponseCache::Save): read and checked whole (the
+// blob's checksum, the payload), then its tokenizer and, per tenant, the
+// responses and tokens. --verify changes nothing: reading it is the check.
 int InspectResponseCache(const std::string& path, bool json) {
   const auto t0 = std::chrono::steady_clock::now();
   const sam::format::ResponseCacheFile file = sam::format::ReadResponseCacheFile(path);

@@ -123,8 +123,7 @@ class Index {
         index->prepared_ = sam::runtime::StaticIndex::Create(
             index->file_->shared_view(), sam::runtime::PrepareOptions(child_records));
     }
-    if (index->prepared_ && !index->prepared_->accelerators_from_file())
-      WarnNoAccelerators(path);
+    if (index->prepared_ && !index->file_->view().hubs().present()) WarnNoAccelerators(path);
     return index;
   }
 
@@ -178,7 +177,7 @@ class ShardSet {
       set->documents_ = opened.num_documents();
     }
     for (size_t i = 0; i < set->shards_.size(); ++i)
-      if (!set->shards_[i]->accelerators_from_file()) WarnNoAccelerators(set->paths_[i]);
+      if (!set->shards_[i]->view().hubs().present()) WarnNoAccelerators(set->paths_[i]);
     return set;
   }
   void AttachTo(sam::runtime::Session* session) const { session->AttachShardSet(shards_); }

@@ -3,10 +3,10 @@
 # once: what a second process that opens the same index adds. Samples
 # /proc/PID/smaps_rollup every 0.2 s and prints, of the samples taken while
 # every process was alive, the one of largest total Rss (their memory at its
-# fullest: after preparation, during the work). Rss counts every page a process maps; Pss shares each page
-# among the processes that map it (a page of the index file mapped by two
-# counts half in each); Private_Dirty is what a process wrote for itself
-# (preparation, sessions). Prints figures in kB; asserts nothing. The command
+# fullest: after preparation, during the work). Rss counts every page a
+# process maps; Pss shares each page among the processes that map it (a page
+# of the index file mapped by two counts half in each); Private_Dirty is what
+# a process wrote for itself (preparation, sessions). Prints figures in kB; asserts nothing. The command
 # should run for a few seconds at least (sam-replay over the dev traces does).
 #
 #   tools/bench/memory.sh -- COMMAND [ARGS...]
