@@ -51,6 +51,13 @@ def install(native, out):
     return site
 
 
+def dtype_kw(transformers, dtype):
+    """from_pretrained's dtype argument: dtype= from transformers 4.56 on
+    (torch_dtype= is deprecated there), torch_dtype= before."""
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
 def random_model(folder, device):
     import torch
     import transformers
@@ -61,7 +68,7 @@ def random_model(folder, device):
     config = transformers.LlamaConfig(vocab_size=32000, hidden_size=256, intermediate_size=688,
                                       num_hidden_layers=2, num_attention_heads=4,
                                       num_key_value_heads=4, max_position_embeddings=2048,
-                                      bos_token_id=1, eos_token_id=2, torch_dtype="float16")
+                                      bos_token_id=1, eos_token_id=2)
     transformers.LlamaForCausalLM(config).to(torch.float16).save_pretrained(folder)
     return folder
 
@@ -72,7 +79,8 @@ def run_transformers(args):
 
     import samdecoding.hf
 
-    model = transformers.LlamaForCausalLM.from_pretrained(args.model, torch_dtype=torch.float32)
+    model = transformers.LlamaForCausalLM.from_pretrained(args.model,
+                                                          **dtype_kw(transformers, torch.float32))
     model = model.to(args.device).eval()
     plain, sam = [], []
     generator = samdecoding.hf.SamCandidateGenerator(args.index, num_output_tokens=8,
