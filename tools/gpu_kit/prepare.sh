@@ -22,6 +22,7 @@ done
 # and a compiler (pkg-config included: the build finds zstd and xxhash with it).
 debs=(libsentencepiece-dev libsentencepiece0 libzstd-dev libxxhash-dev libxxhash0
       libsimdjson-dev libsimdjson14 nlohmann-json3-dev libcli11-dev
+      libpcre2-dev libpcre2-8-0 libicu-dev libicu72  # the tokenizer.json backend
       libgtest-dev libgmock-dev googletest pkgconf pkgconf-bin libpkgconf3 pkg-config)
 rm -rf "$kit.tmp" && mkdir -p "$kit.tmp/debs" "$kit.tmp/data/tokenizer" "$kit.tmp/data/gsm8k"
 (cd "$kit.tmp/debs" && apt-get download "${debs[@]}" >/dev/null)
