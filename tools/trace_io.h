@@ -15,6 +15,7 @@
 #ifndef SAM_TOOLS_TRACE_IO_H_
 #define SAM_TOOLS_TRACE_IO_H_
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>

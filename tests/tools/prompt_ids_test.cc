@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <sentencepiece_processor.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <map>

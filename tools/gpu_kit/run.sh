@@ -56,7 +56,8 @@ fi
 log "environment: $(tr '\n' ' ' < "$out/environment.txt")"
 
 # 1. Build (Release) against that PyTorch.
-gen=(); command -v ninja >/dev/null && gen=(-G Ninja)
+# With Ninja, a build keeps going past a failed file (-k 0), so that one log names them all.
+gen=() keep=(); command -v ninja >/dev/null && gen=(-G Ninja) keep=(-- -k 0)
 cfg=(-DCMAKE_BUILD_TYPE=Release -DSAM_BUILD_BENCHMARKS=ON)
 [[ -n $prefix_path ]] && cfg+=("-DCMAKE_PREFIX_PATH=$prefix_path" -DPython_EXECUTABLE="$(command -v $py)"
                                -DCMAKE_CUDA_ARCHITECTURES=90)
@@ -75,7 +76,7 @@ fi
 log "build the Python module and sam-build ($jobs jobs)"
 start=$SECONDS
 cmake --build "$build" -j "$jobs" --target samdecoding_native samdecoding_python_files sam-build \
-    > "$out/build.log" 2>&1 || fail "build (build.log)"
+    "${keep[@]}" > "$out/build.log" 2>&1 || fail "build (build.log)"
 log "built in $((SECONDS - start)) s"
 
 # An index for the runs below (GSM8K train: small, enough for costs).
@@ -95,7 +96,8 @@ else
 fi
 log "build the rest"
 start=$SECONDS
-cmake --build "$build" -j "$jobs" > "$out/build-rest.log" 2>&1 || fail "build (build-rest.log)"
+cmake --build "$build" -j "$jobs" "${keep[@]}" > "$out/build-rest.log" 2>&1 ||
+  fail "build (build-rest.log)"
 log "built in $((SECONDS - start)) s"
 ((torch)) || fail "libtorch not found (configure-torch.log): no GPU tests or figures"
 label=torch-gpu; [[ $rehearse == 1 ]] && label=torch

@@ -13,6 +13,7 @@
 #define SAM_FORMAT_HUGE_BUFFER_H_
 
 #include <cstddef>
+#include <cstdint>
 
 #include "sam/export.h"
 

@@ -34,6 +34,7 @@
 #define SAM_RUNTIME_BUDGET_H_
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
