@@ -20,7 +20,7 @@ for f in tokenizer/llama-32k.model gsm8k/train.jsonl gsm8k/test.jsonl; do
 done
 # The build's dependencies that are not part of an image with PyTorch, CMake
 # and a compiler (pkg-config included: the build finds zstd and xxhash with it).
-debs=(libsentencepiece-dev libsentencepiece0 libzstd-dev libxxhash-dev libxxhash0
+debs=(libsentencepiece-dev libsentencepiece0 libzstd-dev libzstd1 libxxhash-dev libxxhash0
       libsimdjson-dev libsimdjson14 nlohmann-json3-dev libcli11-dev
       libpcre2-dev libpcre2-8-0 libicu-dev libicu72  # the tokenizer.json backend
       libgtest-dev libgmock-dev googletest pkgconf pkgconf-bin libpkgconf3 pkg-config)
