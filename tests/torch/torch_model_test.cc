@@ -865,6 +865,7 @@ TEST(Gpu, CudaHalfAndBfloatMatchCpu) {
                                          {"fp16", 5e-2}, {"bf16", 2.5e-1}}) {
     const tb::Model gpu = tb::Model::Load(dir.path(), {.device = "cuda", .dtype = dtype});
     EXPECT_TRUE(gpu.device().is_cuda());
+    EXPECT_TRUE(gpu.device().has_index());  // as its tensors report it ("cuda:0")
     const auto got = run(gpu);
     EXPECT_EQ(got.first.scalar_type(), torch::kFloat32);
     EXPECT_LT(MaxAbsDiff(got.first, expected.first), tolerance) << dtype;

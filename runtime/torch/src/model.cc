@@ -219,6 +219,10 @@ Model Model::Build(const LlamaConfig& config, Lookup&& lookup, const ModelOption
     throw Error(ErrorCode::kInvalidArgument, "option device: '" + options.device +
                                                  "' requested but CUDA is not available");
   }
+  // "cuda" names the current CUDA device; the tensors made there carry its index ("cuda:0"),
+  // and torch::Device compares the index: the model keeps the device its tensors report.
+  if (model.device_.is_cuda() && !model.device_.has_index())
+    model.device_ = torch::empty({0}, torch::TensorOptions().device(model.device_)).device();
   model.dtype_ = ParseDtypeOption(options.dtype, model.device_, config);
   const auto target = torch::TensorOptions().dtype(model.dtype_).device(model.device_);
 

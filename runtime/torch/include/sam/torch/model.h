@@ -125,6 +125,7 @@ class Model {
                            const ModelOptions& options = {}, const std::string& source = "weights");
 
   const LlamaConfig& config() const { return config_; }
+  // The device the model's tensors are on, with its index ("cuda:0" for "cuda").
   torch::Device device() const { return device_; }
   torch::ScalarType dtype() const { return dtype_; }
 
