@@ -14,7 +14,10 @@
 #
 # Switches: SAM_KIT_REHEARSE=1 (CPU rehearsal: tiny models, the system's
 # libtorch and packages), SAM_KIT_BUILD (build folder, default build-gpu),
-# SAM_KIT_JOBS (default: all cores), OUT (default /tmp/gpu_kit_out).
+# SAM_KIT_JOBS (default: all cores), SAM_KIT_STEPS (the steps to run, of
+# engines,tests,curves,generate,pair,sdsat; default all: a short lease can run
+# the rest later), SAM_KIT_DTYPES (the cost curves' dtypes, default fp16,bf16),
+# OUT (default /tmp/gpu_kit_out).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 kit=$PWD/.gpukit
@@ -22,6 +25,8 @@ out=${OUT:-/tmp/gpu_kit_out}
 build=${SAM_KIT_BUILD:-build-gpu}
 jobs=${SAM_KIT_JOBS:-$(nproc)}
 rehearse=${SAM_KIT_REHEARSE:-0}
+steps=,${SAM_KIT_STEPS:-engines,tests,curves,generate,pair,sdsat},
+want() { [[ $steps == *,$1,* ]]; }
 mkdir -p "$out"
 log() { echo "[gpu_kit $(date +%T)] $*" | tee -a "$out/steps.log"; }
 fail() { log "FAILED: $*"; python3 tools/gpu_kit/collect.py "$out" || true; exit 1; }
@@ -50,6 +55,8 @@ else
   export LD_LIBRARY_PATH=$deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
   prefix_path="$deps/usr;$($py -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 fi
+# SAM_KIT_DTYPES=fp16 (say): the cost curves of those dtypes only.
+[[ -n ${SAM_KIT_DTYPES:-} ]] && IFS=, read -ra dtypes <<< "$SAM_KIT_DTYPES"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
   $py -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.is_available())' 2>&1
   git rev-parse HEAD 2>/dev/null; nproc; } > "$out/environment.txt"
@@ -86,7 +93,9 @@ log "built in $((SECONDS - start)) s"
 
 # 2. The engine adapters inside the engines the image has (first: the run's main check),
 # then the GPU tests (each at most 150 s, so that a hung test leaves time for the rest).
-if [[ -d $build/python/samdecoding ]]; then
+if ! want engines; then
+  log "engines: not asked for (SAM_KIT_STEPS)"
+elif [[ -d $build/python/samdecoding ]]; then
   # vLLM, SGLang and transformers, where the image has them, run with the adapters.
   $py tools/gpu_kit/engines_live_check.py --device "$device" --index "$build/kit-gsm8k.sam" \
       --native "$build/python/samdecoding/_native*.so" --out "$out" > "$out/engines_live.log" 2>&1
@@ -101,74 +110,86 @@ cmake --build "$build" -j "$jobs" "${keep[@]}" > "$out/build-rest.log" 2>&1 ||
 log "built in $((SECONDS - start)) s"
 ((torch)) || fail "libtorch not found (configure-torch.log): no GPU tests or figures"
 label=torch-gpu; [[ $rehearse == 1 ]] && label=torch
-ctest --test-dir "$build" -L "$label" --timeout 150 --output-on-failure > "$out/ctest.log" 2>&1
-log "ctest -L $label: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
+if want tests; then
+  ctest --test-dir "$build" -L "$label" --timeout 150 --output-on-failure > "$out/ctest.log" 2>&1
+  log "ctest -L $label: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
+fi
 
 # 3. Cost curves t(n)/t(1), n = 1..128 (chain and tree).
-sizes=1,2,4,8,12,16,24,32,40,48,64,80,96,128
-for d in "${dtypes[@]}"; do
-  log "cost curve, 7B-shaped, $d"
-  "$build/bin/bench-forward" "${big[@]}" --vocab 32000 --prefix 512 --repeats "$repeats" \
-      --device "$device" --dtype "$d" --sizes "$sizes" > "$out/forward_7b_$d.log" 2>&1 ||
-      log "bench-forward 7B $d failed"
-done
-log "cost curve, 1B-shaped, ${dtypes[-1]}"
-"$build/bin/bench-forward" "${small[@]}" --vocab 32000 --prefix 512 --repeats "$repeats" \
-    --device "$device" --dtype "${dtypes[-1]}" --sizes "$sizes" > "$out/forward_1b.log" 2>&1 ||
-    log "bench-forward 1B failed"
+if want curves; then
+  sizes=1,2,4,8,12,16,24,32,40,48,64,80,96,128
+  for d in "${dtypes[@]}"; do
+    log "cost curve, 7B-shaped, $d"
+    "$build/bin/bench-forward" "${big[@]}" --vocab 32000 --prefix 512 --repeats "$repeats" \
+        --device "$device" --dtype "$d" --sizes "$sizes" > "$out/forward_7b_$d.log" 2>&1 ||
+        log "bench-forward 7B $d failed"
+  done
+  log "cost curve, 1B-shaped, ${dtypes[-1]}"
+  "$build/bin/bench-forward" "${small[@]}" --vocab 32000 --prefix 512 --repeats "$repeats" \
+      --device "$device" --dtype "${dtypes[-1]}" --sizes "$sizes" > "$out/forward_1b.log" 2>&1 ||
+      log "bench-forward 1B failed"
+fi
 
 # 4. End to end with a random model (acceptance means nothing there; the costs do).
-policies=(--policy sam --policy sam-cal --policy sam-rec)
-log "end to end: ${policies[*]}"
-"$build/bin/bench-generate" --tokenizer "$kit/data/tokenizer/llama-32k.model" --data-dir "$kit/data" \
-    --index "$build/kit-gsm8k.sam" "${policies[@]}" "${gen_shape[@]}" --repeats "$repeats" \
-    --prompts "$prompts" --max-new-tokens "$new_tokens" --device "$device" \
-    > "$out/generate_1b.log" 2>&1 || log "bench-generate failed"
+if want generate; then
+  policies=(--policy sam --policy sam-cal --policy sam-rec)
+  log "end to end: ${policies[*]}"
+  "$build/bin/bench-generate" --tokenizer "$kit/data/tokenizer/llama-32k.model" --data-dir "$kit/data" \
+      --index "$build/kit-gsm8k.sam" "${policies[@]}" "${gen_shape[@]}" --repeats "$repeats" \
+      --prompts "$prompts" --max-new-tokens "$new_tokens" --device "$device" \
+      > "$out/generate_1b.log" 2>&1 || log "bench-generate failed"
+fi
 
 # 5. The draft-model policies with a random pair (a 1B-shaped target, a small
 # draft), through sam-generate (--json: tokens/s, MAT), against plain decoding.
-pair=$build/kit-pair
-if [[ $rehearse == 1 ]]; then tgt=(--layers 2 --hidden 64); dft=(--layers 1 --hidden 32)
-else tgt=(--layers 16 --hidden 2048); dft=(--layers 2 --hidden 512); fi
-"$build/bin/bench-random-model" --out "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
-    "${tgt[@]}" --force > "$out/pair.log" 2>&1 &&
-"$build/bin/bench-random-model" --out "$pair/draft" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
-    "${dft[@]}" --seed 2 --force >> "$out/pair.log" 2>&1 || log "random pair failed"
-question=$($py -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["question"])' \
-    "$kit/data/gsm8k/test.jsonl")
-log "draft-model policies (random pair)"
-for run in plain sam sam-cal model sam-model sam-cal+model; do
-  args=(--policy "${run%+model}"); [[ $run == plain ]] && args=(--no-spec)
-  [[ $run == model || $run == sam-model || $run == sam-cal+model ]] && args+=(--draft-model "$pair/draft")
-  "$build/bin/sam-generate" --model "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
-      --index "$build/kit-gsm8k.sam" --prompt "$question" --append-newline --max-new-tokens "$new_tokens" \
-      --device "$device" --json "${args[@]}" 2>> "$out/pair.log" |
-    $py -c 'import json,sys; r=json.load(sys.stdin); print("JSON " + json.dumps({"bench": "draft_pair",
-        "run": sys.argv[1], "tokens_per_s": r.get("tokens_per_s"), "mat": r.get("mat"),
-        "new_tokens": r.get("new_tokens"), "steps": r.get("steps")}))' "$run" >> "$out/draft_pair.log" ||
-    log "sam-generate $run failed"
-done
+if want pair || want sdsat; then
+  pair=$build/kit-pair
+  if [[ $rehearse == 1 ]]; then tgt=(--layers 2 --hidden 64); dft=(--layers 1 --hidden 32)
+  else tgt=(--layers 16 --hidden 2048); dft=(--layers 2 --hidden 512); fi
+  "$build/bin/bench-random-model" --out "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
+      "${tgt[@]}" --force > "$out/pair.log" 2>&1 &&
+  "$build/bin/bench-random-model" --out "$pair/draft" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
+      "${dft[@]}" --seed 2 --force >> "$out/pair.log" 2>&1 || log "random pair failed"
+  question=$($py -c 'import json,sys; print(json.loads(open(sys.argv[1]).readline())["question"])' \
+      "$kit/data/gsm8k/test.jsonl")
+fi
+if want pair; then
+  log "draft-model policies (random pair)"
+  for run in plain sam sam-cal model sam-model sam-cal+model; do
+    args=(--policy "${run%+model}"); [[ $run == plain ]] && args=(--no-spec)
+    [[ $run == model || $run == sam-model || $run == sam-cal+model ]] && args+=(--draft-model "$pair/draft")
+    "$build/bin/sam-generate" --model "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
+        --index "$build/kit-gsm8k.sam" --prompt "$question" --append-newline --max-new-tokens "$new_tokens" \
+        --device "$device" --json "${args[@]}" 2>> "$out/pair.log" |
+      $py -c 'import json,sys; r=json.load(sys.stdin); print("JSON " + json.dumps({"bench": "draft_pair",
+          "run": sys.argv[1], "tokens_per_s": r.get("tokens_per_s"), "mat": r.get("mat"),
+          "new_tokens": r.get("new_tokens"), "steps": r.get("steps")}))' "$run" >> "$out/draft_pair.log" ||
+      log "sam-generate $run failed"
+  done
+fi
 
 # 6. SDSAT's schemes on the random target (adaptive id 31999; acceptance means nothing with
 # random weights, the cost of a pass carrying the adaptive branches does): seconds per pass.
-log "SDSAT schemes (random target)"
-for run in plain sdsat-one sdsat-two sam-sdsat sam-cal-sdsat; do
-  case $run in
-    plain) args=(--no-spec);;
-    sdsat-one) args=(--policy sdsat --sdsat-tokens 31999 --sdsat-k 4);;
-    sdsat-two) args=(--policy sdsat --sdsat-tokens 31999 --sdsat-k 4 --sdsat-scheme two-pass);;
-    sam-sdsat) args=(--policy sam-sdsat --sdsat-tokens 31999 --sdsat-k 4);;
-    sam-cal-sdsat) args=(--policy sam-cal --sdsat-tokens 31999 --sdsat-k 4);;
-  esac
-  "$build/bin/sam-generate" --model "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
-      --index "$build/kit-gsm8k.sam" --prompt "$question" --append-newline --max-new-tokens "$new_tokens" \
-      --device "$device" --json "${args[@]}" 2>> "$out/sdsat.log" |
-    $py -c 'import json,sys; r=json.load(sys.stdin); s=r.get("sdsat", {}); print("JSON " + json.dumps({
-        "bench": "sdsat", "run": sys.argv[1], "tokens_per_s": r.get("tokens_per_s"), "mat": r.get("mat"),
-        "steps": r.get("steps"), "verified_tokens": r.get("verified_tokens"),
-        "adaptive_tokens": s.get("adaptive_tokens_evaluated", 0),
-        "ms_per_pass": 1000 * r["decode_seconds"] / max(r["steps"], 1)}))' "$run" >> "$out/sdsat_runs.log" ||
-    log "sam-generate $run failed"
-done
+if want sdsat; then
+  log "SDSAT schemes (random target)"
+  for run in plain sdsat-one sdsat-two sam-sdsat sam-cal-sdsat; do
+    case $run in
+      plain) args=(--no-spec);;
+      sdsat-one) args=(--policy sdsat --sdsat-tokens 31999 --sdsat-k 4);;
+      sdsat-two) args=(--policy sdsat --sdsat-tokens 31999 --sdsat-k 4 --sdsat-scheme two-pass);;
+      sam-sdsat) args=(--policy sam-sdsat --sdsat-tokens 31999 --sdsat-k 4);;
+      sam-cal-sdsat) args=(--policy sam-cal --sdsat-tokens 31999 --sdsat-k 4);;
+    esac
+    "$build/bin/sam-generate" --model "$pair/target" --tokenizer "$kit/data/tokenizer/llama-32k.model" \
+        --index "$build/kit-gsm8k.sam" --prompt "$question" --append-newline --max-new-tokens "$new_tokens" \
+        --device "$device" --json "${args[@]}" 2>> "$out/sdsat.log" |
+      $py -c 'import json,sys; r=json.load(sys.stdin); s=r.get("sdsat", {}); print("JSON " + json.dumps({
+          "bench": "sdsat", "run": sys.argv[1], "tokens_per_s": r.get("tokens_per_s"), "mat": r.get("mat"),
+          "steps": r.get("steps"), "verified_tokens": r.get("verified_tokens"),
+          "adaptive_tokens": s.get("adaptive_tokens_evaluated", 0),
+          "ms_per_pass": 1000 * r["decode_seconds"] / max(r["steps"], 1)}))' "$run" >> "$out/sdsat_runs.log" ||
+      log "sam-generate $run failed"
+  done
+fi
 
 python3 tools/gpu_kit/collect.py "$out" && log "figures: $out/gpu_kit.json"
