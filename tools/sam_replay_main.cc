@@ -395,9 +395,10 @@ class ReplayCommand : private ReplayFlags {
     if (traces_path.empty()) throw UsageError("--traces is required");
     session_flags.Apply(&tuning.session);
     tuning.draft_size_given = session_flags.given("draft_size");
-    if (session_flags.experimental_given("chain_min_path_probability") &&
-        tuning.session.shape != rt::DraftShape::kChain)
-      throw UsageError("--experimental chain_min_path_probability needs --shape chain");
+    for (const char* name :
+         {"chain_min_path_probability", "chain_calibrated_width", "chain_max_static_lookups"})
+      if (session_flags.experimental_given(name) && tuning.session.shape != rt::DraftShape::kChain)
+        throw UsageError(std::string("--experimental ") + name + " needs --shape chain");
     if (!cross_request && (!tenant_field.empty() || cache_prompts || cache_mib_given ||
                            !save_cache_path.empty() || !load_cache_path.empty() || cache_compile))
       throw UsageError("--tenant-field, --cache-mib, --cache-prompts, --cache-compile, "

@@ -303,7 +303,8 @@ size_t DynamicSam::Continuation(Match match, size_t want, bool climb_links, uint
   }
   // A shorter suffix occurs at least wherever a longer one does, so its first
   // end position is never later: climbing can only lengthen the continuation.
-  while (climb_links && n_ - states_[v].min_endpos < want && states_[v].link != kRoot && states_[v].link != kNone)
+  while (climb_links && n_ - states_[v].min_endpos < want && states_[v].link != kRoot &&
+         states_[v].link != kNone && states_[states_[v].link].len >= kMinClimbLength)
     v = states_[v].link;
   const size_t begin = states_[v].min_endpos;  // 1-based end = 0-based index of the next token
   const size_t count = std::min(want, n_ - begin);

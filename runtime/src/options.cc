@@ -205,9 +205,17 @@ const OptionSpec kTuningSpecs[] = {
     {"calibrated_width", OptionType::kUnsigned, "8", 1, static_cast<double>(kMaxWidth),
      "sam-cal: static children offered per node",
      SAM_TUNING(calibrated_width)},
-    {"chain_min_path_probability", OptionType::kNumber, "0", 0, 1,
-     "shape chain: a chain ends before its path probability falls below this",
+    {"chain_min_path_probability", OptionType::kNumber, "0.003", 0, 1,
+     "shape chain: a chain ends before its path probability falls below this (sam-cal: drafts\n"
+     "no node below it, in place of min_path_probability)",
      SAM_TUNING(chain_min_path_probability)},
+    {"chain_calibrated_width", OptionType::kUnsigned, "1", 1, static_cast<double>(kMaxWidth),
+     "shape chain, sam-cal: static children offered per node (in place of calibrated_width)",
+     SAM_TUNING(chain_calibrated_width)},
+    {"chain_max_static_lookups", OptionType::kUnsigned, "32", 0, kMaxU64,
+     "shape chain, sam-cal: lookups of branching states' children per step (in place of\n"
+     "max_static_lookups; 0: no limit)",
+     SAM_TUNING(chain_max_static_lookups)},
 };
 
 #undef SAM_TUNING
@@ -290,6 +298,9 @@ void ValidateSessionOptions(const SessionOptions& o) {
   if (o.tuning.calibrated_width < 1 || o.tuning.calibrated_width > kMaxWidth)
     refuse("tuning.calibrated_width must be at least 1 and at most " + std::to_string(kMaxWidth) +
            ", got " + std::to_string(o.tuning.calibrated_width));
+  if (o.tuning.chain_calibrated_width < 1 || o.tuning.chain_calibrated_width > kMaxWidth)
+    refuse("tuning.chain_calibrated_width must be at least 1 and at most " +
+           std::to_string(kMaxWidth) + ", got " + std::to_string(o.tuning.chain_calibrated_width));
   if (!(o.tuning.chain_min_path_probability >= 0.0 && o.tuning.chain_min_path_probability <= 1.0))
     refuse("tuning.chain_min_path_probability must be in [0, 1], got " +
            std::to_string(o.tuning.chain_min_path_probability));

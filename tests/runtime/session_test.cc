@@ -584,7 +584,9 @@ std::string Fields(const SessionOptions& o) {
   out += " " + std::to_string(t.adaptive_length) + " " + std::to_string(t.length_per_match) + " " +
          std::to_string(t.dynamic_link_fallback) + " " + std::to_string(t.min_path_probability) +
          " " + std::to_string(t.max_static_lookups) + " " + std::to_string(t.backoff_count) + " " +
-         std::to_string(t.calibrated_width) + " " + std::to_string(t.chain_min_path_probability);
+         std::to_string(t.calibrated_width) + " " + std::to_string(t.chain_min_path_probability) +
+         " " + std::to_string(t.chain_calibrated_width) + " " +
+         std::to_string(t.chain_max_static_lookups);
   return out;
 }
 
@@ -604,7 +606,7 @@ TEST(OptionTable, DefaultsAreTheStructsDefaults) {
     EXPECT_EQ(Fields(o), defaults) << spec.name;
   }
   EXPECT_EQ(SessionOptionSpecs().size(), 11u);
-  EXPECT_EQ(ExperimentalOptionSpecs().size(), 8u);
+  EXPECT_EQ(ExperimentalOptionSpecs().size(), 10u);
 }
 
 // Each row sets its own field and no other, and refuses what its field cannot hold.
@@ -628,8 +630,10 @@ TEST(OptionTable, EachOptionSetsItsField) {
   SetExperimentalAssignment(&o, "backoff_count=3");
   SetExperimentalAssignment(&o, "calibrated_width=5");
   SetExperimentalAssignment(&o, "chain_min_path_probability=0.5");
+  SetExperimentalAssignment(&o, "chain_calibrated_width=2");
+  SetExperimentalAssignment(&o, "chain_max_static_lookups=9");
   EXPECT_EQ(Fields(o),
-            "sam-tree 24 chain 1 1048576 1 1 3 7 30 2 1 6 0 0.250000 0 3 5 0.500000");
+            "sam-tree 24 chain 1 1048576 1 1 3 7 30 2 1 6 0 0.250000 0 3 5 0.500000 2 9");
   SetSessionOption(&o, "l_bias", "auto");
   EXPECT_FALSE(o.paper.l_bias.has_value());
   SetSessionOption(&o, "l_bias", "-1");
@@ -661,6 +665,7 @@ TEST(OptionTable, EachOptionSetsItsField) {
   refused("min_path_probability", "nan", "is not a finite number");
   refused("min_path_probability", "1.5", "outside [0, 1]");
   refused("calibrated_width", "0", "outside [1, 64]");
+  refused("chain_calibrated_width", "65", "outside [1, 64]");
   refused("l_bias", "-2", "outside [-1,");
   EXPECT_THROW(SetSessionOption(&o, "max_width", "3"), sam::Error);  // not an option
   EXPECT_THROW(SetExperimentalAssignment(&o, "backoff_count"), sam::Error);

@@ -204,7 +204,8 @@ def chain_section(w):
     doc = ["", "## Chains and SGLang's NGRAM drafting (replay)", "",
            "The same index and traces. A chain (`--shape chain`, for verifiers that take one",
            "sequence per request) is the root path of a policy's tree with the most expected",
-           "accepted tokens. MAT @ tokens verified per step, at the default draft size:", "",
+           "accepted tokens (`sam-cal` draws its tree for the chain: docs/runtime.md, \"Chains\").",
+           "MAT @ tokens verified per step, at the default draft size:", "",
            table(["policy", "tree", "chain"],
                  [[f"`{n}`", at(tree[n]), at(chain[n])] for n in tree if n in chain])]
     sizes = [c["draft_size"] for c in next(iter(tree.values()))["budget_curve"]]
@@ -217,12 +218,15 @@ def chain_section(w):
     doc += ["", "At each draft size (`--draft-sizes`; a size bounds a tree's nodes, or a chain's, cut",
             "from the policy's tree of that size):", "",
             table(["policy, shape"] + [str(k) for k in sizes], rows)]
-    cal12, sam12 = by_size(chain["sam-cal"]).get(12), by_size(tree["sam"]).get(12)
+    cal = chain["sam-cal"]
+    cal12, sam12 = by_size(cal).get(12), by_size(tree["sam"]).get(12)
     if cal12 and sam12:
-        doc += ["", f"At 12 nodes `sam-cal`'s chains reach {cal12['mat'] / sam12['mat']:.2f}x the "
-                f"paper rule's MAT ({cal12['mat']:.3f} against {sam12['mat']:.3f}) with "
-                f"{cal12['tokens_per_step']:.1f} tokens verified a step, against "
-                f"{sam12['tokens_per_step']:.1f}."]
+        doc += ["", f"At the default draft size `sam-cal`'s chains verify {cal['tokens_per_step']:.1f} "
+                f"tokens a step and reach {cal['mat'] / sam12['mat']:.2f}x the MAT of the paper rule "
+                f"at 12 nodes ({cal['mat']:.3f} against {sam12['mat']:.3f}, with "
+                f"{sam12['tokens_per_step']:.1f} tokens verified); cut at 12 nodes, "
+                f"{cal12['mat'] / sam12['mat']:.2f}x ({cal12['mat']:.3f} with "
+                f"{cal12['tokens_per_step']:.1f} verified)."]
     rows, best = [], {}
     for m in ("bfs", "prob"):
         for b in (0, 3, 6, 9):

@@ -57,9 +57,21 @@ namespace sam::runtime::calibrated {
 
 class CalibratedPolicy : public internal::DraftPolicy {
  public:
-  explicit CalibratedPolicy(const SessionOptions& options) : sel_(options) {
+  explicit CalibratedPolicy(const SessionOptions& options) : sel_(ForShape(options)) {
     uses_cache_ = uses_compiled_cache_ = prefetches_children_ = true;
     node_cells_.reserve(256);
+  }
+
+  // A chain session's trees are drawn for their one path: its chain tuning
+  // stands in for the tree's (options.h).
+  static SessionOptions ForShape(SessionOptions options) {
+    if (options.shape == DraftShape::kChain) {
+      experimental::Tuning& t = options.tuning;
+      t.min_path_probability = t.chain_min_path_probability;
+      t.calibrated_width = t.chain_calibrated_width;
+      t.max_static_lookups = t.chain_max_static_lookups;
+    }
+    return options;
   }
 
   void Propose(const internal::StepContext& step, DraftTree* tree) override;

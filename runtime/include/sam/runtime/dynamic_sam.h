@@ -91,9 +91,16 @@ class SAM_API DynamicSam {
   // Copies up to `want` tokens that follow the first occurrence of the
   // match's strings (positions MinEndpos+1 ..) into out, stopping at the end
   // of the text. With climb_links, while fewer than `want` tokens follow and
-  // the state's suffix link is not the root, moves to the link (a shorter
-  // suffix whose first occurrence is earlier); *used_state (if not null)
-  // receives the state the tokens come from. Returns the number copied.
+  // the state's suffix link is not the root and its strings are at least
+  // kMinClimbLength tokens long, moves to the link (a shorter suffix whose
+  // first occurrence is earlier: a repetition's earlier rounds); *used_state
+  // (if not null) receives the state the tokens come from. Returns the
+  // number copied.
+  //
+  // A text that repeats (a loop) climbs through suffixes as long as the
+  // repeated part; a suffix of a few tokens predicts little, and climbing to
+  // one cost every policy accepted tokens on the dev traces.
+  static constexpr uint32_t kMinClimbLength = 8;
   size_t Continuation(Match match, size_t want, bool climb_links, uint32_t* out,
                       uint32_t* used_state = nullptr) const;
 

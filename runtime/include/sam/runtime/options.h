@@ -56,7 +56,9 @@ struct SAM_API Tuning {
   // limit 1 + length_per_match * l uses length_per_match too.
   bool adaptive_length = false;
   uint32_t length_per_match = 4;
-  // Dynamic drafts climb suffix links while the continuation is short.
+  // Dynamic drafts climb suffix links while the continuation is short (a
+  // shorter suffix of at least DynamicSam::kMinClimbLength tokens, whose
+  // first occurrence has more text after it: a loop's earlier rounds).
   bool dynamic_link_fallback = true;
   // kCalibrated: nodes below this estimated path probability are not
   // drafted (0.015: 23.5 tokens verified per step on the dev traces).
@@ -73,8 +75,16 @@ struct SAM_API Tuning {
   uint64_t backoff_count = 8;
   // kCalibrated: static children offered per node; 1..kMaxWidth.
   size_t calibrated_width = 8;
-  // shape kChain: a chain ends before its path probability falls below this.
-  double chain_min_path_probability = ChainOptions::kDefaultMinPathProbability;
+  // shape kChain: a chain ends before its path probability falls below
+  // this; kCalibrated drafts no node below it (in place of
+  // min_path_probability). 0.003: sam-cal's chains verify about 12 tokens a
+  // step on the dev traces.
+  double chain_min_path_probability = 0.003;
+  // shape kChain, kCalibrated: in place of calibrated_width and
+  // max_static_lookups. A chain is one path: one static child per node and
+  // more lookups let it reach deeper than the tree's breadth-first budget.
+  size_t chain_calibrated_width = 1;
+  size_t chain_max_static_lookups = 32;
 };
 
 }  // namespace experimental
