@@ -113,6 +113,18 @@ label=torch-gpu; [[ $rehearse == 1 ]] && label=torch
 if want tests; then
   ctest --test-dir "$build" -L "$label" --timeout 150 --output-on-failure > "$out/ctest.log" 2>&1
   log "ctest -L $label: $(grep -E 'tests passed|tests failed' "$out/ctest.log" | tail -1)"
+  # A failed test again, directly: output line-buffered (a crash loses gtest's buffered
+  # lines under ctest), and under cuda-gdb, where the image has it, for a backtrace.
+  for t in $(sed -n 's/^[[:space:]]*[0-9]* - \([A-Za-z_]*\.[A-Za-z_]*\) .*/\1/p' "$out/ctest.log"); do
+    for b in "$build"/bin/torch_model_test "$build"/bin/torch_generate_test; do
+      "$b" --gtest_list_tests --gtest_filter="$t" | grep -q "^  " || continue
+      log "again: $t"
+      timeout 120 stdbuf -oL -eL "$b" --gtest_filter="$t" > "$out/again_$t.log" 2>&1
+      command -v cuda-gdb > /dev/null &&
+        timeout 180 cuda-gdb -q -batch -ex run -ex bt --args "$b" --gtest_filter="$t" \
+          > "$out/backtrace_$t.log" 2>&1
+    done
+  done
 fi
 
 # 3. Cost curves t(n)/t(1), n = 1..128 (chain and tree).
