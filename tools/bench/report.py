@@ -222,10 +222,10 @@ def chain_section(w):
     cal12, sam12 = by_size(cal).get(12), by_size(tree["sam"]).get(12)
     if cal12 and sam12:
         doc += ["", f"At the default draft size `sam-cal`'s chains verify {cal['tokens_per_step']:.1f} "
-                f"tokens a step and reach {cal['mat'] / sam12['mat']:.2f}x the MAT of the paper rule "
+                f"tokens a step and reach {cal['mat'] / sam12['mat']:.3f}x the MAT of the paper rule "
                 f"at 12 nodes ({cal['mat']:.3f} against {sam12['mat']:.3f}, with "
                 f"{sam12['tokens_per_step']:.1f} tokens verified); cut at 12 nodes, "
-                f"{cal12['mat'] / sam12['mat']:.2f}x ({cal12['mat']:.3f} with "
+                f"{cal12['mat'] / sam12['mat']:.3f}x ({cal12['mat']:.3f} with "
                 f"{cal12['tokens_per_step']:.1f} verified)."]
     rows, best = [], {}
     for m in ("bfs", "prob"):

@@ -61,16 +61,16 @@ struct SAM_API Tuning {
   // first occurrence has more text after it: a loop's earlier rounds).
   bool dynamic_link_fallback = true;
   // kCalibrated: nodes below this estimated path probability are not
-  // drafted (0.015: 23.5 tokens verified per step on the dev traces).
+  // drafted (0.015: 23.6 tokens verified per step on the dev traces).
   double min_path_probability = 0.015;
   // kCalibrated: at most this many lookups of a branching static state's
   // children per step, in best-first order (a state that occurs once has one
   // child, read from the text, and is not counted). 0: no limit. 8 bounds the
-  // step's p99 at about 3x below the unlimited ranking's, for 1% of MAT.
+  // step's p99 at about 3x below the unlimited ranking's, for 3% of MAT.
   size_t max_static_lookups = 8;
   // kCalibrated: a node whose static state occurs fewer than this many times
   // also offers the heaviest children of its next shorter context (its
-  // suffix link) that its own do not include. 0: never. MAT 2.499 -> 2.664
+  // suffix link) that its own do not include. 0: never. MAT 2.497 -> 2.698
   // on the dev traces, for about 2.5x the propose time at the median.
   uint64_t backoff_count = 8;
   // kCalibrated: static children offered per node; 1..kMaxWidth.
