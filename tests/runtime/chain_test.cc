@@ -255,5 +255,46 @@ TEST(Chain, SessionsDraftTheChainsOfTheirTrees) {
   }
 }
 
+// A sam-cal chain session draws its tree with its chain tuning: before any calibration, its
+// tree is the one a tree session draws whose tree tuning is set to those values, and it
+// differs from the tree the same options draw as a tree.
+TEST(Chain, CalibratedChainSessionsDrawTheirTreesWithTheChainTuning) {
+  std::mt19937 rng(77);
+  const uint32_t vocab = 8;
+  std::vector<Text> docs = RandomTexts(rng, 40, 10, 60, vocab);
+  for (int k = 0; k < 15; ++k) docs.push_back(docs[rng() % docs.size()]);
+  BuiltIndex index(docs, vocab, "chain_tuning.sam");
+  SessionOptions o;
+  o.max_dynamic_bytes = 1 << 20;
+  o.policy = Policy::kCalibrated;
+  o.shape = DraftShape::kChain;
+  o.tuning.chain_min_path_probability = 0.02;
+  o.tuning.chain_calibrated_width = 2;
+  o.tuning.chain_max_static_lookups = 3;
+  SessionOptions same = o;
+  same.shape = DraftShape::kTree;
+  same.tuning.min_path_probability = 0.02;
+  same.tuning.calibrated_width = 2;
+  same.tuning.max_static_lookups = 3;
+  SessionOptions as_tree = o;
+  as_tree.shape = DraftShape::kTree;
+  size_t differ = 0;
+  for (int k = 0; k < 40; ++k) {
+    const Text prompt = Stream(rng, docs, 30, vocab);
+    Session chain(o), tree(same), other(as_tree);
+    for (Session* s : {&chain, &tree, &other}) {
+      s->AttachIndex(&index.view());
+      s->Prefill(prompt);
+    }
+    const uint32_t start = prompt[rng() % prompt.size()];
+    chain.Propose(start);
+    const DraftTree& expected = tree.Propose(start);
+    ASSERT_EQ(chain.last_tree().tokens, expected.tokens) << "prompt " << k;
+    ASSERT_EQ(chain.last_tree().parents, expected.parents);
+    differ += other.Propose(start).tokens != expected.tokens;
+  }
+  EXPECT_GT(differ, 10u);
+}
+
 }  // namespace
 }  // namespace sam::runtime

@@ -309,6 +309,8 @@ cp "$tmp/replace.sam" "$tmp/dir/index.html"
 expect 2 "is the input" -- "$replay" --index "$tmp/dir/index.html" --traces "$tmp/ids-traces.jsonl" --report "$tmp/dir"
 # Chains and the SGLang NGRAM baseline: their flags' usage errors, and a run of each.
 expect 2 "needs --shape chain" -- "$replay" --traces "$tmp/ids-traces.jsonl" --experimental chain_min_path_probability=0.1
+expect 2 "chain_calibrated_width needs --shape chain" -- "$replay" --traces "$tmp/ids-traces.jsonl" --experimental chain_calibrated_width=2
+expect 2 "chain_max_static_lookups needs --shape chain" -- "$replay" --traces "$tmp/ids-traces.jsonl" --experimental chain_max_static_lookups=4
 expect 2 "unknown draft shape 'path'" -- "$replay" --traces "$tmp/ids-traces.jsonl" --shape path
 expect 2 "needs an --index" -- "$replay" --traces "$tmp/ids-traces.jsonl" --policy sglang-ngram --sglang-corpus-budget 3
 expect 0 "sglang-ngram" -- "$replay" --index "$tmp/replace.sam" --traces "$tmp/ids-traces.jsonl" --policy sglang-ngram --sglang-corpus-budget 3 --sglang-match prob --shape chain
