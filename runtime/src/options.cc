@@ -212,7 +212,7 @@ const OptionSpec kTuningSpecs[] = {
     {"chain_calibrated_width", OptionType::kUnsigned, "1", 1, static_cast<double>(kMaxWidth),
      "shape chain, sam-cal: static children offered per node (in place of calibrated_width)",
      SAM_TUNING(chain_calibrated_width)},
-    {"chain_max_static_lookups", OptionType::kUnsigned, "32", 0, kMaxU64,
+    {"chain_max_static_lookups", OptionType::kUnsigned, "16", 0, kMaxU64,
      "shape chain, sam-cal: lookups of branching states' children per step (in place of\n"
      "max_static_lookups; 0: no limit)",
      SAM_TUNING(chain_max_static_lookups)},

@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -184,6 +185,7 @@ nlohmann::json EngineReference(const sam::format::IndexFile& file, Text& text) {
 }
 
 int Fixture(const std::string& dir, size_t num_documents, size_t generation_length) {
+  std::filesystem::create_directories(dir);  // the documented command names a new folder
   Rng rng{0x9E3779B97F4A7C15ull};
   std::vector<std::vector<uint32_t>> phrases(40);
   for (auto& p : phrases) {
