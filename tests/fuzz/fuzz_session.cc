@@ -132,6 +132,13 @@ void Drive(const sam::format::IndexView& view,
   o.tree.width = o.tuning.calibrated_width = 1 + rng.Below(12);
   o.tuning.min_path_probability = rng.Below(4) == 0 ? 0.0 : 0.015;
   o.tuning.dynamic_link_fallback = rng.Below(2);
+  // Chains a quarter of the time, with sam-cal's chain tuning drawn too.
+  if (rng.Below(4) == 0) {
+    o.shape = sam::runtime::DraftShape::kChain;
+    o.tuning.chain_calibrated_width = 1 + rng.Below(4);
+    o.tuning.chain_max_static_lookups = rng.Below(20);
+    o.tuning.chain_min_path_probability = rng.Below(3) == 0 ? 0.0 : 0.003;
+  }
   // Cost-aware sizing (ChooseTreeSize) a quarter of the time: a curve from
   // flat (GPU-like) to steep (CPU-like).
   if (rng.Below(4) == 0) {
@@ -179,6 +186,10 @@ void Drive(const sam::format::IndexView& view,
                 policy == sam::runtime::Policy::kTree
                     ? std::max(o.draft_size, o.tree.nodes)
                     : o.draft_size);
+      if (o.shape == sam::runtime::DraftShape::kChain && !tree.IsLinear()) {
+        std::fprintf(stderr, "fuzz_session: a chain session drafted a branching tree\n");
+        std::abort();
+      }
       // Accept a prefix of the first root path (verification agreeing with
       // the draft), or commit the start token and something else.
       buf.assign(1, start);
