@@ -61,9 +61,10 @@ struct SAM_API ChainOptions {
   // Draft tokens at most (the root not counted).
   size_t max_tokens = kDefaultMaxTokens;
   // A chain ends before a node whose estimated path probability is lower
-  // (0: it may end at any node of the tree, whose policy has its own cut:
-  // sam-cal's min_path_probability). On the dev traces a higher value only
-  // lowers MAT (docs/runtime.md, "Chains").
+  // (0: it may end at any node of the tree, whose policy has its own cut).
+  // A chain session passes experimental::Tuning::chain_min_path_probability
+  // (0.003), which is also the cut of the tree sam-cal draws for it
+  // (docs/runtime.md, "Chains").
   double min_path_probability = kDefaultMinPathProbability;
   // Optional cost curve t(n)/t(1) (not owned; null or empty: none) and the
   // rate it is weighed against (tokens per t(1); see above).
