@@ -103,12 +103,13 @@ elif [[ -d $build/python/samdecoding ]]; then
 else
   log "engines: not checked ($build/python/samdecoding was not built: no pybind11?)"
 fi
+# Everything below needs libtorch.
+((torch)) || fail "libtorch not found (configure-torch.log): no GPU tests or figures"
 log "build the rest"
 start=$SECONDS
 cmake --build "$build" -j "$jobs" "${keep[@]}" > "$out/build-rest.log" 2>&1 ||
   fail "build (build-rest.log)"
 log "built in $((SECONDS - start)) s"
-((torch)) || fail "libtorch not found (configure-torch.log): no GPU tests or figures"
 label=torch-gpu; [[ $rehearse == 1 ]] && label=torch
 if want tests; then
   ctest --test-dir "$build" -L "$label" --timeout 150 --output-on-failure > "$out/ctest.log" 2>&1
