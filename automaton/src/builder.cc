@@ -2,6 +2,10 @@
 // non-clone states and a compact edge arena, and the freeze into format v1.
 #include "sam/automaton/builder.h"
 
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
+
 #include <algorithm>
 #include <bit>
 #include <chrono>
@@ -769,6 +773,17 @@ WriteReport Automaton<Id>::Write(format::IndexWriter& writer, const IndexInfo& i
     writer.AddSection("VOCB", format::EncodeVocabulary(info.vocabulary), /*compress=*/true);
   writer.AddSection("TEST", format::EncodeSelfTest(tests), /*compress=*/true);
   report.write_seconds = Seconds(t1);
+  report.transitions = CountTransitions(report.explicit_edges);
+  // What the accelerator pass below holds (the written file's pages it
+  // reads, and its tables) comes on top of whatever the build still keeps:
+  // the construction is given back first, so that the pass stays below the
+  // construction's peak (the bound --max-memory plans for). glibc keeps
+  // freed blocks below its mmap threshold in the heap until trimmed.
+  std::vector<uint32_t>().swap(text);
+  std::vector<std::vector<Id>>().swap(free_chunks);
+#ifdef __GLIBC__
+  ::malloc_trim(0);
+#endif
   if (info.accelerators) {
     const auto t2 = std::chrono::steady_clock::now();
     writer.AddAccelerators(h, *info.accelerators);
@@ -780,8 +795,6 @@ WriteReport Automaton<Id>::Write(format::IndexWriter& writer, const IndexInfo& i
   report.sections = writer.sections();
   for (const auto& sec : report.sections)
     report.file_bytes = std::max(report.file_bytes, sec.offset + sec.stored_bytes);
-  report.transitions = CountTransitions(report.explicit_edges);
-  std::vector<uint32_t>().swap(text);
   return report;
 }
 
