@@ -190,8 +190,8 @@ struct BuildReport {
   uint64_t shard_token_budget = 0;
 };
 
-// Peak bytes a build holds per token (measured: 55.9 on the default corpora,
-// docs/indexer.md), which memory-bounded builds plan with.
+// Peak bytes a build holds per token, which memory-bounded builds plan with
+// (docs/indexer.md, "Planning"; docs/performance.md, "Index", the current peak).
 inline constexpr uint64_t kBuildPeakBytesPerToken = 56;
 // Fewest tokens per shard a memory bound may leave room for.
 inline constexpr uint64_t kMinShardTokens = 4096;
