@@ -121,6 +121,48 @@ def index_section(w):
     return doc
 
 
+def tokenizer_section(w):
+    """The tokenizer.json backend: replay on its index, and its speed against Hugging Face's."""
+    doc = []
+    if os.path.exists(os.path.join(w, "replay_hf.json")):
+        hf = policies(load(w, "replay_hf.json"))
+        sp = policies(load(w, "replay.json"))
+        hf_tokens = load(w, "inspect_hf.json")["tokens"]
+        sp_tokens = load(w, "inspect.json")["tokens"]
+        rows = [[f"`{name}`", f"{p['mat']:.3f}", f"{sp[name]['mat']:.3f}" if name in sp else ""]
+                for name, p in hf.items()]
+        doc += ["", "### An index built with a `tokenizer.json`", "",
+                f"The same corpora tokenized by the Llama 3 `tokenizer.json` hold {hf_tokens:,} tokens",
+                f"against {sp_tokens:,} with the 32K SentencePiece model (each Llama 3 token covers",
+                f"{sp_tokens / hf_tokens:.2f} times as much text). The dev traces replayed on each index,",
+                "re-tokenized by its tokenizer (MAT counts tokens: a Llama 3 token is longer):", "",
+                table(["policy", "MAT, Llama 3 `tokenizer.json`", "MAT, SentencePiece 32K"], rows)]
+    path = os.path.join(w, "tokenizers.txt")
+    if os.path.exists(path):
+        rows, name, ref, texts = [], None, None, "?"
+        for line in read(w, "tokenizers.txt").splitlines():
+            if line.startswith("== "):
+                name = line[3:].strip()
+            elif line.startswith("reference:"):
+                ref = re.search(r"([\d.]+) M tokens/s", line)
+                texts = re.search(r"reference: (\d+) texts", line).group(1)
+            elif line.startswith("ours:") and name:
+                ours = re.search(r"([\d.]+) M tokens/s", line)
+                rows.append([name, ours.group(1) if ours else "?", ref.group(1) if ref else "?"])
+            elif line in ("ALL EQUAL", "DIFFERENCES") and rows:
+                rows[-1].append("identical" if line == "ALL EQUAL" else "**differ**")
+        doc += ["", "### Tokenizer speed", "",
+                "`tools/bench/bench_tokenizers.sh`: every document of Alpaca, both CodeAlpaca files,",
+                f"GSM8K train and test and HumanEval, plus adversarial texts ({int(texts):,} texts), one" if texts.isdigit() else f"GSM8K train and test and HumanEval, plus adversarial texts, one",
+                "thread each: the `tokenizer.json` backend",
+                "with its pre-token cache, as `sam-build` runs it, against Hugging Face's tokenizers",
+                "(the `@anush008/tokenizers` Node addon, `encodeBatch`), and whether the ids agree.", "",
+                table(["tokenizer", "ours M tokens/s", "Hugging Face M tokens/s", "ids"], rows)]
+    if doc:
+        doc = ["", "## Hugging Face tokenizers"] + doc
+    return doc
+
+
 def replay_section(w):
     """Drafting quality: MAT per policy, budget curves, projected speed-ups."""
     replay = policies(load(w, "replay.json"))
@@ -261,7 +303,7 @@ def chain_section(w):
 
 
 def step_section(w):
-    """Per-step cost: against context length, and a 4-shard set against the single file."""
+    """Per-step cost: against context length, where it goes, and shard sets."""
     def step_table(text):
         rows = [[r[0], f"`{r[1]}`", r[2], r[3], r[4], r[5], r[6], r[7]] for r in bench_rows(text)]
         return table(["context", "policy", "p50 us", "p99 us", "cold p99 us", "MAT", "ns/token",
@@ -276,19 +318,91 @@ def step_section(w):
             "2,000 steps. On a shared machine a cell's median moves by up to about 25% between runs.",
             "", step_table(step)]
 
+    doc += floor_section(w)
+    doc += shard_section(w)
+    return doc
+
+
+def floor_section(w):
+    """The same steps prewarmed (no cache misses) and with child records, beside plain ones."""
+    settings = (("step_default.txt", "plain"), ("step_prewarm.txt", "prewarmed"),
+                ("step_records.txt", "child records"),
+                ("step_records_prewarm.txt", "child records, prewarmed"))
+    runs = {}
+    for name, label in settings:
+        if os.path.exists(os.path.join(w, name)):
+            runs[label] = {(r[0], r[1]): r for r in bench_rows(read(w, name))}
+    if len(runs) < 2:
+        return []
+    rows = []
+    contexts = sorted({c for run in runs.values() for (c, _) in run}, key=int)
+    for c in contexts:
+        for label, run in runs.items():
+            sam, cal = run.get((c, "sam")), run.get((c, "sam-cal"))
+            if not sam or not cal:
+                continue
+            rows.append([c, label, f"{sam[2]} / {sam[3]}", f"{cal[2]} / {cal[3]}",
+                         f"{float(cal[2]) / float(sam[2]):.1f}x / {float(cal[3]) / float(sam[3]):.1f}x"])
+    return ["", "### Where a step's time goes", "",
+            "The paper rule and `sam-cal` interleaved in one bench-step run per setting (the same",
+            "steps and settings as above): plain; prewarmed (`--prewarm`: each step proposed once",
+            "untimed right before, so that the timed one finds what it reads in the CPU caches: the",
+            "step without its cache misses); with child records (`--record-min-count 2`: a",
+            "branching state's heaviest children in one record, built at open in private memory,",
+            "the same drafts); and both. The paper rule reads one run of text a step; `sam-cal`",
+            "looks up to `max_static_lookups` branching states that the previous step did not",
+            "read (a step starts where the last draft was rejected).", "",
+            table(["context", "setting", "`sam` p50 / p99 us", "`sam-cal` p50 / p99 us",
+                   "`sam-cal` / `sam`"], rows)]
+
+
+def shard_section(w):
+    """Shard sets of 2, 4 and 8 shards of the same corpus against the single file."""
     single = {(r[0], r[1]): r for r in bench_rows(read(w, "step_default.txt"))}
     rows = []
-    for r in bench_rows(read(w, "step_shard.txt")):
-        one = single.get((r[0], r[1]))
-        if one:
-            rows.append([r[0], f"`{r[1]}`", f"{one[2]} / {one[3]}", f"{r[2]} / {r[3]}",
-                         f"{float(r[2]) / float(one[2]):.1f}x / {float(r[3]) / float(one[3]):.1f}x"])
-    doc += ["", "### Shard sets", "",
-            "The same corpus as 4 shards (`sam-build --shard I/4`, joined by `--write-samset`), each",
-            "with its own `StaticIndex`, against the single file: the same settings, the paper rule",
-            "and `sam-cal` interleaved, one bench-step run per index.", "",
-            table(["context", "policy", "single file p50 / p99 us", "4 shards p50 / p99 us",
-                   "4 shards / single"], rows)]
+    for n in (2, 4, 8):
+        name = f"step_shard{n}.txt"
+        if not os.path.exists(os.path.join(w, name)):
+            continue
+        info = load(w, f"inspect_shard{n}.json")
+        for r in bench_rows(read(w, name)):
+            one = single.get((r[0], r[1]))
+            if one:
+                rows.append([r[0], f"`{r[1]}`", str(n), f"{info['bytes_per_token']:.2f}",
+                             f"{one[2]} / {one[3]}", f"{r[2]} / {r[3]}",
+                             f"{float(r[2]) / float(one[2]):.1f}x / "
+                             f"{float(r[3]) / float(one[3]):.1f}x"])
+    rows.sort(key=lambda r: (int(r[0]), r[1], int(r[2])))
+    return ["", "### Shard sets", "",
+            "The same corpus as 2, 4 and 8 shards (`sam-build --shard I/N`, joined by",
+            "`--write-samset`), each shard with its own `StaticIndex`, against the single file: the",
+            "same settings, the paper rule and `sam-cal` interleaved, one bench-step run per index.",
+            "Every set drafts exactly what the single file drafts.", "",
+            table(["context", "policy", "shards", "set bytes/token", "single file p50 / p99 us",
+                   "set p50 / p99 us", "set / single"], rows)]
+
+
+def bounded_section(w):
+    """A build under --max-memory: the shards it wrote and their peak memory."""
+    path = os.path.join(w, "bounded.txt")
+    if not os.path.exists(path):
+        return []
+    text = read(w, "bounded.txt")
+    shard = re.compile(r"^\s+(\S+\.sam)\s+documents\s+(\d+)\s+tokens\s+(\d+) of\s+(\d+)\s+"
+                       r"([\d.]+) bytes/token\s+([\d.]+) s\s+peak RSS\s+([\d.]+) MiB", re.M)
+    rows = [[m.group(1), f"{int(m.group(3)):,}", f"{int(m.group(4)):,}", m.group(5),
+             m.group(7), f"{float(m.group(7)) / 165:.2f}"] for m in shard.finditer(text)]
+    speed = re.search(r"total ([\d.]+) \(([\d.]+)M tokens/s end to end\)", text)
+    exceeded = "exceeded --max-memory" in text
+    doc = ["", "## Memory-bounded builds", "",
+           "`sam-build --data-dir DATA --preset default --max-memory 165M`: the shards it wrote",
+           "(each planned at 56 bytes/token from the memory left when it starts), each one's",
+           "peak RSS (VmHWM) against the bound, accelerator sections included.", "",
+           table(["shard", "tokens", "token budget", "bytes/token", "peak RSS MiB", "peak / bound"],
+                 rows)]
+    doc += ["", ("A shard exceeded the bound (sam-build warned)." if exceeded else
+                 "Every shard stayed within the bound.") +
+            (f" End to end {speed.group(2)}M tokens/s ({speed.group(1)} s)." if speed else "")]
     return doc
 
 
@@ -342,8 +456,8 @@ def main():
            "(docs/runtime.md, docs/indexer.md) say what each benchmark measures.", "",
            "**Machine.**", ""]
     doc += ["- " + line for line in machine()]
-    for section in (index_section, replay_section, cache_section, chain_section, step_section,
-                    memory_section, batch_section):
+    for section in (index_section, replay_section, tokenizer_section, cache_section, chain_section, step_section,
+                    memory_section, bounded_section, batch_section):
         doc += section(a.work)
     doc.append("")
     with open(a.out, "w") as f:

@@ -5,9 +5,10 @@
 #   tools/bench/report.sh [--data DIR] [--bin DIR] [--work DIR] [--out FILE] [--hf-tokenizer FILE]
 #     --data  corpora folder with tokenizer/llama-32k.model (default: $SAM_DATA_DIR, else
 #             ../shared/data; corpora/README.md)
-#     --hf-tokenizer  a Hugging Face tokenizer.json to time the same build with (default: the
-#             Llama 3 tokenizer in .cache/hf-tokenizers, where the hf_tokenizer_compare test
-#             installs it, when present; none: skip)
+#     --hf-tokenizer  a Hugging Face tokenizer.json to build and replay the same corpora with
+#             (default: the Llama 3 tokenizer in .cache/hf-tokenizers, where the
+#             hf_tokenizer_compare test installs it, when present; none: skip). With that cache
+#             and the build's hf_compare, tools/bench/bench_tokenizers.sh times the tokenizers too
 #     --bin   the tools' folder (default: $SAM_BUILD_DIR/bin, else build/bin; a Release build
 #             with the benchmarks: tools/build.sh -DSAM_BUILD_BENCHMARKS=ON)
 #     --work  folder for the index, the traces and the raw outputs (default: out/bench; an index
@@ -21,8 +22,9 @@
 # sam-replay per policy, per draft size, as chains, SGLang's NGRAM drafting at its settings and
 # with the cross-request cache, tools/bench/memory.sh
 # (resident memory of one and two processes; also of the index without its accelerator
-# sections), bench-step (per-step cost against context length; a 4-shard set of the same corpus
-# against the single file) and bench-batch (many sessions).
+# sections), bench-step (per-step cost against context length; the same steps prewarmed and with
+# child records; shard sets of 2, 4 and 8 shards of the same corpus against the single file),
+# sam-build --max-memory (a bounded build's shards) and bench-batch (many sessions).
 # Prints progress; asserts nothing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -67,6 +69,17 @@ step "rendering the dev traces (sam-traces --template raw)"
 replay=("$bin/sam-replay" --index "$work/default.sam" --tokenizer "$tok" --traces "$work/traces.jsonl" --json)
 step "replay: every policy"
 "${replay[@]}" > "$work/replay.json"
+rm -f "$work/replay_hf.json" "$work/tokenizers.txt"
+if [[ -f $work/hf.sam && -f $work/build_hf.txt ]]; then
+  step "replay: the same traces on the tokenizer.json index, re-tokenized by it"
+  "$bin/sam-replay" --index "$work/hf.sam" --tokenizer "$hf_tok" --traces "$work/traces.jsonl" \
+    --json > "$work/replay_hf.json"
+  "$bin/sam-inspect" --json "$work/hf.sam" > "$work/inspect_hf.json"
+fi
+if [[ -x $bin/hf_compare && -d .cache/hf-tokenizers/node_modules/@anush008 ]]; then
+  step "tokenizers: the tokenizer.json backend against Hugging Face's (tools/bench/bench_tokenizers.sh)"
+  tools/bench/bench_tokenizers.sh "$(dirname "$bin")" "$data" > "$work/tokenizers.txt"
+fi
 step "replay: budget curves and projected speed-ups"
 "${replay[@]}" --draft-sizes 8,16,24,40,64 --cost-curve docs/cost-curves/cpu-llama-8x1024.csv \
   --project-only > "$work/curves.json"
@@ -104,16 +117,36 @@ step "memory: the same with the index written without its accelerator sections"
   > /dev/null 2>&1
 tools/bench/memory.sh -- "${replay[@]/$work\/default.sam/$work/plain.sam}" --policy sam-cal \
   > "$work/memory_plain.txt"
-step "bench-step: the same corpus as a 4-shard set"
-for i in 0 1 2 3; do
-  "$bin/sam-build" --data-dir "$data" --preset default --shard "$i/4" -o "$work/shard.$i.sam" > /dev/null
+step "bench-step: where a step's time goes (prewarmed steps; child records)"
+# The same steps with what they read already in the CPU caches (--prewarm: the floor without
+# cache misses), with child records (--record-min-count 2: one record a lookup), and both.
+for setting in prewarm records records_prewarm; do
+  flags=()
+  [[ $setting == records* ]] && flags+=(--record-min-count 2)
+  [[ $setting == *prewarm ]] && flags+=(--prewarm)
+  "$bin/bench-step" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
+    --contexts 1024,131072 --steps 2000 --runs 3 --load read --policies sam,sam-cal --interleave \
+    "${flags[@]}" > "$work/step_$setting.txt"
 done
-"$bin/sam-build" --write-samset -o "$work/shard.samset" "$work"/shard.{0,1,2,3}.sam > /dev/null
-for index in default.sam shard.samset; do
+step "bench-step: the same corpus as shard sets of 2, 4 and 8 shards"
+for n in 2 4 8; do
+  shards=()
+  for ((i = 0; i < n; ++i)); do
+    "$bin/sam-build" -q --data-dir "$data" --preset default --shard "$i/$n" -o "$work/shard$n.$i.sam" \
+      > /dev/null
+    shards+=("$work/shard$n.$i.sam")
+  done
+  "$bin/sam-build" --write-samset -o "$work/shard$n.samset" "${shards[@]}" > /dev/null
+  "$bin/sam-inspect" --json "$work/shard$n.samset" > "$work/inspect_shard$n.json"
+done
+for index in default.sam shard2.samset shard4.samset shard8.samset; do
   "$bin/bench-step" --index "$work/$index" --traces "$work/traces.jsonl" --tokenizer "$tok" \
-    --contexts 1024 --steps 2000 --runs 3 --load read --policies sam,sam-cal --interleave \
+    --contexts 1024,131072 --steps 2000 --runs 3 --load read --policies sam,sam-cal --interleave \
     > "$work/step_${index%%.*}.txt"
 done
+step "sam-build --max-memory: a bounded build of the same corpus"
+"$bin/sam-build" --data-dir "$data" --preset default --max-memory 165M -o "$work/bounded.sam" \
+  > "$work/bounded.txt" 2>&1
 step "bench-batch: many sessions"
 "$bin/bench-batch" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
   --sessions 1,8,64 --steps 200 --runs 3 --dynamic-mib 64 > "$work/batch.txt"
