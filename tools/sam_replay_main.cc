@@ -636,7 +636,10 @@ int main(int argc, char** argv) {
   app.add_option("--draft-sizes", draft_sizes,
                  "budget curve: also replay every policy at each of these draft sizes (nodes "
                  "incl. the start token; comma-separated, e.g. 8,16,24,40,64) and report MAT "
-                 "against tokens verified per step")
+                 "against tokens verified per step. A tree is drafted at each size; with "
+                 "--shape chain each size cuts the chain from the policy's draft of "
+                 "--draft-size nodes, as an engine's limit does (vLLM's "
+                 "num_speculative_tokens K: K + 1)")
       ->delimiter(',')
       ->type_name("UINT[,UINT...]")
       ->check(CLI::Range(size_t{1}, rt::kMaxDraftSize));

@@ -257,8 +257,9 @@ def chain_section(w):
             if n in ps:
                 curve = by_size(ps[n])
                 rows.append([f"`{n}`, {shape}"] + [at(curve[k]) for k in sizes])
-    doc += ["", "At each draft size (`--draft-sizes`; a size bounds a tree's nodes, or a chain's, cut",
-            "from the policy's tree of that size):", "",
+    doc += ["", "At each draft size (`--draft-sizes`; a size bounds a tree's nodes, or a chain's nodes,",
+            "cut from the policy's draft at its default size, as an engine's limit cuts it: 9 is",
+            "vLLM's `num_speculative_tokens` 8 with the start token):", "",
             table(["policy, shape"] + [str(k) for k in sizes], rows)]
     cal = chain["sam-cal"]
     cal12, sam12 = by_size(cal).get(12), by_size(tree["sam"]).get(12)

@@ -89,7 +89,7 @@ step "replay: the cross-request response cache"
 "${replay[@]}" --policy sam-cal --cross-request --tenant-field category --cache-compile \
   > "$work/cache_compile.json"
 step "replay: chains, and SGLang's NGRAM drafting at its settings"
-sizes=8,12,16,24,40
+sizes=8,9,12,16,24,40
 "${replay[@]}" --draft-sizes $sizes > "$work/tree_sizes.json"
 "${replay[@]}" --draft-sizes $sizes --shape chain > "$work/chain_sizes.json"
 # sglang-ngram at 12 and 24 nodes (11 and 23 drafted), with 0, 3/11, 6/11, 9/11 of them from the
