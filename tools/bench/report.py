@@ -394,6 +394,7 @@ def bounded_section(w):
     rows = [[m.group(1), f"{int(m.group(3)):,}", f"{int(m.group(4)):,}", m.group(5),
              m.group(7), f"{float(m.group(7)) / 165:.2f}"] for m in shard.finditer(text)]
     speed = re.search(r"total ([\d.]+) \(([\d.]+)M tokens/s end to end\)", text)
+    whole = re.search(r"^file \d+ bytes = ([\d.]+) bytes/token", text, re.M)
     exceeded = "exceeded --max-memory" in text
     doc = ["", "## Memory-bounded builds", "",
            "`sam-build --data-dir DATA --preset default --max-memory 165M`: the shards it wrote",
@@ -403,6 +404,7 @@ def bounded_section(w):
                  rows)]
     doc += ["", ("A shard exceeded the bound (sam-build warned)." if exceeded else
                  "Every shard stayed within the bound.") +
+            (f" The set: {whole.group(1)} bytes/token." if whole else "") +
             (f" End to end {speed.group(2)}M tokens/s ({speed.group(1)} s)." if speed else "")]
     return doc
 
