@@ -59,6 +59,11 @@ def read(work, name):
         return f.read()
 
 
+# sam-build's last lines: the seconds end to end and the speed, and the peak RSS.
+BUILD_SPEED = re.compile(r"total ([\d.]+) \(([\d.]+)M tokens/s end to end\)")
+BUILD_RSS = re.compile(r"peak RSS ([\d.]+) MiB = ([\d.]+) bytes/token")
+
+
 def policies(report):
     return {p["name"]: p for p in report["policies"]}
 
@@ -78,8 +83,8 @@ def index_section(w):
     info = load(w, "inspect.json")
     with open(os.path.join(w, "build.txt")) as f:
         build = f.read()
-    speed = re.search(r"total ([\d.]+) \(([\d.]+)M tokens/s end to end\)", build)
-    rss = re.search(r"peak RSS ([\d.]+) MiB = ([\d.]+) bytes/token", build)
+    speed = BUILD_SPEED.search(build)
+    rss = BUILD_RSS.search(build)
     construct = re.search(r"construct ([\d.]+)", build)
     n = info["tokens"]
     accel = sum(s["bytes"] for s in info["sections"] if s["tag"] in ("HUBS", "FILT"))
@@ -106,8 +111,8 @@ def index_section(w):
         with open(hf_path) as f:
             hf = f.read()
         hf_tokens = re.search(r"tokens (\d+) \(separators", hf)
-        hf_speed = re.search(r"total ([\d.]+) \(([\d.]+)M tokens/s end to end\)", hf)
-        hf_rss = re.search(r"peak RSS ([\d.]+) MiB = ([\d.]+) bytes/token", hf)
+        hf_speed = BUILD_SPEED.search(hf)
+        hf_rss = BUILD_RSS.search(hf)
         hf_name = re.search(r"^tokenizer (.*)$", hf, re.M)
         package = hf_name.group(1).split("node_modules/")[-1].split("/models/")[0] if hf_name else ""
         doc += ["", f"The same corpora with a Hugging Face `tokenizer.json` ({package}, "
@@ -139,13 +144,13 @@ def tokenizer_section(w):
                 table(["policy", "MAT, Llama 3 `tokenizer.json`", "MAT, SentencePiece 32K"], rows)]
     path = os.path.join(w, "tokenizers.txt")
     if os.path.exists(path):
-        rows, name, ref, texts = [], None, None, "?"
+        rows, name, ref, texts = [], None, None, None
         for line in read(w, "tokenizers.txt").splitlines():
             if line.startswith("== "):
                 name = line[3:].strip()
             elif line.startswith("reference:"):
                 ref = re.search(r"([\d.]+) M tokens/s", line)
-                texts = re.search(r"reference: (\d+) texts", line).group(1)
+                texts = re.search(r"reference: (\d+) texts", line) or texts
             elif line.startswith("ours:") and name:
                 ours = re.search(r"([\d.]+) M tokens/s", line)
                 rows.append([name, ours.group(1) if ours else "?", ref.group(1) if ref else "?"])
@@ -153,7 +158,8 @@ def tokenizer_section(w):
                 rows[-1].append("identical" if line == "ALL EQUAL" else "**differ**")
         doc += ["", "### Tokenizer speed", "",
                 "`tools/bench/bench_tokenizers.sh`: every document of Alpaca, both CodeAlpaca files,",
-                f"GSM8K train and test and HumanEval, plus adversarial texts ({int(texts):,} texts), one" if texts.isdigit() else f"GSM8K train and test and HumanEval, plus adversarial texts, one",
+                "GSM8K train and test and HumanEval, plus adversarial texts"
+                + (f" ({int(texts.group(1)):,} texts)" if texts else "") + ", one",
                 "thread each: the `tokenizer.json` backend",
                 "with its pre-token cache, as `sam-build` runs it, against Hugging Face's tokenizers",
                 "(the `@anush008/tokenizers` Node addon, `encodeBatch`), and whether the ids agree.", "",
@@ -324,6 +330,17 @@ def step_section(w):
     return doc
 
 
+def p50_p99(row):
+    """A bench-step row's p50 / p99 cell."""
+    return f"{row[2]} / {row[3]}"
+
+
+def ratios(row, base):
+    """p50 and p99 of a bench-step row over another's."""
+    return (f"{float(row[2]) / float(base[2]):.1f}x / "
+            f"{float(row[3]) / float(base[3]):.1f}x")
+
+
 def floor_section(w):
     """The same steps prewarmed (no cache misses) and with child records, beside plain ones."""
     settings = (("step_default.txt", "plain"), ("step_prewarm.txt", "prewarmed"),
@@ -342,8 +359,7 @@ def floor_section(w):
             sam, cal = run.get((c, "sam")), run.get((c, "sam-cal"))
             if not sam or not cal:
                 continue
-            rows.append([c, label, f"{sam[2]} / {sam[3]}", f"{cal[2]} / {cal[3]}",
-                         f"{float(cal[2]) / float(sam[2]):.1f}x / {float(cal[3]) / float(sam[3]):.1f}x"])
+            rows.append([c, label, p50_p99(sam), p50_p99(cal), ratios(cal, sam)])
     return ["", "### Where a step's time goes", "",
             "The paper rule and `sam-cal` interleaved in one bench-step run per setting (the same",
             "steps and settings as above): plain; prewarmed (`--prewarm`: each step proposed once",
@@ -370,9 +386,7 @@ def shard_section(w):
             one = single.get((r[0], r[1]))
             if one:
                 rows.append([r[0], f"`{r[1]}`", str(n), f"{info['bytes_per_token']:.2f}",
-                             f"{one[2]} / {one[3]}", f"{r[2]} / {r[3]}",
-                             f"{float(r[2]) / float(one[2]):.1f}x / "
-                             f"{float(r[3]) / float(one[3]):.1f}x"])
+                             p50_p99(one), p50_p99(r), ratios(r, one)])
     rows.sort(key=lambda r: (int(r[0]), r[1], int(r[2])))
     return ["", "### Shard sets", "",
             "The same corpus as 2, 4 and 8 shards (`sam-build --shard I/N`, joined by",
@@ -391,13 +405,14 @@ def bounded_section(w):
     text = read(w, "bounded.txt")
     shard = re.compile(r"^\s+(\S+\.sam)\s+documents\s+(\d+)\s+tokens\s+(\d+) of\s+(\d+)\s+"
                        r"([\d.]+) bytes/token\s+([\d.]+) s\s+peak RSS\s+([\d.]+) MiB", re.M)
+    bound = float(re.search(r"^bound ([\d.]+) MiB$", text, re.M).group(1))
     rows = [[m.group(1), f"{int(m.group(3)):,}", f"{int(m.group(4)):,}", m.group(5),
-             m.group(7), f"{float(m.group(7)) / 165:.2f}"] for m in shard.finditer(text)]
-    speed = re.search(r"total ([\d.]+) \(([\d.]+)M tokens/s end to end\)", text)
+             m.group(7), f"{float(m.group(7)) / bound:.2f}"] for m in shard.finditer(text)]
+    speed = BUILD_SPEED.search(text)
     whole = re.search(r"^file \d+ bytes = ([\d.]+) bytes/token", text, re.M)
     exceeded = "exceeded --max-memory" in text
     doc = ["", "## Memory-bounded builds", "",
-           "`sam-build --data-dir DATA --preset default --max-memory 165M`: the shards it wrote",
+           f"`sam-build --data-dir DATA --preset default --max-memory {bound:g}M`: the shards it wrote",
            "(each planned at 56 bytes/token from the memory left when it starts), each one's",
            "peak RSS (VmHWM) against the bound, accelerator sections included.", "",
            table(["shard", "tokens", "token budget", "bytes/token", "peak RSS MiB", "peak / bound"],
@@ -459,8 +474,8 @@ def main():
            "(docs/runtime.md, docs/indexer.md) say what each benchmark measures.", "",
            "**Machine.**", ""]
     doc += ["- " + line for line in machine()]
-    for section in (index_section, replay_section, tokenizer_section, cache_section, chain_section, step_section,
-                    memory_section, bounded_section, batch_section):
+    for section in (index_section, replay_section, tokenizer_section, cache_section,
+                    chain_section, step_section, memory_section, bounded_section, batch_section):
         doc += section(a.work)
     doc.append("")
     with open(a.out, "w") as f:

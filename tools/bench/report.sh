@@ -145,8 +145,10 @@ for index in default.sam shard2.samset shard4.samset shard8.samset; do
     > "$work/step_${index%%.*}.txt"
 done
 step "sam-build --max-memory: a bounded build of the same corpus"
-"$bin/sam-build" --data-dir "$data" --preset default --max-memory 165M -o "$work/bounded.sam" \
-  > "$work/bounded.txt" 2>&1
+bound_mib=165
+"$bin/sam-build" --data-dir "$data" --preset default --max-memory ${bound_mib}M \
+  -o "$work/bounded.sam" > "$work/bounded.txt" 2>&1
+echo "bound $bound_mib MiB" >> "$work/bounded.txt"
 step "bench-batch: many sessions"
 "$bin/bench-batch" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
   --sessions 1,8,64 --steps 200 --runs 3 --dynamic-mib 64 > "$work/batch.txt"
