@@ -104,15 +104,16 @@ if [[ -n "$data" && -f "$data/tokenizer/llama-32k.model" ]]; then
   if grep -q __asan_init "$build"; then
     echo "skip: the --max-memory bound under AddressSanitizer"
   else
-    bounded=$("$build" --data-dir "$data" --preset default --max-memory 165M -o "$tmp/bounded.sam" 2>&1)
+    bound=165  # MiB
+    bounded=$("$build" --data-dir "$data" --preset default --max-memory ${bound}M -o "$tmp/bounded.sam" 2>&1)
     status=$?
     peaks=$(grep -E '^  bounded\.[0-9]+\.sam .*peak RSS' <<<"$bounded" | sed -E 's/.*peak RSS +([0-9.]+) MiB.*/\1/')
     if [[ $status -ne 0 || $(wc -l <<<"$peaks") -lt 2 ]]; then
       echo "FAIL: the bounded build of the default preset (exit $status) did not write a shard set:"
       echo "$bounded" | tail -5
       fail=1
-    elif grep -q "exceeded --max-memory" <<<"$bounded" || awk '$1 > 165 { bad = 1 } END { exit !bad }' <<<"$peaks"; then
-      echo "FAIL: a shard's peak RSS exceeded --max-memory 165M:"
+    elif grep -q "exceeded --max-memory" <<<"$bounded" || awk -v bound=$bound '$1 > bound { bad = 1 } END { exit !bad }' <<<"$peaks"; then
+      echo "FAIL: a shard's peak RSS exceeded --max-memory ${bound}M:"
       grep -E "peak RSS|exceeded" <<<"$bounded"
       fail=1
     fi
