@@ -203,12 +203,15 @@ int Upgrade(const BuildConfig& cfg, const std::vector<std::string>& corpus_args,
       if (meta.is_object() && (meta.contains("shard") || meta.contains("partition")))
         params.top_k = sam::format::kShardTopK;
     }
+    if (cfg.child_records) params.record_min_count = sam::format::kChildRecordMinCount;
     const bool changed = sam::format::AddAcceleratorsToFile(path, params);
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     if (changed)
-      std::printf("%s: added the accelerator sections (verified first; %.2f s)\n", path.c_str(), s);
+      std::printf("%s: added the accelerator sections%s (verified first; %.2f s)\n", path.c_str(),
+                  cfg.child_records ? " and child records" : "", s);
     else
-      std::printf("%s: already has the accelerator sections; unchanged\n", path.c_str());
+      std::printf("%s: already has the accelerator sections%s; unchanged\n", path.c_str(),
+                  cfg.child_records ? " and child records" : "");
   }
   return 0;
 }
@@ -442,6 +445,12 @@ int main(int argc, char** argv) {
   app.add_flag("--wide-ids", wide_ids,
                "testing: build with 64-bit state ids from the start (default: 32-bit ids, "
                "widened automatically before a corpus reaches 2^31 tokens); same index");
+  bool child_records = false;
+  app.add_flag("--child-records", child_records,
+               "also store child records (every repeated string's heaviest continuations in one "
+               "place): `sam-cal` drafting steps less than half as costly, the same drafts, for "
+               "a file about 2.4 times as large; every process maps them, none computes them. "
+               "With --upgrade: adds them to files that lack them");
   bool no_accelerators = false;
   app.add_flag("--no-accelerators", no_accelerators,
                "testing: leave out the accelerator sections (hub tables, edge filter), as "
@@ -461,7 +470,10 @@ int main(int argc, char** argv) {
     if (write_samset && upgrade) throw UsageError("--write-samset and --upgrade exclude each other");
     if (!upgrade && cfg.output_path.empty()) throw UsageError("--output is required");
     if (write_samset) return WriteSamset(cfg, corpus_args, preset, shard_files);
-    if (upgrade) return Upgrade(cfg, corpus_args, preset, shard_files);
+    if (upgrade) {
+      cfg.child_records = child_records;
+      return Upgrade(cfg, corpus_args, preset, shard_files);
+    }
     if (!shard_files.empty())
       throw UsageError("index files as arguments need --write-samset or --upgrade");
     if (!shard_spec.empty()) ParseShardSpec(shard_spec, max_memory, &cfg);
@@ -469,6 +481,9 @@ int main(int argc, char** argv) {
     if (wide_ids) cfg.builder_options.ids = sam::automaton::BuilderOptions::Ids::kWide;
     cfg.builder_options.min_width = min_width;
     cfg.accelerators = !no_accelerators;
+    cfg.child_records = child_records;
+    if (child_records && no_accelerators)
+      throw UsageError("--child-records needs the accelerator sections; drop --no-accelerators");
     if (cfg.threads > 1024)
       throw UsageError("--threads " + std::to_string(cfg.threads) + " is absurd (at most 1024)");
     AddCorpora(corpus_args, data_dir, preset, quiet, &cfg);

@@ -19,6 +19,7 @@
 #include "layout.h"
 #include "structure_checks.h"
 #include "sam/format/accelerators.h"
+#include "sam/format/child_records.h"
 #include "sam/format/huge_buffer.h"
 #include "sam/format/index.h"
 #include "sam/format/sections.h"
@@ -577,6 +578,12 @@ void IndexFile::Init(const OpenOptions& options) {
   try {
     if (FindSection("HUBS")) v.hubs_ = ParseHubTables(bytes_of("HUBS"), v, p);
     if (FindSection("FILT")) v.edge_filter_ = ParseEdgeFilter(bytes_of("FILT"), v, p);
+    if (FindSection("RECS")) {
+      v.child_records_ = ParseChildRecords(bytes_of("RECS"), v, p);
+      if (!v.hubs_.present())
+        throw FormatError(ErrorCode::kCorruptStructure, ErrorContext{.file = p},
+                          "RECS: child records without hub tables (HUBS)");
+    }
   } catch (const FormatError&) {
     CheckSectionChecksums(data_, sections_, p);  // an accident is reported as such
     throw;
@@ -670,6 +677,7 @@ void IndexFile::Verify() const {
               : std::span<const uint8_t>();
   };
   VerifyAccelerators(v, bytes_of("HUBS"), bytes_of("FILT"), p);
+  VerifyChildRecords(v, bytes_of("HUBS"), bytes_of("RECS"), p);
   const uint64_t n = v.num_tokens();
   auto corrupt = [&](const std::string& what) { Fail(ErrorCode::kCorruptStructure, p, what); };
   // Self-test samples: walk each stored substring and compare.

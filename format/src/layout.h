@@ -31,6 +31,7 @@ inline constexpr uint64_t kFeatureVocabulary = 1ull << 0;
 inline constexpr uint64_t kFeatureSelfTest = 1ull << 1;
 inline constexpr uint64_t kFeatureHubTables = 1ull << 2;
 inline constexpr uint64_t kFeatureEdgeFilter = 1ull << 3;
+inline constexpr uint64_t kFeatureChildRecords = 1ull << 4;
 
 // Header field offsets.
 enum HeaderOffset : uint32_t {
@@ -99,6 +100,7 @@ inline constexpr SectionKind kSectionKinds[] = {
     {"TEST", false, false, kFeatureSelfTest},
     {"HUBS", false, false, kFeatureHubTables, true},
     {"FILT", false, false, kFeatureEdgeFilter, true},
+    {"RECS", false, false, kFeatureChildRecords, true},
 };
 // The known section with this tag, or nullptr.
 inline const SectionKind* FindSectionKind(const std::string& tag) {

@@ -15,11 +15,22 @@
 
 #include "layout.h"
 #include "sam/format/accelerators.h"
+#include "sam/format/child_records.h"
 #include "sam/format/file_checks.h"
 #include "sam/format/temp_files.h"
 
 namespace sam::format {
 namespace {
+
+// The RECS image for `images`' hub tables, when params ask for records.
+ChildRecordImage BuildRecords(const IndexView& view, const AcceleratorImages& images,
+                              const AcceleratorParams& params) {
+  if (params.record_min_count == 0) return {};
+  const HubTables hubs = ParseHubTables(
+      std::span<const uint8_t>(static_cast<const uint8_t*>(images.hubs.data()), images.hubs.size()),
+      view, "child records");
+  return BuildChildRecords(view, hubs, ChildRecordParams{params.record_min_count, params.top_k});
+}
 
 using namespace layout;
 
@@ -209,11 +220,13 @@ void IndexWriter::AddAccelerators(const IndexHeader& header, const AcceleratorPa
   // computed from exactly the bytes the file holds.
   const std::vector<uint8_t> head = HeadAndTable(header);
   AcceleratorImages images;
+  ChildRecordImage records;
   if (memory_ != nullptr) {
     WriteAt(0, head.data(), head.size());
     memory_->resize(end_);
     IndexFile f = IndexFile::FromBuffer(memory_->data(), memory_->size(), path_);
     images = BuildAccelerators(f.view(), params);
+    records = BuildRecords(f.view(), images, params);
   } else {
     const int fd = ::open(temp_path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) Fail(ErrorCode::kIo, path_, "cannot reopen " + temp_path_ + ": " + Errno());
@@ -230,6 +243,7 @@ void IndexWriter::AddAccelerators(const IndexHeader& header, const AcceleratorPa
       std::memcpy(map, head.data(), head.size());
       IndexFile f = IndexFile::FromBuffer(map, end_, path_);
       images = BuildAccelerators(f.view(), params);
+      records = BuildRecords(f.view(), images, params);
     } catch (...) {
       ::munmap(map, end_);
       throw;
@@ -241,6 +255,7 @@ void IndexWriter::AddAccelerators(const IndexHeader& header, const AcceleratorPa
   };
   AddSection("HUBS", bytes(images.hubs));
   if (images.filter.size() != 0) AddSection("FILT", bytes(images.filter));
+  if (records.size != 0) AddSection("RECS", records.bytes());
 }
 
 void IndexWriter::CopySection(const SectionInfo& info, std::span<const uint8_t> stored) {
@@ -272,10 +287,13 @@ bool AddAcceleratorsToFile(const std::string& path, const AcceleratorParams& par
   OpenOptions verify;
   verify.verify = true;
   const IndexFile in = IndexFile::Open(path, verify);
-  if (in.view().hubs().present()) return false;
+  if (in.view().hubs().present() &&
+      (params.record_min_count == 0 || in.view().child_records().present()))
+    return false;
   IndexWriter out(path);  // a temporary file renamed over `path` when complete
   for (const SectionInfo& s : in.sections()) {
     if (!FindSectionKind(s.tag)) continue;  // (an unknown optional section: not carried over)
+    if (s.tag == "HUBS" || s.tag == "FILT" || s.tag == "RECS") continue;  // computed again
     out.CopySection(s, in.StoredBytes(s));
   }
   out.AddAccelerators(in.header(), params);

@@ -705,6 +705,7 @@ automaton::IndexInfo IndexBuild::MakeIndexInfo(const nlohmann::json& meta, bool 
   // shard set's drafting reads.
   format::AcceleratorParams accelerators;
   if (shard) accelerators.top_k = format::kShardTopK;
+  if (cfg_.child_records) accelerators.record_min_count = format::kChildRecordMinCount;
   if (cfg_.accelerators) info.accelerators = accelerators;
   return info;
 }

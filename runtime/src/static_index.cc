@@ -85,103 +85,46 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
                                 index->hubs_.num_hubs * (1 + sizeof(Child) * index->hubs_.top_k)
                           : 0;
   index->filter_bytes_ = index->filter_.present() ? index->filter_.blocks * 64 : 0;
-  if (options.record_min_count > 0) index->BuildRecords(options);
+  index->SetUpRecords(options);
   return index;
 }
 
-void StaticIndex::BuildRecords(const Options& options) {
+void StaticIndex::SetUpRecords(const Options& options) {
   const format::IndexView& view = *view_;
-  const uint64_t n = view.num_tokens();
-  const uint64_t clones = view.num_clones();
-  // 32-bit fields: targets (states), counts and lengths (at most the number
-  // of tokens) and record offsets.
-  if (clones == 0 || view.num_states() > UINT32_MAX || n > UINT32_MAX ||
-      hubs_.num_slots > UINT32_MAX)
+  const format::ChildRecords& file = view.child_records();
+  // The file's records when they were built over these hub tables (the
+  // file's, with this top_k) and the options ask for none or for the same.
+  if (file.present() && from_file_ && file.top_k == options.top_k &&
+      (options.record_min_count == 0 ||
+       std::max<uint64_t>(options.record_min_count, 2) == file.min_count)) {
+    records_ = file;
+    records_trusted_ = false;
     return;
-  // Which clones get a record: those that occur often enough (a hub's
-  // children are those of its table, so that a step to its record from a
-  // suffix link or a parent finds them there too).
-  auto wanted = [&](uint64_t v) { return v > n && view.Count(v) >= options.record_min_count; };
-  // A hub's record places its label table in one more slot (32-bit fields).
-  auto hub_slot = [&](uint64_t v) { return IsHub(v) && HubOf(v) != nullptr; };
-  // First pass: a head and at most min(top_k, explicit transitions)
-  // children per record (a clone has no implicit one), so the records are
-  // written in place in one array of that size, not collected and copied
-  // (peak memory once).
-  uint64_t bound = 0, ranges = 0;
-  view.ForEachEdgeRange([&](uint64_t v, uint64_t lo, uint64_t hi) {
-    if (v <= n) return;
-    ++ranges;
-    if (wanted(v)) bound += 1 + std::min<uint64_t>(options.top_k, hi - lo) + (hub_slot(v) ? 1 : 0);
-  });
-  if (ranges != clones || bound >= kNoRecord) return;  // (a corrupt degree vector: no records)
-  format::HugeArray<uint32_t> begin;
-  format::HugeArray<Record> records;
-  begin.assign(clones + 1, 0);
-  records.assign(bound, Record{0, 0, 0, kNoRecord});
-  std::vector<Child> top(options.top_k);
-  uint64_t c = 0, size = 0;
-  bool ok = true;
-  view.ForEachEdgeRange([&](uint64_t v, uint64_t lo, uint64_t hi) {
-    if (v <= n || !ok) return;
-    if (c >= clones) {  // the degree vector changed between passes: impossible, but no overrun
-      ok = false;
-      return;
-    }
-    begin[c++] = static_cast<uint32_t>(size);
-    if (!wanted(v)) return;
-    const uint32_t k = internal::TopChildrenOf(view, v, lo, hi,
-                                               static_cast<uint32_t>(options.top_k), top.data());
-    const bool hub = hub_slot(v);
-    if (size + 1 + k + hub > bound) {
-      ok = false;
-      return;
-    }
-    // The head's link_record and the children's records are known once
-    // every record has its place (below).
-    records[size++] = std::bit_cast<Record>(RecordHead{static_cast<uint32_t>(view.Len(v)),
-                                                       static_cast<uint32_t>(view.Count(v)),
-                                                       kNoRecord, k | uint32_t{hub} << 8});
-    for (uint32_t i = 0; i < k; ++i)
-      records[size++] = Record{top[i].token, static_cast<uint32_t>(top[i].target),
-                               static_cast<uint32_t>(top[i].count), kNoRecord};
-    if (hub) {  // where its label table is (the hub table's entry, copied)
-      const HubEntry& e = *HubOf(v);
-      records[size++] = Record{static_cast<uint32_t>(e.slot_begin), e.num_slots,
-                               static_cast<uint32_t>(e.edge_begin),
-                               static_cast<uint32_t>(e.edge_begin >> 32)};
-    }
-  });
-  if (!ok || c != clones) return;
-  begin[clones] = static_cast<uint32_t>(size);
-  record_begin_ = std::move(begin);
-  records_ = std::move(records);
-  // The links: each record's head gets its suffix link's record, each child
-  // entry its target's, each position its suffix link's.
-  auto entry_record = [&](const Record& e) -> uint32_t {
-    // A position that occurs once: the token after it (the implicit
-    // transition, IndexView::Next's; the separator at a document end).
-    // Anything else its record, a clone that a corrupt file says occurs
-    // once included (record_of_target() then hides it, nothing reads it
-    // as a token).
-    return e.count > 1 || e.target > n ? RecordOf(e.target)
-           : e.target < n              ? view.Token(e.target + 1)
-                                       : view.separator();
-  };
-  auto link = [&] {
-    for (uint64_t k = 0; k < clones; ++k) {
-      const uint32_t head = record_begin_[k];
-      if (head == record_begin_[k + 1]) continue;
-      RecordHead h = Head(head);
-      h.link_record = RecordOf(view.Link(n + 1 + k));
-      records_[head] = std::bit_cast<Record>(h);
-      for (uint32_t i = head + 1; i < head + 1 + h.size(); ++i)
-        records_[i].record = entry_record(records_[i]);
-    }
-  };
-  link();
-  position_link_record_.assign(n + 1, kNoRecord);
-  for (uint64_t p = 1; p <= n; ++p) position_link_record_[p] = RecordOf(view.Link(p));
+  }
+  if (options.record_min_count == 0 || !hubs_.present()) return;
+  const format::ChildRecordParams params{
+      static_cast<uint32_t>(std::clamp<uint64_t>(options.record_min_count, 2, UINT32_MAX)),
+      static_cast<uint32_t>(options.top_k)};
+  record_image_ = format::BuildChildRecords(view, hubs_, params);
+  if (record_image_.size == 0) return;  // (too large for 32-bit records)
+  records_ = format::ParseChildRecords(record_image_.bytes(), view, "StaticIndex");
+  records_trusted_ = true;
+}
+
+bool StaticIndex::PlausibleRecord(uint32_t record, const RecordHead& h) const {
+  const uint64_t room = records_.num_slots - record - 1;
+  const uint64_t n = view_->num_tokens();
+  if (h.bits >> 9 != 0 || h.size() > options_.top_k || h.size() + uint64_t{h.hub()} > room ||
+      h.count == 0 || h.count > n || h.len > n)
+    return false;
+  const RecordEntry* e = Entries(record);
+  const uint64_t states = view_->num_states();
+  const uint32_t vocab = view_->vocab_size();
+  bool bad = false;
+  for (uint32_t i = 0; i < h.size(); ++i)
+    bad |= e[i].token >= vocab || e[i].target == format::kRoot || e[i].target >= states ||
+           e[i].count == 0 || e[i].count > h.count;
+  return !bad;
 }
 
 uint64_t StaticIndex::LabelTableNext(uint64_t slot_begin, uint64_t num_slots,
@@ -203,7 +146,7 @@ uint64_t StaticIndex::LabelTableNext(uint64_t slot_begin, uint64_t num_slots,
 }
 
 uint64_t StaticIndex::HubNextAt(uint32_t hub_slot, uint32_t c) const {
-  const Record& h = records_[hub_slot];
+  const format::RecordEntrySlot& h = records_.slots[hub_slot];
   return LabelTableNext(h.token, h.target, h.count | uint64_t{h.record} << 32, c);
 }
 
@@ -240,7 +183,7 @@ uint64_t StaticIndex::HubNext(uint64_t v, uint32_t c) const {
 }
 
 size_t StaticIndex::memory_bytes() const {
-  return sizeof(*this) + images_.hubs.size() + images_.filter.size() + record_bytes();
+  return sizeof(*this) + images_.hubs.size() + images_.filter.size() + record_image_.size;
 }
 
 }  // namespace sam::runtime

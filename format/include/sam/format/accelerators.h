@@ -39,6 +39,9 @@ struct AcceleratorParams {
   uint32_t min_degree = 32;          // explicit transitions that make a state a hub (>= 1)
   uint32_t top_k = 8;                // children stored per hub (1..255)
   uint32_t filter_bits_per_edge = 10;  // 0: no filter section (at most 64)
+  // Child records (RECS, sam/format/child_records.h) for the clones that
+  // occur at least this often (0: no RECS section; otherwise at least 2).
+  uint32_t record_min_count = 0;
 };
 // What sam-build stores: a single index the runtime's defaults, a shard of a
 // shard set the longer child lists its drafting reads (kShardTopK).

@@ -50,6 +50,7 @@
 
 #include "sam/export.h"
 #include "sam/format/accelerators.h"
+#include "sam/format/child_records.h"
 #include "sam/format/error.h"
 #include "sam/format/packed.h"
 
@@ -354,6 +355,9 @@ class SAM_API IndexView {
   // only: a reader bounds every value it takes from them.
   const HubTables& hubs() const { return hubs_; }
   const EdgeFilter& edge_filter() const { return edge_filter_; }
+  // The child records (RECS, sam/format/child_records.h), parsed at open;
+  // absent in a file without them. Checked like the sections above.
+  const ChildRecords& child_records() const { return child_records_; }
 
  private:
   friend class IndexFile;
@@ -388,6 +392,7 @@ class SAM_API IndexView {
   unsigned select_rate_log2_ = 6;
   HubTables hubs_;
   EdgeFilter edge_filter_;
+  ChildRecords child_records_;
 };
 
 struct SAM_API OpenOptions {

@@ -127,6 +127,10 @@ struct BuildConfig {
   // writes a format 1.0 file, which the runtime prepares at open (tests and
   // benchmarks of that path).
   bool accelerators = true;
+  // Child records (RECS, format/FORMAT.md section 13) as well: every clone's
+  // heaviest children in one place, which make `sam-cal` steps cheaper for
+  // a larger file (with accelerators only).
+  bool child_records = false;
   // Bound on the build's memory in bytes (0: none); see the top of this file.
   uint64_t max_memory_bytes = 0;
   // Distributed builds (sam-build --shard I/N): with shard_count N > 0, only

@@ -40,7 +40,8 @@
 // private memory on 2 MiB pages where available: O(states + edges), about
 // 0.3-0.8 s and 34 MiB for the 6.8M-token index (9.2M states, 7.7M explicit
 // transitions, 17.8K hubs of >= 32 transitions holding 1.6M of them);
-// memory_bytes() counts them then. Child records are always computed here.
+// memory_bytes() counts them then. Child records (Options::record_min_count)
+// come from the file's RECS section the same way, or are computed here.
 //
 // Lifetime and threads: immutable after Create(), so any number of threads
 // may use one concurrently. Created from IndexFile::shared_view(), it keeps
@@ -59,18 +60,17 @@
 #include <vector>
 
 #include "sam/export.h"
+#include "sam/format/child_records.h"
 #include "sam/format/huge_buffer.h"
 #include "sam/format/index.h"
 
 namespace sam::runtime {
 
-// The record_min_count that PrepareOptions(true) sets (below): every clone
-// occurs at least twice, so at 2 every step to a suffix link finds a record
-// (at 3 a clone that occurs twice has none, and such a step reads the link,
-// its length and the offset again). On the 6.8M-token index 2 costs 41 MiB
-// more than 3 (157 against 115 MiB of records) for sam-cal steps 8-10%
-// cheaper (docs/runtime.md).
-inline constexpr uint64_t kChildRecordMinCount = 2;
+// The record_min_count that PrepareOptions(true) sets, and sam-build
+// --child-records writes (format::kChildRecordMinCount): on the 6.8M-token
+// index 2 costs 41 MiB more than 3 (157 against 115 MiB of records) for
+// sam-cal steps 8-10% cheaper (docs/runtime.md).
+inline constexpr uint64_t kChildRecordMinCount = format::kChildRecordMinCount;
 
 class SAM_API StaticIndex {
  public:
@@ -80,24 +80,32 @@ class SAM_API StaticIndex {
     // Edge filter size in bits per explicit transition (0: no filter; at most
     // 64). 10 gives about 1% false positives.
     unsigned filter_bits_per_edge = 10;
-    // Child records (0: none). For every clone state that occurs at least
-    // this many times (hubs included), its (at most top_k) heaviest
-    // children are stored together: token, target, count and the target's
-    // own record, 16 bytes each, after a 16-byte head with the state's
-    // length and count and the record of its suffix link; found through
-    // one offset per clone (4 bytes a clone), and each position's suffix
-    // link's record is kept too (4 bytes a token). A lookup of a branching
-    // state then reads one or two adjacent cache lines instead of a chain
-    // of four or five misses (select sample, degree word, edges, each
-    // child's first end position and the token there), and a step to a
-    // suffix link (a backoff, a climb of the matching) one record instead
-    // of the link, its length and count, the record's offset and the
-    // record. Kept only when states fit in 32 bits. Transitions (Next,
-    // hence every match) look in the record first: the heaviest children
-    // are the likely next tokens, and a record shorter than top_k holds
-    // them all. Off by default: at 2 (kChildRecordMinCount), 157 MiB more
-    // for the 6.8M-token index (23 bytes per corpus token), about 1 s more
-    // to create, and `sam-cal` steps about a third cheaper (docs/runtime.md).
+    // Child records (format/FORMAT.md section 13, sam/format/child_records.h).
+    // For every clone state that occurs at least this many times (hubs
+    // included), its (at most top_k) heaviest children are stored together:
+    // token, target, count and the target's own record, 16 bytes each,
+    // after a 16-byte head with the state's length and count and the record
+    // of its suffix link; found through one offset per clone (4 bytes a
+    // clone), and each position's suffix link's record is kept too (4 bytes
+    // a token). A lookup of a branching state then reads one or two
+    // adjacent cache lines instead of a chain of four or five misses
+    // (select sample, degree word, edges, each child's first end position
+    // and the token there), and a step to a suffix link (a backoff, a climb
+    // of the matching) one record instead of the link, its length and
+    // count, the record's offset and the record. Transitions (Next, hence
+    // every match) look in the record first: the heaviest children are the
+    // likely next tokens, and a record shorter than top_k holds them all.
+    // Drafts are the same with or without them.
+    //
+    // Where they come from: the index file's RECS section (sam-build
+    // --child-records), mapped and shared by every process, whenever the
+    // file has one built for this top_k over the file's own hub tables and
+    // this is 0 or the section's min count; records_from_file() then says
+    // true. Otherwise, when this is above 0 (at least 2 is used), Create()
+    // computes them into private memory: for the 6.8M-token index at 2
+    // (kChildRecordMinCount) 157 MiB (23 bytes per corpus token) and about
+    // 1 s. 0 and no RECS section: none (sam-cal steps cost about twice as
+    // much; docs/runtime.md). Kept only when states fit in 32 bits.
     uint64_t record_min_count = 0;
   };
   // One child of a hub: the transition token, its target and the target's count.
@@ -150,8 +158,8 @@ class SAM_API StaticIndex {
     uint32_t begin = 0, end = 0;
     if (!RecordRange(state, &begin, &end)) return false;
     *size = Head(begin - 1).size();
-    for (uint32_t i = 0; i < *size; ++i)
-      out[i] = Child{records_[begin + i].token, records_[begin + i].target, records_[begin + i].count};
+    const RecordEntry* e = Entries(begin - 1);
+    for (uint32_t i = 0; i < *size; ++i) out[i] = Child{e[i].token, e[i].target, e[i].count};
     return true;
   }
   // The same into *scratch (resized as needed): the record's children, or
@@ -163,38 +171,36 @@ class SAM_API StaticIndex {
     if (!RecordChildren(state, scratch->data(), &size)) return {};
     return std::span<const Child>(scratch->data(), size);
   }
-  bool has_records() const { return record_begin_.size() != 0; }
-  size_t record_bytes() const {
-    return record_begin_.bytes() + records_.bytes() + position_link_record_.bytes();
-  }
+  bool has_records() const { return records_.present(); }
+  // True when the child records are the index file's RECS section (mapped,
+  // shared by every process); false when Create() computed them or there
+  // are none.
+  bool records_from_file() const { return records_.present() && record_image_.size == 0; }
+  // Bytes of the child records, wherever they are (0: none).
+  size_t record_bytes() const { return records_.bytes; }
   // Starts loading the offset of `state`'s child record (none: nothing).
   void PrefetchRecord(uint64_t state) const {
     const uint64_t n = view_->num_tokens();
-    if (state > n && state - n - 1 < record_begin_.size())
-      __builtin_prefetch(&record_begin_[state - n - 1]);
+    if (state > n && state - n - 1 < records_.num_clones)
+      __builtin_prefetch(&records_.record_begin[state - n - 1]);
   }
 
   // Records by where they are (their head's slot): what a drafter that
   // follows records from record to record reads, one record a cache miss,
   // without the state's offset. kNoRecord: none.
-  static constexpr uint32_t kNoRecord = ~uint32_t{0};
+  static constexpr uint32_t kNoRecord = format::kNoRecord;
   // A record's head: the state's length and count, the record of its suffix
   // link (kNoRecord when the link has none: the root, a clone that occurs
   // too rarely), the number of children that follow, and whether the state
   // is a hub (then one more slot after them places its label table, so that
   // a transition its record lacks costs one probe of that table: NextAt).
-  struct RecordHead {
-    uint32_t len, count, link_record, bits;  // bits: size | hub << 8
-    uint32_t size() const { return bits & 0xff; }
-    bool hub() const { return (bits >> 8 & 1) != 0; }
-  };
+  using RecordHead = format::RecordHeadSlot;
   // A child in a record: its token, target, the target's count and record;
   // for a position that occurs once (which has no record), the token after
   // it instead (its one continuation, a document end included:
   // separator()), so that a chain of such states starts without reading
   // the text. record_of_target() is the record, never such a token.
-  struct RecordEntry {
-    uint32_t token, target, count, record;
+  struct RecordEntry : format::RecordEntrySlot {
     uint32_t record_of_target() const { return count > 1 ? record : kNoRecord; }
   };
   // The record of `state` (reads its offset), kNoRecord when it has none.
@@ -205,11 +211,22 @@ class SAM_API StaticIndex {
   // The record of the suffix link of position `p` (a non-clone state),
   // kNoRecord when it has none (or there are no records).
   uint32_t PositionLinkRecord(uint64_t p) const {
-    return p < position_link_record_.size() ? position_link_record_[p] : kNoRecord;
+    return p < records_.num_positions ? records_.position_link_record[p] : kNoRecord;
   }
-  // Requires a record (RecordOf, a head's link_record or an entry's record).
-  RecordHead Head(uint32_t record) const { return std::bit_cast<RecordHead>(records_[record]); }
-  const RecordEntry* Entries(uint32_t record) const { return &records_[record + 1]; }
+  // The head of `record` (a RecordOf, a head's link_record or an entry's
+  // record). Records read from a file are checked here, so that whatever
+  // the section holds, a head and the entries it announces stay inside it
+  // with possible fields: a record that is not reads as one without
+  // children (length 0, count 1, no link). --verify refuses such a file.
+  RecordHead Head(uint32_t record) const {
+    if (record >= records_.num_slots) return RecordHead{0, 1, kNoRecord, 0};
+    const RecordHead h = std::bit_cast<RecordHead>(records_.slots[record]);
+    if (records_trusted_ || PlausibleRecord(record, h)) return h;
+    return RecordHead{0, 1, kNoRecord, 0};
+  }
+  const RecordEntry* Entries(uint32_t record) const {
+    return static_cast<const RecordEntry*>(&records_.slots[record + 1]);
+  }
   // The transition of the state of `record` (whose head is `head`) on a
   // token c its children lack, when the record does not hold all of them
   // (head.size() == top_k): a hub's label table (found through the record,
@@ -224,13 +241,13 @@ class SAM_API StaticIndex {
   }
   // Starts loading a record: its head and first children (two lines).
   void PrefetchRecordAt(uint32_t record) const {
-    if (record >= records_.size()) return;
-    const char* p = reinterpret_cast<const char*>(&records_[record]);
+    if (record >= records_.num_slots) return;
+    const char* p = reinterpret_cast<const char*>(&records_.slots[record]);
     __builtin_prefetch(p);
     __builtin_prefetch(p + 64);
   }
   void PrefetchPositionLinkRecord(uint64_t p) const {
-    if (p < position_link_record_.size()) __builtin_prefetch(&position_link_record_[p]);
+    if (p < records_.num_positions) __builtin_prefetch(&records_.position_link_record[p]);
   }
   // Same result as view().Next(v, c): transitions that the edge filter rules
   // out cost one cache line, hubs a probe of their label table. (On a corrupt
@@ -249,13 +266,14 @@ class SAM_API StaticIndex {
     // search's. A record shorter than top_k holds all of them (a clone has
     // no implicit transition; the record leaves out only document ends,
     // which c, a vocabulary token, is not), so a token it lacks has none.
-    if (uint32_t begin = 0, end = 0; RecordRange(v, &begin, &end) && end <= records_.size()) {
+    if (uint32_t begin = 0, end = 0; RecordRange(v, &begin, &end)) {
       const RecordHead head = Head(begin - 1);
+      const RecordEntry* e = Entries(begin - 1);
       // A hub's long record (a shard's top_k is 32) is not searched: its
       // label table answers in one probe (TransferByRecords does the same).
       const uint32_t search = head.hub() && head.size() > 8 ? 0 : head.size();
-      for (uint32_t i = begin; i < begin + search; ++i)
-        if (records_[i].token == c) return records_[i].target;
+      for (uint32_t i = 0; i < search; ++i)
+        if (e[i].token == c) return e[i].target;
       if (search == head.size() && head.size() < options_.top_k) return format::kNoState;
       return NextAt(begin - 1, head, v, c);
     }
@@ -286,22 +304,27 @@ class SAM_API StaticIndex {
   size_t memory_bytes() const;
 
  private:
-  // The children of the child record of `state`: records_[*begin, *end)
-  // (after its head); false when it has none (not a clone, no records, or
-  // not one of its clones).
+  // The slots of the child record of `state` after its head: [*begin,
+  // *end); false when it has none (not a clone, no records, not one of its
+  // clones, or offsets that do not place one inside the slots).
   bool RecordRange(uint64_t state, uint32_t* begin, uint32_t* end) const {
     const uint64_t n = view_->num_tokens();
-    if (state <= n || state - n >= record_begin_.size()) return false;
-    *begin = record_begin_[state - n - 1];
-    *end = record_begin_[state - n];
-    if (*begin == *end) return false;
+    if (state <= n || state - n - 1 >= records_.num_clones) return false;
+    *begin = records_.record_begin[state - n - 1];
+    *end = records_.record_begin[state - n];
+    if (*begin >= *end || *end > records_.num_slots) return false;
     ++*begin;  // the head
     return true;
   }
+  // Whether the head `h` at slot `record` of a file's records announces
+  // entries inside the slots with possible fields (tokens, states, counts).
+  bool PlausibleRecord(uint32_t record, const RecordHead& h) const;
   // HubNext through a hub record's slot that places its label table
   // (BuildRecords): slot_begin, num_slots, and edge_begin's two halves.
   uint64_t HubNextAt(uint32_t hub_slot, uint32_t c) const;
-  void BuildRecords(const Options& options);
+  // Adopts the file's RECS section when it fits `options`, else computes
+  // the records when they ask for them.
+  void SetUpRecords(const Options& options);
 
   using HubEntry = format::HubEntry;
   using LabelSlot = format::LabelSlot;
@@ -326,15 +349,10 @@ class SAM_API StaticIndex {
   size_t hub_bytes_ = 0, filter_bytes_ = 0;
   bool from_file_ = false;
   bool prepared_ = true;  // false: Bare()
-  // Child records: clone c (state N + 1 + c) has records_[record_begin_[c],
-  // record_begin_[c + 1]) (empty: none), a RecordHead then its children
-  // (and a hub's label table slot); record_begin_ is empty without them. Position p's suffix link's record
-  // is position_link_record_[p] (p in 1..N; slot 0 unused).
-  using Record = RecordEntry;
-  static_assert(sizeof(RecordHead) == sizeof(RecordEntry), "a head takes one record slot");
-  format::HugeArray<uint32_t> record_begin_;
-  format::HugeArray<Record> records_;
-  format::HugeArray<uint32_t> position_link_record_;
+  // Child records: the file's RECS section or record_image_ (computed).
+  format::ChildRecords records_;
+  format::ChildRecordImage record_image_;
+  bool records_trusted_ = true;  // computed here: Head() need not check them
 };
 
 // The default options, with child records at kChildRecordMinCount when
