@@ -39,6 +39,15 @@ void PrintAccelerators(const sam::format::IndexView& view, const std::string& pa
              " bits per transition";
   std::printf("accelerators: %llu hubs (states with >= %u transitions, top %u children each)%s\n",
               (unsigned long long)hubs.num_hubs, hubs.min_degree, hubs.top_k, filter.c_str());
+  const sam::format::ChildRecords& records = view.child_records();
+  if (records.present())
+    std::printf("child records: %llu slots, top %u children of every repeated string "
+                "occurring >= %u times (%.2f bytes/token)\n",
+                (unsigned long long)records.num_slots, records.top_k, records.min_count,
+                view.num_tokens() == 0 ? 0.0 : double(records.bytes) / double(view.num_tokens()));
+  else
+    std::printf("child records: none (sam-build --upgrade --child-records %s adds them: "
+                "cheaper sam-cal steps, a larger file)\n", path.c_str());
 }
 
 // A response cache file (ResponseCache::Save): read and checked whole (the
@@ -249,6 +258,11 @@ int main(int argc, char** argv) {
                            {"filter_bits_per_edge", f.view().edge_filter().present()
                                                         ? f.view().edge_filter().bits_per_edge
                                                         : 0}}
+          : nlohmann::json(nullptr);
+      const sam::format::ChildRecords& records = f.view().child_records();
+      j["child_records"] = records.present()
+          ? nlohmann::json{{"min_count", records.min_count}, {"top_k", records.top_k},
+                           {"slots", records.num_slots}, {"bytes", records.bytes}}
           : nlohmann::json(nullptr);
       if (verify) j["verified"] = true, j["verify_ms"] = verify_ms;
       j["sections"] = nlohmann::json::array();

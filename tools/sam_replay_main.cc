@@ -667,9 +667,11 @@ int main(int argc, char** argv) {
                  "alone)")
       ->capture_default_str();
   app.add_flag("--child-records", child_records,
-               "prepare each index with child records (StaticIndex::Options::record_min_count "
-               "2, as SAM_OPEN_CHILD_RECORDS): the same drafts, cheaper sam-cal steps, about 23 "
-               "bytes per corpus token more");
+               "compute child records at open for an index file without them "
+               "(StaticIndex::Options::record_min_count 2, as SAM_OPEN_CHILD_RECORDS): the same "
+               "drafts, cheaper sam-cal steps, about 23 bytes per corpus token of private memory "
+               "(a file built with sam-build --child-records has them already, and they are "
+               "used without this flag)");
   app.add_flag("--json", as_json, "print one JSON object (default: a table)");
   app.add_flag("--cross-request", cross_request,
                "draft also from a response cache of the earlier traces (see above)");

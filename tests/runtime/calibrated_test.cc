@@ -449,8 +449,9 @@ Text Stream(std::mt19937& rng, const std::vector<Text>& docs, size_t n, uint32_t
 }
 
 // How the session holds its indexes: bare views, shared StaticIndexes with
-// small hubs, or shared StaticIndexes with child records and no hubs.
-enum class Shared { kNone, kHubs, kRecords };
+// small hubs, shared StaticIndexes with child records and no hubs (computed
+// at open), or the same child records read from the file's RECS section.
+enum class Shared { kNone, kHubs, kRecords, kFileRecords };
 
 void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t draft_size,
                        size_t max_width, size_t limit = 0) {
@@ -462,8 +463,15 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t 
     docs.push_back(RandomTexts(rng, 20 + rng() % 20, 10, 40, vocab));
     // Repeated phrases give states of several children and longer matches.
     for (size_t k = 0; k < 10; ++k) docs[i].push_back(docs[i][rng() % docs[i].size()]);
+    automaton::IndexInfo info;
+    if (shared == Shared::kFileRecords)  // no hubs: every branching state's lookup is a record's
+      info.accelerators = format::AcceleratorParams{.min_degree = 1000,
+                                                    .top_k = static_cast<uint32_t>(max_width),
+                                                    .filter_bits_per_edge = 10,
+                                                    .record_min_count = 2};
     built.push_back(std::make_unique<BuiltIndex>(
-        docs[i], vocab, "cal_oracle_" + std::to_string(seed) + "_" + std::to_string(i) + ".sam"));
+        docs[i], vocab, "cal_oracle_" + std::to_string(seed) + "_" + std::to_string(i) + ".sam",
+        info));
   }
   SessionOptions o;
   o.max_dynamic_bytes = 1 << 20;
@@ -485,6 +493,15 @@ void CompareWithOracle(uint32_t seed, size_t num_indexes, Shared shared, size_t 
       h.min_degree = 1000;     // no hubs: every branching state's lookup is a record's
       h.record_min_count = 2;  // every clone
       const auto index = StaticIndex::Create(&built[i]->view(), h);
+      EXPECT_GT(index->record_bytes(), 0u);
+      s.AttachIndex(index);
+    } else if (shared == Shared::kFileRecords) {
+      StaticIndex::Options h;  // the file's parameters, no record_min_count: the file's records
+      h.min_degree = 1000;
+      h.top_k = max_width;
+      const auto index = StaticIndex::Create(&built[i]->view(), h);
+      EXPECT_TRUE(index->records_from_file());
+      EXPECT_TRUE(index->accelerators_from_file());
       EXPECT_GT(index->record_bytes(), 0u);
       s.AttachIndex(index);
     } else {
@@ -543,6 +560,16 @@ TEST(CalibratedPolicy, LazyRankingMatchesEagerOracleWithHubsAndTwoIndexes) {
 TEST(CalibratedPolicy, LazyRankingMatchesEagerOracleWithChildRecords) {
   for (uint32_t seed = 51; seed <= 53; ++seed) CompareWithOracle(seed, 2, Shared::kRecords, 40, 8);
   for (uint32_t seed = 61; seed <= 62; ++seed) CompareWithOracle(seed, 1, Shared::kRecords, 16, 3);
+}
+
+// The same records read from the index file's RECS section (sam-build
+// --child-records): the same drafts again.
+TEST(CalibratedPolicy, LazyRankingMatchesEagerOracleWithChildRecordsFromTheFile) {
+  for (uint32_t seed = 51; seed <= 53; ++seed)
+    CompareWithOracle(seed, 2, Shared::kFileRecords, 40, 8);
+  for (uint32_t seed = 61; seed <= 62; ++seed)
+    CompareWithOracle(seed, 1, Shared::kFileRecords, 16, 3);
+  CompareWithOracle(76, 1, Shared::kFileRecords, 24, 8, 2);
 }
 
 // Two indexes without hub tables: a node's backoff children in one index and

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
@@ -363,10 +364,36 @@ TEST(SharedStaticIndex, ChildRecordsAreEachClonesHeaviestChildren) {
   TestIndex index(docs, 40, "records");
   const format::IndexView& view = index.view();
   ASSERT_GT(view.num_clones(), 100u);
+  // Computed at open, and read from a file written with them (RECS; the
+  // file's min count is at least 2, which gives every clone a record as 1
+  // does).
+  for (const bool from_file : {false, true})
   for (const auto& [min_count, top_k] : std::vector<std::pair<uint64_t, size_t>>{
            {1, 8}, {2, 3}, {3, 1}, {5, 8}, {2, 8}, {3, 2}}) {
-    const auto s = StaticIndex::Create(&view, {.min_degree = 12, .top_k = top_k,
-                                               .record_min_count = min_count});
+    std::unique_ptr<test_util::BuiltIndex> file;
+    std::shared_ptr<const StaticIndex> s;
+    if (from_file) {
+      automaton::IndexInfo info;
+      info.accelerators = format::AcceleratorParams{
+          .min_degree = 12, .top_k = static_cast<uint32_t>(top_k), .filter_bits_per_edge = 10,
+          .record_min_count = static_cast<uint32_t>(std::max<uint64_t>(min_count, 2))};
+      file = std::make_unique<test_util::BuiltIndex>(docs, 40, "records_file.sam", info);
+      ASSERT_TRUE(file->view().child_records().present());
+      s = StaticIndex::Create(&file->view(), {.min_degree = 12, .top_k = top_k});
+      ASSERT_TRUE(s->records_from_file()) << min_count << " " << top_k;
+      EXPECT_EQ(s->memory_bytes(), sizeof(StaticIndex));  // nothing private
+      // The records are the bytes the same options compute at open.
+      const auto computed = StaticIndex::Create(
+          &file->view(), {.min_degree = 12, .top_k = top_k, .filter_bits_per_edge = 9,
+                          .record_min_count = min_count});
+      ASSERT_FALSE(computed->records_from_file());
+      ASSERT_EQ(computed->record_bytes(), s->record_bytes());
+    } else {
+      s = StaticIndex::Create(&view, {.min_degree = 12, .top_k = top_k,
+                                      .record_min_count = min_count});
+      EXPECT_FALSE(s->records_from_file());
+    }
+    const format::IndexView& view = s->view();
     EXPECT_GT(s->record_bytes(), 0u);
     // The record every state should have (kNoRecord: none), found by its id.
     auto record_of = [&](uint64_t v) { return s->RecordOf(v); };

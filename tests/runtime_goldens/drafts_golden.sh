@@ -10,10 +10,11 @@
 #
 # Configurations: one index; a 3-shard set of the same documents; two indexes; cross-request
 # replay (response cache, and with its compiled index); a tighter setting of the sizes and
-# limits; no lookup limit. Child records (--child-records) are an index-open option, which
-# never changes drafts: each configuration but the compiled cache's runs again with them, and
-# that output must equal the one without, byte for byte (no golden of its own; --regenerate
-# checks it too).
+# limits; no lookup limit. Child records never change drafts: each configuration but the
+# compiled cache's runs again with them computed at open (sam-replay --child-records), and the
+# single index and the shard set also over files built with them (sam-build --child-records,
+# the RECS section); that output must equal the one without, byte for byte (no golden of its
+# own; --regenerate checks it too).
 set -euo pipefail
 bin=$1
 regenerate=${2:-}
@@ -25,11 +26,16 @@ build -o "$tmp/one.sam"
 for i in 0 1 2; do build --shard "$i/3" -o "$tmp/s.$i.sam"; done
 "$bin/sam-build" --write-samset -o "$tmp/s.samset" "$tmp/s.0.sam" "$tmp/s.1.sam" "$tmp/s.2.sam" \
   >/dev/null
+build --child-records -o "$tmp/one_rec.sam"
+for i in 0 1 2; do build --child-records --shard "$i/3" -o "$tmp/r.$i.sam"; done
+"$bin/sam-build" --write-samset -o "$tmp/r.samset" "$tmp/r.0.sam" "$tmp/r.1.sam" "$tmp/r.2.sam" \
+  >/dev/null
 # NAME|FLAGS: compared with golden/NAME.json; NAME|FLAGS|records: also run with
-# --child-records, compared with NAME's output.
+# --child-records, and NAME|FLAGS|records|FILE_FLAGS also with FILE_FLAGS (indexes built with
+# child records) instead of FLAGS, each compared with NAME's output.
 configs=(
-  "single|--index $tmp/one.sam|records"
-  "shard_set|--index $tmp/s.samset|records"
+  "single|--index $tmp/one.sam|records|--index $tmp/one_rec.sam"
+  "shard_set|--index $tmp/s.samset|records|--index $tmp/r.samset"
   "two_indexes|--index $tmp/s.0.sam --index $tmp/s.1.sam|records"
   "cross_request|--index $tmp/one.sam --cross-request --tenant-field category|records"
   "cross_request_compiled|--index $tmp/one.sam --cross-request --cache-compile --tenant-field category"
@@ -52,7 +58,7 @@ PY
 }
 status=0
 for entry in "${configs[@]}"; do
-  IFS='|' read -r name options records <<<"$entry"
+  IFS='|' read -r name options records file_options <<<"$entry"
   read -r -a flags <<<"$options"
   replay "$name" "${flags[@]}"
   if [[ $regenerate == --regenerate ]]; then
@@ -76,6 +82,17 @@ for entry in "${configs[@]}"; do
       status=1
     else
       echo "ok: $name with --child-records: the same"
+    fi
+  fi
+  if [[ -n $file_options ]]; then
+    read -r -a file_flags <<<"$file_options"
+    replay "$name.file_records" "${file_flags[@]}"
+    if ! diff -u "$tmp/$name.json" "$tmp/$name.file_records.json" >"$tmp/$name.file.diff"; then
+      echo "FAIL: $name: indexes built with --child-records changed the drafts ($file_options):"
+      head -40 "$tmp/$name.file.diff"
+      status=1
+    else
+      echo "ok: $name over indexes built with --child-records: the same"
     fi
   fi
 done

@@ -357,6 +357,35 @@ a, b = (strip(json.load(open(p))) for p in sys.argv[1:])
 sys.exit(0 if a == b and a.get("policies") else 1)
 PY
 
+# Child records (RECS): written by --child-records or added by --upgrade --child-records; the file
+# verifies, sam-inspect reports them, and the drafts are those of the file without them.
+expect 0 "wrote" -- "$build" -q --child-records -o "$tmp/records.sam" "${ids[@]}"
+expect 0 "child records: [0-9][0-9]* slots" -- "$inspect" --verify "$tmp/records.sam"
+grep -q "verify: OK" "$tmp/out" || FAIL "a file with child records does not verify: $(cat "$tmp/out")"
+expect 0 "child records: none" -- "$inspect" "$tmp/upgraded.sam"
+cp "$tmp/upgraded.sam" "$tmp/rec-upgraded.sam"
+expect 0 "added the accelerator sections and child records" -- "$build" --upgrade --child-records "$tmp/rec-upgraded.sam"
+expect 0 "already has the accelerator sections and child records; unchanged" -- "$build" --upgrade --child-records "$tmp/rec-upgraded.sam"
+python3 - "$tmp/records.sam" "$tmp/rec-upgraded.sam" "$inspect" <<'PY' || FAIL "--upgrade --child-records differs from a build with --child-records"
+import json, subprocess, sys
+a, b, inspect = sys.argv[1:]
+field = lambda p: json.loads(subprocess.run([inspect, "--json", p], capture_output=True, check=True).stdout)["child_records"]
+sys.exit(0 if field(a) is not None and field(a) == field(b) and field(a)["min_count"] == 2 else 1)
+PY
+expect 2 "needs the accelerator sections" -- "$build" -q --child-records --no-accelerators -o "$tmp/no.sam" "${ids[@]}"
+[[ -e $tmp/no.sam ]] && FAIL "a refused build left $tmp/no.sam"
+"$replay" --index "$tmp/records.sam" --traces "$tmp/ids-traces.jsonl" --json > "$tmp/records.json" \
+  2> "$tmp/records.err" || FAIL "sam-replay on records.sam: $(cat "$tmp/records.err")"
+python3 - "$tmp/plain.json" "$tmp/records.json" <<'PY' || FAIL "drafts differ between a file and the same with child records"
+import json, re, sys
+def strip(x):
+    if isinstance(x, dict):
+        return {k: strip(v) for k, v in x.items() if not re.search(r"_us|seconds|_ms|bytes|index", k)}
+    return [strip(v) for v in x] if isinstance(x, list) else x
+a, b = (strip(json.load(open(p))) for p in sys.argv[1:])
+sys.exit(0 if a == b and a.get("policies") else 1)
+PY
+
 # ---------------------------------------------------------------- bench-random-model
 model=$tmp/model
 if have bench-random-model; then

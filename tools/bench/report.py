@@ -106,6 +106,27 @@ def index_section(w):
                  if rss else "?"],
                 ["open (`IndexFile::Open`, file in the page cache)", f"{info['open_ms']:.2f} ms"],
             ])]
+    rec_path = os.path.join(w, "inspect_records.json")
+    if os.path.exists(rec_path):
+        rec = load(w, "inspect_records.json")
+        with open(os.path.join(w, "build_records.txt")) as f:
+            rec_build = f.read()
+        rec_speed = BUILD_SPEED.search(rec_build)
+        rec_rss = BUILD_RSS.search(rec_build)
+        recs = sum(s["bytes"] for s in rec["sections"] if s["tag"] == "RECS")
+        doc += ["", "The same corpora with child records (`--child-records`: the RECS section, every",
+                "repeated string's heaviest children in one place; docs/indexer.md):", "",
+                table(["", "measured"], [
+                    ["index file", f"**{rec['bytes_per_token']:.2f} bytes/token** "
+                                   f"({rec['file_bytes'] / 1e6:.1f} MB)"],
+                    ["of which the child records (RECS)",
+                     f"{recs / n:.2f} bytes/token ({recs / 1e6:.1f} MB)"],
+                    ["build, end to end", f"**{rec_speed.group(2)}M tokens/s** ({rec_speed.group(1)} s)"
+                     if rec_speed else "?"],
+                    ["peak RSS while building", f"**{rec_rss.group(2)} bytes/token** "
+                     f"({rec_rss.group(1)} MiB)" if rec_rss else "?"],
+                    ["open (`IndexFile::Open`, file in the page cache)", f"{rec['open_ms']:.2f} ms"],
+                ])]
     hf_path = os.path.join(w, "build_hf.txt")
     if os.path.exists(hf_path):
         with open(hf_path) as f:
@@ -364,9 +385,9 @@ def floor_section(w):
             "The paper rule and `sam-cal` interleaved in one bench-step run per setting (the same",
             "steps and settings as above): plain; prewarmed (`--prewarm`: each step proposed once",
             "untimed right before, so that the timed one finds what it reads in the CPU caches: the",
-            "step without its cache misses); with child records (`--record-min-count 2`: a",
-            "branching state's heaviest children in one record, built at open in private memory,",
-            "the same drafts); and both. The paper rule reads one run of text a step; `sam-cal`",
+            "step without its cache misses); over the index built with child records",
+            "(`--child-records`: a branching state's heaviest children in one record, mapped from",
+            "the file, the same drafts); and both. The paper rule reads one run of text a step; `sam-cal`",
             "looks up to `max_static_lookups` branching states that the previous step did not",
             "read (a step starts where the last draft was rejected).", "",
             table(["context", "setting", "`sam` p50 / p99 us", "`sam-cal` p50 / p99 us",
@@ -428,6 +449,7 @@ def memory_section(w):
     """Resident memory of one and two processes, with and without the accelerator sections."""
     rows = []
     for name, kind in (("memory.txt", "index file"),
+                       ("memory_records.txt", "file with child records"),
                        ("memory_plain.txt", "file without accelerator sections")):
         if not os.path.exists(os.path.join(w, name)):
             continue
@@ -439,7 +461,7 @@ def memory_section(w):
             "`sam-replay --policy sam-cal` over the dev traces (index mapped, shared `StaticIndex`),",
             "alone and then two at once (`tools/bench/memory.sh`: of the /proc/PID/smaps_rollup",
             "samples taken while every process runs, the one of largest total Rss), with the index",
-            "file and with the same index written",
+            "file, with the same index built with child records (`--child-records`), and written",
             "without its accelerator sections (`--no-accelerators`, as format 1.0 files are), whose",
             "tables every process computes at open. Pss shares each page among the processes that",
             "map it: the index file's pages count half in each of two; Private_Dirty is what a",

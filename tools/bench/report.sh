@@ -23,7 +23,7 @@
 # with the cross-request cache, tools/bench/memory.sh
 # (resident memory of one and two processes; also of the index without its accelerator
 # sections), bench-step (per-step cost against context length; the same steps prewarmed and with
-# child records; shard sets of 2, 4 and 8 shards of the same corpus against the single file),
+# child records (a --child-records build); shard sets of 2, 4 and 8 shards of the same corpus against the single file),
 # sam-build --max-memory (a bounded build's shards) and bench-batch (many sessions).
 # Prints progress; asserts nothing.
 set -euo pipefail
@@ -117,14 +117,20 @@ step "memory: the same with the index written without its accelerator sections"
   > /dev/null 2>&1
 tools/bench/memory.sh -- "${replay[@]/$work\/default.sam/$work/plain.sam}" --policy sam-cal \
   > "$work/memory_plain.txt"
+step "child records: the same corpora built with --child-records"
+"$bin/sam-build" --data-dir "$data" --preset default --child-records -o "$work/records.sam" \
+  > "$work/build_records.txt"
+"$bin/sam-inspect" --json "$work/records.sam" > "$work/inspect_records.json"
+tools/bench/memory.sh -- "${replay[@]/$work\/default.sam/$work/records.sam}" --policy sam-cal \
+  > "$work/memory_records.txt"
 step "bench-step: where a step's time goes (prewarmed steps; child records)"
 # The same steps with what they read already in the CPU caches (--prewarm: the floor without
-# cache misses), with child records (--record-min-count 2: one record a lookup), and both.
+# cache misses), over the file with child records (one record a lookup), and both.
 for setting in prewarm records records_prewarm; do
-  flags=()
-  [[ $setting == records* ]] && flags+=(--record-min-count 2)
+  index=$work/default.sam flags=()
+  [[ $setting == records* ]] && index=$work/records.sam
   [[ $setting == *prewarm ]] && flags+=(--prewarm)
-  "$bin/bench-step" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
+  "$bin/bench-step" --index "$index" --traces "$work/traces.jsonl" --tokenizer "$tok" \
     --contexts 1024,131072 --steps 2000 --runs 3 --load read --policies sam,sam-cal --interleave \
     "${flags[@]}" > "$work/step_$setting.txt"
 done

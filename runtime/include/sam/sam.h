@@ -150,14 +150,17 @@ enum {
   SAM_OPEN_PREPARE = 2,
   /* Deep-check the file at open, as sam_index_verify. */
   SAM_OPEN_VERIFY = 4,
-  /* Implies SAM_OPEN_PREPARE, and also stores the heaviest children of every
-   * state that occurs at least twice together, with its length, count and
-   * suffix link's record (StaticIndex child records): matching and
+  /* Implies SAM_OPEN_PREPARE, and also uses child records: the heaviest
+   * children of every state that occurs at least twice stored together,
+   * with its length, count and suffix link's record. Matching and
    * SAM_POLICY_CALIBRATED's (and SAM_POLICY_TREE's) lookups of branching
    * states then read one record instead of a chain of four or five cache
-   * misses, about a third off the calibrated policy's step time, for about
-   * 23 bytes per corpus token more (157 MiB for a 6.8M-token index) and
-   * about 1 s more to open. Drafts are the same. */
+   * misses, about half the calibrated policy's step time. A file built
+   * with them (sam-build --child-records) holds them, and SAM_OPEN_PREPARE
+   * alone already maps and uses them (this flag then changes nothing); for
+   * a file without them they are computed at open, in private memory:
+   * about 23 bytes per corpus token (157 MiB for a 6.8M-token index) and
+   * about 1 s. Drafts are the same. */
   SAM_OPEN_CHILD_RECORDS = 8
 };
 /* Memory-maps a static index file and checks its header and sections
