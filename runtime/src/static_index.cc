@@ -111,22 +111,6 @@ void StaticIndex::SetUpRecords(const Options& options) {
   records_trusted_ = true;
 }
 
-bool StaticIndex::PlausibleRecord(uint32_t record, const RecordHead& h) const {
-  const uint64_t room = records_.num_slots - record - 1;
-  const uint64_t n = view_->num_tokens();
-  if (h.bits >> 9 != 0 || h.size() > options_.top_k || h.size() + uint64_t{h.hub()} > room ||
-      h.count == 0 || h.count > n || h.len > n)
-    return false;
-  const RecordEntry* e = Entries(record);
-  const uint64_t states = view_->num_states();
-  const uint32_t vocab = view_->vocab_size();
-  bool bad = false;
-  for (uint32_t i = 0; i < h.size(); ++i)
-    bad |= e[i].token >= vocab || e[i].target == format::kRoot || e[i].target >= states ||
-           e[i].count == 0 || e[i].count > h.count;
-  return !bad;
-}
-
 uint64_t StaticIndex::LabelTableNext(uint64_t slot_begin, uint64_t num_slots,
                                      uint64_t edge_begin, uint32_t c) const {
   if (num_slots == 0 || slot_begin > hubs_.num_slots || num_slots > hubs_.num_slots - slot_begin)

@@ -385,6 +385,7 @@ void CalibratedPolicy::ExpandFromRecord(int32_t node, const CandidateTrie::Index
   // node's earlier children only.
   const int32_t first = trie_.nodes[node].first_child;
   for (uint32_t j = 0; j < k; ++j) {
+    if (!records_->EntryOk(e[j], head)) continue;  // (a damaged file's record)
     const int32_t child = OfferStaticAmong(node, first, e[j].token, e[j].count, offers);
     trie_.states[child] =
         CandidateTrie::IndexState{e[j].target, e[j].count, s.len + 1u, e[j].record};
@@ -556,6 +557,7 @@ void CalibratedPolicy::BackoffFromRecord(int32_t node, const CandidateTrie::Inde
   const uint32_t k = std::min<uint32_t>(head.size(), static_cast<uint32_t>(sel_.tuning.calibrated_width));
   const int32_t first = trie_.nodes[node].first_child;  // the children it may share
   for (uint32_t j = 0; j < k; ++j) {
+    if (!records_->EntryOk(e[j], head)) continue;  // (a damaged file's record)
     const int32_t child = trie_.ChildAmong(node, first, e[j].token);
     CandidateTrie::IndexState& cs = trie_.states[child];
     if (cs.state != format::kNoState) continue;  // s's child too

@@ -157,10 +157,15 @@ class SAM_API StaticIndex {
   bool RecordChildren(uint64_t state, Child* out, uint32_t* size) const {
     uint32_t begin = 0, end = 0;
     if (!RecordRange(state, &begin, &end)) return false;
-    *size = Head(begin - 1).size();
+    const RecordHead head = Head(begin - 1);
+    *size = head.size();
     const RecordEntry* e = Entries(begin - 1);
-    for (uint32_t i = 0; i < *size; ++i) out[i] = Child{e[i].token, e[i].target, e[i].count};
-    return true;
+    bool ok = true;
+    for (uint32_t i = 0; i < *size; ++i) {
+      ok &= EntryOk(e[i], head);
+      out[i] = Child{e[i].token, e[i].target, e[i].count};
+    }
+    return ok;  // (a damaged record is none: the caller enumerates the state's transitions)
   }
   // The same into *scratch (resized as needed): the record's children, or
   // an empty span when `state` has none (nothing resized without records).
@@ -214,15 +219,27 @@ class SAM_API StaticIndex {
     return p < records_.num_positions ? records_.position_link_record[p] : kNoRecord;
   }
   // The head of `record` (a RecordOf, a head's link_record or an entry's
-  // record). Records read from a file are checked here, so that whatever
-  // the section holds, a head and the entries it announces stay inside it
-  // with possible fields: a record that is not reads as one without
-  // children (length 0, count 1, no link). --verify refuses such a file.
+  // record). Records read from a file are checked as they are read, so
+  // that whatever the section holds nothing is read outside it and no
+  // impossible value leaves it (--verify refuses such a file): here, that
+  // the entries a head announces (and a hub's slot) lie inside the slots,
+  // at most top_k, with a possible length and count; a head that fails
+  // reads as a record without children (length 0, count 1, no link).
   RecordHead Head(uint32_t record) const {
     if (record >= records_.num_slots) return RecordHead{0, 1, kNoRecord, 0};
     const RecordHead h = std::bit_cast<RecordHead>(records_.slots[record]);
-    if (records_trusted_ || PlausibleRecord(record, h)) return h;
+    if (records_trusted_ || PlausibleHead(record, h)) return h;
     return RecordHead{0, 1, kNoRecord, 0};
+  }
+  // Whether an entry of the record whose head is `head` may be used: always
+  // for records computed here; for a file's, a vocabulary token, a target
+  // that is a state other than the root, and a count from 1 to the head's.
+  // Whoever reads an entry's token, target or count asks first (an entry
+  // that fails is skipped, or ends a transition as none).
+  bool EntryOk(const RecordEntry& e, const RecordHead& head) const {
+    return records_trusted_ ||
+           (e.token < view_->vocab_size() && e.target != format::kRoot &&
+            e.target < view_->num_states() && e.count != 0 && e.count <= head.count);
   }
   const RecordEntry* Entries(uint32_t record) const {
     return static_cast<const RecordEntry*>(&records_.slots[record + 1]);
@@ -273,7 +290,7 @@ class SAM_API StaticIndex {
       // label table answers in one probe (TransferByRecords does the same).
       const uint32_t search = head.hub() && head.size() > 8 ? 0 : head.size();
       for (uint32_t i = 0; i < search; ++i)
-        if (e[i].token == c) return e[i].target;
+        if (e[i].token == c) return EntryOk(e[i], head) ? e[i].target : format::kNoState;
       if (search == head.size() && head.size() < options_.top_k) return format::kNoState;
       return NextAt(begin - 1, head, v, c);
     }
@@ -317,8 +334,14 @@ class SAM_API StaticIndex {
     return true;
   }
   // Whether the head `h` at slot `record` of a file's records announces
-  // entries inside the slots with possible fields (tokens, states, counts).
-  bool PlausibleRecord(uint32_t record, const RecordHead& h) const;
+  // at most top_k entries (and a hub's slot) inside the slots, with a
+  // possible length and count.
+  bool PlausibleHead(uint32_t record, const RecordHead& h) const {
+    const uint64_t n = view_->num_tokens();
+    return h.bits >> 9 == 0 && h.size() <= options_.top_k &&
+           h.size() + uint64_t{h.hub()} < records_.num_slots - record && h.count != 0 &&
+           h.count <= n && h.len <= n;
+  }
   // HubNext through a hub record's slot that places its label table
   // (BuildRecords): slot_begin, num_slots, and edge_begin's two halves.
   uint64_t HubNextAt(uint32_t hub_slot, uint32_t c) const;

@@ -119,6 +119,7 @@ inline StaticMatch TransferByRecords(const StaticIndex& index, StaticMatch m, ui
       const uint32_t search = head.hub() && head.size() > 8 ? 0 : head.size();
       for (uint32_t i = 0; i < search; ++i) {
         if (e[i].token == token) {
+          if (!index.EntryOk(e[i], head)) return StaticMatch{};  // (a damaged file's record)
           *record_out = e[i].record_of_target();
           return StaticMatch{e[i].target, len + 1};
         }
