@@ -10,11 +10,16 @@
 //      refuses the file with a structural error whose message lists the
 //      damaged section among the sections it read, then names the invariant;
 //  (b) opened without verify, the file is either refused at open or drives
-//      sessions (paper, tree and calibrated policies; the bare IndexView, a
-//      prepared StaticIndex, and the C API with SAM_OPEN_PREPARE) through
-//      many steps on random streams, each returning a well-formed draft or an
-//      error. Damage to sections that drafting never reads (META, VOCB,
-//      TEST) leaves every draft as it was.
+//      sessions (paper, tree and calibrated policies; the bare IndexView,
+//      StaticIndexes that read the file's accelerator sections and child
+//      records, one that computes its records, and the C API with
+//      SAM_OPEN_PREPARE) through many steps on random streams, each
+//      returning a well-formed draft or an error. Damage to sections that
+//      drafting never reads (META, VOCB, TEST) leaves every draft as it was.
+// The child records (RECS) are read unchecked after an O(1) open, so they
+// are also damaged value by value, each change re-sealed so that the file
+// still opens: offsets, heads, entries, links between records, the
+// positions' link records and a hub's label-table range.
 // A hang fails the test through its CTest TIMEOUT; nothing here is timed.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -23,6 +28,8 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -111,12 +118,8 @@ enum class Region { kWhole, kInterior };
 constexpr Region kRegions[] = {Region::kWhole, Region::kInterior};
 constexpr uint64_t kEdgeBytes = 16;
 
-Bytes Damaged(const Bytes& original, const Section& s, Region region, Damage d,
-              std::mt19937_64& rng) {
-  Bytes b = original;
-  const uint64_t skip = region == Region::kInterior ? std::min(kEdgeBytes, s.size / 2) : 0;
-  uint8_t* p = b.data() + s.offset + skip;
-  const uint64_t size = s.size - 2 * skip;
+// Overwrites p[0, size) with damage d.
+void Apply(uint8_t* p, uint64_t size, Damage d, std::mt19937_64& rng) {
   switch (d) {
     case Damage::kZeros:
       std::fill(p, p + size, 0);
@@ -131,6 +134,13 @@ Bytes Damaged(const Bytes& original, const Section& s, Region region, Damage d,
       std::swap_ranges(p, p + size / 2, p + size - size / 2);
       break;
   }
+}
+
+Bytes Damaged(const Bytes& original, const Section& s, Region region, Damage d,
+              std::mt19937_64& rng) {
+  Bytes b = original;
+  const uint64_t skip = region == Region::kInterior ? std::min(kEdgeBytes, s.size / 2) : 0;
+  Apply(b.data() + s.offset + skip, s.size - 2 * skip, d, rng);
   sam::testing::Reseal(b.data(), b.size());
   return b;
 }
@@ -146,7 +156,8 @@ Bytes ReadFile(const std::string& path) {
 }
 
 // Documents with shared phrases (long matches, clones, states of many
-// transitions), a vocabulary (VOCB) and self-test samples (TEST).
+// transitions), a vocabulary (VOCB), self-test samples (TEST), the
+// accelerator sections (HUBS, FILT) and child records (RECS).
 struct Corpus {
   std::vector<Text> docs;
   Bytes bytes;
@@ -172,10 +183,11 @@ Corpus BuildCorpus(const std::string& path) {
   }
   automaton::IndexInfo info;
   for (uint32_t t = 0; t < kVocab; ++t) info.vocabulary.push_back("t" + std::to_string(t));
-  // The accelerator sections with the parameters the sessions below use,
-  // so that they read the file's tables (damaged ones included).
-  info.accelerators = format::AcceleratorParams{.min_degree = 4, .top_k = 8,
-                                                .filter_bits_per_edge = 10};
+  // The accelerator sections and child records with the parameters the
+  // sessions below use, so that they read the file's tables and records
+  // (damaged ones included).
+  info.accelerators = format::AcceleratorParams{
+      .min_degree = 4, .top_k = 8, .filter_bits_per_edge = 10, .record_min_count = 2};
   automaton::BuildIndexFile(c.docs, kVocab, path, info);
   c.bytes = ReadFile(path);
   return c;
@@ -306,37 +318,57 @@ Drafts DriveC(sam_index* index, sam_policy policy, const Workload& w, std::strin
   return drafts;
 }
 
+// What DriveEverything met.
+struct Driven {
+  bool opened = false;             // the file opened without verify
+  bool records_from_file = false;  // the default StaticIndex took the file's RECS
+  // Steps of the sessions over that StaticIndex, per policy (kPolicies).
+  size_t file_record_steps[std::size(kPolicies)] = {};
+};
+
+// StaticIndex options over the test index (its accelerators have min_degree
+// 4): the defaults otherwise, which take the file's hub tables, edge filter
+// and child records; top_k 4, which takes its hub tables and filter but not
+// its records (they hold 8 children) and computes none; record_min_count 3,
+// which computes records from the automaton (the file's are at 2).
+constexpr StaticIndex::Options kFileRecords{.min_degree = 4};
+constexpr StaticIndex::Options kNoRecords{.min_degree = 4, .top_k = 4};
+constexpr StaticIndex::Options kComputedRecords{.min_degree = 4, .record_min_count = 3};
+
 // Every run over the index at `path`, opened without verify: per policy and
-// workload, the bare view, a prepared StaticIndex, one with child records
-// (records followed from record to record), the C API. Appends what each
-// drafted to *all (empty runs where the file was refused at open). Returns
-// whether the file opened.
-bool DriveEverything(const std::string& path, const std::vector<Workload>& workloads,
-                     std::vector<Drafts>* all, std::string* error) {
+// workload, the bare view, then a StaticIndex with each of the options above;
+// then the C API with SAM_OPEN_PREPARE (whose default min_degree of 32
+// computes its own hub tables). Appends what each drafted to *all (empty runs
+// where the file was refused at open).
+Driven DriveEverything(const std::string& path, const std::vector<Workload>& workloads,
+                       std::vector<Drafts>* all, std::string* error) {
+  Driven driven;
   std::unique_ptr<format::IndexFile> file;
-  std::shared_ptr<const StaticIndex> prepared, with_records;
+  std::shared_ptr<const StaticIndex> indexes[3];
   try {
     file = std::make_unique<format::IndexFile>(format::IndexFile::Open(path));
-    prepared = StaticIndex::Create(&file->view(), {.min_degree = 4});
-    with_records = StaticIndex::Create(&file->view(), {.min_degree = 4, .record_min_count = 2});
+    indexes[0] = StaticIndex::Create(&file->view(), kFileRecords);
+    indexes[1] = StaticIndex::Create(&file->view(), kNoRecords);
+    indexes[2] = StaticIndex::Create(&file->view(), kComputedRecords);
+    driven.opened = true;
+    driven.records_from_file = indexes[0]->records_from_file();
   } catch (const format::FormatError&) {
     file.reset();  // refused at open: an error, as allowed
   }
-  for (Policy p : kPolicies) {
+  for (size_t p = 0; p < std::size(kPolicies); ++p) {
     SessionOptions o;
     o.max_dynamic_bytes = 1 << 20;
-    o.policy = p;
-    for (int variant = 0; variant < 3; ++variant) {
+    o.policy = kPolicies[p];
+    for (int variant = 0; variant < 4; ++variant) {
       Session s(o);
-      if (file && variant == 1)
-        s.AttachIndex(prepared);
-      else if (file && variant == 2)
-        s.AttachIndex(with_records);
-      else if (file)
+      if (file && variant == 0)
         s.AttachIndex(&file->view());
+      else if (file)
+        s.AttachIndex(indexes[variant - 1]);
       for (const Workload& w : workloads) {
-        all->push_back(file ? Drive(s, p, w, error) : Drafts{});
-        if (!error->empty()) return file != nullptr;
+        all->push_back(file ? Drive(s, kPolicies[p], w, error) : Drafts{});
+        if (variant == 1) driven.file_record_steps[p] += all->back().size();
+        if (!error->empty()) return driven;
       }
     }
   }
@@ -349,7 +381,7 @@ bool DriveEverything(const std::string& path, const std::vector<Workload>& workl
       if (!error->empty()) break;
     }
   sam_index_close(index);
-  return file != nullptr;
+  return driven;
 }
 
 // The sections (of the comma-separated list that follows the path in a
@@ -368,22 +400,31 @@ TEST(CorruptIndex, EverySectionResealedWithDamageIsRefusedByVerifyAndNeverHangsA
   const std::string original_path = TempPath("corrupt_original.sam");
   const Corpus corpus = BuildCorpus(original_path);
   const std::vector<Section> sections = SectionsOf(corpus.bytes);
-  ASSERT_EQ(sections.size(), 15u) << "expected every section, VOCB, TEST, HUBS and FILT included";
+  ASSERT_EQ(sections.size(), 16u)
+      << "expected every section, VOCB, TEST, HUBS, FILT and RECS included";
   const std::vector<Workload> workloads = Workloads(corpus.docs);
 
-  // The intact index: verify accepts it, and the harness reaches static drafts.
+  // The intact index: verify accepts it, and the harness reaches static drafts
+  // through the file's accelerators and records, and through none.
   format::OpenOptions verify;
   verify.verify = true;
   ASSERT_NO_THROW(format::IndexFile::Open(original_path, verify));
   {
     const format::IndexFile f = format::IndexFile::Open(original_path);
-    const auto prepared = StaticIndex::Create(&f.view(), {.min_degree = 4});
-    ASSERT_TRUE(prepared->accelerators_from_file());
-    ASSERT_GT(prepared->num_hubs(), 0u);
+    const auto file_records = StaticIndex::Create(&f.view(), kFileRecords);
+    ASSERT_TRUE(file_records->accelerators_from_file());
+    ASSERT_GT(file_records->num_hubs(), 0u);
+    ASSERT_TRUE(file_records->records_from_file());
+    const auto no_records = StaticIndex::Create(&f.view(), kNoRecords);
+    ASSERT_TRUE(no_records->accelerators_from_file());
+    ASSERT_FALSE(no_records->has_records());
+    const auto computed = StaticIndex::Create(&f.view(), kComputedRecords);
+    ASSERT_TRUE(computed->has_records());
+    ASSERT_FALSE(computed->records_from_file());
   }
   std::vector<Drafts> intact;
   std::string error;
-  DriveEverything(original_path, workloads, &intact, &error);
+  ASSERT_TRUE(DriveEverything(original_path, workloads, &intact, &error).records_from_file);
   ASSERT_EQ(error, "");
   size_t long_drafts = 0;
   for (const Drafts& run : intact)
@@ -423,8 +464,12 @@ TEST(CorruptIndex, EverySectionResealedWithDamageIsRefusedByVerifyAndNeverHangsA
         // (b) Without verify: refused at open, or sessions finish every step.
         std::vector<Drafts> runs;
         error.clear();
-        opened += DriveEverything(path, workloads, &runs, &error);
+        const Driven driven = DriveEverything(path, workloads, &runs, &error);
+        opened += driven.opened;
         EXPECT_EQ(error, "") << what;
+        if (driven.opened) {  // the defaults read the file's records, damaged ones included
+          EXPECT_TRUE(driven.records_from_file) << what;
+        }
         if (section.tag == "META" || section.tag == "VOCB" || section.tag == "TEST") {
           EXPECT_TRUE(runs == intact) << what << ": drafting does not read this section";
         }
@@ -433,8 +478,427 @@ TEST(CorruptIndex, EverySectionResealedWithDamageIsRefusedByVerifyAndNeverHangsA
   }
   std::printf("%zu damaged files, %zu of them opened without verify and drafted from\n", checked,
               opened);
-  EXPECT_GE(checked, 15u * 7);
-  EXPECT_GE(opened, 15u * 2);  // the sessions did meet damaged indexes
+  EXPECT_GE(checked, 16u * 7);
+  EXPECT_GE(opened, 16u * 2);  // the sessions did meet damaged indexes
+  std::remove(path.c_str());
+  std::remove(original_path.c_str());
+}
+
+// The RECS section of a test file (sam/format/child_records.h): a 64-byte
+// head (u32 version, min count, top k, flags; u64 clones, slots,
+// positions), then record_begin (clones + 1 u32), the 16-byte slots (a
+// head: len, count, link_record, bits; an entry: token, target, count,
+// record) and position_link_record (positions u32), each array starting
+// at a multiple of 64 bytes.
+struct Recs {
+  uint64_t clones = 0, slots = 0, positions = 0;
+  uint64_t begin_at = 0, slots_at = 0, links_at = 0, end_at = 0;  // file offsets
+  std::vector<uint32_t> heads;  // the slot of every record's head, in slot order
+
+  explicit Recs(const Bytes& b) {
+    const Section s = Find(SectionsOf(b), "RECS");  // a copy: the list is a temporary
+    clones = Load<uint64_t>(b, s.offset + 16);
+    slots = Load<uint64_t>(b, s.offset + 24);
+    positions = Load<uint64_t>(b, s.offset + 32);
+    auto round64 = [](uint64_t v) { return (v + 63) / 64 * 64; };
+    begin_at = s.offset + 64;
+    slots_at = begin_at + round64((clones + 1) * 4);
+    links_at = slots_at + round64(slots * 16);
+    end_at = links_at + positions * 4;
+    for (uint64_t k = 0; k < clones; ++k)
+      if (Begin(b, k) < Begin(b, k + 1)) heads.push_back(Begin(b, k));
+    std::sort(heads.begin(), heads.end());
+  }
+  uint64_t BeginAt(uint64_t k) const { return begin_at + 4 * k; }
+  // Field f (0..3) of slot i.
+  uint64_t FieldAt(uint64_t i, unsigned f) const { return slots_at + 16 * i + 4 * f; }
+  uint64_t LinkAt(uint64_t p) const { return links_at + 4 * p; }
+  uint32_t Begin(const Bytes& b, uint64_t k) const { return Load<uint32_t>(b, BeginAt(k)); }
+  uint32_t Field(const Bytes& b, uint64_t i, unsigned f) const {
+    return Load<uint32_t>(b, FieldAt(i, f));
+  }
+  static uint32_t Size(uint32_t bits) { return bits & 0xff; }
+  static bool Hub(uint32_t bits) { return (bits >> 8 & 1) != 0; }
+};
+enum : unsigned { kLen = 0, kCount = 1, kLinkRecord = 2, kBits = 3 };            // head fields
+enum : unsigned { kToken = 0, kTarget = 1, kEntryCount = 2, kEntryRecord = 3 };  // entry fields
+
+void Store32(Bytes& b, uint64_t at, uint32_t v) { std::memcpy(b.data() + at, &v, sizeof(v)); }
+
+// Reads every record of `index` through its accessors: each slot as a
+// head (and the entries it announces), each state's record children and
+// transitions, each position's link record, and a transfer from every
+// state on every token, given the state's record or another slot. Returns
+// what was out of range ("" when nothing): whatever the slots hold, what
+// the accessors give must be usable.
+std::string SweepRecords(const StaticIndex& index) {
+  const format::IndexView& view = index.view();
+  const uint64_t states = view.num_states(), slots = view.child_records().num_slots;
+  const uint32_t vocab = view.vocab_size();
+  auto bad_state = [&](uint64_t v) { return v != format::kNoState && v >= states; };
+  auto bad_child = [&](uint32_t token, uint64_t target) {
+    return token >= vocab || target == format::kRoot || target >= states;
+  };
+  for (uint64_t r = 0; r < slots + 2; ++r) {
+    const StaticIndex::RecordHead h = index.Head(static_cast<uint32_t>(r));
+    if (h.size() > index.options().top_k) return "slot " + std::to_string(r) + ": size";
+    const StaticIndex::RecordEntry* e = index.Entries(static_cast<uint32_t>(r));
+    for (uint32_t i = 0; i < h.size(); ++i)
+      if (bad_child(e[i].token, e[i].target)) return "slot " + std::to_string(r) + ": entry";
+  }
+  for (uint64_t p = 0; p <= view.num_tokens() + 1; ++p) index.Head(index.PositionLinkRecord(p));
+  std::vector<StaticIndex::Child> scratch;
+  for (uint64_t v = 0; v < states; ++v) {
+    for (const StaticIndex::Child& c : index.RecordChildren(v, &scratch))
+      if (bad_child(c.token, c.target)) return "state " + std::to_string(v) + ": record child";
+    const uint32_t records[] = {index.RecordOf(v), static_cast<uint32_t>(v % (slots + 1))};
+    for (uint32_t c = 0; c < vocab; ++c) {
+      if (bad_state(index.Next(v, c))) return "state " + std::to_string(v) + ": Next";
+      for (uint32_t record : records) {
+        uint32_t record_out = 0;
+        const StaticMatch m =
+            TransferByRecords(index, StaticMatch{v, view.Len(v)}, record, c, &record_out);
+        if (m.state >= states) return "state " + std::to_string(v) + ": transfer";
+        index.Head(record_out);
+      }
+    }
+  }
+  return "";
+}
+
+// Child records damaged value by value, each change re-sealed: the file
+// opens (RECS is parsed in O(1) there, its contents unread), the runtime
+// takes the damaged records (records_from_file()), and:
+//  - deep verify refuses the file, naming RECS (it rebuilds the records and
+//    compares them);
+//  - without verify, every accessor of StaticIndex over every record, state,
+//    token and position gives values in range (SweepRecords), and sessions
+//    of every policy over the file's records (and the other variants of
+//    DriveEverything) run every step of their streams with well-formed
+//    drafts: StaticIndex bounds each record it reads (StaticIndex::Head),
+//    matching stops where a record's length does not shorten the match, and
+//    a draft tree is bounded by its budget.
+// A hang fails the test through its CTest TIMEOUT.
+TEST(CorruptIndex, DamagedChildRecordsAreRefusedByVerifyAndNeverHangASession) {
+  const std::string original_path = TempPath("recs_original.sam");
+  const Corpus corpus = BuildCorpus(original_path);
+  const Bytes& intact_bytes = corpus.bytes;
+  const std::vector<Workload> workloads = Workloads(corpus.docs);
+  const format::IndexFile original = format::IndexFile::Open(original_path);
+  const format::IndexView& view = original.view();
+  const Recs recs(intact_bytes);
+  const uint32_t top_k = view.child_records().top_k;
+  ASSERT_EQ(recs.clones, view.num_clones());
+  ASSERT_EQ(recs.slots, view.child_records().num_slots);
+  const Section recs_section = Find(SectionsOf(intact_bytes), "RECS");
+  ASSERT_EQ(recs.end_at, recs_section.offset + recs_section.size);
+  ASSERT_GT(recs.heads.size(), 20u);
+  const uint32_t num_states = static_cast<uint32_t>(view.num_states());
+  const uint32_t num_tokens = static_cast<uint32_t>(view.num_tokens());
+  const uint32_t num_slots = static_cast<uint32_t>(recs.slots);
+  const uint32_t label_slots = static_cast<uint32_t>(view.hubs().num_slots);
+  // Records the damage below needs: a hub's, and full ones (top_k children,
+  // so that a token they lack is looked up past them: a hub's label table).
+  std::vector<uint32_t> hubs, full;
+  for (uint32_t h : recs.heads) {
+    const uint32_t bits = recs.Field(intact_bytes, h, kBits);
+    if (Recs::Hub(bits)) hubs.push_back(h);
+    if (Recs::Size(bits) == top_k) full.push_back(h);
+  }
+  ASSERT_FALSE(hubs.empty()) << "the test index has no hub record";
+  ASSERT_FALSE(full.empty()) << "the test index has no record of top_k children";
+
+  // Each damage edits a copy of the intact bytes (`b`). The helpers call
+  // `change` with every record's head slot, or with every entry's slot and
+  // its record's head slot.
+  auto each_head = [&](auto&& change) {
+    for (uint32_t h : recs.heads) change(h);
+  };
+  auto each_entry = [&](auto&& change) {
+    for (uint32_t h : recs.heads)
+      for (uint32_t i = 0; i < Recs::Size(recs.Field(intact_bytes, h, kBits)); ++i)
+        change(h, h + 1 + i);
+  };
+  std::mt19937_64 rng(5);  // random bytes
+  struct Case {
+    std::string what;
+    std::function<void(Bytes&)> damage;
+  };
+  std::vector<Case> cases = {
+      // record_begin.
+      {"record offsets decreasing (the array reversed)",
+       [&](Bytes& b) {
+         for (uint64_t k = 0; k <= recs.clones; ++k)
+           Store32(b, recs.BeginAt(k), recs.Begin(intact_bytes, recs.clones - k));
+       }},
+      {"record offsets one slot late (heads read from entries)",
+       [&](Bytes& b) {
+         for (uint64_t k = 0; k < recs.clones; ++k)
+           if (recs.Begin(intact_bytes, k) < recs.Begin(intact_bytes, k + 1))
+             Store32(b, recs.BeginAt(k), recs.Begin(intact_bytes, k) + 1);
+       }},
+      {"record offsets beyond the slots",
+       [&](Bytes& b) {
+         for (uint64_t k = 0; k <= recs.clones; ++k)
+           Store32(b, recs.BeginAt(k), num_slots + static_cast<uint32_t>(k));
+       }},
+      {"the last record offset kNoRecord, a middle one past the slots",
+       [&](Bytes& b) {
+         Store32(b, recs.BeginAt(recs.clones), format::kNoRecord);
+         Store32(b, recs.BeginAt(recs.clones / 2), num_slots + 1);
+       }},
+      // Heads.
+      {"a head whose children run past the end of the slots",
+       [&](Bytes& b) {
+         const uint32_t h = recs.heads.back();
+         const uint32_t room = num_slots - h - 1;  // slots after the head
+         const uint32_t size = std::min(top_k, room + 1);
+         // size children and, where that still fits, the hub slot past the end
+         Store32(b, recs.FieldAt(h, kBits), size | (size <= room ? 1u << 8 : 0u));
+       }},
+      {"head sizes above top_k",
+       [&](Bytes& b) {
+         each_head([&](uint32_t h) {
+           const uint32_t bits = recs.Field(intact_bytes, h, kBits);
+           Store32(b, recs.FieldAt(h, kBits), (bits & ~0xffu) | (top_k + 1 + h % 3));
+         });
+       }},
+      {"head sizes of 255",
+       [&](Bytes& b) {
+         each_head([&](uint32_t h) {
+           Store32(b, recs.FieldAt(h, kBits), recs.Field(intact_bytes, h, kBits) | 0xff);
+         });
+       }},
+      {"head bits above the hub bit",
+       [&](Bytes& b) {
+         each_head([&](uint32_t h) {
+           Store32(b, recs.FieldAt(h, kBits), recs.Field(intact_bytes, h, kBits) | 1u << 9);
+         });
+       }},
+      {"head lengths and counts above the tokens",
+       [&](Bytes& b) {
+         each_head([&](uint32_t h) {
+           Store32(b, recs.FieldAt(h, h % 2 ? kLen : kCount), num_tokens + 1 + h % 5);
+         });
+       }},
+      {"head counts 0",
+       [&](Bytes& b) { each_head([&](uint32_t h) { Store32(b, recs.FieldAt(h, kCount), 0); }); }},
+      // Entries.
+      {"entry targets at or past the states",
+       [&](Bytes& b) {
+         each_entry([&](uint32_t, uint32_t e) {
+           Store32(b, recs.FieldAt(e, kTarget), e % 2 ? num_states : format::kNoRecord);
+         });
+       }},
+      {"entry targets the root",
+       [&](Bytes& b) {
+         each_entry([&](uint32_t, uint32_t e) { Store32(b, recs.FieldAt(e, kTarget), 0); });
+       }},
+      {"entry tokens at or past the vocabulary",
+       [&](Bytes& b) {
+         each_entry([&](uint32_t, uint32_t e) {
+           Store32(b, recs.FieldAt(e, kToken), e % 2 ? kVocab : format::kNoRecord);
+         });
+       }},
+      {"entry counts 0",
+       [&](Bytes& b) {
+         each_entry([&](uint32_t, uint32_t e) { Store32(b, recs.FieldAt(e, kEntryCount), 0); });
+       }},
+      {"entry counts above their head's",
+       [&](Bytes& b) {
+         each_entry([&](uint32_t h, uint32_t e) {
+           Store32(b, recs.FieldAt(e, kEntryCount), recs.Field(intact_bytes, h, kCount) + 1);
+         });
+       }},
+      {"entry counts 1 on clones (their record field read as a token)",
+       [&](Bytes& b) {
+         each_entry([&](uint32_t, uint32_t e) {
+           if (view.IsClone(recs.Field(intact_bytes, e, kTarget)))
+             Store32(b, recs.FieldAt(e, kEntryCount), 1);
+         });
+       }},
+      // Fields that name records.
+      {"entry records outside the slots",
+       [&](Bytes& b) {
+         each_entry([&](uint32_t, uint32_t e) {
+           Store32(b, recs.FieldAt(e, kEntryRecord), e % 2 ? num_slots + e : format::kNoRecord - 1);
+         });
+       }},
+      {"entry records on entries, and a token past the separator on positions",
+       [&](Bytes& b) {
+         each_entry([&](uint32_t, uint32_t e) {
+           Store32(b, recs.FieldAt(e, kEntryRecord), e + 1 < num_slots ? e + 1 : e);
+         });
+       }},
+      {"entry records that are their own record (a cycle downwards)",
+       [&](Bytes& b) {
+         each_entry([&](uint32_t h, uint32_t e) { Store32(b, recs.FieldAt(e, kEntryRecord), h); });
+       }},
+      {"link records outside the slots",
+       [&](Bytes& b) {
+         each_head([&](uint32_t h) {
+           Store32(b, recs.FieldAt(h, kLinkRecord), h % 2 ? num_slots + h : format::kNoRecord - 1);
+         });
+       }},
+      {"link records on entries",
+       [&](Bytes& b) {
+         each_head([&](uint32_t h) { Store32(b, recs.FieldAt(h, kLinkRecord), h + 1); });
+       }},
+      {"link records to themselves",
+       [&](Bytes& b) {
+         each_head([&](uint32_t h) { Store32(b, recs.FieldAt(h, kLinkRecord), h); });
+       }},
+      {"link record cycles A -> B -> A with equal lengths",
+       [&](Bytes& b) {
+         for (size_t i = 0; i + 1 < recs.heads.size(); i += 2) {
+           const uint32_t x = recs.heads[i], y = recs.heads[i + 1];
+           const uint32_t len =
+               std::max(recs.Field(intact_bytes, x, kLen), recs.Field(intact_bytes, y, kLen));
+           Store32(b, recs.FieldAt(x, kLinkRecord), y);
+           Store32(b, recs.FieldAt(y, kLinkRecord), x);
+           Store32(b, recs.FieldAt(x, kLen), len);
+           Store32(b, recs.FieldAt(y, kLen), len);
+         }
+       }},
+      {"link record cycles A -> B -> A with their own lengths",
+       [&](Bytes& b) {
+         for (size_t i = 0; i + 1 < recs.heads.size(); i += 2) {
+           Store32(b, recs.FieldAt(recs.heads[i], kLinkRecord), recs.heads[i + 1]);
+           Store32(b, recs.FieldAt(recs.heads[i + 1], kLinkRecord), recs.heads[i]);
+         }
+       }},
+      {"link records to the longest record",
+       [&](Bytes& b) {
+         uint32_t longest = recs.heads[0];
+         for (uint32_t h : recs.heads)
+           if (recs.Field(intact_bytes, h, kLen) > recs.Field(intact_bytes, longest, kLen))
+             longest = h;
+         each_head([&](uint32_t h) { Store32(b, recs.FieldAt(h, kLinkRecord), longest); });
+       }},
+      // Positions' link records.
+      {"position link records outside the slots",
+       [&](Bytes& b) {
+         for (uint64_t p = 0; p < recs.positions; ++p)
+           Store32(b, recs.LinkAt(p),
+                   p % 2 ? num_slots + static_cast<uint32_t>(p) : format::kNoRecord - 1);
+       }},
+      {"position link records on entries",
+       [&](Bytes& b) {
+         for (uint64_t p = 0; p < recs.positions; ++p)
+           Store32(b, recs.LinkAt(p), recs.heads[p % recs.heads.size()] + 1);
+       }},
+      {"position link records to the longest record, or a full one",
+       [&](Bytes& b) {
+         uint32_t longest = recs.heads[0];
+         for (uint32_t h : recs.heads)
+           if (recs.Field(intact_bytes, h, kLen) > recs.Field(intact_bytes, longest, kLen))
+             longest = h;
+         for (uint64_t p = 0; p < recs.positions; ++p)
+           Store32(b, recs.LinkAt(p), p % 2 ? longest : full[p % full.size()]);
+       }},
+      // A hub's slot: where its label table is in HUBS.
+      {"hub slots with an absurd label-table range",
+       [&](Bytes& b) {
+         for (uint32_t h : hubs) {
+           const uint32_t slot = h + 1 + Recs::Size(recs.Field(intact_bytes, h, kBits));
+           for (unsigned f = 0; f < 4; ++f)
+             Store32(b, recs.FieldAt(slot, f), format::kNoRecord - f);
+         }
+       }},
+      {"hub slots with a label table straddling the end of HUBS",
+       [&](Bytes& b) {
+         for (uint32_t h : hubs) {
+           const uint32_t slot = h + 1 + Recs::Size(recs.Field(intact_bytes, h, kBits));
+           Store32(b, recs.FieldAt(slot, 0), label_slots - 1);
+           Store32(b, recs.FieldAt(slot, 1), 2);
+         }
+       }},
+      {"hub slots with a valid range but edges past EDGE",
+       [&](Bytes& b) {
+         for (uint32_t h : hubs) {
+           const uint32_t slot = h + 1 + Recs::Size(recs.Field(intact_bytes, h, kBits));
+           Store32(b, recs.FieldAt(slot, 2), format::kNoRecord);
+           Store32(b, recs.FieldAt(slot, 3), format::kNoRecord);
+         }
+       }},
+      {"the hub bit set in records that are not hubs (the next slot read as a label table)",
+       [&](Bytes& b) {
+         each_head([&](uint32_t h) {
+           const uint32_t bits = recs.Field(intact_bytes, h, kBits);
+           if (!Recs::Hub(bits) && h + 1 + Recs::Size(bits) < num_slots)
+             Store32(b, recs.FieldAt(h, kBits), bits | 1u << 8);
+         });
+       }},
+      {"records that are not hubs announcing top_k children and a label table",
+       [&](Bytes& b) {
+         each_head([&](uint32_t h) {
+           if (!Recs::Hub(recs.Field(intact_bytes, h, kBits)) && h + 1 + top_k < num_slots)
+             Store32(b, recs.FieldAt(h, kBits), top_k | 1u << 8);
+         });
+       }},
+  };
+  // Each array as a whole, with each damage of the section-wide test.
+  const std::pair<const char*, std::pair<uint64_t, uint64_t>> arrays[] = {
+      {"record offsets", {recs.begin_at, recs.slots_at}},
+      {"slots", {recs.slots_at, recs.links_at}},
+      {"position link records", {recs.links_at, recs.end_at}},
+  };
+  for (const auto& [name, range] : arrays)
+    for (Damage d : kDamages)
+      cases.push_back({std::string(name) + " with " + Name(d), [&, range = range, d](Bytes& b) {
+                         Apply(b.data() + range.first, range.second - range.first, d, rng);
+                       }});
+
+  std::vector<Drafts> intact;
+  std::string error;
+  ASSERT_TRUE(DriveEverything(original_path, workloads, &intact, &error).records_from_file);
+  ASSERT_EQ(error, "");
+  format::OpenOptions verify;
+  verify.verify = true;
+  const std::string path = TempPath("recs_damaged.sam");
+  size_t changed = 0;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.what);
+    Bytes bytes = intact_bytes;
+    c.damage(bytes);
+    ASSERT_NE(bytes, intact_bytes) << "the damage changed nothing";
+    sam::testing::Reseal(bytes.data(), bytes.size());
+    WriteFile(path, bytes);
+    std::string refusal;
+    try {
+      format::IndexFile::Open(path, verify);
+      ADD_FAILURE() << "verify accepted the file";
+    } catch (const format::FormatError& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(e.code(), format::ErrorCode::kCorruptStructure) << message;
+      EXPECT_TRUE(Lists(SectionsNamed(message, path), "RECS")) << message;
+      refusal = message.substr(std::min(message.size(), path.size() + 2));
+    }
+    {
+      const format::IndexFile file = format::IndexFile::Open(path);
+      const auto index = StaticIndex::Create(&file.view(), kFileRecords);
+      ASSERT_TRUE(index->records_from_file());
+      EXPECT_EQ(SweepRecords(*index), "");
+    }
+    std::vector<Drafts> runs;
+    error.clear();
+    const Driven driven = DriveEverything(path, workloads, &runs, &error);
+    ASSERT_TRUE(driven.opened) << "refused at open: the damage must survive the O(1) checks";
+    EXPECT_TRUE(driven.records_from_file);
+    EXPECT_EQ(error, "");
+    // A few hundred steps per policy over the file's damaged records.
+    for (size_t p = 0; p < std::size(kPolicies); ++p)
+      EXPECT_GE(driven.file_record_steps[p], 200u) << "policy " << p;
+    changed += runs != intact;
+    // Damage that leaves every draft as it was hides records (offsets that
+    // place none: the automaton answers) or lies where these streams do not
+    // reach; records never change a draft, only its cost.
+    std::printf("%s%s: %s\n", c.what.c_str(), runs == intact ? " (drafts unchanged)" : "",
+                refusal.c_str());
+  }
+  std::printf("%zu damaged record sections, %zu of them changed some draft\n", cases.size(),
+              changed);
+  EXPECT_GE(changed, cases.size() / 2);  // the sessions did read the damaged records
   std::remove(path.c_str());
   std::remove(original_path.c_str());
 }
