@@ -989,7 +989,8 @@ class BoundsTest(unittest.TestCase):
 
     def test_a_file_without_accelerator_sections_warns_and_drafts_the_same(self):
         """An index written without HUBS/FILT (as format 1.0 files are) opens with a
-        UserWarning naming `sam-build --upgrade`, and drafts as the same corpus with them."""
+        UserWarning naming `sam-build --upgrade`, and drafts as the same corpus with them, as
+        with child records read from the file (--child-records) or computed at open."""
         import subprocess
         import tempfile
         import warnings
@@ -1002,7 +1003,8 @@ class BoundsTest(unittest.TestCase):
                 for i in range(200):
                     f.write(str([1, 2, i % 50 + 3, 4, (i * 7) % 50 + 3, 2]) + "\n")
             paths = {}
-            for name, extra in (("with", []), ("without", ["--no-accelerators"])):
+            for name, extra in (("with", []), ("without", ["--no-accelerators"]),
+                                ("records", ["--child-records"])):
                 paths[name] = os.path.join(d, name + ".sam")
                 subprocess.run([sam_build, "-q", "--vocab-size", "60", "--corpus", "ids=" + docs,
                                 "-o", paths[name]] + extra, check=True, stdout=subprocess.DEVNULL)
@@ -1017,9 +1019,20 @@ class BoundsTest(unittest.TestCase):
                 warnings.simplefilter("always")
                 sd.Index.open(paths["without"], prepare=False)  # nothing computed: no warning
             self.assertEqual([str(w.message) for w in caught], [])
+            # A file with child records: a default open maps and uses them (nothing private,
+            # child_records=True changes nothing); a file without them computes them on request.
+            records = sd.Index.open(paths["records"])
+            self.assertGreater(records.child_record_bytes, 0)
+            self.assertEqual(plain.child_record_bytes, 0)
+            self.assertEqual(records.prepared_bytes, plain.prepared_bytes)
+            self.assertEqual(sd.Index.open(paths["records"], child_records=True).prepared_bytes,
+                             plain.prepared_bytes)
+            computed = sd.Index.open(paths["with"], child_records=True)
+            self.assertEqual(computed.child_record_bytes, records.child_record_bytes)
+            self.assertGreater(computed.prepared_bytes, plain.prepared_bytes)
             stream = [1, 2, 5, 4, 38, 2, 1, 2, 7, 4, 52, 2, 1, 2, 5, 4]
             drafts = []
-            for index in (plain, old):
+            for index in (plain, old, records, computed):
                 session = sd.Session(policy="sam-cal")
                 session.attach(index)
                 session.prefill(stream[:2])
@@ -1029,7 +1042,8 @@ class BoundsTest(unittest.TestCase):
                     got.append((list(tree.tokens), list(tree.parents)))
                     session.commit([t])
                 drafts.append(got)
-            self.assertEqual(drafts[0], drafts[1])
+            for other in drafts[1:]:
+                self.assertEqual(drafts[0], other)
             self.assertTrue(any(len(t) > 1 for t, _ in drafts[0]))
 
 

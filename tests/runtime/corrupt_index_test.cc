@@ -543,8 +543,10 @@ std::string SweepRecords(const StaticIndex& index) {
     const StaticIndex::RecordHead h = index.Head(static_cast<uint32_t>(r));
     if (h.size() > index.options().top_k) return "slot " + std::to_string(r) + ": size";
     const StaticIndex::RecordEntry* e = index.Entries(static_cast<uint32_t>(r));
+    // Entries are checked where they are read: every one that passes may be used.
     for (uint32_t i = 0; i < h.size(); ++i)
-      if (bad_child(e[i].token, e[i].target)) return "slot " + std::to_string(r) + ": entry";
+      if (index.EntryOk(e[i], h) && bad_child(e[i].token, e[i].target))
+        return "slot " + std::to_string(r) + ": entry";
   }
   for (uint64_t p = 0; p <= view.num_tokens() + 1; ++p) index.Head(index.PositionLinkRecord(p));
   std::vector<StaticIndex::Child> scratch;
@@ -575,7 +577,8 @@ std::string SweepRecords(const StaticIndex& index) {
 //    token and position gives values in range (SweepRecords), and sessions
 //    of every policy over the file's records (and the other variants of
 //    DriveEverything) run every step of their streams with well-formed
-//    drafts: StaticIndex bounds each record it reads (StaticIndex::Head),
+//    drafts: StaticIndex bounds each record head it reads (StaticIndex::Head)
+//    and each entry before it is used (StaticIndex::EntryOk),
 //    matching stops where a record's length does not shorten the match, and
 //    a draft tree is bounded by its budget.
 // A hang fails the test through its CTest TIMEOUT.
