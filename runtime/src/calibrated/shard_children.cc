@@ -68,32 +68,48 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
   }
   // Candidates: the tokens of every list, with their sums over the
   // lists that hold them (a lower bound) and, adding the last count of
-  // the other incomplete lists, an upper bound.
-  gathered.clear();
+  // the other incomplete lists, an upper bound. A token's row is found
+  // through a small open-addressing table (rows need no order: the result
+  // is sorted by a total order at the end).
+  size_t slots = 16;
+  while (slots < 2 * lists.size()) slots *= 2;
+  list_row.resize(lists.size());
+  if (row_of.size() < slots) {
+    row_of.assign(slots, RowSlot{});
+    generation = 0;
+  }
+  if (++generation == 0) {  // (wrapped: stale stamps could match)
+    std::fill(row_of.begin(), row_of.end(), RowSlot{});
+    generation = 1;
+  }
+  const uint64_t mask = slots - 1;
+  upper.clear();
   for (size_t e = 0; e < n; ++e) {
     const ShardState& s = shard_states[e];
-    for (uint32_t k = s.list_begin; k < s.list_begin + s.list_size; ++k)
-      gathered.push_back({lists[k].token, static_cast<uint32_t>(e), lists[k].target,
-                            lists[k].count});
-  }
-  std::sort(gathered.begin(), gathered.end(),
-            [](const Gathered& a, const Gathered& b) {
-              return a.token != b.token ? a.token < b.token : a.shard < b.shard;
-            });
-  upper.clear();
-  for (size_t k = 0; k < gathered.size(); ++k) {
-    const Gathered& g = gathered[k];
-    if (k == 0 || g.token != gathered[k - 1].token) {
-      NewRow(g.token);
-      upper.push_back(threshold);
+    for (uint32_t k = s.list_begin; k < s.list_begin + s.list_size; ++k) {
+      const uint32_t token = lists[k].token;
+      uint64_t i = (token * 0x9E3779B97F4A7C15ull) >> 40 & mask;
+      while (row_of[i].generation == generation && row_of[i].token != token) i = (i + 1) & mask;
+      if (row_of[i].generation != generation) {
+        row_of[i] = RowSlot{token, generation, static_cast<uint32_t>(merged.size())};
+        merged.push_back({token, 0, static_cast<uint32_t>(merged.size())});
+        upper.push_back(threshold);
+      }
+      list_row[k] = row_of[i].row;
     }
-    const ShardState& s = shard_states[g.shard];
-    const uint32_t row = merged.back().row;
-    targets[row * n + g.shard] = g.target;
-    target_counts[row * n + g.shard] = g.count;
-    merged.back().count += g.count;
-    if (!s.complete) upper[row] -= lists[s.list_begin + s.list_size - 1].count;
-    upper[row] += g.count;
+  }
+  targets.assign(merged.size() * n, format::kNoState);
+  target_counts.assign(merged.size() * n, 0);
+  for (size_t e = 0; e < n; ++e) {
+    const ShardState& s = shard_states[e];
+    const uint64_t last = !s.complete && s.list_size > 0 ? lists[s.list_begin + s.list_size - 1].count : 0;
+    for (uint32_t k = s.list_begin; k < s.list_begin + s.list_size; ++k) {
+      const uint32_t row = list_row[k];
+      targets[row * n + e] = lists[k].target;
+      target_counts[row * n + e] = lists[k].count;
+      merged[row].count += lists[k].count;
+      upper[row] += lists[k].count - last;
+    }
   }
   // The width-th largest lower bound: a candidate whose upper bound is
   // below it cannot be among the heaviest; the others get exact sums
@@ -119,7 +135,9 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
       c.count += view.Count(t);
     }
   }
-  std::sort(merged.begin(), merged.end(), Heavier);
+  // Only the width heaviest are kept (Heavier is a total order: tokens differ).
+  const size_t top = std::min(merged.size(), width);
+  std::partial_sort(merged.begin(), merged.begin() + top, merged.end(), Heavier);
   // A token in no list ranks after the width-th candidate when that one
   // sums to more than the threshold, or to as much with a token no
   // greater than last_token (such a token sums to the threshold only by

@@ -61,6 +61,14 @@ struct ShardChildren {
   std::vector<uint64_t> targets, target_counts;  // rows x shard_states.size() (kNoState, 0: none)
   std::vector<Gathered> gathered;
   std::vector<uint64_t> upper, lower;  // candidates' bounds (merged_children)
+  // FromLists' rows by token: open addressing, an entry current when its
+  // generation is this call's (so that nothing is cleared between calls).
+  struct RowSlot {
+    uint32_t token = 0, generation = 0, row = 0;
+  };
+  std::vector<RowSlot> row_of;
+  uint32_t generation = 0;
+  std::vector<uint32_t> list_row;  // the row of each entry of `lists`
   // Lists of the kLongChildren heaviest children of shard states that are
   // not hubs (count descending, then token ascending; all of them when
   // fewer): direct-mapped, kLongEntries entries of about 790 bytes,
