@@ -7,6 +7,7 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -69,15 +70,33 @@ struct Oracle {
       }
     }
   }
-  // Occurrences of any string, by scanning the text.
-  Occurrences Count(const Tokens& s) const {
-    Occurrences o;
+  // The 1-based end positions of every occurrence of any string (separators
+  // included), in increasing order, by scanning the text; the empty string
+  // ends everywhere, 0 included.
+  std::vector<uint64_t> Ends(const Tokens& s) const {
+    std::vector<uint64_t> ends;
     for (size_t end = s.size(); end <= text.size(); ++end)
       if (std::equal(s.begin(), s.end(), text.begin() + static_cast<long>(end - s.size())))
-        if (o.count++ == 0) o.first_end = end;
-    return o;
+        ends.push_back(end);
+    return ends;
+  }
+  Occurrences Count(const Tokens& s) const {
+    const std::vector<uint64_t> ends = Ends(s);
+    return Occurrences{ends.size(), ends.empty() ? 0 : ends.front()};
   }
 };
+
+// A transition and its target's occurrence count; the heaviest first is the
+// order of the hub tables' and the child records' lists.
+struct Kid {
+  uint32_t token;
+  uint64_t target, count;
+};
+void SortHeaviestFirst(std::vector<Kid>* kids) {
+  std::sort(kids->begin(), kids->end(), [](const Kid& a, const Kid& b) {
+    return a.count != b.count ? a.count > b.count : a.token < b.token;
+  });
+}
 
 uint64_t Walk(const sam::format::IndexView& v, const Tokens& s) {
   uint64_t state = kRoot;
@@ -106,10 +125,6 @@ void AcceleratorsAgreeWithBruteForce(const sam::format::IndexView& v,
   ASSERT_EQ(v.edge_filter().present(), params.filter_bits_per_edge > 0);
   uint64_t found = 0;
   for (uint64_t s = 1; s < v.num_states(); ++s) {
-    struct Kid {
-      uint32_t token;
-      uint64_t target, count;
-    };
     std::vector<Kid> kids;  // every transition (document ends aside)
     size_t explicit_edges = 0;  // the implicit s -> s+1 left out
     for (uint32_t c = 0; c < v.vocab_size(); ++c) {
@@ -142,9 +157,7 @@ void AcceleratorsAgreeWithBruteForce(const sam::format::IndexView& v,
       const bool explicit_edge = want != kNoState && !(s < v.num_tokens() && want == s + 1);
       ASSERT_EQ(got, explicit_edge ? want : kNoState) << "hub " << s << " token " << c;
     }
-    std::sort(kids.begin(), kids.end(), [](const Kid& a, const Kid& b) {
-      return a.count != b.count ? a.count > b.count : a.token < b.token;
-    });
+    SortHeaviestFirst(&kids);
     const size_t k = std::min<size_t>(kids.size(), params.top_k);
     ASSERT_EQ(hubs.sizes[entry->hub], k) << "hub " << s;
     for (size_t i = 0; i < k; ++i) {
@@ -158,13 +171,213 @@ void AcceleratorsAgreeWithBruteForce(const sam::format::IndexView& v,
   EXPECT_GT(found, 0u) << "a golden file with accelerators should have hubs";
 }
 
+// A state's class as the documents give it, checked against the reader:
+// its longest string, read at its first occurrence (the reader's Len and
+// MinEndpos), occurs Count times, first there, and one more token on its
+// left occurs less often (no longer string has the same occurrences); its
+// suffix link is the state of its longest proper suffix that occurs more
+// often; and, with `transitions`, its transitions are the tokens after its
+// occurrences (document ends aside), each to the state of the longer
+// string, which occurs as often as that token follows.
+struct StateClass {
+  uint64_t count = 0;
+  uint64_t link = kRoot;
+  std::vector<Kid> kids;                   // heaviest first
+  std::map<uint32_t, uint64_t> first_end;  // of the longer string, by token
+};
+
+void ReadClass(const sam::format::IndexView& v, const Oracle& oracle, uint64_t state,
+               bool transitions, StateClass* out) {
+  const uint64_t e = v.MinEndpos(state), len = v.Len(state);
+  ASSERT_TRUE(len > 0 && e >= len && e <= oracle.text.size()) << "state " << state;
+  const Tokens s(oracle.text.begin() + static_cast<long>(e - len),
+                 oracle.text.begin() + static_cast<long>(e));
+  const std::vector<uint64_t> ends = oracle.Ends(s);
+  ASSERT_FALSE(ends.empty());
+  ASSERT_EQ(ends.front(), e) << "state " << state;
+  out->count = ends.size();
+  ASSERT_EQ(v.Count(state), out->count) << "state " << state;
+  if (e > len) {
+    Tokens longer = s;
+    longer.insert(longer.begin(), oracle.text[e - len - 1]);
+    ASSERT_LT(oracle.Count(longer).count, out->count)
+        << "state " << state << ": a longer string occurs as often";
+  }
+  // The suffix link: suffixes occur no less often than longer ones, so the
+  // longest one that occurs more often is found by bisection (the empty
+  // suffix, the root's, occurs everywhere).
+  auto suffix = [&](uint64_t l) { return Tokens(s.end() - static_cast<long>(l), s.end()); };
+  uint64_t lo = 0, hi = len - 1;
+  while (lo < hi) {
+    const uint64_t mid = (lo + hi + 1) / 2;
+    if (oracle.Count(suffix(mid)).count > out->count)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  out->link = v.Link(state);
+  ASSERT_EQ(v.Len(out->link), lo) << "state " << state;
+  if (lo == 0) {
+    ASSERT_EQ(out->link, kRoot) << "state " << state;
+  } else {
+    const Occurrences o = oracle.Count(suffix(lo));
+    ASSERT_EQ(v.Count(out->link), o.count) << "state " << state;
+    ASSERT_EQ(v.MinEndpos(out->link), o.first_end) << "state " << state;
+  }
+  out->kids.clear();
+  out->first_end.clear();
+  if (!transitions) return;
+  std::map<uint32_t, std::vector<uint64_t>> after;  // token -> end positions of s + token
+  for (uint64_t q : ends)
+    if (q < oracle.text.size() && oracle.text[q] != oracle.sep)
+      after[oracle.text[q]].push_back(q + 1);
+  for (const auto& [c, longer_ends] : after) {
+    const uint64_t t = v.Next(state, c);
+    ASSERT_NE(t, kNoState) << "state " << state << " token " << c;
+    ASSERT_EQ(v.Count(t), longer_ends.size()) << "state " << state << " token " << c;
+    ASSERT_EQ(v.MinEndpos(t), longer_ends.front()) << "state " << state << " token " << c;
+    ASSERT_TRUE(v.Len(t) > len && v.Len(v.Link(t)) <= len) << "state " << state << " token " << c;
+    out->kids.push_back(Kid{c, t, longer_ends.size()});
+    out->first_end[c] = longer_ends.front();
+  }
+  SortHeaviestFirst(&out->kids);
+}
+
+// The child records (RECS) against the documents: every clone that occurs
+// at least min_count times has a record, laid out in clone order (a head,
+// its children, and for a hub the slot that places its label table), and
+// no other clone has one; the head holds the clone's length and count, its
+// suffix link's record and its number of children and hub bit; the
+// children are its heaviest transitions (count descending, then token;
+// document ends aside; at most top_k), each with its target's record, or,
+// for a target that occurs once (a position), the token after its one
+// occurrence (the separator at a document end); every position holds its
+// suffix link's record. Also checks that the golden file exercises each of
+// these cases.
+void ChildRecordsAgreeWithBruteForce(const sam::format::IndexView& v, const Oracle& oracle,
+                                     const sam::format::AcceleratorParams& params) {
+  using sam::format::kNoRecord;
+  using sam::format::RecordEntrySlot;
+  using sam::format::RecordHeadSlot;
+  const sam::format::ChildRecords& r = v.child_records();
+  ASSERT_TRUE(r.present());
+  EXPECT_EQ(r.min_count, params.record_min_count);
+  EXPECT_EQ(r.top_k, params.top_k);
+  const uint64_t n = v.num_tokens(), clones = v.num_clones();
+  ASSERT_EQ(r.num_clones, clones);
+  ASSERT_EQ(r.num_positions, n + 1);
+  // The layout the records must have, from each clone's class.
+  std::vector<StateClass> classes(clones);
+  std::vector<uint32_t> record(clones, kNoRecord);  // the head's slot
+  uint64_t slots = 0;
+  for (uint64_t k = 0; k < clones; ++k) {
+    StateClass& c = classes[k];
+    ReadClass(v, oracle, n + 1 + k, /*transitions=*/true, &c);
+    if (::testing::Test::HasFatalFailure()) return;
+    if (c.count < params.record_min_count) continue;
+    record[k] = static_cast<uint32_t>(slots);
+    const bool hub = c.kids.size() >= params.min_degree;  // a clone's transitions are all explicit
+    slots += 1 + std::min<size_t>(c.kids.size(), params.top_k) + (hub ? 1 : 0);
+  }
+  auto record_of = [&](uint64_t state) {
+    return state > n && state - n - 1 < clones ? record[state - n - 1] : kNoRecord;
+  };
+  ASSERT_EQ(r.num_slots, slots);
+  ASSERT_EQ(r.record_begin[clones], slots);
+  // What the file exercises.
+  size_t with_records = 0, without = 0, truncated = 0, hubs = 0, several = 0, linked = 0,
+         unlinked = 0, to_records = 0, to_no_record = 0, to_tokens = 0, to_document_ends = 0;
+  for (uint64_t k = 0; k < clones; ++k) {
+    const uint64_t state = n + 1 + k;
+    SCOPED_TRACE("clone state " + std::to_string(state));
+    const StateClass& c = classes[k];
+    const uint32_t begin = r.record_begin[k], end = r.record_begin[k + 1];
+    if (record[k] == kNoRecord) {
+      ASSERT_EQ(begin, end) << "a clone that occurs " << c.count << " times has a record";
+      ++without;
+      continue;
+    }
+    ++with_records;
+    ASSERT_EQ(begin, record[k]);
+    const RecordHeadSlot head = std::bit_cast<RecordHeadSlot>(r.slots[begin]);
+    const size_t size = std::min<size_t>(c.kids.size(), params.top_k);
+    const bool hub = c.kids.size() >= params.min_degree;
+    ASSERT_EQ(end - begin, 1 + size + (hub ? 1 : 0));
+    EXPECT_EQ(head.len, v.Len(state));
+    EXPECT_EQ(head.count, c.count);
+    EXPECT_EQ(head.link_record, record_of(c.link));
+    ASSERT_EQ(head.size(), size);
+    ASSERT_EQ(head.hub(), hub);
+    EXPECT_EQ(head.bits >> 9, 0u);
+    truncated += size < c.kids.size();
+    several += size > 1;
+    (head.link_record == kNoRecord ? unlinked : linked)++;
+    for (size_t i = 0; i < size; ++i) {
+      const RecordEntrySlot e = r.slots[begin + 1 + i];
+      const Kid& want = c.kids[i];
+      SCOPED_TRACE("child " + std::to_string(i));
+      ASSERT_EQ(e.token, want.token);
+      ASSERT_EQ(e.target, want.target);
+      ASSERT_EQ(e.count, want.count);
+      if (want.count > 1 || want.target > n) {
+        EXPECT_EQ(e.record, record_of(want.target));
+        (e.record == kNoRecord ? to_no_record : to_records)++;
+      } else {
+        // A position: the token after its one occurrence.
+        const uint64_t at = c.first_end.at(want.token);
+        ASSERT_EQ(want.target, at);
+        const uint32_t after = at < oracle.text.size() ? oracle.text[at] : oracle.sep;
+        EXPECT_EQ(e.record, after);
+        (after == oracle.sep ? to_document_ends : to_tokens)++;
+      }
+    }
+    if (hub) {  // the slot that places its label table: the hub table's entry
+      ++hubs;
+      const sam::format::HubEntry* entry = sam::format::FindHub(v.hubs(), state);
+      ASSERT_NE(entry, nullptr);
+      const RecordEntrySlot place = r.slots[begin + 1 + size];
+      EXPECT_EQ(place.token, entry->slot_begin);
+      EXPECT_EQ(place.target, entry->num_slots);
+      EXPECT_EQ(place.count | uint64_t{place.record} << 32, entry->edge_begin);
+    }
+  }
+  // Every position's suffix link's record (position 0 has none).
+  EXPECT_EQ(r.position_link_record[0], kNoRecord);
+  size_t positions_linked = 0;
+  for (uint64_t p = 1; p <= n; ++p) {
+    StateClass c;
+    ReadClass(v, oracle, p, /*transitions=*/false, &c);
+    if (::testing::Test::HasFatalFailure()) return;
+    ASSERT_EQ(r.position_link_record[p], record_of(c.link)) << "position " << p;
+    positions_linked += r.position_link_record[p] != kNoRecord;
+  }
+  EXPECT_GT(with_records, 0u);
+  EXPECT_GT(without, 0u) << "no clone occurs too rarely for a record";
+  EXPECT_GT(truncated, 0u) << "no record leaves children out (top_k below a degree)";
+  EXPECT_GT(hubs, 0u) << "no hub record";
+  EXPECT_GT(several, 0u) << "no record with several children";
+  EXPECT_GT(linked, 0u) << "no head whose suffix link has a record";
+  EXPECT_GT(unlinked, 0u) << "no head whose suffix link has none";
+  EXPECT_GT(to_records, 0u) << "no child with a record";
+  EXPECT_GT(to_no_record, 0u) << "no recurring child without a record";
+  EXPECT_GT(to_tokens, 0u) << "no child that occurs once";
+  EXPECT_GT(to_document_ends, 0u) << "no child that occurs once, at a document end";
+  EXPECT_GT(positions_linked, 0u);
+  EXPECT_LT(positions_linked, n) << "every position's suffix link has a record";
+}
+
 // The golden files of `dir`, written in format 1.`minor`: 1.0 files have no
 // accelerator sections (a reader must still read them; the runtime prepares
 // them at open).
 void ReaderAnswersLikeBruteForce(const fs::path& dir, uint16_t minor) {
   for (const fs::path& json : Specs()) {
     auto spec = sam::golden::LoadGoldenSpec(json);
-    if (minor == 0) spec.info.accelerators.reset();
+    if (minor == 0) {
+      // Format 1.0 has no accelerator sections; a file whose point is its
+      // child records has no 1.0 counterpart.
+      if (spec.info.accelerators && spec.info.accelerators->record_min_count > 0) continue;
+      spec.info.accelerators.reset();
+    }
     SCOPED_TRACE(spec.name + " in " + dir.string());
     const fs::path sam_path = dir / (spec.name + ".sam");
     ASSERT_TRUE(fs::exists(sam_path)) << sam_path;
@@ -196,6 +409,7 @@ void ReaderAnswersLikeBruteForce(const fs::path& dir, uint16_t minor) {
     if (spec.info.accelerators) {
       want.push_back("HUBS");
       if (spec.info.accelerators->filter_bits_per_edge > 0) want.push_back("FILT");
+      if (spec.info.accelerators->record_min_count > 0) want.push_back("RECS");
     }
     EXPECT_EQ(tags, want);
 
@@ -249,6 +463,10 @@ void ReaderAnswersLikeBruteForce(const fs::path& dir, uint16_t minor) {
     EXPECT_EQ(v.Next(kRoot, spec.vocab_size), kNoState);
     EXPECT_EQ(v.Next(kRoot, spec.vocab_size + 1), kNoState);
     if (spec.info.accelerators) AcceleratorsAgreeWithBruteForce(v, *spec.info.accelerators);
+    if (spec.info.accelerators && spec.info.accelerators->record_min_count > 0)
+      ChildRecordsAgreeWithBruteForce(v, oracle, *spec.info.accelerators);
+    else
+      EXPECT_FALSE(v.child_records().present());
   }
 }
 
