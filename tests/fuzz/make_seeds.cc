@@ -85,10 +85,10 @@ int main(int argc, char** argv) {
           64, small_info);
 
     // Repetitions over a small alphabet: many clones and suffix links.
-    Write(dir, "repeats", {{0, 1, 0, 1, 0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 0, 0, 0, 0},
-                           {1, 2, 3, 1, 2, 3, 1, 2},
-                           {3, 3, 3, 3, 3, 3, 3}},
-          4, small_info);
+    const Docs repeats = {{0, 1, 0, 1, 0, 1, 2, 0, 1, 2, 3, 0, 1, 2, 3, 0, 0, 0, 0},
+                          {1, 2, 3, 1, 2, 3, 1, 2},
+                          {3, 3, 3, 3, 3, 3, 3}};
+    Write(dir, "repeats", repeats, 4, small_info);
 
     // A hub: token 5 followed by 40 distinct tokens (StaticIndex hubs, trees).
     Docs hub;
@@ -99,6 +99,14 @@ int main(int argc, char** argv) {
     accelerated.accelerators = sam::format::AcceleratorParams{.min_degree = 4, .top_k = 4,
                                                               .filter_bits_per_edge = 10};
     Write(dir, "hub_accelerated", hub, 300, accelerated);
+    // Child records (RECS, at the min count sam-build writes) beside them,
+    // over the repetitions and part of the hub: records of hubs and of other
+    // clones, records that keep 4 of their children, children that occur once.
+    Docs records = repeats;
+    records.insert(records.end(), hub.begin(), hub.begin() + 12);
+    sam::automaton::IndexInfo with_records = accelerated;
+    with_records.accelerators->record_min_count = sam::format::kChildRecordMinCount;
+    Write(dir, "records", records, 300, with_records);
 
     // BOS/EOS, a vocabulary section (VOCB), metadata, more self-test samples.
     sam::automaton::IndexInfo full;
