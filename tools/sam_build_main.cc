@@ -448,7 +448,7 @@ int main(int argc, char** argv) {
   bool child_records = false;
   app.add_flag("--child-records", child_records,
                "also store child records (every repeated string's heaviest continuations in one "
-               "place): `sam-cal` drafting steps less than half as costly, the same drafts, for "
+               "place): `sam-cal` drafting steps about half as costly, the same drafts, for "
                "a file about 2.4 times as large; every process maps them, none computes them. "
                "With --upgrade: adds them to files that lack them");
   bool no_accelerators = false;

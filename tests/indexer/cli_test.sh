@@ -98,26 +98,29 @@ if [[ -n "$data" && -f "$data/tokenizer/llama-32k.model" ]]; then
   rm "$lay/gsm8k/train.jsonl"
   expect 1 "needs gsm8k/train.jsonl, missing" -- "$build" -q --data-dir "$lay" --preset default --tokenizer "$data/tokenizer/llama-32k.model" -o "$tmp/preset2.sam"
   expect 1 "not a SentencePiece model" -- "$build" -o "$tmp/t.sam" --tokenizer "$data/gsm8k/test.jsonl" --corpus gsm8k="$data/gsm8k/test.jsonl"
-  # --max-memory holds with the accelerator sections: every shard's peak RSS (the kernel's
-  # VmHWM, which sam-build prints per shard) stays within the bound. The sections are computed
-  # after a shard's construction, from the pages of the file just written.
+  # --max-memory holds with the accelerator sections, child records (--child-records) included:
+  # every shard's peak RSS (the kernel's VmHWM, which sam-build prints per shard) stays within
+  # the bound. The sections are computed after a shard's construction, from the pages of the
+  # file just written.
   if grep -q __asan_init "$build"; then
     echo "skip: the --max-memory bound under AddressSanitizer"
   else
     bound=165  # MiB
-    bounded=$("$build" --data-dir "$data" --preset default --max-memory ${bound}M -o "$tmp/bounded.sam" 2>&1)
-    status=$?
-    peaks=$(grep -E '^  bounded\.[0-9]+\.sam .*peak RSS' <<<"$bounded" | sed -E 's/.*peak RSS +([0-9.]+) MiB.*/\1/')
-    if [[ $status -ne 0 || $(wc -l <<<"$peaks") -lt 2 ]]; then
-      echo "FAIL: the bounded build of the default preset (exit $status) did not write a shard set:"
-      echo "$bounded" | tail -5
-      fail=1
-    elif grep -q "exceeded --max-memory" <<<"$bounded" || awk -v bound=$bound '$1 > bound { bad = 1 } END { exit !bad }' <<<"$peaks"; then
-      echo "FAIL: a shard's peak RSS exceeded --max-memory ${bound}M:"
-      grep -E "peak RSS|exceeded" <<<"$bounded"
-      fail=1
-    fi
-    rm -f "$tmp"/bounded.*
+    for records in "" --child-records; do
+      bounded=$("$build" --data-dir "$data" --preset default --max-memory ${bound}M $records -o "$tmp/bounded.sam" 2>&1)
+      status=$?
+      peaks=$(grep -E '^  bounded\.[0-9]+\.sam .*peak RSS' <<<"$bounded" | sed -E 's/.*peak RSS +([0-9.]+) MiB.*/\1/')
+      if [[ $status -ne 0 || $(wc -l <<<"$peaks") -lt 2 ]]; then
+        echo "FAIL: the bounded build of the default preset $records (exit $status) did not write a shard set:"
+        echo "$bounded" | tail -5
+        fail=1
+      elif grep -q "exceeded --max-memory" <<<"$bounded" || awk -v bound=$bound '$1 > bound { bad = 1 } END { exit !bad }' <<<"$peaks"; then
+        echo "FAIL: a shard's peak RSS exceeded --max-memory ${bound}M $records:"
+        grep -E "peak RSS|exceeded" <<<"$bounded"
+        fail=1
+      fi
+      rm -f "$tmp"/bounded.*
+    done
   fi
 fi
 [[ $fail -eq 0 ]] && echo "all CLI checks passed"

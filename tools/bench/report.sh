@@ -134,18 +134,19 @@ for setting in prewarm records records_prewarm; do
     --contexts 1024,131072 --steps 2000 --runs 3 --load read --policies sam,sam-cal --interleave \
     "${flags[@]}" > "$work/step_$setting.txt"
 done
-step "bench-step: the same corpus as shard sets of 2, 4 and 8 shards"
-for n in 2 4 8; do
-  shards=()
+step "bench-step: the same corpus as shard sets of 2, 4 and 8 shards (and 4 with child records)"
+for set in shard2 shard4 shard8 rshard4; do
+  n=${set#*shard} shards=() flags=()
+  [[ $set == r* ]] && flags+=(--child-records)
   for ((i = 0; i < n; ++i)); do
-    "$bin/sam-build" -q --data-dir "$data" --preset default --shard "$i/$n" -o "$work/shard$n.$i.sam" \
-      > /dev/null
-    shards+=("$work/shard$n.$i.sam")
+    "$bin/sam-build" -q --data-dir "$data" --preset default --shard "$i/$n" "${flags[@]}" \
+      -o "$work/$set.$i.sam" > /dev/null
+    shards+=("$work/$set.$i.sam")
   done
-  "$bin/sam-build" --write-samset -o "$work/shard$n.samset" "${shards[@]}" > /dev/null
-  "$bin/sam-inspect" --json "$work/shard$n.samset" > "$work/inspect_shard$n.json"
+  "$bin/sam-build" --write-samset -o "$work/$set.samset" "${shards[@]}" > /dev/null
+  "$bin/sam-inspect" --json "$work/$set.samset" > "$work/inspect_$set.json"
 done
-for index in default.sam shard2.samset shard4.samset shard8.samset; do
+for index in default.sam shard2.samset shard4.samset shard8.samset rshard4.samset; do
   "$bin/bench-step" --index "$work/$index" --traces "$work/traces.jsonl" --tokenizer "$tok" \
     --contexts 1024,131072 --steps 2000 --runs 3 --load read --policies sam,sam-cal --interleave \
     > "$work/step_${index%%.*}.txt"
