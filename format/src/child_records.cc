@@ -178,8 +178,8 @@ ChildRecordImage BuildChildRecords(const IndexView& view, const HubTables& hubs,
 ChildRecords ParseChildRecords(std::span<const uint8_t> bytes, const IndexView& view,
                                const std::string& file) {
   if (bytes.size() < kHeadBytes) Corrupt(file, "shorter than its 64-byte head");
-  if (reinterpret_cast<uintptr_t>(bytes.data()) % 16 != 0)
-    Corrupt(file, "not 16-byte aligned in memory");
+  if (reinterpret_cast<uintptr_t>(bytes.data()) % 8 != 0)
+    Corrupt(file, "not 8-byte aligned in memory");
   const uint8_t* p = bytes.data();
   if (Read32(p + kRecVersion) != kImageVersion)
     Corrupt(file, "unknown records version " + std::to_string(Read32(p + kRecVersion)));
