@@ -196,7 +196,9 @@ typedef struct sam_shard_set sam_shard_set;
  * tables (as SAM_OPEN_PREPARE). flags: 0, SAM_OPEN_VERIFY (also every
  * shard's SHA-256 and deep checks) and/or SAM_OPEN_CHILD_RECORDS (each
  * shard's tables with child records of up to 32 children, which single and
- * merged lookups read); other bits are SAM_ERR_INVALID_ARGUMENT.
+ * merged lookups read; shards built with sam-build --child-records hold
+ * them, and are read with them whatever the flags); other bits are
+ * SAM_ERR_INVALID_ARGUMENT.
  * expected_tokenizer_sha256 as in sam_index_open. A missing, corrupted or
  * foreign shard is refused (SAM_ERR_IO or SAM_ERR_FORMAT), sam_last_error()
  * naming the shard file. On success *out receives a new handle. */
