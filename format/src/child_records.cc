@@ -14,6 +14,7 @@
 namespace sam::format {
 namespace {
 
+using layout::AlignUp;
 using layout::Read32;
 using layout::Read64;
 using layout::Write32;
@@ -21,7 +22,6 @@ using layout::Write64;
 
 constexpr uint32_t kImageVersion = 1;
 constexpr uint64_t kHeadBytes = 64;
-constexpr uint64_t Round64(uint64_t v) { return (v + 63) / 64 * 64; }
 
 // RECS head field offsets.
 enum : uint32_t {
@@ -41,8 +41,8 @@ struct RecordLayout {
 RecordLayout LayoutOf(uint64_t clones, uint64_t slots, uint64_t positions) {
   RecordLayout l;
   l.begin = kHeadBytes;
-  l.slots = l.begin + Round64((clones + 1) * 4);
-  l.links = l.slots + Round64(slots * sizeof(RecordEntrySlot));
+  l.slots = l.begin + AlignUp((clones + 1) * 4, 64);
+  l.links = l.slots + AlignUp(slots * sizeof(RecordEntrySlot), 64);
   l.end = l.links + positions * 4;
   return l;
 }

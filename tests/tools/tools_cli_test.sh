@@ -45,6 +45,20 @@ expect() {
   echo "ok: $* -> $rc"
 }
 
+# same_drafts A.json B.json: two sam-replay --json outputs with the same drafts (timings, sizes
+# and index paths left out), and policies in them.
+same_drafts() {
+  python3 - "$1" "$2" <<'PY'
+import json, re, sys
+def strip(x):
+    if isinstance(x, dict):
+        return {k: strip(v) for k, v in x.items() if not re.search(r"_us|seconds|_ms|bytes|index", k)}
+    return [strip(v) for v in x] if isinstance(x, list) else x
+a, b = (strip(json.load(open(p))) for p in sys.argv[1:])
+sys.exit(0 if a == b and a.get("policies") else 1)
+PY
+}
+
 build=$bin/sam-build inspect=$bin/sam-inspect replay=$bin/sam-replay gen=$bin/sam-generate
 rnd=$bin/bench-random-model traces=$bin/sam-traces
 
@@ -347,15 +361,7 @@ done
 grep -q "has no accelerator sections.*sam-build --upgrade $tmp/plain.sam" "$tmp/plain.err" \
   || FAIL "no note on a file without accelerator sections: $(cat "$tmp/plain.err")"
 if [[ -s $tmp/upgraded.err ]]; then FAIL "a note on an upgraded file: $(cat "$tmp/upgraded.err")"; fi
-python3 - "$tmp/plain.json" "$tmp/upgraded.json" <<'PY' || FAIL "drafts differ between a file and its upgrade"
-import json, re, sys
-def strip(x):
-    if isinstance(x, dict):
-        return {k: strip(v) for k, v in x.items() if not re.search(r"_us|seconds|_ms|bytes|index", k)}
-    return [strip(v) for v in x] if isinstance(x, list) else x
-a, b = (strip(json.load(open(p))) for p in sys.argv[1:])
-sys.exit(0 if a == b and a.get("policies") else 1)
-PY
+same_drafts "$tmp/plain.json" "$tmp/upgraded.json" || FAIL "drafts differ between a file and its upgrade"
 
 # Child records (RECS): written by --child-records or added by --upgrade --child-records; the file
 # verifies, sam-inspect reports them, and the drafts are those of the file without them.
@@ -376,15 +382,7 @@ expect 2 "needs the accelerator sections" -- "$build" -q --child-records --no-ac
 [[ -e $tmp/no.sam ]] && FAIL "a refused build left $tmp/no.sam"
 "$replay" --index "$tmp/records.sam" --traces "$tmp/ids-traces.jsonl" --json > "$tmp/records.json" \
   2> "$tmp/records.err" || FAIL "sam-replay on records.sam: $(cat "$tmp/records.err")"
-python3 - "$tmp/plain.json" "$tmp/records.json" <<'PY' || FAIL "drafts differ between a file and the same with child records"
-import json, re, sys
-def strip(x):
-    if isinstance(x, dict):
-        return {k: strip(v) for k, v in x.items() if not re.search(r"_us|seconds|_ms|bytes|index", k)}
-    return [strip(v) for v in x] if isinstance(x, list) else x
-a, b = (strip(json.load(open(p))) for p in sys.argv[1:])
-sys.exit(0 if a == b and a.get("policies") else 1)
-PY
+same_drafts "$tmp/plain.json" "$tmp/records.json" || FAIL "drafts differ between a file and the same with child records"
 
 # ---------------------------------------------------------------- bench-random-model
 model=$tmp/model
