@@ -356,6 +356,19 @@ void WarnAfterBuild(const BuildReport& r, const BuildConfig& cfg) {
       std::cerr << "sam-build: warning: " << c.spec.kind << "=" << c.spec.path
                 << " gave no documents (" << c.records << " records"
                 << (c.skip_summary.empty() ? "" : "; " + c.skip_summary) << ")\n";
+  // Child records need 32-bit states and slots: a larger index is written
+  // without them, which drafts the same, only more slowly.
+  if (cfg.child_records) {
+    std::vector<std::string> files;
+    if (r.shards.empty()) files.push_back(r.index_path);
+    for (const auto& s : r.shards) files.push_back(s.path);
+    for (const std::string& f : files)
+      if (!sam::format::IndexFile::Open(f).view().child_records().present())
+        std::fprintf(stderr,
+                     "sam-build: warning: %s is too large for child records (2^32 states, "
+                     "tokens or record slots or more); written without them (the same drafts, "
+                     "costlier sam-cal steps)\n", f.c_str());
+  }
   // The plan is an estimate (bytes a token, the process's memory at each
   // shard's start): say so when the measured peak went past the bound.
   if (cfg.max_memory_bytes && r.peak_rss_bytes > cfg.max_memory_bytes)

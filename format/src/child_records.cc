@@ -80,8 +80,7 @@ ChildRecordImage BuildChildRecords(const IndexView& view, const HubTables& hubs,
   const uint64_t clones = view.num_clones();
   // 32-bit fields: targets (states), counts and lengths (at most the number
   // of tokens), record slots and label slots.
-  if (clones == 0 || view.num_states() > UINT32_MAX || n >= UINT32_MAX ||
-      hubs.num_slots > UINT32_MAX)
+  if (view.num_states() > UINT32_MAX || n >= UINT32_MAX || hubs.num_slots > UINT32_MAX)
     return out;
   // Which clones get a record: those that occur often enough (a hub's
   // children are those of its list, so that a step to its record from a

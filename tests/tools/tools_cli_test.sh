@@ -378,6 +378,12 @@ a, b, inspect = sys.argv[1:]
 field = lambda p: json.loads(subprocess.run([inspect, "--json", p], capture_output=True, check=True).stdout)["child_records"]
 sys.exit(0 if field(a) is not None and field(a) == field(b) and field(a)["min_count"] == 2 else 1)
 PY
+# A corpus without repeated strings (no clones): a section without records, no warning.
+echo "[1, 2, 3, 4]" > "$tmp/once.jsonl"
+expect 0 "RECS raw" -- "$build" --child-records -o "$tmp/once.sam" --vocab-size 10 --corpus ids="$tmp/once.jsonl"
+grep -q "warning" "$tmp/err" && FAIL "a warning on a build without clones: $(cat "$tmp/err")"
+expect 0 "child records: 0 slots" -- "$inspect" --verify "$tmp/once.sam"
+grep -q "verify: OK" "$tmp/out" || FAIL "a file without clones and with RECS does not verify: $(cat "$tmp/out")"
 expect 2 "needs the accelerator sections" -- "$build" -q --child-records --no-accelerators -o "$tmp/no.sam" "${ids[@]}"
 [[ -e $tmp/no.sam ]] && FAIL "a refused build left $tmp/no.sam"
 "$replay" --index "$tmp/records.sam" --traces "$tmp/ids-traces.jsonl" --json > "$tmp/records.json" \

@@ -99,7 +99,7 @@ struct ChildRecordImage {
 // Computes the RECS image of `view`, whose hub tables (the HUBS section's,
 // or an image of them) are `hubs`, in O(states + edges). Empty (size 0)
 // when records cannot be represented: more than 2^32 - 1 states, tokens or
-// slots, or an index without clones. Throws FormatError (kInvalidArgument)
+// slots. An index without clones gets an image without records. Throws FormatError (kInvalidArgument)
 // for parameters out of range (min_count < 2, top_k outside 1..255, no hub
 // tables).
 SAM_API ChildRecordImage BuildChildRecords(const IndexView& view, const HubTables& hubs,
