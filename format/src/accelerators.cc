@@ -201,6 +201,16 @@ HugeBuffer BuildHubImage(const IndexView& view, const std::vector<Hub>& hubs,
 
 }  // namespace
 
+const HubEntry* FindHub(const HubTables& hubs, uint64_t state) {
+  if (!hubs.present()) return nullptr;
+  uint64_t i = HubSlotOf(state, hubs.mask);
+  for (uint64_t probes = 0; probes <= hubs.mask; ++probes, i = (i + 1) & hubs.mask) {
+    if (hubs.table[i].key == state + 1) return &hubs.table[i];
+    if (hubs.table[i].key == 0) return nullptr;
+  }
+  return nullptr;
+}
+
 uint32_t TopChildren(const IndexView& view, uint64_t v, uint64_t lo, uint64_t hi, uint32_t k,
                      HubChild* out) {
   uint32_t size = 0;
@@ -335,11 +345,8 @@ void VerifyAccelerators(const IndexView& view, std::span<const uint8_t> hubs,
   // computed again, they must be the same bytes.
   const AcceleratorImages want = BuildAccelerators(view, params);
   auto first_difference = [](std::span<const uint8_t> have, const HugeBuffer& want) {
-    const auto* w = static_cast<const uint8_t*>(want.data());
-    const size_t n = std::min(have.size(), want.size());
-    size_t i = 0;
-    while (i < n && have[i] == w[i]) ++i;
-    return i;
+    return layout::FirstDifference(
+        have, std::span<const uint8_t>(static_cast<const uint8_t*>(want.data()), want.size()));
   };
   if (hubs.size() != want.hubs.size() || first_difference(hubs, want.hubs) < hubs.size()) {
     const uint64_t at = first_difference(hubs, want.hubs);

@@ -51,21 +51,7 @@ RecordLayout LayoutOf(uint64_t clones, uint64_t slots, uint64_t positions) {
   throw FormatError(ErrorCode::kCorruptStructure, ErrorContext{.file = file}, "RECS: " + what);
 }
 
-bool IsHub(const HubTables& hubs, uint64_t v) {
-  return v < hubs.bit_words * 64 && (hubs.bits[v >> 6] >> (v & 63) & 1);
-}
-
 }  // namespace
-
-const HubEntry* FindHub(const HubTables& hubs, uint64_t state) {
-  if (!hubs.present()) return nullptr;
-  uint64_t i = HubSlotOf(state, hubs.mask);
-  for (uint64_t probes = 0; probes <= hubs.mask; ++probes, i = (i + 1) & hubs.mask) {
-    if (hubs.table[i].key == state + 1) return &hubs.table[i];
-    if (hubs.table[i].key == 0) return nullptr;
-  }
-  return nullptr;
-}
 
 ChildRecordImage BuildChildRecords(const IndexView& view, const HubTables& hubs,
                                    const ChildRecordParams& params) {
@@ -86,7 +72,7 @@ ChildRecordImage BuildChildRecords(const IndexView& view, const HubTables& hubs,
   // children are those of its list, so that a step to its record from a
   // suffix link or a parent finds them there too).
   auto wanted = [&](uint64_t v) { return view.Count(v) >= params.min_count; };
-  auto hub_entry = [&](uint64_t v) { return IsHub(hubs, v) ? FindHub(hubs, v) : nullptr; };
+  auto hub_entry = [&](uint64_t v) { return hubs.IsHub(v) ? FindHub(hubs, v) : nullptr; };
   // First pass: a head and at most min(top_k, explicit transitions) children
   // per record (a clone has no implicit one), so the records are written in
   // place into one image of that size (the document ends a record leaves
@@ -222,9 +208,7 @@ void VerifyChildRecords(const IndexView& view, std::span<const uint8_t> hubs,
   const ChildRecordImage want = BuildChildRecords(view, t, ChildRecordParams{r.min_count, r.top_k});
   const std::span<const uint8_t> w = want.bytes();
   if (w.empty()) Corrupt(file, "this automaton cannot have child records (too large)");
-  const size_t n = std::min(w.size(), records.size());
-  size_t at = 0;
-  while (at < n && records[at] == w[at]) ++at;
+  const size_t at = layout::FirstDifference(records, w);
   if (at == records.size() && records.size() == w.size()) return;
   const RecordLayout l = LayoutOf(r.num_clones, r.num_slots, r.num_positions);
   std::string what;

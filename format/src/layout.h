@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
 
 static_assert(std::endian::native == std::endian::little,
@@ -132,6 +133,14 @@ inline std::string TagString(uint32_t tag) {
 }
 
 inline uint64_t AlignUp(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// The first byte at which `a` and `b` differ, or the shorter's size.
+inline size_t FirstDifference(std::span<const uint8_t> a, std::span<const uint8_t> b) {
+  const size_t n = a.size() < b.size() ? a.size() : b.size();
+  size_t i = 0;
+  while (i < n && a[i] == b[i]) ++i;
+  return i;
+}
 
 // Bytes of the degree bit vector for S states and E edges (uint64 words plus
 // one padding word).

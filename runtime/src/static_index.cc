@@ -1,11 +1,9 @@
 #include "sam/runtime/static_index.h"
 
 #include <algorithm>
-#include <bit>
 #include <string>
 #include <utility>
 
-#include "index_children.h"
 #include "sam/error.h"
 
 namespace sam::runtime {
@@ -94,17 +92,17 @@ void StaticIndex::SetUpRecords(const Options& options) {
   const format::ChildRecords& file = view.child_records();
   // The file's records when they were built over these hub tables (the
   // file's, with this top_k) and the options ask for none or for the same.
+  // (1 asks for what 2 gives: every clone occurs at least twice.)
+  const uint64_t min_count = std::clamp<uint64_t>(options.record_min_count, 2, UINT32_MAX);
   if (file.present() && from_file_ && file.top_k == options.top_k &&
-      (options.record_min_count == 0 ||
-       std::max<uint64_t>(options.record_min_count, 2) == file.min_count)) {
+      (options.record_min_count == 0 || min_count == file.min_count)) {
     records_ = file;
     records_trusted_ = false;
     return;
   }
   if (options.record_min_count == 0 || !hubs_.present()) return;
-  const format::ChildRecordParams params{
-      static_cast<uint32_t>(std::clamp<uint64_t>(options.record_min_count, 2, UINT32_MAX)),
-      static_cast<uint32_t>(options.top_k)};
+  const format::ChildRecordParams params{static_cast<uint32_t>(min_count),
+                                         static_cast<uint32_t>(options.top_k)};
   record_image_ = format::BuildChildRecords(view, hubs_, params);
   if (record_image_.size == 0) return;  // (too large for 32-bit records)
   records_ = format::ParseChildRecords(record_image_.bytes(), view, "StaticIndex");
@@ -135,12 +133,7 @@ uint64_t StaticIndex::HubNextAt(uint32_t hub_slot, uint32_t c) const {
 }
 
 const StaticIndex::HubEntry* StaticIndex::HubOf(uint64_t state) const {
-  uint64_t i = format::HubSlotOf(state, hubs_.mask);
-  for (uint64_t probes = 0; probes <= hubs_.mask; ++probes, i = (i + 1) & hubs_.mask) {
-    if (hubs_.table[i].key == state + 1) return &hubs_.table[i];
-    if (hubs_.table[i].key == 0) return nullptr;
-  }
-  return nullptr;
+  return format::FindHub(hubs_, state);
 }
 
 bool StaticIndex::TopChildren(uint64_t state, std::span<const Child>* children) const {

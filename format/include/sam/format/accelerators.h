@@ -114,7 +114,13 @@ struct HubTables {
   const uint8_t* sizes = nullptr;      // children per hub (<= top_k)
   const HubChild* children = nullptr;  // hub h: children[h * top_k, + sizes[h])
   bool present() const { return table != nullptr; }
+  // Whether state v is a hub (its bit; false beyond the bits).
+  bool IsHub(uint64_t v) const { return v < bit_words * 64 && (bits[v >> 6] >> (v & 63) & 1); }
 };
+
+// The hub table entry of `state` (nullptr: not a hub, no tables, or a table
+// that does not hold it), bounded on any table.
+SAM_API const HubEntry* FindHub(const HubTables& hubs, uint64_t state);
 
 // The edge filter, read in place.
 struct EdgeFilter {

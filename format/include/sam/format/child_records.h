@@ -120,10 +120,6 @@ SAM_API ChildRecords ParseChildRecords(std::span<const uint8_t> bytes, const Ind
 SAM_API void VerifyChildRecords(const IndexView& view, std::span<const uint8_t> hubs,
                                 std::span<const uint8_t> records, const std::string& file);
 
-// The hub table entry of `state` (nullptr: not a hub, or a table that does
-// not hold it), bounded on any table.
-SAM_API const HubEntry* FindHub(const HubTables& hubs, uint64_t state);
-
 }  // namespace sam::format
 
 #endif  // SAM_FORMAT_CHILD_RECORDS_H_

@@ -299,9 +299,7 @@ class SAM_API StaticIndex {
     if (!MayHaveEdge(v, c)) return format::kNoState;
     return view.Next(v, c);
   }
-  bool IsHub(uint64_t v) const {
-    return v < hubs_.bit_words * 64 && (hubs_.bits[v >> 6] >> (v & 63) & 1);
-  }
+  bool IsHub(uint64_t v) const { return hubs_.IsHub(v); }
   // Starts loading what IsHub(v) reads.
   void PrefetchHubBit(uint64_t v) const {
     if (v < hubs_.bit_words * 64) __builtin_prefetch(&hubs_.bits[v >> 6]);
