@@ -31,7 +31,9 @@
 
 struct sam_index {
   std::shared_ptr<const sam::format::IndexFile> file;
-  std::shared_ptr<const sam::runtime::StaticIndex> prepared;  // SAM_OPEN_PREPARE; else null
+  // What sessions attach: SAM_OPEN_PREPARE's tables, else the file's own
+  // (StaticIndex::FromFile: a plain automaton when it has none).
+  std::shared_ptr<const sam::runtime::StaticIndex> prepared;
 };
 
 struct sam_cache {
@@ -424,10 +426,15 @@ int sam_index_open(const char* path, const char* expected_tokenizer_sha256, unsi
     index->file = std::make_shared<const sam::format::IndexFile>(
         (flags & SAM_OPEN_READ) ? sam::format::IndexFile::Read(path, options)
                                 : sam::format::IndexFile::Open(path, options));
+    // Without PREPARE, what the file holds (O(1)): its drafting sections
+    // when sam-build wrote them, else the plain automaton.
     if (flags & (SAM_OPEN_PREPARE | SAM_OPEN_CHILD_RECORDS))
       index->prepared = sam::runtime::StaticIndex::Create(
           index->file->shared_view(),
           sam::runtime::PrepareOptions((flags & SAM_OPEN_CHILD_RECORDS) != 0));
+    else
+      index->prepared = sam::runtime::StaticIndex::FromFile(index->file->shared_view(),
+                                                            sam::runtime::PrepareOptions(false));
     *out = index.release();
   });
 }

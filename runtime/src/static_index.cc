@@ -18,6 +18,34 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(
   return index;
 }
 
+// The file's own sections when they were built with these parameters
+// (child lists at least as long: the first top_k of a longer list are the
+// same children); otherwise Create computes them, the same way sam-build does.
+bool StaticIndex::FileSectionsFit(const format::IndexView& view, const Options& options) {
+  const uint32_t min_degree =
+      static_cast<uint32_t>(std::clamp<uint64_t>(options.min_degree, 1, UINT32_MAX));
+  const format::HubTables& hubs = view.hubs();
+  const format::EdgeFilter& filter = view.edge_filter();
+  const bool hubs_fit =
+      hubs.present() && hubs.min_degree == min_degree && hubs.top_k >= options.top_k;
+  const bool filter_fits = options.filter_bits_per_edge == 0 || view.num_edges() == 0 ||
+                           (filter.present() && filter.bits_per_edge == options.filter_bits_per_edge &&
+                            filter.min_degree == min_degree);
+  return hubs_fit && filter_fits;
+}
+
+std::shared_ptr<const StaticIndex> StaticIndex::FromFile(
+    std::shared_ptr<const format::IndexView> view, const Options& options) {
+  if (view == nullptr)
+    throw Error(ErrorCode::kInvalidArgument, "StaticIndex::FromFile: null index view");
+  if (!FileSectionsFit(*view, options)) return Bare(std::move(view));
+  // Records only as the file holds them (record_min_count 0 takes the
+  // file's RECS when they fit): none are computed.
+  Options from_file = options;
+  from_file.record_min_count = 0;
+  return Create(std::move(view), from_file);
+}
+
 std::shared_ptr<const StaticIndex> StaticIndex::Bare(
     std::shared_ptr<const format::IndexView> view) {
   std::shared_ptr<StaticIndex> index = std::const_pointer_cast<StaticIndex>(Bare(view.get()));
@@ -49,19 +77,9 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
   index->options_ = options;
   const uint32_t min_degree =
       static_cast<uint32_t>(std::clamp<uint64_t>(options.min_degree, 1, UINT32_MAX));
-  // The file's own sections when they were built with these parameters
-  // (child lists at least as long: the first top_k of a longer list are the
-  // same children); otherwise computed here, the same way sam-build does.
   const format::HubTables& file_hubs = view->hubs();
   const format::EdgeFilter& file_filter = view->edge_filter();
-  const bool hubs_fit = file_hubs.present() && file_hubs.min_degree == min_degree &&
-                        file_hubs.top_k >= options.top_k;
-  const bool filter_fits = options.filter_bits_per_edge == 0 ||
-                           view->num_edges() == 0 ||
-                           (file_filter.present() &&
-                            file_filter.bits_per_edge == options.filter_bits_per_edge &&
-                            file_filter.min_degree == min_degree);
-  if (hubs_fit && filter_fits) {
+  if (FileSectionsFit(*view, options)) {
     index->hubs_ = file_hubs;
     if (options.filter_bits_per_edge > 0) index->filter_ = file_filter;
     index->from_file_ = true;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <optional>
 #include <regex>
@@ -18,6 +19,8 @@
 #include <thread>
 #include <vector>
 
+#include "sam/format/accelerators.h"
+#include "sam/format/child_records.h"
 #include "sam/format/index.h"
 #include "sam/format/sha256.h"
 #include "sam/format/shard_set.h"
@@ -29,6 +32,7 @@
 #include "sam/runtime/session.h"
 #include "sam/runtime/verify.h"  // Rng
 #include "sam/sam.h"
+#include "reseal.h"
 
 namespace {
 
@@ -940,6 +944,120 @@ TEST_F(CapiTest, DraftsEqualTheSessionsWhateverTheOpenFlags) {
               std::string::npos)
         << error;
   }
+}
+
+// The drafts of fresh sessions, each prefilled with text[0, k) and proposing
+// from text[k] for k from 8 on: through the C API with `flags`, or (flags
+// -1) through a C++ session over the bare view.
+std::vector<std::vector<uint32_t>> FirstDrafts(const std::string& path,
+                                               const std::vector<uint32_t>& text, int policy,
+                                               long flags) {
+  std::vector<std::vector<uint32_t>> drafts;
+  const auto file = sam::format::IndexFile::Open(path);
+  sam_index* index = nullptr;
+  if (flags >= 0)
+    EXPECT_EQ(sam_index_open(path.c_str(), nullptr, static_cast<unsigned>(flags), &index), SAM_OK)
+        << sam_last_error();
+  for (size_t k = 8; k + 1 < text.size(); k += 3) {
+    if (flags < 0) {
+      sam::runtime::SessionOptions options;
+      options.policy = static_cast<sam::runtime::Policy>(policy);
+      sam::runtime::Session session(options);
+      session.AttachIndex(&file.view());
+      session.Prefill(std::span<const uint32_t>(text.data(), k));
+      drafts.push_back(session.Propose(text[k]).tokens);
+      continue;
+    }
+    sam_session_config config;
+    sam_session_config_init(&config);
+    config.policy = policy;
+    sam_session* session = nullptr;
+    EXPECT_EQ(sam_session_new(&config, &session), SAM_OK);
+    EXPECT_EQ(sam_session_attach_index(session, index), SAM_OK);
+    EXPECT_EQ(sam_session_prefill(session, text.data(), k), SAM_OK);
+    sam_draft d;
+    EXPECT_EQ(sam_session_propose(session, text[k], 0, &d), SAM_OK) << sam_last_error();
+    drafts.emplace_back(d.tokens, d.tokens + d.count);
+    sam_session_free(session);
+  }
+  sam_index_close(index);
+  return drafts;
+}
+
+// A default open (flags 0) drafts with the drafting sections a file holds
+// (sam-build's hub tables, edge filter and child records), in O(1): the same
+// drafts as the bare automaton and as SAM_OPEN_PREPARE. That it reads them
+// shows on a copy whose child records were overwritten with zeros (and
+// re-sealed, so that the file still opens): a session that reads them drafts
+// otherwise, the bare view does not.
+TEST_F(CapiTest, DefaultOpenDraftsWithTheFilesOwnSections) {
+  const std::string with = TempPath("capi_sections.sam"), damaged = TempPath("capi_damaged.sam");
+  sam::automaton::IndexInfo info;
+  info.tokenizer_sha256 = FakeTokenizerDigest();
+  const sam::runtime::StaticIndex::Options prepare = sam::runtime::PrepareOptions(false);
+  info.accelerators = sam::format::AcceleratorParams{
+      .min_degree = static_cast<uint32_t>(prepare.min_degree),
+      .top_k = static_cast<uint32_t>(prepare.top_k),
+      .filter_bits_per_edge = prepare.filter_bits_per_edge,
+      .record_min_count = sam::format::kChildRecordMinCount};
+  sam::automaton::BuildIndexFile(*documents_, kVocab, with, info);
+  {
+    const auto file = sam::format::IndexFile::Open(with);
+    ASSERT_TRUE(file.view().hubs().present());
+    ASSERT_TRUE(file.view().child_records().present());
+    ASSERT_TRUE(sam::runtime::StaticIndex::FromFile(file.shared_view(), prepare)->records_from_file());
+  }
+  sam::runtime::Rng rng(12);
+  for (const int policy : {SAM_POLICY_PAPER, SAM_POLICY_TREE, SAM_POLICY_CALIBRATED}) {
+    SCOPED_TRACE("policy " + std::to_string(policy));
+    ExpectSameDraftsAsSession(with, Mutated((*documents_)[policy], rng), policy, false, 0);
+    ExpectSameDraftsAsSession(with, Mutated((*documents_)[policy], rng), policy, false,
+                              SAM_OPEN_PREPARE);
+  }
+
+  // The copy: RECS's record slots zeroed (its head and record offsets kept).
+  std::vector<uint8_t> bytes;
+  {
+    std::ifstream in(with, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  auto load64 = [&](size_t at) {
+    uint64_t v = 0;
+    std::memcpy(&v, bytes.data() + at, 8);
+    return v;
+  };
+  uint64_t recs = 0, recs_size = 0, clones = 0;
+  uint32_t sections = 0;
+  std::memcpy(&sections, bytes.data() + 44, 4);  // FORMAT.md sections 2-3
+  for (uint32_t i = 0; i < sections; ++i) {
+    const size_t entry = 256 + size_t{i} * 64;
+    if (std::memcmp(bytes.data() + entry, "RECS", 4) == 0) {
+      recs = load64(entry + 16);
+      recs_size = load64(entry + 24);
+    }
+  }
+  ASSERT_GT(recs_size, 64u);
+  clones = load64(recs + 16);  // FORMAT.md section 13: the head's C, R
+  const uint64_t slots_at = recs + 64 + ((clones + 1) * 4 + 63) / 64 * 64;
+  const uint64_t slots = load64(recs + 24);
+  ASSERT_GT(slots, 0u);
+  std::memset(bytes.data() + slots_at, 0, slots * 16);
+  sam::testing::Reseal(bytes.data(), bytes.size());
+  {
+    std::ofstream out(damaged, std::ios::binary);
+    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  }
+  const std::vector<uint32_t> text = (*documents_)[7];
+  for (const int policy : {SAM_POLICY_PAPER, SAM_POLICY_CALIBRATED}) {
+    SCOPED_TRACE("policy " + std::to_string(policy));
+    const auto bare = FirstDrafts(damaged, text, policy, -1);
+    EXPECT_EQ(FirstDrafts(with, text, policy, 0), FirstDrafts(with, text, policy, -1));
+    EXPECT_NE(FirstDrafts(damaged, text, policy, 0), bare);
+    EXPECT_NE(FirstDrafts(damaged, text, policy, SAM_OPEN_PREPARE), bare);
+    EXPECT_EQ(bare, FirstDrafts(with, text, policy, -1));
+  }
+  std::remove(with.c_str());
+  std::remove(damaged.c_str());
 }
 
 // sam_session_config's tree_nodes and tree_width reach sam-tree: the drafts equal a C++

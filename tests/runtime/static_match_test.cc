@@ -736,6 +736,88 @@ TEST(SharedStaticIndex, FileSectionsAnswerAsTablesComputedAtOpen) {
   }
 }
 
+// FromFile takes what the file holds and computes nothing: its HUBS, FILT
+// and RECS when built with the options' parameters (the same tables Create
+// takes), else the plain automaton, which answers like the view.
+TEST(SharedStaticIndex, FromFileTakesTheFilesSectionsOrNothing) {
+  using sam::runtime::StaticIndex;
+  std::mt19937 rng(37);
+  const Docs docs = HubDocs(rng, 300, 60, 50);
+  automaton::IndexInfo with;
+  with.accelerators = format::AcceleratorParams{
+      .min_degree = 4, .top_k = 6, .filter_bits_per_edge = 10, .record_min_count = 2};
+  const test_util::BuiltIndex plain(docs, 50, "from_file_plain.sam");
+  const test_util::BuiltIndex mapped(docs, 50, "from_file_mapped.sam", with);
+  ASSERT_TRUE(mapped.view().child_records().present());
+  const StaticIndex::Options o{.min_degree = 4, .top_k = 6};
+
+  const auto taken = StaticIndex::FromFile(mapped.shared_view(), o);
+  ASSERT_TRUE(taken->prepared());
+  EXPECT_TRUE(taken->accelerators_from_file());
+  EXPECT_TRUE(taken->records_from_file());
+  EXPECT_EQ(taken->memory_bytes(), sizeof(StaticIndex));  // nothing private
+  const auto created = StaticIndex::Create(mapped.shared_view(), o);
+  EXPECT_EQ(taken->num_hubs(), created->num_hubs());
+  EXPECT_EQ(taken->record_bytes(), created->record_bytes());
+  // A record min count other than the file's takes the file's records, not
+  // computed ones.
+  const auto other_count =
+      StaticIndex::FromFile(mapped.shared_view(), {.min_degree = 4, .top_k = 6, .record_min_count = 5});
+  EXPECT_TRUE(other_count->records_from_file());
+  EXPECT_EQ(other_count->memory_bytes(), sizeof(StaticIndex));
+
+  // Parameters the file's sections were not built with, or a file without
+  // them: the plain automaton (Create would compute the tables).
+  for (const auto& [view, options] :
+       std::vector<std::pair<std::shared_ptr<const format::IndexView>, StaticIndex::Options>>{
+           {plain.shared_view(), o},
+           {mapped.shared_view(), {.min_degree = 5, .top_k = 6}},
+           {mapped.shared_view(), {.min_degree = 4, .top_k = 7}},
+           {mapped.shared_view(), {.min_degree = 4, .top_k = 6, .filter_bits_per_edge = 12}}}) {
+    const auto s = StaticIndex::FromFile(view, options);
+    EXPECT_FALSE(s->prepared()) << options.min_degree << " " << options.top_k;
+    EXPECT_FALSE(s->has_records());
+    EXPECT_EQ(s->memory_bytes(), sizeof(StaticIndex));
+    EXPECT_TRUE(StaticIndex::Create(view, options)->prepared());
+  }
+
+  // Sessions over what FromFile gave draft like sessions over the bare view.
+  for (const sam::runtime::Policy policy :
+       {sam::runtime::Policy::kPaper, sam::runtime::Policy::kTree,
+        sam::runtime::Policy::kCalibrated}) {
+    sam::runtime::SessionOptions so;
+    so.policy = policy;
+    sam::runtime::Session x(so), y(so);
+    x.AttachIndex(&plain.view());
+    y.AttachIndex(taken);
+    const Text stream = test_util::CopiedStream(rng, docs, 600, 50, 8, 12);
+    x.Prefill(std::span<const uint32_t>(stream.data(), 20));
+    y.Prefill(std::span<const uint32_t>(stream.data(), 20));
+    for (size_t p = 20; p + 1 < stream.size();) {
+      const sam::runtime::DraftTree& dx = x.Propose(stream[p]);
+      const sam::runtime::DraftTree& dy = y.Propose(stream[p]);
+      ASSERT_EQ(dx.tokens, dy.tokens) << "step " << p;
+      ASSERT_EQ(dx.parents, dy.parents) << "step " << p;
+      size_t node = 0, accepted = 0;
+      for (bool found = true; found && p + accepted + 1 < stream.size();) {
+        found = false;
+        for (size_t k = node + 1; k < dx.tokens.size(); ++k)
+          if (static_cast<size_t>(dx.parents[k]) == node &&
+              dx.tokens[k] == stream[p + accepted + 1]) {
+            node = k;
+            ++accepted;
+            found = true;
+            break;
+          }
+      }
+      x.Commit(std::span<const uint32_t>(&stream[p], accepted + 1));
+      y.Commit(std::span<const uint32_t>(&stream[p], accepted + 1));
+      p += accepted + 1;
+    }
+  }
+  EXPECT_THROW(StaticIndex::FromFile(nullptr, o), sam::Error);
+}
+
 TEST(CorruptIndex, FailsToOpenOrStaysSafe) {
   std::mt19937 rng(3);
   const std::string path = TempPath("corrupt_src.sam");

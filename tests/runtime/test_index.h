@@ -90,6 +90,7 @@ struct BuiltIndex {
   BuiltIndex(const BuiltIndex&) = delete;
   BuiltIndex& operator=(const BuiltIndex&) = delete;
   const format::IndexView& view() const { return file.view(); }
+  std::shared_ptr<const format::IndexView> shared_view() const { return file.shared_view(); }
 
  private:
   static format::IndexFile Build(const std::vector<Text>& docs, uint32_t vocab,

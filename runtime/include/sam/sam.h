@@ -64,7 +64,7 @@
  * or aborts.
  *
  * Lifetime: an index handle is reference counted internally: a session that
- * attached it keeps the mapping (and its SAM_OPEN_PREPARE tables) alive, so
+ * attached it keeps the mapping (and its drafting tables) alive, so
  * sam_index_close and sam_session_free may be called in any order. Pointers
  * returned in a sam_draft or a sam_verify_result, or by
  * sam_session_stats_json, point into the session and stay valid until the
@@ -136,17 +136,24 @@ SAM_API const char* sam_last_error(void);
 
 typedef struct sam_index sam_index;
 
-/* Flags of sam_index_open (bitwise or; 0: map the file, check its header). */
+/* Flags of sam_index_open (bitwise or). 0: map the file, check its header,
+ * and draft with the drafting sections the file holds (sam-build writes
+ * them: hub tables and an edge filter, and child records with
+ * sam-build --child-records), mapped and shared by every process that opens
+ * the file, in O(1); a file without them (format 1.0, or written with
+ * sam-build --no-accelerators) drafts from its automaton alone. */
 enum {
   /* Read the file into private memory on 2 MiB pages where the system has
    * them, instead of mapping it: O(file size) to open (tens of ms for
    * 80 MB) and a private copy, but drafting touches the index randomly and
    * runs markedly faster without 4 KiB-page TLB misses. */
   SAM_OPEN_READ = 1,
-  /* Build the drafting accelerations once (hub tables and an edge filter,
-   * sam/runtime/static_index.h), shared by every session that attaches the
-   * index: O(index size) (about 0.8 s and 34 MiB for a 6.8M-token index),
-   * after which every Propose/Commit is about twice as fast. */
+  /* Also compute the drafting tables (hub tables and an edge filter,
+   * sam/runtime/static_index.h) for a file written without them, once,
+   * shared by every session that attaches the index: O(index size) (about
+   * 0.8 s and 34 MiB for a 6.8M-token index), after which every
+   * Propose/Commit is about twice as fast. A file that holds them (what
+   * sam-build writes) needs no flag: this one then changes nothing. */
   SAM_OPEN_PREPARE = 2,
   /* Deep-check the file at open, as sam_index_verify. */
   SAM_OPEN_VERIFY = 4,
@@ -156,8 +163,8 @@ enum {
    * SAM_POLICY_CALIBRATED's (and SAM_POLICY_TREE's) lookups of branching
    * states then read one record instead of a chain of four or five cache
    * misses, about half the calibrated policy's step time. A file built
-   * with them (sam-build --child-records) holds them, and SAM_OPEN_PREPARE
-   * alone already maps and uses them (this flag then changes nothing); for
+   * with them (sam-build --child-records) holds them, and any open already
+   * maps and uses them (this flag then changes nothing); for
    * a file without them they are computed at open, in private memory:
    * about 23 bytes per corpus token (157 MiB for a 6.8M-token index) and
    * about 1 s. Drafts are the same. */

@@ -126,6 +126,21 @@ class SAM_API StaticIndex {
     return Create(view, Options{});
   }
 
+  // What the index file holds, nothing computed: Create(view, options) when
+  // the file's sections fit the options (its HUBS and FILT built with
+  // these parameters; then also its RECS when built for this top_k,
+  // whatever options.record_min_count says), else Bare(view). O(1)
+  // whatever the index's size; what a default sam_index_open gives. Throws
+  // as Create does.
+  static std::shared_ptr<const StaticIndex> FromFile(std::shared_ptr<const format::IndexView> view,
+                                                     const Options& options);
+  static std::shared_ptr<const StaticIndex> FromFile(std::shared_ptr<const format::IndexView> view) {
+    return FromFile(std::move(view), Options{});
+  }
+  // True when Create(view, options) would take the file's hub tables and
+  // edge filter rather than compute them.
+  static bool FileSectionsFit(const format::IndexView& view, const Options& options);
+
   // A trivial index over `view`: no accelerators (no edge filter, hub
   // tables or records), made in O(1). A session holds one for a bare view
   // that was attached, so that every static source steps through the same
