@@ -651,6 +651,48 @@ TEST(SharedStaticIndex, EdgeFilterHasNoFalseNegativesAndFewFalsePositives) {
 // are): every transition, every hub's children and every session's drafts
 // are the same; options other than the file's (another minimum degree,
 // another filter size, more children than stored) compute their own.
+// Sessions over a and over b, with every policy, draft the same trees along a
+// stream copied from `docs` (each step commits what the stream accepts).
+void ExpectSameSessionDrafts(const std::shared_ptr<const sam::runtime::StaticIndex>& a,
+                             const std::shared_ptr<const sam::runtime::StaticIndex>& b,
+                             const Docs& docs, std::mt19937& rng) {
+  for (const sam::runtime::Policy policy :
+       {sam::runtime::Policy::kPaper, sam::runtime::Policy::kTree,
+        sam::runtime::Policy::kCalibrated}) {
+    SCOPED_TRACE("policy " + std::to_string(static_cast<int>(policy)));
+    sam::runtime::SessionOptions so;
+    so.policy = policy;
+    sam::runtime::Session x(so), y(so);
+    x.AttachIndex(a);
+    y.AttachIndex(b);
+    const Text stream = test_util::CopiedStream(rng, docs, 600, 50, 8, 12);
+    x.Prefill(std::span<const uint32_t>(stream.data(), 20));
+    y.Prefill(std::span<const uint32_t>(stream.data(), 20));
+    for (size_t p = 20; p + 1 < stream.size();) {
+      const sam::runtime::DraftTree& dx = x.Propose(stream[p]);
+      const sam::runtime::DraftTree& dy = y.Propose(stream[p]);
+      ASSERT_EQ(dx.tokens, dy.tokens) << "step " << p;
+      ASSERT_EQ(dx.parents, dy.parents) << "step " << p;
+      // The stream's tokens as far as the tree holds them (node 0: start).
+      size_t node = 0, accepted = 0;
+      for (bool found = true; found && p + accepted + 1 < stream.size();) {
+        found = false;
+        for (size_t k = node + 1; k < dx.tokens.size(); ++k)
+          if (static_cast<size_t>(dx.parents[k]) == node &&
+              dx.tokens[k] == stream[p + accepted + 1]) {
+            node = k;
+            ++accepted;
+            found = true;
+            break;
+          }
+      }
+      x.Commit(std::span<const uint32_t>(&stream[p], accepted + 1));
+      y.Commit(std::span<const uint32_t>(&stream[p], accepted + 1));
+      p += accepted + 1;
+    }
+  }
+}
+
 TEST(SharedStaticIndex, FileSectionsAnswerAsTablesComputedAtOpen) {
   std::mt19937 rng(31);
   const Docs docs = HubDocs(rng, 300, 60, 50);
@@ -700,40 +742,7 @@ TEST(SharedStaticIndex, FileSectionsAnswerAsTablesComputedAtOpen) {
       for (uint32_t c = 0; c < 50; c += 3) ASSERT_EQ(s->Next(v, c), plain.view().Next(v, c));
   }
   // Sessions draft the same, with every policy.
-  for (const sam::runtime::Policy policy :
-       {sam::runtime::Policy::kPaper, sam::runtime::Policy::kTree,
-        sam::runtime::Policy::kCalibrated}) {
-    sam::runtime::SessionOptions so;
-    so.policy = policy;
-    sam::runtime::Session x(so), y(so);
-    x.AttachIndex(computed);
-    y.AttachIndex(from_file);
-    const Text stream = test_util::CopiedStream(rng, docs, 600, 50, 8, 12);
-    x.Prefill(std::span<const uint32_t>(stream.data(), 20));
-    y.Prefill(std::span<const uint32_t>(stream.data(), 20));
-    for (size_t p = 20; p + 1 < stream.size();) {
-      const sam::runtime::DraftTree& dx = x.Propose(stream[p]);
-      const sam::runtime::DraftTree& dy = y.Propose(stream[p]);
-      ASSERT_EQ(dx.tokens, dy.tokens) << "step " << p;
-      ASSERT_EQ(dx.parents, dy.parents) << "step " << p;
-      // The stream's tokens as far as the tree holds them (node 0: start).
-      size_t node = 0, accepted = 0;
-      for (bool found = true; found && p + accepted + 1 < stream.size();) {
-        found = false;
-        for (size_t k = node + 1; k < dx.tokens.size(); ++k)
-          if (static_cast<size_t>(dx.parents[k]) == node &&
-              dx.tokens[k] == stream[p + accepted + 1]) {
-            node = k;
-            ++accepted;
-            found = true;
-            break;
-          }
-      }
-      x.Commit(std::span<const uint32_t>(&stream[p], accepted + 1));
-      y.Commit(std::span<const uint32_t>(&stream[p], accepted + 1));
-      p += accepted + 1;
-    }
-  }
+  ExpectSameSessionDrafts(computed, from_file, docs, rng);
 }
 
 // FromFile takes what the file holds and computes nothing: its HUBS, FILT
@@ -782,39 +791,7 @@ TEST(SharedStaticIndex, FromFileTakesTheFilesSectionsOrNothing) {
   }
 
   // Sessions over what FromFile gave draft like sessions over the bare view.
-  for (const sam::runtime::Policy policy :
-       {sam::runtime::Policy::kPaper, sam::runtime::Policy::kTree,
-        sam::runtime::Policy::kCalibrated}) {
-    sam::runtime::SessionOptions so;
-    so.policy = policy;
-    sam::runtime::Session x(so), y(so);
-    x.AttachIndex(&plain.view());
-    y.AttachIndex(taken);
-    const Text stream = test_util::CopiedStream(rng, docs, 600, 50, 8, 12);
-    x.Prefill(std::span<const uint32_t>(stream.data(), 20));
-    y.Prefill(std::span<const uint32_t>(stream.data(), 20));
-    for (size_t p = 20; p + 1 < stream.size();) {
-      const sam::runtime::DraftTree& dx = x.Propose(stream[p]);
-      const sam::runtime::DraftTree& dy = y.Propose(stream[p]);
-      ASSERT_EQ(dx.tokens, dy.tokens) << "step " << p;
-      ASSERT_EQ(dx.parents, dy.parents) << "step " << p;
-      size_t node = 0, accepted = 0;
-      for (bool found = true; found && p + accepted + 1 < stream.size();) {
-        found = false;
-        for (size_t k = node + 1; k < dx.tokens.size(); ++k)
-          if (static_cast<size_t>(dx.parents[k]) == node &&
-              dx.tokens[k] == stream[p + accepted + 1]) {
-            node = k;
-            ++accepted;
-            found = true;
-            break;
-          }
-      }
-      x.Commit(std::span<const uint32_t>(&stream[p], accepted + 1));
-      y.Commit(std::span<const uint32_t>(&stream[p], accepted + 1));
-      p += accepted + 1;
-    }
-  }
+  ExpectSameSessionDrafts(StaticIndex::Bare(&plain.view()), taken, docs, rng);
   EXPECT_THROW(StaticIndex::FromFile(nullptr, o), sam::Error);
 }
 
