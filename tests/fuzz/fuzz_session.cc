@@ -234,6 +234,19 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     so.top_k = 1 + (seed >> 8) % 8;
     // Child records (of clones occurring at least 2 or 3 times) half the time.
     so.record_min_count = (seed >> 16) % 2 == 0 ? 0 : 2 + (seed >> 17) % 2;
+    // Half the time, when the file holds hub tables, the parameters its
+    // sections were built with: the StaticIndex then reads the file's HUBS,
+    // FILT and RECS (whose contents an O(1) open leaves unchecked) instead of
+    // computing its own.
+    if (view.hubs().present() && (seed >> 20) % 2 == 0) {
+      so.min_degree = view.hubs().min_degree;
+      const uint32_t top_k =
+          view.child_records().present() ? view.child_records().top_k : view.hubs().top_k;
+      so.top_k = std::clamp<uint32_t>(top_k, 1, 255);
+      so.filter_bits_per_edge =
+          view.edge_filter().present() ? std::min<uint32_t>(view.edge_filter().bits_per_edge, 64) : 0;
+      so.record_min_count = 0;
+    }
     const std::vector<std::shared_ptr<const sam::runtime::StaticIndex>> prepared = {
         sam::runtime::StaticIndex::Create(&view, so)};
     // A shard set's shards keep the long list (ShardIndexOptions): two
