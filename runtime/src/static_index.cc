@@ -34,10 +34,19 @@ bool StaticIndex::FileSectionsFit(const format::IndexView& view, const Options& 
   return hubs_fit && filter_fits;
 }
 
+void StaticIndex::CheckOptions(const Options& options, const char* caller) {
+  if (options.top_k == 0 || options.top_k > 255)
+    throw Error(ErrorCode::kInvalidArgument, std::string(caller) + ": top_k must be in 1..255");
+  if (options.filter_bits_per_edge > 64)
+    throw Error(ErrorCode::kInvalidArgument,
+                std::string(caller) + ": filter_bits_per_edge must be at most 64");
+}
+
 std::shared_ptr<const StaticIndex> StaticIndex::FromFile(
     std::shared_ptr<const format::IndexView> view, const Options& options) {
   if (view == nullptr)
     throw Error(ErrorCode::kInvalidArgument, "StaticIndex::FromFile: null index view");
+  CheckOptions(options, "StaticIndex::FromFile");
   if (!FileSectionsFit(*view, options)) return Bare(std::move(view));
   // Records only as the file holds them (record_min_count 0 takes the
   // file's RECS when they fit): none are computed.
@@ -67,11 +76,7 @@ std::shared_ptr<const StaticIndex> StaticIndex::Create(const format::IndexView* 
                                                        const Options& options) {
   if (view == nullptr)
     throw Error(ErrorCode::kInvalidArgument, "StaticIndex::Create: null index view");
-  if (options.top_k == 0 || options.top_k > 255)
-    throw Error(ErrorCode::kInvalidArgument, "StaticIndex::Create: top_k must be in 1..255");
-  if (options.filter_bits_per_edge > 64)
-    throw Error(ErrorCode::kInvalidArgument,
-                "StaticIndex::Create: filter_bits_per_edge must be at most 64");
+  CheckOptions(options, "StaticIndex::Create");
   std::shared_ptr<StaticIndex> index(new StaticIndex());
   index->view_ = view;
   index->options_ = options;

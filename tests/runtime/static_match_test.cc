@@ -793,6 +793,12 @@ TEST(SharedStaticIndex, FromFileTakesTheFilesSectionsOrNothing) {
   // Sessions over what FromFile gave draft like sessions over the bare view.
   ExpectSameSessionDrafts(StaticIndex::Bare(&plain.view()), taken, docs, rng);
   EXPECT_THROW(StaticIndex::FromFile(nullptr, o), sam::Error);
+  // Options out of range are refused as Create refuses them, whatever the file.
+  for (const auto& view : {plain.shared_view(), mapped.shared_view()}) {
+    EXPECT_THROW(StaticIndex::FromFile(view, {.min_degree = 4, .top_k = 0}), sam::Error);
+    EXPECT_THROW(StaticIndex::FromFile(view, {.min_degree = 4, .top_k = 6, .filter_bits_per_edge = 65}),
+                 sam::Error);
+  }
 }
 
 TEST(CorruptIndex, FailsToOpenOrStaysSafe) {

@@ -355,6 +355,8 @@ class SAM_API StaticIndex {
            h.size() + uint64_t{h.hub()} < records_.num_slots - record && h.count != 0 &&
            h.count <= n && h.len <= n;
   }
+  // Throws kInvalidArgument, naming `caller`, for options out of range.
+  static void CheckOptions(const Options& options, const char* caller);
   // HubNext through a hub record's slot that places its label table
   // (BuildRecords): slot_begin, num_slots, and edge_begin's two halves.
   uint64_t HubNextAt(uint32_t hub_slot, uint32_t c) const;
