@@ -955,9 +955,10 @@ std::vector<std::vector<uint32_t>> FirstDrafts(const std::string& path,
   std::vector<std::vector<uint32_t>> drafts;
   const auto file = sam::format::IndexFile::Open(path);
   sam_index* index = nullptr;
-  if (flags >= 0)
+  if (flags >= 0) {
     EXPECT_EQ(sam_index_open(path.c_str(), nullptr, static_cast<unsigned>(flags), &index), SAM_OK)
         << sam_last_error();
+  }
   for (size_t k = 8; k + 1 < text.size(); k += 3) {
     if (flags < 0) {
       sam::runtime::SessionOptions options;

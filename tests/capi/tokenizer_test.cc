@@ -131,8 +131,12 @@ TEST_F(CTokenizer, EncodesAndDecodesAsSentencePiece) {
     EXPECT_EQ(again, length);
     EXPECT_EQ(decoded[length], '\0');
     decoded.resize(length);
-    if (text.find('\n') == std::string::npos) EXPECT_EQ(decoded, SpmDecode(ids));
-    if (text[0] != ' ') EXPECT_EQ(decoded, text);  // exact but for the dummy prefix's space
+    if (text.find('\n') == std::string::npos) {
+      EXPECT_EQ(decoded, SpmDecode(ids));
+    }
+    if (text[0] != ' ') {  // exact but for the dummy prefix's space
+      EXPECT_EQ(decoded, text);
+    }
   }
 }
 

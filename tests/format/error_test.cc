@@ -169,7 +169,7 @@ TEST_F(FormatErrorContextTest, WriterNamesTheFile) {
 // safetensors shards, cache files, cost curves): a directory at the path is
 // said to be one, under the file's name and label, never parsed or mapped.
 TEST_F(FormatErrorContextTest, OpeningADirectorySaysIsADirectory) {
-  for (const std::string& name : {"config.json", "model.safetensors"}) {
+  for (const std::string name : {"config.json", "model.safetensors"}) {
     const std::string path = (dir_ / name).string();
     fs::create_directory(path);
     const sam::Error e = Thrown([&] { sam::format::OpenRegularFile(path, "model config"); });

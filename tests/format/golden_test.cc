@@ -136,9 +136,11 @@ void AcceleratorsAgreeWithBruteForce(const sam::format::IndexView& v,
     const bool hub = explicit_edges >= params.min_degree;
     ASSERT_EQ((hubs.bits[s >> 6] >> (s & 63) & 1) != 0, hub) << "state " << s;
     if (!hub) {
-      for (const Kid& k : kids)
-        if (!(s < v.num_tokens() && k.target == s + 1))
+      for (const Kid& k : kids) {
+        if (!(s < v.num_tokens() && k.target == s + 1)) {
           ASSERT_TRUE(v.edge_filter().MayContain(s, k.token)) << "state " << s << " token " << k.token;
+        }
+      }
       continue;
     }
     ++found;

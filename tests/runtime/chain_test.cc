@@ -91,8 +91,9 @@ void ExpectChainIsPath(const DraftTree& tree, const DraftTree& chain, int end) {
   for (size_t k = 0; k < path.size(); ++k) {
     EXPECT_EQ(chain.tokens[k], tree.tokens[path[k]]);
     EXPECT_EQ(chain.depths[k], k);
-    if (!tree.accept_estimates.empty())
+    if (!tree.accept_estimates.empty()) {
       EXPECT_EQ(chain.accept_estimates[k], tree.accept_estimates[path[k]]);
+    }
   }
   EXPECT_EQ(chain.source, tree.source);
   EXPECT_EQ(chain.match_len, tree.match_len);

@@ -182,7 +182,7 @@ Corpus BuildCorpus(const std::string& path) {
     c.docs.push_back(doc);
   }
   automaton::IndexInfo info;
-  for (uint32_t t = 0; t < kVocab; ++t) info.vocabulary.push_back("t" + std::to_string(t));
+  for (uint32_t t = 0; t < kVocab; ++t) info.vocabulary.push_back(std::string("t").append(std::to_string(t)));
   // The accelerator sections and child records with the parameters the
   // sessions below use, so that they read the file's tables and records
   // (damaged ones included).

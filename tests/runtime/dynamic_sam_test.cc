@@ -87,7 +87,9 @@ void CheckLookups(const DynamicSam& sam, const Text& text, uint32_t alphabet) {
       EXPECT_EQ(climbed, std::min(want, text.size() - e2));
       for (size_t k = 0; k < climbed; ++k) EXPECT_EQ(out[k], text[e2 + k]);
       // It climbs only to suffixes of at least kMinClimbLength tokens.
-      if (used != m.state) EXPECT_GE(sam.Len(used), DynamicSam::kMinClimbLength);
+      if (used != m.state) {
+        EXPECT_GE(sam.Len(used), DynamicSam::kMinClimbLength);
+      }
       if (climbed < want) {  // no longer suffix to climb to
         EXPECT_TRUE(sam.Link(used) == DynamicSam::kRoot ||
                     sam.Len(sam.Link(used)) < DynamicSam::kMinClimbLength);

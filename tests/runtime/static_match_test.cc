@@ -545,13 +545,16 @@ TEST(SharedStaticIndex, CursorOverEveryIndexFollowsTheBareView) {
       want.Advance(c);
       ASSERT_EQ(peeked.state, want.match().state) << step;
       ASSERT_EQ(peeked.len, want.match().len) << step;
-      if (record != StaticIndex::kNoRecord) ASSERT_EQ(record, s->RecordOf(peeked.state)) << step;
+      if (record != StaticIndex::kNoRecord) {
+        ASSERT_EQ(record, s->RecordOf(peeked.state)) << step;
+      }
       if (step % 2 == 0) got.Set(peeked, record);
       else got.Advance(c);
       ASSERT_EQ(got.match().state, want.match().state) << step;
       ASSERT_EQ(got.match().len, want.match().len) << step;
-      if (got.record() != StaticIndex::kNoRecord)
+      if (got.record() != StaticIndex::kNoRecord) {
         ASSERT_EQ(got.record(), s->RecordOf(got.match().state)) << step;
+      }
       got.Prefetch();
       if (step % 5000 == 4999) {
         got.Reset();
