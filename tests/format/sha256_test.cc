@@ -65,7 +65,7 @@ TEST(Sha256, EqualsSha256sumOnFilesOfEveryLengthAroundTheBlocks) {
   auto add = [&](size_t n) {
     std::string bytes(n, '\0');
     for (char& c : bytes) c = static_cast<char>(rng());
-    const std::string name = "f" + std::to_string(n);
+    const std::string name = std::string("f").append(std::to_string(n));
     std::ofstream(dir.path() / name, std::ios::binary) << bytes;
     contents[name] = bytes;
   };

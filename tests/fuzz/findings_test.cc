@@ -26,7 +26,7 @@ std::vector<uint8_t> SmallIndexBytes() {
                             ("sam_fuzz_findings_" + std::to_string(::getpid()) + ".idx"))
                                .string();
   sam::automaton::IndexInfo info;
-  for (uint32_t i = 0; i < 16; ++i) info.vocabulary.push_back("p" + std::to_string(i));
+  for (uint32_t i = 0; i < 16; ++i) info.vocabulary.push_back(std::string("p").append(std::to_string(i)));
   info.self_test_samples = 8;
   sam::automaton::BuildIndexFile({{1, 2, 3, 4, 2, 3, 5}, {2, 3, 4, 6}}, 16, path, info);
   std::ifstream in(path, std::ios::binary);

@@ -47,7 +47,7 @@ ProcessResult RunRandomModel(const std::string& args) {
   return sam::testing::RunCommand(std::string("'") + SAM_RANDOM_MODEL_PATH + "' " + args + " 2>&1");
 }
 
-std::string Quote(const fs::path& p) { return "'" + p.string() + "'"; }
+std::string Quote(const fs::path& p) { return std::string("'").append(p.string()).append("'"); }
 
 using sam::testing::TempDir;
 
