@@ -14,6 +14,7 @@
 namespace sam::format {
 namespace {
 
+using layout::AlignUp;
 using layout::Read32;
 using layout::Read64;
 using layout::Write32;
@@ -21,7 +22,6 @@ using layout::Write64;
 
 constexpr uint32_t kImageVersion = 1;
 constexpr uint64_t kHeadBytes = 64;
-constexpr uint64_t Round64(uint64_t v) { return (v + 63) / 64 * 64; }
 
 // HUBS head field offsets.
 enum : uint32_t {
@@ -50,10 +50,10 @@ HubLayout LayoutOf(uint64_t table_size, uint64_t bit_words, uint64_t num_slots, 
                    uint64_t top_k) {
   HubLayout l;
   l.table = kHeadBytes;
-  l.bits = l.table + Round64(table_size * sizeof(HubEntry));
-  l.slots = l.bits + Round64(bit_words * 8);
-  l.sizes = l.slots + Round64(num_slots * sizeof(LabelSlot));
-  l.children = l.sizes + Round64(num_hubs);
+  l.bits = l.table + AlignUp(table_size * sizeof(HubEntry), 64);
+  l.slots = l.bits + AlignUp(bit_words * 8, 64);
+  l.sizes = l.slots + AlignUp(num_slots * sizeof(LabelSlot), 64);
+  l.children = l.sizes + AlignUp(num_hubs, 64);
   l.end = l.children + num_hubs * top_k * sizeof(HubChild);
   return l;
 }
