@@ -458,8 +458,7 @@ int main(int argc, char** argv) {
   app.add_flag("--wide-ids", wide_ids,
                "testing: build with 64-bit state ids from the start (default: 32-bit ids, "
                "widened automatically before a corpus reaches 2^31 tokens); same index");
-  bool child_records = false;
-  app.add_flag("--child-records", child_records,
+  app.add_flag("--child-records", cfg.child_records,
                "also store child records (every repeated string's heaviest continuations in one "
                "place): `sam-cal` drafting steps about half as costly, the same drafts, for "
                "a file about 2.4 times as large; every process maps them, none computes them. "
@@ -483,10 +482,7 @@ int main(int argc, char** argv) {
     if (write_samset && upgrade) throw UsageError("--write-samset and --upgrade exclude each other");
     if (!upgrade && cfg.output_path.empty()) throw UsageError("--output is required");
     if (write_samset) return WriteSamset(cfg, corpus_args, preset, shard_files);
-    if (upgrade) {
-      cfg.child_records = child_records;
-      return Upgrade(cfg, corpus_args, preset, shard_files);
-    }
+    if (upgrade) return Upgrade(cfg, corpus_args, preset, shard_files);
     if (!shard_files.empty())
       throw UsageError("index files as arguments need --write-samset or --upgrade");
     if (!shard_spec.empty()) ParseShardSpec(shard_spec, max_memory, &cfg);
@@ -494,8 +490,7 @@ int main(int argc, char** argv) {
     if (wide_ids) cfg.builder_options.ids = sam::automaton::BuilderOptions::Ids::kWide;
     cfg.builder_options.min_width = min_width;
     cfg.accelerators = !no_accelerators;
-    cfg.child_records = child_records;
-    if (child_records && no_accelerators)
+    if (cfg.child_records && no_accelerators)
       throw UsageError("--child-records needs the accelerator sections; drop --no-accelerators");
     if (cfg.threads > 1024)
       throw UsageError("--threads " + std::to_string(cfg.threads) + " is absurd (at most 1024)");

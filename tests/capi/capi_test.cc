@@ -1022,25 +1022,21 @@ TEST_F(CapiTest, DefaultOpenDraftsWithTheFilesOwnSections) {
     std::ifstream in(with, std::ios::binary);
     bytes.assign(std::istreambuf_iterator<char>(in), {});
   }
-  auto load64 = [&](size_t at) {
-    uint64_t v = 0;
-    std::memcpy(&v, bytes.data() + at, 8);
-    return v;
-  };
-  uint64_t recs = 0, recs_size = 0, clones = 0;
-  uint32_t sections = 0;
-  std::memcpy(&sections, bytes.data() + 44, 4);  // FORMAT.md sections 2-3
-  for (uint32_t i = 0; i < sections; ++i) {
+  using sam::testing::LoadLe32;
+  using sam::testing::LoadLe64;
+  const uint8_t* d = bytes.data();
+  uint64_t recs = 0, recs_size = 0;
+  for (uint32_t i = 0; i < LoadLe32(d + 44); ++i) {  // FORMAT.md sections 2-3
     const size_t entry = 256 + size_t{i} * 64;
-    if (std::memcmp(bytes.data() + entry, "RECS", 4) == 0) {
-      recs = load64(entry + 16);
-      recs_size = load64(entry + 24);
+    if (std::memcmp(d + entry, "RECS", 4) == 0) {
+      recs = LoadLe64(d + entry + 16);
+      recs_size = LoadLe64(d + entry + 24);
     }
   }
   ASSERT_GT(recs_size, 64u);
-  clones = load64(recs + 16);  // FORMAT.md section 13: the head's C, R
+  const uint64_t clones = LoadLe64(d + recs + 16);  // FORMAT.md section 13: the head's C, R
   const uint64_t slots_at = recs + 64 + ((clones + 1) * 4 + 63) / 64 * 64;
-  const uint64_t slots = load64(recs + 24);
+  const uint64_t slots = LoadLe64(d + recs + 24);
   ASSERT_GT(slots, 0u);
   std::memset(bytes.data() + slots_at, 0, slots * 16);
   sam::testing::Reseal(bytes.data(), bytes.size());
