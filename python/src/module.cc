@@ -111,6 +111,7 @@ class Index {
     const std::string path = FsPath(path_object);
     const std::optional<sam::format::Sha256Digest> tokenizer = ExpectedTokenizer(tokenizer_object);
     auto index = std::make_shared<Index>();
+    bool warn = false;
     {
       py::gil_scoped_release release;
       sam::format::OpenOptions options;
@@ -119,26 +120,28 @@ class Index {
       index->file_ = std::make_shared<const sam::format::IndexFile>(
           read ? sam::format::IndexFile::Read(path, options)
                : sam::format::IndexFile::Open(path, options));
-      if (prepare || child_records)
-        index->prepared_ = sam::runtime::StaticIndex::Create(
-            index->file_->shared_view(), sam::runtime::PrepareOptions(child_records));
+      // Without prepare, what the file holds, nothing computed (O(1)): its
+      // drafting sections when sam-build wrote them, else the plain
+      // automaton; as a C sam_index_open without SAM_OPEN_PREPARE.
+      const bool compute = prepare || child_records;
+      index->prepared_ =
+          compute ? sam::runtime::StaticIndex::Create(index->file_->shared_view(),
+                                                      sam::runtime::PrepareOptions(child_records))
+                  : sam::runtime::StaticIndex::FromFile(index->file_->shared_view(),
+                                                        sam::runtime::PrepareOptions(false));
+      warn = compute && !index->file_->view().hubs().present();
     }
-    if (index->prepared_ && !index->file_->view().hubs().present()) WarnNoAccelerators(path);
+    if (warn) WarnNoAccelerators(path);
     return index;
   }
 
   const sam::format::IndexFile& file() const { return *file_; }
   const sam::format::IndexHeader& header() const { return file_->header(); }
-  bool prepared() const { return prepared_ != nullptr; }
-  size_t prepared_bytes() const { return prepared_ ? prepared_->memory_bytes() : 0; }
-  size_t child_record_bytes() const { return prepared_ ? prepared_->record_bytes() : 0; }
+  bool prepared() const { return prepared_->prepared(); }
+  size_t prepared_bytes() const { return prepared_->prepared() ? prepared_->memory_bytes() : 0; }
+  size_t child_record_bytes() const { return prepared_->record_bytes(); }
 
-  void AttachTo(sam::runtime::Session* session) const {
-    if (prepared_)
-      session->AttachIndex(prepared_);
-    else
-      session->AttachIndex(file_->shared_view());
-  }
+  void AttachTo(sam::runtime::Session* session) const { session->AttachIndex(prepared_); }
 
   void Verify() const {
     py::gil_scoped_release release;
@@ -147,7 +150,7 @@ class Index {
 
  private:
   std::shared_ptr<const sam::format::IndexFile> file_;
-  std::shared_ptr<const sam::runtime::StaticIndex> prepared_;  // prepare=True; else null
+  std::shared_ptr<const sam::runtime::StaticIndex> prepared_;  // never null
 };
 
 // A shard set (NAME.samset): its shards, each with its drafting tables,
@@ -966,8 +969,9 @@ PYBIND11_MODULE(_native, m) {
                   "Opens the index at `path`. tokenizer: a Tokenizer, or the model's SentencePiece\n"
                   "file, checked against the index's fingerprint (Error 'tokenizer-mismatch');\n"
                   "read: read the\n"
-                  "file into memory instead of mapping it; prepare: lay out the static index\n"
-                  "once for every session (faster steps); verify: check every checksum first;\n"
+                  "file into memory instead of mapping it; prepare: compute the static index's\n"
+                  "tables when the file lacks them (False: the file's own, or none); verify:\n"
+                  "check every checksum first;\n"
                   "child_records: precompute child records, faster sam-cal steps, same drafts\n"
                   "(docs/python.md).")
       .def("verify", &Index::Verify, "Checks every section's checksum; raises Error if one fails.")

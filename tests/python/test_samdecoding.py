@@ -435,7 +435,7 @@ class HeaderTest(unittest.TestCase):
         self.assertEqual(index.version[0], 1)
         self.assertEqual(index.file_size, os.path.getsize(INDEX))
         self.assertTrue(index.prepared)
-        self.assertFalse(sd.Index.open(INDEX, prepare=False).prepared)
+        self.assertFalse(sd.Index.open(INDEX, prepare=False).prepared)  # a file without sections
         self.assertEqual(sd.Index.open(INDEX, prepare=False).prepared_bytes, 0)
         # Child records: prepared with them (even with prepare=False), and bigger.
         self.assertEqual(index.child_record_bytes, 0)
@@ -1017,8 +1017,14 @@ class BoundsTest(unittest.TestCase):
             self.assertIn("sam-build --upgrade " + paths["without"], str(w.warning))
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
-                sd.Index.open(paths["without"], prepare=False)  # nothing computed: no warning
+                bare = sd.Index.open(paths["without"], prepare=False)  # nothing computed
             self.assertEqual([str(w.message) for w in caught], [])
+            self.assertFalse(bare.prepared)
+            self.assertEqual(bare.prepared_bytes, 0)
+            # prepare=False takes what a file holds: its sections and child records.
+            unprepared = sd.Index.open(paths["records"], prepare=False)
+            self.assertTrue(unprepared.prepared)
+            self.assertGreater(unprepared.child_record_bytes, 0)
             # A file with child records: a default open maps and uses them (nothing private,
             # child_records=True changes nothing); a file without them computes them on request.
             records = sd.Index.open(paths["records"])
@@ -1032,7 +1038,7 @@ class BoundsTest(unittest.TestCase):
             self.assertGreater(computed.prepared_bytes, plain.prepared_bytes)
             stream = [1, 2, 5, 4, 38, 2, 1, 2, 7, 4, 52, 2, 1, 2, 5, 4]
             drafts = []
-            for index in (plain, old, records, computed):
+            for index in (plain, old, records, computed, bare, unprepared):
                 session = sd.Session(policy="sam-cal")
                 session.attach(index)
                 session.prefill(stream[:2])
