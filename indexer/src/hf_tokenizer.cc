@@ -145,17 +145,20 @@ std::array<uint32_t, 256> ByteLevelAlphabet() {
   throw TokenizerError(ErrorCode::kTokenizer, {.file = path}, what);
 }
 
+// `where` is a plain string, not a std::string: a reference bound to the
+// result of a call that took a class temporary is what GCC 13's
+// -Wdangling-reference warns of, though this result lives in `object`.
 const json& Field(const std::string& path, const json& object, const char* key,
-                  const std::string& where) {
+                  const char* where) {
   if (!object.is_object() || !object.contains(key))
-    Refuse(path, where + " lacks \"" + key + "\"");
+    Refuse(path, std::string(where) + " lacks \"" + key + "\"");
   return object.at(key);
 }
 
 std::string StringField(const std::string& path, const json& object, const char* key,
-                        const std::string& where) {
+                        const char* where) {
   const json& v = Field(path, object, key, where);
-  if (!v.is_string()) Refuse(path, where + "." + key + " is not a string");
+  if (!v.is_string()) Refuse(path, std::string(where) + "." + key + " is not a string");
   return v.get<std::string>();
 }
 
@@ -729,7 +732,8 @@ void ParseAddedTokens(const std::string& path, const json& added, State& s) {
   for (const json& a : added) {
     AddedToken t;
     t.content = StringField(path, a, "content", "added token");
-    const json& id = Field(path, a, "id", "added token \"" + t.content + "\"");
+    const std::string where = "added token \"" + t.content + "\"";
+    const json& id = Field(path, a, "id", where.c_str());
     if (!id.is_number_unsigned() || id.get<uint64_t>() >= (uint64_t{1} << 31))
       Refuse(path, "added token \"" + t.content + "\" has no valid id");
     t.id = id.get<uint32_t>();
