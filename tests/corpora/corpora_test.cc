@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -15,7 +16,6 @@
 #include <functional>
 #include <initializer_list>
 #include <iostream>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -687,15 +687,39 @@ std::set<std::string> FetchShLayout() {
   std::ifstream in(std::string(SAM_CORPORA_SOURCE_DIR) + "/fetch.sh");
   std::stringstream buffer;
   buffer << in.rdbuf();
-  const std::string script = std::regex_replace(buffer.str(), std::regex("\\\\\n\\s*"), " ");
-  std::set<std::string> paths;
-  const std::regex fetch_call("(^|\n)(fetch|fetch_gz) +\\S+ +(\\S+)");
-  for (std::sregex_iterator it(script.begin(), script.end(), fetch_call), end; it != end; ++it) {
-    paths.insert((*it)[3]);
+  // Continued lines joined (a backslash, the newline and the next line's
+  // indentation become one space). Plain string code rather than std::regex,
+  // inside which GCC 12 warns falsely in an ASan build.
+  std::string script;
+  const std::string raw = buffer.str();
+  for (size_t i = 0; i < raw.size(); ++i) {
+    if (raw[i] == '\\' && i + 1 < raw.size() && raw[i + 1] == '\n') {
+      i += 2;
+      while (i < raw.size() && std::isspace(static_cast<unsigned char>(raw[i]))) ++i;
+      script += ' ';
+      --i;
+    } else {
+      script += raw[i];
+    }
   }
-  const std::regex converted("mv -f \"\\$dest/[^\"]+\\.part\" \"\\$dest/([^\"]+)\"");
-  for (std::sregex_iterator it(script.begin(), script.end(), converted), end; it != end; ++it) {
-    paths.insert((*it)[1]);
+  std::set<std::string> paths;
+  std::istringstream lines(script);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream words(line);
+    std::string command, url, path;
+    if (words >> command >> url >> path && (command == "fetch" || command == "fetch_gz") &&
+        (line.rfind("fetch ", 0) == 0 || line.rfind("fetch_gz ", 0) == 0))
+      paths.insert(path);
+  }
+  const std::string move = "mv -f \"$dest/", part = ".part\" \"$dest/";
+  for (size_t at = script.find(move); at != std::string::npos; at = script.find(move, at + 1)) {
+    const size_t from_end = script.find('"', at + move.size());
+    if (from_end == std::string::npos || from_end < at + move.size() + 6 ||
+        script.compare(from_end - 5, part.size(), part) != 0)
+      continue;
+    const size_t to = from_end - 5 + part.size();
+    const size_t to_end = script.find('"', to);
+    if (to_end != std::string::npos && to_end > to) paths.insert(script.substr(to, to_end - to));
   }
   return paths;
 }
