@@ -460,6 +460,21 @@ uint64_t sam_index_num_documents(const sam_index* index) {
   return index == nullptr ? 0 : index->file->header().num_documents;
 }
 
+unsigned sam_index_accelerators(const sam_index* index) {
+  if (index == nullptr || index->prepared == nullptr) return 0;
+  const sam::runtime::StaticIndex& s = *index->prepared;
+  unsigned bits = 0;
+  if (s.prepared()) {
+    bits |= SAM_INDEX_HUB_TABLES;
+    if (!s.accelerators_from_file()) bits |= SAM_INDEX_COMPUTED;
+  }
+  if (s.has_records()) {
+    bits |= SAM_INDEX_CHILD_RECORDS;
+    if (!s.records_from_file()) bits |= SAM_INDEX_COMPUTED;
+  }
+  return bits;
+}
+
 // ---- Shard sets -------------------------------------------------------------
 
 int sam_shard_set_open(const char* path, const char* expected_tokenizer_sha256, unsigned flags,

@@ -1074,6 +1074,50 @@ TEST_F(CapiTest, DefaultOpenDraftsWithTheFilesOwnSections) {
   std::remove(damaged.c_str());
 }
 
+// sam_index_accelerators says what an open's sessions draft with, against
+// what the file holds (read by the format reader) and what the flags compute:
+// a file without sections, one with hub tables and a filter, one with child
+// records too.
+TEST_F(CapiTest, AcceleratorsSayWhatSessionsDraftWith) {
+  const std::string tables = TempPath("capi_tables.sam"), records = TempPath("capi_records.sam");
+  const sam::runtime::StaticIndex::Options prepare = sam::runtime::PrepareOptions(false);
+  sam::format::AcceleratorParams params{
+      .min_degree = static_cast<uint32_t>(prepare.min_degree),
+      .top_k = static_cast<uint32_t>(prepare.top_k),
+      .filter_bits_per_edge = prepare.filter_bits_per_edge};
+  sam::automaton::IndexInfo info;
+  info.accelerators = params;
+  sam::automaton::BuildIndexFile(*documents_, kVocab, tables, info);
+  params.record_min_count = sam::format::kChildRecordMinCount;
+  info.accelerators = params;
+  sam::automaton::BuildIndexFile(*documents_, kVocab, records, info);
+  EXPECT_EQ(sam_index_accelerators(nullptr), 0u);
+  for (const std::string& path : {*path_, tables, records}) {
+    const auto file = sam::format::IndexFile::Open(path);
+    const bool has_tables = file.view().hubs().present();
+    const bool has_records = file.view().child_records().present();
+    SCOPED_TRACE(path);
+    ASSERT_EQ(has_tables, path != *path_);
+    ASSERT_EQ(has_records, path == records);
+    for (const unsigned flags : {0u, unsigned{SAM_OPEN_READ}, unsigned{SAM_OPEN_PREPARE},
+                                 unsigned{SAM_OPEN_CHILD_RECORDS}}) {
+      SCOPED_TRACE("flags " + std::to_string(flags));
+      const bool want_tables = has_tables || flags & (SAM_OPEN_PREPARE | SAM_OPEN_CHILD_RECORDS);
+      const bool want_records = has_records || flags & SAM_OPEN_CHILD_RECORDS;
+      const bool computed = (want_tables && !has_tables) || (want_records && !has_records);
+      const unsigned expected = (want_tables ? unsigned{SAM_INDEX_HUB_TABLES} : 0u) |
+                                (want_records ? unsigned{SAM_INDEX_CHILD_RECORDS} : 0u) |
+                                (computed ? unsigned{SAM_INDEX_COMPUTED} : 0u);
+      sam_index* index = nullptr;
+      ASSERT_EQ(sam_index_open(path.c_str(), nullptr, flags, &index), SAM_OK) << sam_last_error();
+      EXPECT_EQ(sam_index_accelerators(index), expected);
+      sam_index_close(index);
+    }
+  }
+  std::remove(tables.c_str());
+  std::remove(records.c_str());
+}
+
 // sam_session_config's tree_nodes and tree_width reach sam-tree: the drafts equal a C++
 // session's with the same options, for settings whose drafts differ.
 TEST_F(CapiTest, TreeNodesAndWidthAsTheSession) {

@@ -191,6 +191,25 @@ SAM_API int sam_index_verify(const sam_index* index);
 SAM_API uint32_t sam_index_vocab_size(const sam_index* index);
 SAM_API uint64_t sam_index_num_tokens(const sam_index* index);
 SAM_API uint64_t sam_index_num_documents(const sam_index* index);
+/* What the index's sessions draft with besides the automaton, as returned by
+ * sam_index_accelerators: a bitwise OR of these. */
+enum {
+  /* Hub tables and an edge filter (about twice as fast a step). */
+  SAM_INDEX_HUB_TABLES = 1,
+  /* Child records (about half the calibrated policy's step time again). */
+  SAM_INDEX_CHILD_RECORDS = 2,
+  /* Some of them were computed at open into this process's private memory
+   * (SAM_OPEN_PREPARE or SAM_OPEN_CHILD_RECORDS on a file without them)
+   * rather than mapped from the file and shared by every process. */
+  SAM_INDEX_COMPUTED = 4
+};
+/* SAM_INDEX_* bits; 0 for a NULL handle, or for a file written without
+ * drafting sections (format 1.0, sam-build --no-accelerators) opened
+ * without SAM_OPEN_PREPARE: the same drafts at about twice the step cost.
+ * A service can check this at start and log, as the tools print, that
+ * `sam-build --upgrade FILE` adds them (or that SAM_INDEX_COMPUTED costs
+ * every process its own copy). */
+SAM_API unsigned sam_index_accelerators(const sam_index* index);
 
 /* ---- Shard sets ---------------------------------------------------------- */
 
