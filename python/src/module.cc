@@ -111,7 +111,6 @@ class Index {
     const std::string path = FsPath(path_object);
     const std::optional<sam::format::Sha256Digest> tokenizer = ExpectedTokenizer(tokenizer_object);
     auto index = std::make_shared<Index>();
-    bool warn = false;
     {
       py::gil_scoped_release release;
       sam::format::OpenOptions options;
@@ -123,15 +122,11 @@ class Index {
       // Without prepare, what the file holds, nothing computed (O(1)): its
       // drafting sections when sam-build wrote them, else the plain
       // automaton; as a C sam_index_open without SAM_OPEN_PREPARE.
-      const bool compute = prepare || child_records;
       index->prepared_ =
-          compute ? sam::runtime::StaticIndex::Create(index->file_->shared_view(),
-                                                      sam::runtime::PrepareOptions(child_records))
-                  : sam::runtime::StaticIndex::FromFile(index->file_->shared_view(),
-                                                        sam::runtime::PrepareOptions(false));
-      warn = compute && !index->file_->view().hubs().present();
+          sam::runtime::IndexForOpen(index->file_->shared_view(), prepare, child_records);
     }
-    if (warn) WarnNoAccelerators(path);
+    if ((prepare || child_records) && !index->file_->view().hubs().present())
+      WarnNoAccelerators(path);
     return index;
   }
 

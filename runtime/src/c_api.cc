@@ -428,13 +428,9 @@ int sam_index_open(const char* path, const char* expected_tokenizer_sha256, unsi
                                 : sam::format::IndexFile::Open(path, options));
     // Without PREPARE, what the file holds (O(1)): its drafting sections
     // when sam-build wrote them, else the plain automaton.
-    if (flags & (SAM_OPEN_PREPARE | SAM_OPEN_CHILD_RECORDS))
-      index->prepared = sam::runtime::StaticIndex::Create(
-          index->file->shared_view(),
-          sam::runtime::PrepareOptions((flags & SAM_OPEN_CHILD_RECORDS) != 0));
-    else
-      index->prepared = sam::runtime::StaticIndex::FromFile(index->file->shared_view(),
-                                                            sam::runtime::PrepareOptions(false));
+    index->prepared = sam::runtime::IndexForOpen(index->file->shared_view(),
+                                                 (flags & SAM_OPEN_PREPARE) != 0,
+                                                 (flags & SAM_OPEN_CHILD_RECORDS) != 0);
     *out = index.release();
   });
 }

@@ -402,6 +402,18 @@ inline StaticIndex::Options PrepareOptions(bool child_records) {
   return options;
 }
 
+// The StaticIndex that the sessions of an opened index file attach, as
+// sam_index_open and Python's Index.open give it: with `prepare` or
+// `child_records`, Create with PrepareOptions(child_records) (the file's
+// sections when they fit, else computed at open); without, FromFile (what
+// the file holds, nothing computed: a plain automaton when it has none).
+inline std::shared_ptr<const StaticIndex> IndexForOpen(std::shared_ptr<const format::IndexView> view,
+                                                       bool prepare, bool child_records) {
+  if (prepare || child_records)
+    return StaticIndex::Create(std::move(view), PrepareOptions(child_records));
+  return StaticIndex::FromFile(std::move(view), PrepareOptions(false));
+}
+
 }  // namespace sam::runtime
 
 #endif  // SAM_RUNTIME_STATIC_INDEX_H_
