@@ -735,7 +735,7 @@ void ParseAddedTokens(const std::string& path, const json& added, State& s) {
     const std::string where = "added token \"" + t.content + "\"";
     const json& id = Field(path, a, "id", where.c_str());
     if (!id.is_number_unsigned() || id.get<uint64_t>() >= (uint64_t{1} << 31))
-      Refuse(path, "added token \"" + t.content + "\" has no valid id");
+      Refuse(path, where + " has no valid id");
     t.id = id.get<uint32_t>();
     t.special = BoolField(a, "special", false);
     t.lstrip = BoolField(a, "lstrip", false);
