@@ -1002,6 +1002,17 @@ std::vector<std::vector<uint32_t>> FirstDrafts(const std::string& path,
   return drafts;
 }
 
+// Drafting sections built with the parameters a C open uses
+// (PrepareOptions), with child records or without.
+sam::format::AcceleratorParams CDefaultSections(bool child_records) {
+  const sam::runtime::StaticIndex::Options prepare = sam::runtime::PrepareOptions(false);
+  return sam::format::AcceleratorParams{
+      .min_degree = static_cast<uint32_t>(prepare.min_degree),
+      .top_k = static_cast<uint32_t>(prepare.top_k),
+      .filter_bits_per_edge = prepare.filter_bits_per_edge,
+      .record_min_count = child_records ? sam::format::kChildRecordMinCount : 0};
+}
+
 // A default open (flags 0) drafts with the drafting sections a file holds
 // (sam-build's hub tables, edge filter and child records), in O(1): the same
 // drafts as the bare automaton and as SAM_OPEN_PREPARE. That it reads them
@@ -1012,18 +1023,15 @@ TEST_F(CapiTest, DefaultOpenDraftsWithTheFilesOwnSections) {
   const std::string with = TempPath("capi_sections.sam"), damaged = TempPath("capi_damaged.sam");
   sam::automaton::IndexInfo info;
   info.tokenizer_sha256 = FakeTokenizerDigest();
-  const sam::runtime::StaticIndex::Options prepare = sam::runtime::PrepareOptions(false);
-  info.accelerators = sam::format::AcceleratorParams{
-      .min_degree = static_cast<uint32_t>(prepare.min_degree),
-      .top_k = static_cast<uint32_t>(prepare.top_k),
-      .filter_bits_per_edge = prepare.filter_bits_per_edge,
-      .record_min_count = sam::format::kChildRecordMinCount};
+  info.accelerators = CDefaultSections(true);
   sam::automaton::BuildIndexFile(*documents_, kVocab, with, info);
   {
     const auto file = sam::format::IndexFile::Open(with);
     ASSERT_TRUE(file.view().hubs().present());
     ASSERT_TRUE(file.view().child_records().present());
-    ASSERT_TRUE(sam::runtime::StaticIndex::FromFile(file.shared_view(), prepare)->records_from_file());
+    ASSERT_TRUE(sam::runtime::StaticIndex::FromFile(file.shared_view(),
+                                                    sam::runtime::PrepareOptions(false))
+                    ->records_from_file());
   }
   sam::runtime::Rng rng(12);
   for (const int policy : {SAM_POLICY_PAPER, SAM_POLICY_TREE, SAM_POLICY_CALIBRATED}) {
@@ -1080,16 +1088,10 @@ TEST_F(CapiTest, DefaultOpenDraftsWithTheFilesOwnSections) {
 // records too.
 TEST_F(CapiTest, AcceleratorsSayWhatSessionsDraftWith) {
   const std::string tables = TempPath("capi_tables.sam"), records = TempPath("capi_records.sam");
-  const sam::runtime::StaticIndex::Options prepare = sam::runtime::PrepareOptions(false);
-  sam::format::AcceleratorParams params{
-      .min_degree = static_cast<uint32_t>(prepare.min_degree),
-      .top_k = static_cast<uint32_t>(prepare.top_k),
-      .filter_bits_per_edge = prepare.filter_bits_per_edge};
   sam::automaton::IndexInfo info;
-  info.accelerators = params;
+  info.accelerators = CDefaultSections(false);
   sam::automaton::BuildIndexFile(*documents_, kVocab, tables, info);
-  params.record_min_count = sam::format::kChildRecordMinCount;
-  info.accelerators = params;
+  info.accelerators = CDefaultSections(true);
   sam::automaton::BuildIndexFile(*documents_, kVocab, records, info);
   EXPECT_EQ(sam_index_accelerators(nullptr), 0u);
   for (const std::string& path : {*path_, tables, records}) {
