@@ -2,18 +2,20 @@
 // say.
 //
 // Checksums catch accidents, not a file whose checksums were recomputed after
-// its contents changed. Each section of a test index is overwritten in turn
-// with zeros, ones, random bytes or its own two halves swapped, then
-// re-sealed (section and header checksums recomputed, so that every checksum
-// check passes), and:
+// its contents changed. Each section of a test index (in the two kinds of
+// FileKind: hub tables at min_degree 4, and at the C parameters) is
+// overwritten in turn, whole or in part (Region), with zeros, ones, random
+// bytes or its own two halves swapped, then re-sealed (section and header
+// checksums recomputed, so that every checksum check passes), and:
 //  (a) deep verify (IndexFile::Verify: sam-inspect --verify, SAM_OPEN_VERIFY)
 //      refuses the file with a structural error whose message lists the
 //      damaged section among the sections it read, then names the invariant;
 //  (b) opened without verify, the file is either refused at open or drives
 //      sessions (paper, tree and calibrated policies; the bare IndexView,
 //      StaticIndexes that read the file's accelerator sections and child
-//      records, one that computes its records, and the C API with
-//      SAM_OPEN_PREPARE) through many steps on random streams, each
+//      records, one that computes its records, and the C API opened with
+//      flags 0 and with SAM_OPEN_PREPARE) through many steps on random
+//      streams, each
 //      returning a well-formed draft or an error. Damage to sections that
 //      drafting never reads (META, VOCB, TEST) leaves every draft as it was.
 // The child records (RECS) are read unchecked after an O(1) open, so they
@@ -30,6 +32,8 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <map>
+#include <ostream>
 #include <memory>
 #include <random>
 #include <string>
@@ -53,6 +57,25 @@ using test_util::TempPath;
 using test_util::Text;
 
 constexpr uint32_t kVocab = 24;
+
+// The two files the harness damages: both carry every section (hub tables,
+// edge filter and child records at record_min_count 2, top_k 8, 10 filter
+// bits per edge) and differ in the hub threshold:
+//  - min_degree 4 (kLowDegree): many hubs, read by the C++ StaticIndexes
+//    below; a C open, whose min_degree is 32, cannot take them, so C drafts
+//    from the bare view (flags 0) or computes its own tables (PREPARE);
+//  - min_degree 32 (kCDefaults): the parameters sam-build writes and a C open
+//    takes, so that C sessions opened with flags 0 draft from the file's
+//    own (damaged) sections. Its vocabulary is larger, for states of 32
+//    transitions and more.
+struct FileKind {
+  const char* name;
+  uint32_t vocab;
+  uint64_t min_degree;
+};
+constexpr FileKind kLowDegree{"hubs_at_4", kVocab, 4};
+constexpr FileKind kCDefaults{"c_defaults", 40, 32};
+void PrintTo(const FileKind& kind, std::ostream* os) { *os << kind.name; }
 
 // FORMAT.md sections 2 and 3: the header's section count and state width, and
 // each table entry's tag, offset and size. Checksums are recomputed with
@@ -110,13 +133,48 @@ const char* Name(Damage d) {
   return "?";
 }
 
-// Where the damage goes: the whole section, or all of it but its first and
-// last 16 bytes. Opening reads a few values at both ends of a section (and
-// its zero padding at the end), so whole-section damage is mostly refused
-// there; interior damage passes those checks and reaches the sessions.
-enum class Region { kWhole, kInterior };
-constexpr Region kRegions[] = {Region::kWhole, Region::kInterior};
-constexpr uint64_t kEdgeBytes = 16;
+// Where the damage goes: the whole section; all of it but its first and
+// last 16 bytes (interior); all of it but its first 64 bytes and last 16
+// (body); or one quarter of the body. Opening reads a few values at both
+// ends of a section (and its zero padding at the end), so whole-section
+// damage is mostly refused there; interior damage passes those checks and
+// reaches the sessions, except in the drafting sections (HUBS, FILT, RECS),
+// whose 64-byte heads opening checks against the automaton: body damage
+// leaves their heads. A quarter leaves the rest of the body too, so that
+// the arrays it does not reach still lead to the one it damages (a hub
+// table's entries to its children lists, say).
+enum class Region { kWhole, kInterior, kBody, kQuarter1, kQuarter2, kQuarter3, kQuarter4 };
+constexpr Region kRegions[] = {Region::kWhole,    Region::kInterior, Region::kBody,
+                               Region::kQuarter1, Region::kQuarter2, Region::kQuarter3,
+                               Region::kQuarter4};
+constexpr uint64_t kEdgeBytes = 16, kHeadBytes = 64;
+
+const char* Name(Region r) {
+  static constexpr const char* kNames[] = {"",
+                                           " interior",
+                                           " body",
+                                           " body quarter 1",
+                                           " body quarter 2",
+                                           " body quarter 3",
+                                           " body quarter 4"};
+  return kNames[static_cast<size_t>(r)];
+}
+
+// The bytes [first, first + second) of a section of `size` bytes that
+// region r damages.
+std::pair<uint64_t, uint64_t> Part(Region r, uint64_t size) {
+  if (r == Region::kWhole) return {0, size};
+  if (r == Region::kInterior) {
+    const uint64_t skip = std::min(kEdgeBytes, size / 2);
+    return {skip, size - 2 * skip};
+  }
+  const uint64_t front = std::min(kHeadBytes, size / 2);
+  const uint64_t body = size - front - std::min(kEdgeBytes, size - front);
+  if (r == Region::kBody) return {front, body};
+  const uint64_t q = static_cast<uint64_t>(r) - static_cast<uint64_t>(Region::kQuarter1);
+  const uint64_t begin = body * q / 4, end = body * (q + 1) / 4;
+  return {front + begin, end - begin};
+}
 
 // Overwrites p[0, size) with damage d.
 void Apply(uint8_t* p, uint64_t size, Damage d, std::mt19937_64& rng) {
@@ -139,8 +197,8 @@ void Apply(uint8_t* p, uint64_t size, Damage d, std::mt19937_64& rng) {
 Bytes Damaged(const Bytes& original, const Section& s, Region region, Damage d,
               std::mt19937_64& rng) {
   Bytes b = original;
-  const uint64_t skip = region == Region::kInterior ? std::min(kEdgeBytes, s.size / 2) : 0;
-  Apply(b.data() + s.offset + skip, s.size - 2 * skip, d, rng);
+  const auto [first, length] = Part(region, s.size);
+  Apply(b.data() + s.offset + first, length, d, rng);
   sam::testing::Reseal(b.data(), b.size());
   return b;
 }
@@ -163,11 +221,12 @@ struct Corpus {
   Bytes bytes;
 };
 
-Corpus BuildCorpus(const std::string& path) {
+Corpus BuildCorpus(const std::string& path, const FileKind& kind = kLowDegree) {
+  const uint32_t vocab = kind.vocab;
   std::mt19937 rng(8);
   Corpus c;
   Text phrase(25);
-  for (auto& t : phrase) t = rng() % kVocab;
+  for (auto& t : phrase) t = rng() % vocab;
   for (int d = 0; d < 50; ++d) {
     Text doc;
     while (doc.size() < 40) {
@@ -176,29 +235,31 @@ Corpus BuildCorpus(const std::string& path) {
         doc.insert(doc.end(), phrase.begin() + from,
                    phrase.begin() + std::min<size_t>(phrase.size(), from + 8));
       } else {
-        doc.push_back(rng() % 3 == 0 ? rng() % 4 : rng() % kVocab);
+        doc.push_back(rng() % 3 == 0 ? rng() % 4 : rng() % vocab);
       }
     }
     c.docs.push_back(doc);
   }
   automaton::IndexInfo info;
-  for (uint32_t t = 0; t < kVocab; ++t) info.vocabulary.push_back(std::string("t").append(std::to_string(t)));
+  for (uint32_t t = 0; t < vocab; ++t) info.vocabulary.push_back(std::string("t").append(std::to_string(t)));
   // The accelerator sections and child records with the parameters the
   // sessions below use, so that they read the file's tables and records
   // (damaged ones included).
-  info.accelerators = format::AcceleratorParams{
-      .min_degree = 4, .top_k = 8, .filter_bits_per_edge = 10, .record_min_count = 2};
-  automaton::BuildIndexFile(c.docs, kVocab, path, info);
+  info.accelerators = format::AcceleratorParams{.min_degree = static_cast<uint32_t>(kind.min_degree),
+                                                .top_k = 8,
+                                                .filter_bits_per_edge = 10,
+                                                .record_min_count = 2};
+  automaton::BuildIndexFile(c.docs, vocab, path, info);
   c.bytes = ReadFile(path);
   return c;
 }
 
 // Streams: stretches of the documents with random tokens between them.
-Text Stream(const std::vector<Text>& docs, std::mt19937& rng, size_t length) {
+Text Stream(const std::vector<Text>& docs, uint32_t vocab, std::mt19937& rng, size_t length) {
   Text s;
   while (s.size() < length) {
     if (rng() % 3 == 0) {
-      s.push_back(rng() % kVocab);
+      s.push_back(rng() % vocab);
     } else {
       const Text& d = docs[rng() % docs.size()];
       const size_t from = rng() % d.size();
@@ -209,8 +270,8 @@ Text Stream(const std::vector<Text>& docs, std::mt19937& rng, size_t length) {
 }
 
 std::string Malformed(const uint32_t* tokens, const int32_t* parents, const uint16_t* depths,
-                      size_t count, uint32_t start, size_t budget) {
-  return test_util::MalformedDraft(tokens, parents, depths, count, start, kVocab, budget);
+                      size_t count, uint32_t start, uint32_t vocab, size_t budget) {
+  return test_util::MalformedDraft(tokens, parents, depths, count, start, vocab, budget);
 }
 
 constexpr Policy kPolicies[] = {Policy::kPaper, Policy::kTree, Policy::kCalibrated};
@@ -225,16 +286,18 @@ size_t Budget(Policy p) {
 using Drafts = std::vector<Text>;
 
 struct Workload {
+  uint32_t vocab;
   Text prompt;
   Text stream;
 };
 
-std::vector<Workload> Workloads(const std::vector<Text>& docs) {
+std::vector<Workload> Workloads(const std::vector<Text>& docs, uint32_t vocab = kVocab) {
   std::mt19937 rng(21);
   std::vector<Workload> w(3);
   for (Workload& x : w) {
-    x.prompt = Stream(docs, rng, 30);
-    x.stream = Stream(docs, rng, 300);
+    x.vocab = vocab;
+    x.prompt = Stream(docs, vocab, rng, 30);
+    x.stream = Stream(docs, vocab, rng, 300);
   }
   return w;
 }
@@ -248,7 +311,7 @@ Drafts Drive(Session& s, Policy policy, const Workload& w, std::string* error) {
   for (size_t pos = 0; pos < w.stream.size();) {
     const DraftTree& t = s.Propose(w.stream[pos]);
     const std::string bad = Malformed(t.tokens.data(), t.parents.data(), t.depths.data(), t.size(),
-                                      w.stream[pos], Budget(policy));
+                                      w.stream[pos], w.vocab, Budget(policy));
     if (!bad.empty()) {
       *error = "step at " + std::to_string(pos) + ": " + bad;
       return drafts;
@@ -290,7 +353,7 @@ Drafts DriveC(sam_index* index, sam_policy policy, const Workload& w, std::strin
       break;
     }
     const std::string bad =
-        Malformed(d.tokens, d.parents, d.depths, d.count, w.stream[pos], Budget(p));
+        Malformed(d.tokens, d.parents, d.depths, d.count, w.stream[pos], w.vocab, Budget(p));
     if (!bad.empty()) {
       *error = "C API step at " + std::to_string(pos) + ": " + bad;
       break;
@@ -324,32 +387,47 @@ struct Driven {
   bool records_from_file = false;  // the default StaticIndex took the file's RECS
   // Steps of the sessions over that StaticIndex, per policy (kPolicies).
   size_t file_record_steps[std::size(kPolicies)] = {};
+  // The C open with flags 0 opened, and drafted from the file's own hub
+  // tables and filter (sam_index_accelerators: SAM_INDEX_HUB_TABLES, not
+  // SAM_INDEX_COMPUTED), and from its child records.
+  bool c_opened = false, c_file_tables = false, c_file_records = false;
 };
 
-// StaticIndex options over the test index (its accelerators have min_degree
-// 4): the defaults otherwise, which take the file's hub tables, edge filter
-// and child records; top_k 4, which takes its hub tables and filter but not
-// its records (they hold 8 children) and computes none; record_min_count 3,
+// StaticIndex options over a test index of `kind` (at its min_degree): the
+// defaults otherwise, which take the file's hub tables, edge filter and
+// child records; top_k 4, which takes its hub tables and filter but not its
+// records (they hold 8 children) and computes none; record_min_count 3,
 // which computes records from the automaton (the file's are at 2).
-constexpr StaticIndex::Options kFileRecords{.min_degree = 4};
-constexpr StaticIndex::Options kNoRecords{.min_degree = 4, .top_k = 4};
-constexpr StaticIndex::Options kComputedRecords{.min_degree = 4, .record_min_count = 3};
+struct VariantOptions {
+  StaticIndex::Options file_records, no_records, computed_records;
+};
+VariantOptions OptionsFor(const FileKind& kind) {
+  return VariantOptions{{.min_degree = kind.min_degree},
+                        {.min_degree = kind.min_degree, .top_k = 4},
+                        {.min_degree = kind.min_degree, .record_min_count = 3}};
+}
 
-// Every run over the index at `path`, opened without verify: per policy and
-// workload, the bare view, then a StaticIndex with each of the options above;
-// then the C API with SAM_OPEN_PREPARE (whose default min_degree of 32
-// computes its own hub tables). Appends what each drafted to *all (empty runs
-// where the file was refused at open).
-Driven DriveEverything(const std::string& path, const std::vector<Workload>& workloads,
-                       std::vector<Drafts>* all, std::string* error) {
+// The C opens: flags 0 (the file's own sections when they were built with
+// the C parameters, else the bare view) and SAM_OPEN_PREPARE (which computes
+// what the file lacks at those parameters).
+constexpr unsigned kCOpenFlags[] = {0, SAM_OPEN_PREPARE};
+
+// Every run over the index at `path` (a file of `kind`), opened without
+// verify: per policy and workload, the bare view, then a StaticIndex with
+// each of OptionsFor(kind); then the C API with each of kCOpenFlags. Appends
+// what each drafted to *all (empty runs where the file was refused at open).
+Driven DriveEverything(const std::string& path, const FileKind& kind,
+                       const std::vector<Workload>& workloads, std::vector<Drafts>* all,
+                       std::string* error) {
   Driven driven;
   std::unique_ptr<format::IndexFile> file;
   std::shared_ptr<const StaticIndex> indexes[3];
   try {
+    const VariantOptions options = OptionsFor(kind);
     file = std::make_unique<format::IndexFile>(format::IndexFile::Open(path));
-    indexes[0] = StaticIndex::Create(&file->view(), kFileRecords);
-    indexes[1] = StaticIndex::Create(&file->view(), kNoRecords);
-    indexes[2] = StaticIndex::Create(&file->view(), kComputedRecords);
+    indexes[0] = StaticIndex::Create(&file->view(), options.file_records);
+    indexes[1] = StaticIndex::Create(&file->view(), options.no_records);
+    indexes[2] = StaticIndex::Create(&file->view(), options.computed_records);
     driven.opened = true;
     driven.records_from_file = indexes[0]->records_from_file();
   } catch (const format::FormatError&) {
@@ -372,15 +450,24 @@ Driven DriveEverything(const std::string& path, const std::vector<Workload>& wor
       }
     }
   }
-  sam_index* index = nullptr;
-  const int status = sam_index_open(path.c_str(), nullptr, SAM_OPEN_PREPARE, &index);
-  if (status != SAM_OK && std::string(sam_last_error()).empty()) *error = "open: no message";
-  for (sam_policy p : kCPolicies)
-    for (const Workload& w : workloads) {
-      all->push_back(status == SAM_OK ? DriveC(index, p, w, error) : Drafts{});
-      if (!error->empty()) break;
+  for (unsigned flags : kCOpenFlags) {
+    sam_index* index = nullptr;
+    const int status = sam_index_open(path.c_str(), nullptr, flags, &index);
+    if (status != SAM_OK && std::string(sam_last_error()).empty()) *error = "open: no message";
+    if (status == SAM_OK && flags == 0) {
+      const unsigned bits = sam_index_accelerators(index);
+      driven.c_opened = true;
+      driven.c_file_tables = (bits & SAM_INDEX_HUB_TABLES) != 0 && (bits & SAM_INDEX_COMPUTED) == 0;
+      driven.c_file_records = driven.c_file_tables && (bits & SAM_INDEX_CHILD_RECORDS) != 0;
     }
-  sam_index_close(index);
+    for (sam_policy p : kCPolicies)
+      for (const Workload& w : workloads) {
+        all->push_back(status == SAM_OK ? DriveC(index, p, w, error) : Drafts{});
+        if (!error->empty()) break;
+      }
+    sam_index_close(index);
+    if (!error->empty()) break;
+  }
   return driven;
 }
 
@@ -396,13 +483,32 @@ bool Lists(const std::string& sections, const std::string& tag) {
   return sections.find(tag) != std::string::npos;
 }
 
-TEST(CorruptIndex, EverySectionResealedWithDamageIsRefusedByVerifyAndNeverHangsASession) {
-  const std::string original_path = TempPath("corrupt_original.sam");
-  const Corpus corpus = BuildCorpus(original_path);
+// The two damage tests run over each kind of file (FileKind).
+class CorruptIndexFile : public ::testing::TestWithParam<FileKind> {};
+
+std::string KindName(const ::testing::TestParamInfo<FileKind>& info) { return info.param.name; }
+
+// The intact file of `kind`: the C open with flags 0 drafts from the file's
+// own sections at the C parameters, and from the bare view otherwise.
+void ExpectCOpenOfIntact(const FileKind& kind, const Driven& driven) {
+  ASSERT_TRUE(driven.c_opened);
+  if (kind.min_degree == StaticIndex::Options{}.min_degree) {
+    EXPECT_TRUE(driven.c_file_tables && driven.c_file_records)
+        << "a C open of the intact file does not take its sections";
+  } else {
+    EXPECT_FALSE(driven.c_file_tables);
+  }
+}
+
+TEST_P(CorruptIndexFile, EverySectionResealedWithDamageIsRefusedByVerifyAndNeverHangsASession) {
+  const FileKind kind = GetParam();
+  const std::string original_path = TempPath(std::string(kind.name) + "_corrupt_original.sam");
+  const Corpus corpus = BuildCorpus(original_path, kind);
   const std::vector<Section> sections = SectionsOf(corpus.bytes);
   ASSERT_EQ(sections.size(), 16u)
       << "expected every section, VOCB, TEST, HUBS, FILT and RECS included";
-  const std::vector<Workload> workloads = Workloads(corpus.docs);
+  const std::vector<Workload> workloads = Workloads(corpus.docs, kind.vocab);
+  const VariantOptions options = OptionsFor(kind);
 
   // The intact index: verify accepts it, and the harness reaches static drafts
   // through the file's accelerators and records, and through none.
@@ -411,35 +517,44 @@ TEST(CorruptIndex, EverySectionResealedWithDamageIsRefusedByVerifyAndNeverHangsA
   ASSERT_NO_THROW(format::IndexFile::Open(original_path, verify));
   {
     const format::IndexFile f = format::IndexFile::Open(original_path);
-    const auto file_records = StaticIndex::Create(&f.view(), kFileRecords);
+    const auto file_records = StaticIndex::Create(&f.view(), options.file_records);
     ASSERT_TRUE(file_records->accelerators_from_file());
     ASSERT_GT(file_records->num_hubs(), 0u);
     ASSERT_TRUE(file_records->records_from_file());
-    const auto no_records = StaticIndex::Create(&f.view(), kNoRecords);
+    const auto no_records = StaticIndex::Create(&f.view(), options.no_records);
     ASSERT_TRUE(no_records->accelerators_from_file());
     ASSERT_FALSE(no_records->has_records());
-    const auto computed = StaticIndex::Create(&f.view(), kComputedRecords);
+    const auto computed = StaticIndex::Create(&f.view(), options.computed_records);
     ASSERT_TRUE(computed->has_records());
     ASSERT_FALSE(computed->records_from_file());
   }
   std::vector<Drafts> intact;
   std::string error;
-  ASSERT_TRUE(DriveEverything(original_path, workloads, &intact, &error).records_from_file);
+  const Driven driven_intact = DriveEverything(original_path, kind, workloads, &intact, &error);
   ASSERT_EQ(error, "");
+  ASSERT_TRUE(driven_intact.records_from_file);
+  ExpectCOpenOfIntact(kind, driven_intact);
   size_t long_drafts = 0;
   for (const Drafts& run : intact)
     for (const Text& d : run) long_drafts += d.size() > 3;
   ASSERT_GT(long_drafts, 100u);
 
   std::mt19937_64 rng(99);
-  const std::string path = TempPath("corrupt_resealed.sam");
+  const std::string path = TempPath(std::string(kind.name) + "_corrupt_resealed.sam");
   size_t checked = 0, opened = 0;
+  // Damaged files of each drafting section that the C open with flags 0
+  // drafted from through the file's own sections.
+  std::map<std::string, size_t> c_file_sections;
   for (const Section& section : sections) {
     for (Region region : kRegions) {
+      // The cold sections are zstd frames, which interior damage already
+      // reaches; their bodies are not parsed in parts.
+      const bool cold = section.tag == "META" || section.tag == "VOCB" || section.tag == "TEST";
+      if (cold && region > Region::kInterior) continue;
       for (Damage damage : kDamages) {
         const Bytes bytes = Damaged(corpus.bytes, section, region, damage, rng);
         const std::string what =
-            section.tag + (region == Region::kWhole ? "" : " interior") + " with " + Name(damage);
+            section.tag + Name(region) + " with " + Name(damage);
         if (bytes == corpus.bytes) {
           // Skipped: the damage left the file as it was (zeros over a section
           // that holds only zero padding, such as an empty NCNT; swapped halves
@@ -464,8 +579,9 @@ TEST(CorruptIndex, EverySectionResealedWithDamageIsRefusedByVerifyAndNeverHangsA
         // (b) Without verify: refused at open, or sessions finish every step.
         std::vector<Drafts> runs;
         error.clear();
-        const Driven driven = DriveEverything(path, workloads, &runs, &error);
+        const Driven driven = DriveEverything(path, kind, workloads, &runs, &error);
         opened += driven.opened;
+        c_file_sections[section.tag] += driven.c_file_tables;
         EXPECT_EQ(error, "") << what;
         if (driven.opened) {  // the defaults read the file's records, damaged ones included
           EXPECT_TRUE(driven.records_from_file) << what;
@@ -480,6 +596,15 @@ TEST(CorruptIndex, EverySectionResealedWithDamageIsRefusedByVerifyAndNeverHangsA
               opened);
   EXPECT_GE(checked, 16u * 7);
   EXPECT_GE(opened, 16u * 2);  // the sessions did meet damaged indexes
+  if (driven_intact.c_file_tables) {
+    // ... and so did C sessions opened with flags 0, through each drafting
+    // section of the file.
+    for (const char* tag : {"HUBS", "FILT", "RECS"}) {
+      std::printf("%s: %zu damaged files drafted from by a C open with flags 0\n", tag,
+                  c_file_sections[tag]);
+      EXPECT_GE(c_file_sections[tag], 2u) << tag;
+    }
+  }
   std::remove(path.c_str());
   std::remove(original_path.c_str());
 }
@@ -580,13 +705,16 @@ std::string SweepRecords(const StaticIndex& index) {
 //    drafts: StaticIndex bounds each record head it reads (StaticIndex::Head)
 //    and each entry before it is used (StaticIndex::EntryOk),
 //    matching stops where a record's length does not shorten the match, and
-//    a draft tree is bounded by its budget.
+//    a draft tree is bounded by its budget. On the file at the C parameters,
+//    C sessions opened with flags 0 draft from the damaged records too.
 // A hang fails the test through its CTest TIMEOUT.
-TEST(CorruptIndex, DamagedChildRecordsAreRefusedByVerifyAndNeverHangASession) {
-  const std::string original_path = TempPath("recs_original.sam");
-  const Corpus corpus = BuildCorpus(original_path);
+TEST_P(CorruptIndexFile, DamagedChildRecordsAreRefusedByVerifyAndNeverHangASession) {
+  const FileKind kind = GetParam();
+  const std::string original_path = TempPath(std::string(kind.name) + "_recs_original.sam");
+  const Corpus corpus = BuildCorpus(original_path, kind);
   const Bytes& intact_bytes = corpus.bytes;
-  const std::vector<Workload> workloads = Workloads(corpus.docs);
+  const std::vector<Workload> workloads = Workloads(corpus.docs, kind.vocab);
+  const VariantOptions options = OptionsFor(kind);
   const format::IndexFile original = format::IndexFile::Open(original_path);
   const format::IndexView& view = original.view();
   const Recs recs(intact_bytes);
@@ -700,7 +828,7 @@ TEST(CorruptIndex, DamagedChildRecordsAreRefusedByVerifyAndNeverHangASession) {
       {"entry tokens at or past the vocabulary",
        [&](Bytes& b) {
          each_entry([&](uint32_t, uint32_t e) {
-           Store32(b, recs.FieldAt(e, kToken), e % 2 ? kVocab : format::kNoRecord);
+           Store32(b, recs.FieldAt(e, kToken), e % 2 ? kind.vocab : format::kNoRecord);
          });
        }},
       {"entry counts 0",
@@ -854,11 +982,13 @@ TEST(CorruptIndex, DamagedChildRecordsAreRefusedByVerifyAndNeverHangASession) {
 
   std::vector<Drafts> intact;
   std::string error;
-  ASSERT_TRUE(DriveEverything(original_path, workloads, &intact, &error).records_from_file);
+  const Driven driven_intact = DriveEverything(original_path, kind, workloads, &intact, &error);
   ASSERT_EQ(error, "");
+  ASSERT_TRUE(driven_intact.records_from_file);
+  ExpectCOpenOfIntact(kind, driven_intact);
   format::OpenOptions verify;
   verify.verify = true;
-  const std::string path = TempPath("recs_damaged.sam");
+  const std::string path = TempPath(std::string(kind.name) + "_recs_damaged.sam");
   size_t changed = 0;
   for (const Case& c : cases) {
     SCOPED_TRACE(c.what);
@@ -879,15 +1009,16 @@ TEST(CorruptIndex, DamagedChildRecordsAreRefusedByVerifyAndNeverHangASession) {
     }
     {
       const format::IndexFile file = format::IndexFile::Open(path);
-      const auto index = StaticIndex::Create(&file.view(), kFileRecords);
+      const auto index = StaticIndex::Create(&file.view(), options.file_records);
       ASSERT_TRUE(index->records_from_file());
       EXPECT_EQ(SweepRecords(*index), "");
     }
     std::vector<Drafts> runs;
     error.clear();
-    const Driven driven = DriveEverything(path, workloads, &runs, &error);
+    const Driven driven = DriveEverything(path, kind, workloads, &runs, &error);
     ASSERT_TRUE(driven.opened) << "refused at open: the damage must survive the O(1) checks";
     EXPECT_TRUE(driven.records_from_file);
+    EXPECT_EQ(driven.c_file_records, driven_intact.c_file_records);
     EXPECT_EQ(error, "");
     // A few hundred steps per policy over the file's damaged records.
     for (size_t p = 0; p < std::size(kPolicies); ++p)
@@ -905,6 +1036,9 @@ TEST(CorruptIndex, DamagedChildRecordsAreRefusedByVerifyAndNeverHangASession) {
   std::remove(path.c_str());
   std::remove(original_path.c_str());
 }
+
+INSTANTIATE_TEST_SUITE_P(CorruptIndex, CorruptIndexFile, ::testing::Values(kLowDegree, kCDefaults),
+                         KindName);
 
 // Sets value i of the packed array at `offset` of the given width.
 void SetPacked(Bytes& b, uint64_t offset, unsigned width, uint64_t i, uint64_t value) {
