@@ -235,12 +235,15 @@ TEST_P(ShardSetTest, CalibratedDraftsEqualTheSingleIndex) {
     const Union all(docs, vocab);
     // Hub tables keeping 8 children or 2; or 32 (kShardTopK, as
     // ShardIndexOptions) with child records, which merged lookups read
-    // instead of scanning (hubs 32 below).
-    Built built8, built2, built32;
+    // instead of scanning (hubs 32 below); or none (hubs 0: a threshold no
+    // state reaches, so that merged lookups read every state's children,
+    // and with vocabulary 100 keep the heaviest 32 of the states with more).
+    Built built8, built2, built32, built0;
     Build(docs, k, rng, &built8, {.min_degree = 4, .top_k = 8}, vocab);
     Build(docs, k, rng, &built2, {.min_degree = 2, .top_k = 2}, vocab);
     Build(docs, k, rng, &built32, {.min_degree = 16, .top_k = kShardTopK, .record_min_count = 2},
           vocab);
+    Build(docs, k, rng, &built0, {.min_degree = 1000, .top_k = 8}, vocab);
     ASSERT_TRUE(built32.shards[0]->has_records());
     // width 8: the shards' lists and their sums; 3: ties at the threshold;
     // 12: wider than the session's caches; 40, 64: as wide as the longest
@@ -248,8 +251,8 @@ TEST_P(ShardSetTest, CalibratedDraftsEqualTheSingleIndex) {
     for (const auto& [limit, width, hubs] :
          {std::tuple<size_t, size_t, int>{0, 8, 8}, {8, 8, 8}, {2, 8, 8}, {0, 3, 8},
           {0, 12, 8}, {4, 1, 8}, {0, 8, 2}, {0, 3, 2}, {8, 2, 2}, {0, 40, 2}, {0, 64, 8},
-          {0, 8, 32}, {2, 8, 32}, {0, 3, 32}, {0, 40, 32}}) {
-      const Built& built = hubs == 8 ? built8 : hubs == 2 ? built2 : built32;
+          {0, 8, 32}, {2, 8, 32}, {0, 3, 32}, {0, 40, 32}, {0, 8, 0}, {0, 3, 0}, {0, 40, 0}}) {
+      const Built& built = hubs == 8 ? built8 : hubs == 2 ? built2 : hubs == 32 ? built32 : built0;
       SessionOptions o;
       o.max_dynamic_bytes = 1 << 20;
       o.policy = Policy::kCalibrated;

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "index_children.h"
 #include "phase_marks.h"
 #include "sam/runtime/budget.h"
 

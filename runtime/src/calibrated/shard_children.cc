@@ -50,15 +50,18 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
       } else {
         // Its child record when it has one that holds the long list (a
         // shard's top_k is kShardTopK): the list's children without the
-        // scan; else the long list.
+        // scan; else its children read in place.
         if (hubs->options().top_k >= kLongChildren) {
           top = hubs->RecordChildren(e.state, &record_children);
           top = top.first(std::min(top.size(), kLongChildren));
         }
-        if (top.empty()) top = LongList(view, e.state);
         e.complete = top.size() < kLongChildren;
       }
-      lists.insert(lists.end(), top.begin(), top.end());  // copied: slots get reused
+      if (!top.empty()) {
+        lists.insert(lists.end(), top.begin(), top.end());  // copied: slots get reused
+      } else {
+        e.complete = AppendChildren(view, e.state);
+      }
     }
     e.list_size = static_cast<uint32_t>(lists.size() - e.list_begin);
     if (!e.complete && e.list_size > 0) {
@@ -150,6 +153,28 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
     if (merged.size() > width) merged.resize(width);
     return true;
   }
+  return false;
+}
+
+// A state that is not a hub has few children (fewer than the hub
+// threshold, usually a handful): all of them, in edge order, make a complete
+// list without the sort a long list needs. Only a state with more than
+// kLongChildren (a shard opened at a higher hub threshold) keeps its
+// kLongChildren heaviest, heaviest first, as a long list. Whether the list
+// is complete.
+bool ShardChildren::AppendChildren(const format::IndexView& view, uint64_t state) {
+  const size_t begin = lists.size();
+  view.ForEachChild(state, [&](uint32_t token, uint64_t target) {
+    lists.push_back({token, target, view.Count(target)});
+  });
+  if (lists.size() - begin < kLongChildren) return true;
+  const auto heavier = [](const StaticIndex::Child& a, const StaticIndex::Child& b) {
+    return a.count != b.count ? a.count > b.count : a.token < b.token;
+  };
+  std::partial_sort(lists.begin() + static_cast<std::ptrdiff_t>(begin),
+                    lists.begin() + static_cast<std::ptrdiff_t>(begin + kLongChildren), lists.end(),
+                    heavier);
+  lists.resize(begin + kLongChildren);
   return false;
 }
 
