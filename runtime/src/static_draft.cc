@@ -87,7 +87,7 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
       }
     } else if (options.max_width <= kCachedChildren) {
       const auto [lo, hi] = view.EdgeRange(v);
-      if (hi - lo >= kCacheMinDegree) {
+      if (hi - lo >= TopChildrenCache::kMinDegree) {
         top = cache_.Get(view, v);
         ranked = true;
       }

@@ -212,11 +212,11 @@ std::span<const StaticIndex::Child> CalibratedPolicy::TopChildren(size_t i, uint
     if (!top.empty()) return top.first(std::min(width, top.size()));
     if (hubs->TopChildren(v, &top)) return top.first(std::min(width, top.size()));
   }
-  if (width <= TopChildrenCache::kChildren) {
+  const auto [lo, hi] = view.EdgeRange(v);
+  if (width <= TopChildrenCache::kChildren && hi - lo >= TopChildrenCache::kMinDegree) {
     const std::span<const StaticIndex::Child> cached = top_cache_.Get(view, v);
     return cached.first(std::min(width, cached.size()));
   }
-  const auto [lo, hi] = view.EdgeRange(v);
   children_.resize(width);
   const uint32_t n =
       internal::TopChildrenOf(view, v, lo, hi, static_cast<uint32_t>(width), children_.data());

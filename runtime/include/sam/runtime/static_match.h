@@ -286,12 +286,15 @@ struct SAM_API StaticTreeOptions {
 
 // A direct-mapped cache of the kChildren heaviest children (count
 // descending, then token ascending) of automaton states, for states whose
-// transitions are many and would otherwise be scanned at every step.
+// transitions are many (kMinDegree explicit transitions or more) and would
+// otherwise be scanned at every step. A state of fewer is cheaper scanned
+// than cached: its entry would rarely be met again before it is replaced.
 // `entries` (a power of two) slots of about 216 bytes each, allocated on the
 // first Get. One cache serves one thread (a builder, a session).
 class SAM_API TopChildrenCache {
  public:
   static constexpr size_t kChildren = 8;
+  static constexpr uint64_t kMinDegree = 32;
   explicit TopChildrenCache(size_t entries);
   // The heaviest children of `state` in `view` (at most kChildren).
   std::span<const StaticIndex::Child> Get(const format::IndexView& view, uint64_t state);
@@ -345,7 +348,6 @@ class SAM_API StaticTreeBuilder {
   // Top children of high-degree states (8192 entries: about 1.7 MiB,
   // allocated when first needed).
   static constexpr size_t kCachedChildren = TopChildrenCache::kChildren;
-  static constexpr uint64_t kCacheMinDegree = 32;
 
   TopChildrenCache cache_{8192};
   std::vector<StaticIndex::Child> records_;  // a child record's children
