@@ -86,6 +86,9 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
     generation = 1;
   }
   const uint64_t mask = slots - 1;
+  // Every list complete (threshold 0, as when the shard states are not
+  // hubs): every candidate's sum is exact, and no bounds are needed.
+  const bool bounded = threshold != 0;
   upper.clear();
   for (size_t e = 0; e < n; ++e) {
     const ShardState& s = shard_states[e];
@@ -96,7 +99,7 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
       if (row_of[i].generation != generation) {
         row_of[i] = RowSlot{token, generation, static_cast<uint32_t>(merged.size())};
         merged.push_back({token, 0, static_cast<uint32_t>(merged.size())});
-        upper.push_back(threshold);
+        if (bounded) upper.push_back(threshold);
       }
       list_row[k] = row_of[i].row;
     }
@@ -111,31 +114,33 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
       targets[row * n + e] = lists[k].target;
       target_counts[row * n + e] = lists[k].count;
       merged[row].count += lists[k].count;
-      upper[row] += lists[k].count - last;
+      if (bounded) upper[row] += lists[k].count - last;
     }
   }
   // The width-th largest lower bound: a candidate whose upper bound is
   // below it cannot be among the heaviest; the others get exact sums
   // (a transition lookup in each incomplete shard whose list lacks them).
-  uint64_t cut = 0;
-  if (merged.size() >= width) {
-    lower.clear();
-    for (const MergedChild& c : merged) lower.push_back(c.count);
-    std::nth_element(lower.begin(), lower.begin() + (width - 1), lower.end(),
-                     std::greater<uint64_t>());
-    cut = lower[width - 1];
-  }
-  for (MergedChild& c : merged) {
-    if (upper[c.row] < cut || upper[c.row] == c.count) continue;
-    for (size_t e = 0; e < n; ++e) {
-      const ShardState& s = shard_states[e];
-      if (s.complete || targets[c.row * n + e] != format::kNoState) continue;
-      const format::IndexView& view = sources[s.cursor].view();
-      const uint64_t t = sources[s.cursor].index->Next(s.state, c.token);
-      if (t == format::kNoState) continue;
-      targets[c.row * n + e] = t;
-      target_counts[c.row * n + e] = view.Count(t);
-      c.count += view.Count(t);
+  if (bounded) {
+    uint64_t cut = 0;
+    if (merged.size() >= width) {
+      lower.clear();
+      for (const MergedChild& c : merged) lower.push_back(c.count);
+      std::nth_element(lower.begin(), lower.begin() + (width - 1), lower.end(),
+                       std::greater<uint64_t>());
+      cut = lower[width - 1];
+    }
+    for (MergedChild& c : merged) {
+      if (upper[c.row] < cut || upper[c.row] == c.count) continue;
+      for (size_t e = 0; e < n; ++e) {
+        const ShardState& s = shard_states[e];
+        if (s.complete || targets[c.row * n + e] != format::kNoState) continue;
+        const format::IndexView& view = sources[s.cursor].view();
+        const uint64_t t = sources[s.cursor].index->Next(s.state, c.token);
+        if (t == format::kNoState) continue;
+        targets[c.row * n + e] = t;
+        target_counts[c.row * n + e] = view.Count(t);
+        c.count += view.Count(t);
+      }
     }
   }
   // Only the width heaviest are kept (Heavier is a total order: tokens differ).
