@@ -15,9 +15,9 @@
 //      StaticIndexes that read the file's accelerator sections and child
 //      records, one that computes its records, and the C API opened with
 //      flags 0 and with SAM_OPEN_PREPARE) through many steps on random
-//      streams, each
-//      returning a well-formed draft or an error. Damage to sections that
-//      drafting never reads (META, VOCB, TEST) leaves every draft as it was.
+//      streams, each returning a well-formed draft or an error. Damage to
+//      sections that drafting never reads (META, VOCB, TEST) leaves every
+//      draft as it was.
 // The child records (RECS) are read unchecked after an O(1) open, so they
 // are also damaged value by value, each change re-sealed so that the file
 // still opens: offsets, heads, entries, links between records, the
@@ -33,10 +33,11 @@
 #include <functional>
 #include <iterator>
 #include <map>
-#include <ostream>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "sam/format/error.h"
