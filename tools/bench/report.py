@@ -13,7 +13,26 @@ import re
 import subprocess
 
 
-def machine():
+# bench-step --memory-latency: ns per dependent load over random cycles of 1, 4, 16 and 256 MiB.
+LATENCY = re.compile(r"(\d+) MiB ([\d.]+)")
+
+
+def latency(work):
+    """The memory latency line: at the start and at the end of the benchmarks."""
+    parts = []
+    for when in ("start", "end"):
+        path = os.path.join(work, f"latency_{when}.txt")
+        if not os.path.exists(path):
+            return []
+        found = LATENCY.findall(read(work, f"latency_{when}.txt"))
+        parts.append(f"{' / '.join(ns for _, ns in found)} at the {when}")
+    sizes = " / ".join(mib for mib, _ in LATENCY.findall(read(work, "latency_start.txt")))
+    return [f"memory latency, ns per dependent load over {sizes} MiB (`bench-step "
+            f"--memory-latency`): {', '.join(parts)}. What a cache miss costs: step times "
+            "move with it"]
+
+
+def machine(work):
     """One line per fact about the machine the benchmarks ran on."""
     model = "unknown CPU"
     try:
@@ -38,6 +57,7 @@ def machine():
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     return [f"CPU: {model}, {os.cpu_count()} cores available; memory {mem}",
             f"system: {system}, kernel {platform.release()}",
+            *latency(work),
             f"load average when the report was written: {load}",
             "run: " + datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")]
 
@@ -498,7 +518,7 @@ def main():
            "the machine below. Regenerate them on yours with that command; the reference docs",
            "(docs/runtime.md, docs/indexer.md) say what each benchmark measures.", "",
            "**Machine.**", ""]
-    doc += ["- " + line for line in machine()]
+    doc += ["- " + line for line in machine(a.work)]
     for section in (index_section, replay_section, tokenizer_section, cache_section,
                     chain_section, step_section, memory_section, bounded_section, batch_section):
         doc += section(a.work)

@@ -64,6 +64,13 @@ if [[ -f $hf_tok ]]; then
   echo "tokenizer $hf_tok" >> "$work/build_hf.txt"
 fi
 "$bin/sam-inspect" --json "$work/default.sam" > "$work/inspect.json"
+# What a cache miss costs while the benchmarks run, at their start and at their end (step times
+# move with it on a shared machine).
+latency() {
+  "$bin/bench-step" --memory-latency --index "$work/default.sam" --contexts 1024 --steps 1 \
+    --runs 1 --policies pld | grep '^memory latency' > "$work/latency_$1.txt"
+}
+latency start
 step "rendering the dev traces (sam-traces --template raw)"
 "$bin/sam-traces" --data "$data" --out "$work/traces.jsonl" --template raw > /dev/null
 replay=("$bin/sam-replay" --index "$work/default.sam" --tokenizer "$tok" --traces "$work/traces.jsonl" --json)
@@ -161,6 +168,7 @@ step "bench-batch: many sessions"
   --sessions 1,8,64 --steps 200 --runs 3 --dynamic-mib 64 > "$work/batch.txt"
 
 step "writing $out"
+latency end
 python3 tools/bench/report.py --work "$work" --bin "$bin" --out "$out.tmp-$$"
 mv "$out.tmp-$$" "$out"
 step "done: $out"
