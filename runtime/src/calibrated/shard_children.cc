@@ -50,18 +50,24 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
       } else {
         // Its child record when it has one that holds the long list (a
         // shard's top_k is kShardTopK): the list's children without the
-        // scan; else its children read in place.
+        // scan; else its children, read in place or through LongList.
         if (hubs->options().top_k >= kLongChildren) {
           top = hubs->RecordChildren(e.state, &record_children);
           top = top.first(std::min(top.size(), kLongChildren));
         }
         e.complete = top.size() < kLongChildren;
       }
-      if (!top.empty()) {
-        lists.insert(lists.end(), top.begin(), top.end());  // copied: slots get reused
-      } else {
-        e.complete = AppendChildren(view, e.state);
+      if (top.empty()) {
+        const auto [lo, hi] = view.EdgeRange(e.state);
+        if (hi - lo < TopChildrenCache::kMinDegree) {
+          AppendChildren(view, e.state, lo, hi);
+          e.complete = true;
+        } else {
+          top = LongList(view, e.state);
+          e.complete = top.size() < kLongChildren;
+        }
       }
+      lists.insert(lists.end(), top.begin(), top.end());  // copied: slots get reused
     }
     e.list_size = static_cast<uint32_t>(lists.size() - e.list_begin);
     if (!e.complete && e.list_size > 0) {
@@ -161,26 +167,15 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
   return false;
 }
 
-// A state that is not a hub has few children (fewer than the hub
-// threshold, usually a handful): all of them, in edge order, make a complete
-// list without the sort a long list needs. Only a state with more than
-// kLongChildren (a shard opened at a higher hub threshold) keeps its
-// kLongChildren heaviest, heaviest first, as a long list. Whether the list
-// is complete.
-bool ShardChildren::AppendChildren(const format::IndexView& view, uint64_t state) {
-  const size_t begin = lists.size();
-  view.ForEachChild(state, [&](uint32_t token, uint64_t target) {
+// A state of few transitions (fewer than TopChildrenCache::kMinDegree,
+// usually a handful: a cache entry would rarely be met again): all its
+// children, in token order, a complete list (no sort: only an incomplete
+// list's order matters, for its last count).
+void ShardChildren::AppendChildren(const format::IndexView& view, uint64_t state, uint64_t lo,
+                                   uint64_t hi) {
+  view.ForEachChild(state, lo, hi, [&](uint32_t token, uint64_t target) {
     lists.push_back({token, target, view.Count(target)});
   });
-  if (lists.size() - begin < kLongChildren) return true;
-  const auto heavier = [](const StaticIndex::Child& a, const StaticIndex::Child& b) {
-    return a.count != b.count ? a.count > b.count : a.token < b.token;
-  };
-  std::partial_sort(lists.begin() + static_cast<std::ptrdiff_t>(begin),
-                    lists.begin() + static_cast<std::ptrdiff_t>(begin + kLongChildren), lists.end(),
-                    heavier);
-  lists.resize(begin + kLongChildren);
-  return false;
 }
 
 void ShardChildren::FromAllChildren(std::span<const internal::StaticSource> sources,

@@ -6,11 +6,13 @@
 #define SAM_RUNTIME_SRC_CALIBRATED_SHARD_CHILDREN_H_
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "index_children.h"
 #include "sam/format/index.h"
 #include "sam/runtime/static_index.h"
 #include "sam/runtime/static_match.h"
@@ -27,7 +29,8 @@ struct ShardChildren {
   //
   // A threshold algorithm over each shard's own heaviest children (hub
   // table or child record: a list of 32, or fewer when they are all; for
-  // any other state all its children, AppendChildren):
+  // any other state all its children, AppendChildren, or LongList's 32 for
+  // one of many transitions):
   // every token in some list whose upper bound can reach the top gets its
   // exact sum (a transition lookup in the incomplete shards whose list
   // lacks it); a token in no list sums to at most the incomplete lists'
@@ -74,6 +77,30 @@ struct ShardChildren {
   // when it holds all of them.
   static constexpr size_t kLongChildren = 32;
   std::vector<StaticIndex::Child> record_children;  // a shard state's child record
+  // The lists of shard states of many transitions (TopChildrenCache::
+  // kMinDegree or more) that are not hubs, as in a shard attached without
+  // hub tables: direct-mapped, kLongEntries entries of about 790 bytes,
+  // allocated when first needed, so that their thousands of transitions are
+  // scanned once a session rather than at every merge.
+  static constexpr size_t kLongEntries = 1024;
+  struct LongEntry {
+    const format::IndexView* view = nullptr;
+    uint64_t state = 0;
+    uint32_t size = 0;
+    std::array<StaticIndex::Child, kLongChildren> children;
+  };
+  std::vector<LongEntry> long_lists;
+  std::span<const StaticIndex::Child> LongList(const format::IndexView& view, uint64_t state) {
+    if (long_lists.empty()) long_lists.resize(kLongEntries);
+    const uint64_t h = (state ^ reinterpret_cast<uintptr_t>(&view)) * 0x9E3779B97F4A7C15ull;
+    LongEntry& e = long_lists[h >> (64 - std::countr_zero(kLongEntries))];
+    if (e.view != &view || e.state != state) {
+      e.view = &view;
+      e.state = state;
+      e.size = internal::TopChildrenOf(view, state, kLongChildren, e.children.data());
+    }
+    return std::span<const StaticIndex::Child>(e.children.data(), e.size);
+  }
   // The merged top children of recent shard-set nodes (a common short
   // match's states recur from step to step, and their lookup may have to
   // enumerate thousands of transitions in each tied shard): direct-mapped by
@@ -152,9 +179,9 @@ struct ShardChildren {
   // or the child record's (top_k: kShardTopK for a shard set's shards), or
   // all of a state's children. False when they cannot decide.
   bool FromLists(std::span<const internal::StaticSource> sources, size_t width);
-  // Appends the children of `state` to `lists` (see shard_children.cc);
-  // whether they are all of them.
-  bool AppendChildren(const format::IndexView& view, uint64_t state);
+  // Appends the children of `state`, whose explicit transitions are edges
+  // [lo, hi), to `lists` (see shard_children.cc).
+  void AppendChildren(const format::IndexView& view, uint64_t state, uint64_t lo, uint64_t hi);
   // Every transition of every shard state, summed by token; the width heaviest.
   void FromAllChildren(std::span<const internal::StaticSource> sources, size_t width);
   void NewRow(uint32_t token) {
