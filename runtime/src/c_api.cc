@@ -456,9 +456,10 @@ uint64_t sam_index_num_documents(const sam_index* index) {
   return index == nullptr ? 0 : index->file->header().num_documents;
 }
 
-unsigned sam_index_accelerators(const sam_index* index) {
-  if (index == nullptr || index->prepared == nullptr) return 0;
-  const sam::runtime::StaticIndex& s = *index->prepared;
+namespace {
+
+// SAM_INDEX_* bits of one StaticIndex.
+unsigned AcceleratorBits(const sam::runtime::StaticIndex& s) {
   unsigned bits = 0;
   if (s.prepared()) {
     bits |= SAM_INDEX_HUB_TABLES;
@@ -469,6 +470,13 @@ unsigned sam_index_accelerators(const sam_index* index) {
     if (!s.records_from_file()) bits |= SAM_INDEX_COMPUTED;
   }
   return bits;
+}
+
+}  // namespace
+
+unsigned sam_index_accelerators(const sam_index* index) {
+  if (index == nullptr || index->prepared == nullptr) return 0;
+  return AcceleratorBits(*index->prepared);
 }
 
 // ---- Shard sets -------------------------------------------------------------
@@ -507,6 +515,18 @@ size_t sam_shard_set_num_shards(const sam_shard_set* set) {
 
 uint64_t sam_shard_set_num_tokens(const sam_shard_set* set) {
   return set == nullptr ? 0 : set->tokens;
+}
+
+// What every shard has (tables, records), and whether any shard computed some.
+unsigned sam_shard_set_accelerators(const sam_shard_set* set) {
+  if (set == nullptr || set->shards.empty()) return 0;
+  unsigned all = SAM_INDEX_HUB_TABLES | SAM_INDEX_CHILD_RECORDS, any = 0;
+  for (const auto& shard : set->shards) {
+    const unsigned bits = AcceleratorBits(*shard);
+    all &= bits;
+    any |= bits;
+  }
+  return all | (any & SAM_INDEX_COMPUTED);
 }
 
 uint64_t sam_shard_set_num_documents(const sam_shard_set* set) {

@@ -6,6 +6,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <array>
 #include <cctype>
 #include <cstddef>
 #include <cstdio>
@@ -1949,4 +1950,80 @@ TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
   for (const auto& p : shard_paths) std::remove(p.c_str());
   std::remove(manifest_path.c_str());
   std::remove(single_path.c_str());
+}
+
+// sam_shard_set_accelerators says what a set's sessions draft with: hub
+// tables always (a shard set's open computes what a shard lacks), child
+// records when every shard's file holds them or SAM_OPEN_CHILD_RECORDS
+// computes them, and COMPUTED when some shard's were computed. Expected from
+// how each set's shards were written (checked with the format reader):
+// without sections, with a shard's sections (top_k kShardTopK), with child
+// records too, one shard with sections beside two without, and one shard
+// without records beside two with.
+TEST(Capi, ShardSetAcceleratorsSayWhatSessionsDraftWith) {
+  constexpr uint32_t kSetVocab = 40;
+  std::mt19937 rng(78);
+  std::vector<std::vector<uint32_t>> docs(60);
+  for (auto& d : docs) {
+    d.resize(1 + rng() % 40);
+    for (auto& t : d) t = rng() % 3 == 0 ? rng() % 2 : rng() % kSetVocab;
+  }
+  const sam::runtime::StaticIndex::Options prepare = sam::runtime::PrepareOptions(false);
+  auto shard_sections = [&](bool records) {
+    sam::automaton::IndexInfo info;
+    info.accelerators = sam::format::AcceleratorParams{
+        .min_degree = static_cast<uint32_t>(prepare.min_degree),
+        .top_k = sam::format::kShardTopK,
+        .filter_bits_per_edge = prepare.filter_bits_per_edge,
+        .record_min_count = records ? sam::format::kChildRecordMinCount : 0};
+    return info;
+  };
+  // Per set, the sections of its three shards: 0 none, 1 tables, 2 tables and records.
+  const std::vector<std::array<int, 3>> sets = {{0, 0, 0}, {1, 1, 1}, {2, 2, 2}, {1, 0, 0}, {2, 1, 2}};
+  EXPECT_EQ(sam_shard_set_accelerators(nullptr), 0u);
+  for (size_t k = 0; k < sets.size(); ++k) {
+    SCOPED_TRACE("set " + std::to_string(k));
+    const std::string manifest_path = TempPath("acc" + std::to_string(k) + ".samset");
+    sam::format::ShardSetManifest manifest;
+    manifest.vocab_size = kSetVocab;
+    std::vector<std::string> paths;
+    bool all_tables = true, all_records = true;
+    for (size_t i = 0; i < 3; ++i) {
+      const std::string path = TempPath("acc" + std::to_string(k) + "_" + std::to_string(i) + ".sam");
+      const auto w = sam::automaton::BuildIndexFile(
+          std::vector<std::vector<uint32_t>>(docs.begin() + 20 * i, docs.begin() + 20 * (i + 1)),
+          kSetVocab, path,
+          sets[k][i] == 0 ? sam::automaton::IndexInfo{} : shard_sections(sets[k][i] == 2));
+      const auto file = sam::format::IndexFile::Open(path);
+      ASSERT_EQ(file.view().hubs().present(), sets[k][i] != 0);
+      ASSERT_EQ(file.view().child_records().present(), sets[k][i] == 2);
+      all_tables = all_tables && file.view().hubs().present();
+      all_records = all_records && file.view().child_records().present();
+      sam::format::ShardEntry e;
+      e.file = std::filesystem::path(path).filename().string();
+      e.bytes = w.file_bytes;
+      e.sha256 = sam::format::Sha256File(path);
+      e.tokens = w.tokens;
+      e.documents = w.documents;
+      e.states = w.states;
+      manifest.shards.push_back(e);
+      paths.push_back(path);
+    }
+    sam::format::WriteShardSetManifest(manifest_path, manifest);
+    for (const unsigned flags : {0u, unsigned{SAM_OPEN_CHILD_RECORDS}}) {
+      SCOPED_TRACE("flags " + std::to_string(flags));
+      const bool want_records = all_records || (flags & SAM_OPEN_CHILD_RECORDS) != 0;
+      const bool computed = !all_tables || (want_records && !all_records);
+      const unsigned expected = unsigned{SAM_INDEX_HUB_TABLES} |
+                                (want_records ? unsigned{SAM_INDEX_CHILD_RECORDS} : 0u) |
+                                (computed ? unsigned{SAM_INDEX_COMPUTED} : 0u);
+      sam_shard_set* set = nullptr;
+      ASSERT_EQ(sam_shard_set_open(manifest_path.c_str(), nullptr, flags, &set), SAM_OK)
+          << sam_last_error();
+      EXPECT_EQ(sam_shard_set_accelerators(set), expected);
+      sam_shard_set_close(set);
+    }
+    for (const std::string& path : paths) std::remove(path.c_str());
+    std::remove(manifest_path.c_str());
+  }
 }

@@ -238,6 +238,13 @@ SAM_API void sam_shard_set_close(sam_shard_set* set);
 SAM_API size_t sam_shard_set_num_shards(const sam_shard_set* set);
 SAM_API uint64_t sam_shard_set_num_tokens(const sam_shard_set* set);
 SAM_API uint64_t sam_shard_set_num_documents(const sam_shard_set* set);
+/* What the set's sessions draft with besides the shards' automata, as
+ * sam_index_accelerators says it of one index: SAM_INDEX_HUB_TABLES and
+ * SAM_INDEX_CHILD_RECORDS when every shard has them, SAM_INDEX_COMPUTED when
+ * some shard's were computed at open into this process's private memory
+ * (shards written without them, such as format 1.0 shards). 0 for a NULL
+ * handle. */
+SAM_API unsigned sam_shard_set_accelerators(const sam_shard_set* set);
 
 /* ---- Sessions ----------------------------------------------------------- */
 
