@@ -438,11 +438,11 @@ StaticMatch CalibratedPolicy::MatchIn(int32_t node, size_t i) {
   if (node == 0) return src_[i].peeked;
   trie_.GrowMatches();
   const size_t at = static_cast<size_t>(node) * trie_.num_indexes + i;
-  if (trie_.match_known[at]) return trie_.matches[at];
+  if (trie_.match_known[at] == trie_.match_step) return trie_.matches[at];
   const StaticMatch from = MatchIn(trie_.nodes[node].parent, i);
   const StaticMatch r = Transfer(*src_[i].index, from, trie_.nodes[node].token);
   trie_.matches[at] = r;
-  trie_.match_known[at] = 1;
+  trie_.match_known[at] = trie_.match_step;
   return r;
 }
 

@@ -115,10 +115,12 @@ struct CandidateTrie {
 
   // A shard set's backoff (CalibratedPolicy::OfferBackoff): per node
   // and cursor, the longest suffix of the node's string in that shard
-  // (matches, known when match_known), grown on demand, node-major like
-  // states.
+  // (matches, known when match_known holds this step's match_step), grown
+  // on demand, node-major like states. The stamps keep a step from clearing
+  // what the last one wrote.
   std::vector<StaticMatch> matches;
-  std::vector<uint8_t> match_known;
+  std::vector<uint32_t> match_known;
+  uint32_t match_step = 0;
   void GrowMatches() {
     if (matches.size() >= num_nodes * num_indexes) return;
     matches.resize(states.size());
@@ -132,8 +134,10 @@ struct CandidateTrie {
     ranked.clear();
     num_indexes = indexes;
     if (states.size() < nodes.size() * num_indexes) states.resize(nodes.size() * num_indexes);
-    matches.clear();
-    match_known.clear();
+    if (++match_step == 0) {  // (wrapped: stale stamps could match)
+      std::fill(match_known.begin(), match_known.end(), 0);
+      match_step = 1;
+    }
     valid = false;
     Add(-1, start_token);
     nodes[0].prob = 1.0;
