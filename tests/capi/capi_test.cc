@@ -1854,17 +1854,44 @@ TEST(Capi, OpeningAFifoNeverBlocks) {
 
 }  // namespace
 
+namespace {
+
+// Writes `docs` as the shard file `path` (with the sections `info` asks for)
+// and returns its manifest entry.
+sam::format::ShardEntry WriteShard(const std::vector<std::vector<uint32_t>>& docs, uint32_t vocab,
+                                   const std::string& path,
+                                   const sam::automaton::IndexInfo& info = {}) {
+  const auto w = sam::automaton::BuildIndexFile(docs, vocab, path, info);
+  sam::format::ShardEntry e;
+  e.file = std::filesystem::path(path).filename().string();
+  e.bytes = w.file_bytes;
+  e.sha256 = sam::format::Sha256File(path);
+  e.tokens = w.tokens;
+  e.documents = w.documents;
+  e.states = w.states;
+  return e;
+}
+
+// 60 random documents of up to 40 tokens below `vocab` (0 and 1 more often).
+std::vector<std::vector<uint32_t>> SetDocuments(uint32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<std::vector<uint32_t>> docs(60);
+  for (auto& d : docs) {
+    d.resize(1 + rng() % 40);
+    for (auto& t : d) t = rng() % 3 == 0 ? rng() % 2 : rng() % vocab;
+  }
+  return docs;
+}
+
+}  // namespace
+
 // A shard set (three shards over consecutive documents, manifest written by
 // the format library) drafts through the C API as the single index over all
 // the documents does through the C++ API; a missing shard is refused by name.
 TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
   constexpr uint32_t kSetVocab = 10;
-  std::mt19937 rng(77);
-  std::vector<std::vector<uint32_t>> docs(60);
-  for (auto& d : docs) {
-    d.resize(1 + rng() % 40);
-    for (auto& t : d) t = rng() % 3 == 0 ? rng() % 2 : rng() % kSetVocab;
-  }
+  const std::vector<std::vector<uint32_t>> docs = SetDocuments(kSetVocab, 77);
+  std::mt19937 rng(177);  // the streams
   const std::string single_path = TempPath("set_single.sam");
   sam::automaton::BuildIndexFile(docs, kSetVocab, single_path);
   const std::string manifest_path = TempPath("set.samset");
@@ -1873,17 +1900,9 @@ TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
   std::vector<std::string> shard_paths;
   for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, 20}, {20, 45}, {45, 60}}) {
     const std::string path = TempPath("set_shard" + std::to_string(begin) + ".sam");
-    const auto w = sam::automaton::BuildIndexFile(
+    manifest.shards.push_back(WriteShard(
         std::vector<std::vector<uint32_t>>(docs.begin() + begin, docs.begin() + end), kSetVocab,
-        path);
-    sam::format::ShardEntry e;
-    e.file = std::filesystem::path(path).filename().string();
-    e.bytes = w.file_bytes;
-    e.sha256 = sam::format::Sha256File(path);
-    e.tokens = w.tokens;
-    e.documents = w.documents;
-    e.states = w.states;
-    manifest.shards.push_back(e);
+        path));
     shard_paths.push_back(path);
   }
   sam::format::WriteShardSetManifest(manifest_path, manifest);
@@ -1962,12 +1981,7 @@ TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
 // without records beside two with.
 TEST(Capi, ShardSetAcceleratorsSayWhatSessionsDraftWith) {
   constexpr uint32_t kSetVocab = 40;
-  std::mt19937 rng(78);
-  std::vector<std::vector<uint32_t>> docs(60);
-  for (auto& d : docs) {
-    d.resize(1 + rng() % 40);
-    for (auto& t : d) t = rng() % 3 == 0 ? rng() % 2 : rng() % kSetVocab;
-  }
+  const std::vector<std::vector<uint32_t>> docs = SetDocuments(kSetVocab, 78);
   const sam::runtime::StaticIndex::Options prepare = sam::runtime::PrepareOptions(false);
   auto shard_sections = [&](bool records) {
     sam::automaton::IndexInfo info;
@@ -1990,23 +2004,15 @@ TEST(Capi, ShardSetAcceleratorsSayWhatSessionsDraftWith) {
     bool all_tables = true, all_records = true;
     for (size_t i = 0; i < 3; ++i) {
       const std::string path = TempPath("acc" + std::to_string(k) + "_" + std::to_string(i) + ".sam");
-      const auto w = sam::automaton::BuildIndexFile(
+      manifest.shards.push_back(WriteShard(
           std::vector<std::vector<uint32_t>>(docs.begin() + 20 * i, docs.begin() + 20 * (i + 1)),
           kSetVocab, path,
-          sets[k][i] == 0 ? sam::automaton::IndexInfo{} : shard_sections(sets[k][i] == 2));
+          sets[k][i] == 0 ? sam::automaton::IndexInfo{} : shard_sections(sets[k][i] == 2)));
       const auto file = sam::format::IndexFile::Open(path);
       ASSERT_EQ(file.view().hubs().present(), sets[k][i] != 0);
       ASSERT_EQ(file.view().child_records().present(), sets[k][i] == 2);
       all_tables = all_tables && file.view().hubs().present();
       all_records = all_records && file.view().child_records().present();
-      sam::format::ShardEntry e;
-      e.file = std::filesystem::path(path).filename().string();
-      e.bytes = w.file_bytes;
-      e.sha256 = sam::format::Sha256File(path);
-      e.tokens = w.tokens;
-      e.documents = w.documents;
-      e.states = w.states;
-      manifest.shards.push_back(e);
       paths.push_back(path);
     }
     sam::format::WriteShardSetManifest(manifest_path, manifest);
