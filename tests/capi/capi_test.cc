@@ -1982,14 +1982,11 @@ TEST(Capi, ShardSetDraftsAsTheSingleIndex) {
 TEST(Capi, ShardSetAcceleratorsSayWhatSessionsDraftWith) {
   constexpr uint32_t kSetVocab = 40;
   const std::vector<std::vector<uint32_t>> docs = SetDocuments(kSetVocab, 78);
-  const sam::runtime::StaticIndex::Options prepare = sam::runtime::PrepareOptions(false);
-  auto shard_sections = [&](bool records) {
+  // A shard's sections: the C parameters with a shard's top_k.
+  auto shard_sections = [](bool records) {
     sam::automaton::IndexInfo info;
-    info.accelerators = sam::format::AcceleratorParams{
-        .min_degree = static_cast<uint32_t>(prepare.min_degree),
-        .top_k = sam::format::kShardTopK,
-        .filter_bits_per_edge = prepare.filter_bits_per_edge,
-        .record_min_count = records ? sam::format::kChildRecordMinCount : 0};
+    info.accelerators = CDefaultSections(records);
+    info.accelerators->top_k = sam::format::kShardTopK;
     return info;
   };
   // Per set, the sections of its three shards: 0 none, 1 tables, 2 tables and records.
