@@ -19,14 +19,13 @@ LATENCY = re.compile(r"(\d+) MiB ([\d.]+)")
 
 def latency(work):
     """The memory latency line: at the start and at the end of the benchmarks."""
-    parts = []
+    found = {}
     for when in ("start", "end"):
-        path = os.path.join(work, f"latency_{when}.txt")
-        if not os.path.exists(path):
+        if not os.path.exists(os.path.join(work, f"latency_{when}.txt")):
             return []
-        found = LATENCY.findall(read(work, f"latency_{when}.txt"))
-        parts.append(f"{' / '.join(ns for _, ns in found)} at the {when}")
-    sizes = " / ".join(mib for mib, _ in LATENCY.findall(read(work, "latency_start.txt")))
+        found[when] = LATENCY.findall(read(work, f"latency_{when}.txt"))
+    parts = [f"{' / '.join(ns for _, ns in pairs)} at the {when}" for when, pairs in found.items()]
+    sizes = " / ".join(mib for mib, _ in found["start"])
     return [f"memory latency, ns per dependent load over {sizes} MiB (`bench-step "
             f"--memory-latency`): {', '.join(parts)}. What a cache miss costs: step times "
             "move with it"]
