@@ -320,10 +320,9 @@ void CalibratedPolicy::ExpandUnit(int32_t node, size_t u) {
   for (const ShardChildren::MergedChild& c : shards_.merged) {
     const int32_t child = OfferStaticChild(node, c.token, c.count, offers);
     for (size_t e = 0; e < n; ++e) {
-      const uint64_t target = shards_.targets[c.row * n + e];
+      const auto [target, count] = shards_.targets[c.row * n + e];
       if (target == format::kNoState) continue;
       const size_t i = shards_.shard_states[e].cursor;
-      const uint64_t count = shards_.target_counts[c.row * n + e];
       trie_.states[child * trie_.num_indexes + i] =
           CandidateTrie::IndexState{target, count, static_cast<uint32_t>(match_len + 1)};
       PrefetchChild(i, target, count);
@@ -493,17 +492,16 @@ void CalibratedPolicy::OfferBackoff(int32_t node, size_t u) {
     return;
   }
   // The children summed over the shards (in shards_.merged, heaviest first),
-  // with their target and count in every shard state (shards_.targets /
-  // target_counts, row `row`).
+  // with their target and count in every shard state (shards_.targets,
+  // row `row`).
   shards_.Merge(src_, sel_.tuning.calibrated_width);
   for (const ShardChildren::MergedChild& c : shards_.merged) {
     const int32_t child = trie_.Child(node, c.token);
     if (UnitHasState(child, u)) continue;  // s's child too
     for (size_t e = 0; e < n; ++e) {
-      const uint64_t target = shards_.targets[c.row * n + e];
+      const auto [target, count] = shards_.targets[c.row * n + e];
       if (target == format::kNoState) continue;
       const size_t i = shards_.shard_states[e].cursor;
-      const uint64_t count = shards_.target_counts[c.row * n + e];
       trie_.states[child * trie_.num_indexes + i] =
           CandidateTrie::IndexState{target, count, static_cast<uint32_t>(lstar + 1)};
       if (count > 1 && !LookupsSpent()) src_[i].view().PrefetchEdgeRange(target);

@@ -11,17 +11,38 @@ bool Heavier(const ShardChildren::MergedChild& a, const ShardChildren::MergedChi
   return a.count != b.count ? a.count > b.count : a.token < b.token;
 }
 
+// Moves the `keep` heaviest of v to its front, heaviest first (the rest in
+// no order): an insertion sort bounded at `keep`, cheaper than a heap for
+// the few dozen candidates of a merge, most of which are rejected by one
+// comparison with the keep-th.
+void KeepHeaviest(std::vector<ShardChildren::MergedChild>& v, size_t keep) {
+  if (keep == 0) return;
+  size_t k = 0;  // v[0, k) holds the heaviest so far, in order
+  for (size_t i = 0; i < v.size(); ++i) {
+    const ShardChildren::MergedChild x = v[i];
+    size_t j;
+    if (k < keep) {
+      j = k++;  // == i: nothing was rejected yet
+    } else if (Heavier(x, v[keep - 1])) {
+      v[i] = v[keep - 1];  // the evicted one takes x's place
+      j = keep - 1;
+    } else {
+      continue;
+    }
+    for (; j > 0 && Heavier(x, v[j - 1]); --j) v[j] = v[j - 1];
+    v[j] = x;
+  }
+}
+
 }  // namespace
 
 void ShardChildren::Merge(std::span<const internal::StaticSource> sources, size_t width) {
   merged.clear();
   targets.clear();
-  target_counts.clear();
   if (width == 0 || FindMerged(width)) return;
   if (!FromLists(sources, width)) {
     merged.clear();
     targets.clear();
-    target_counts.clear();
     FromAllChildren(sources, width);
   }
   StoreMerged(width);
@@ -31,7 +52,6 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
   const size_t n = shard_states.size();
   merged.clear();
   targets.clear();
-  target_counts.clear();
   lists.clear();
   uint64_t threshold = 0;   // a token in no list sums to at most this
   uint32_t last_token = 0;  // ... and is above this when it reaches it
@@ -82,7 +102,6 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
   // is sorted by a total order at the end).
   size_t slots = 16;
   while (slots < 2 * lists.size()) slots *= 2;
-  list_row.resize(lists.size());
   if (row_of.size() < slots) {
     row_of.assign(slots, RowSlot{});
     generation = 0;
@@ -96,31 +115,26 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
   // hubs): every candidate's sum is exact, and no bounds are needed.
   const bool bounded = threshold != 0;
   upper.clear();
-  for (size_t e = 0; e < n; ++e) {
-    const ShardState& s = shard_states[e];
-    for (uint32_t k = s.list_begin; k < s.list_begin + s.list_size; ++k) {
-      const uint32_t token = lists[k].token;
-      uint64_t i = (token * 0x9E3779B97F4A7C15ull) >> 40 & mask;
-      while (row_of[i].generation == generation && row_of[i].token != token) i = (i + 1) & mask;
-      if (row_of[i].generation != generation) {
-        row_of[i] = RowSlot{token, generation, static_cast<uint32_t>(merged.size())};
-        merged.push_back({token, 0, static_cast<uint32_t>(merged.size())});
-        if (bounded) upper.push_back(threshold);
-      }
-      list_row[k] = row_of[i].row;
-    }
-  }
-  targets.assign(merged.size() * n, format::kNoState);
-  target_counts.assign(merged.size() * n, 0);
+  // One pass over the lists: a token's first entry opens its row (its
+  // target in every shard state, none until its list says), every entry
+  // fills its shard's cell and adds its count.
   for (size_t e = 0; e < n; ++e) {
     const ShardState& s = shard_states[e];
     const uint64_t last = !s.complete && s.list_size > 0 ? lists[s.list_begin + s.list_size - 1].count : 0;
     for (uint32_t k = s.list_begin; k < s.list_begin + s.list_size; ++k) {
-      const uint32_t row = list_row[k];
-      targets[row * n + e] = lists[k].target;
-      target_counts[row * n + e] = lists[k].count;
-      merged[row].count += lists[k].count;
-      if (bounded) upper[row] += lists[k].count - last;
+      const StaticIndex::Child& c = lists[k];
+      uint64_t i = (c.token * 0x9E3779B97F4A7C15ull) >> 40 & mask;
+      while (row_of[i].generation == generation && row_of[i].token != c.token) i = (i + 1) & mask;
+      if (row_of[i].generation != generation) {
+        row_of[i] = RowSlot{c.token, generation, static_cast<uint32_t>(merged.size())};
+        merged.push_back({c.token, 0, static_cast<uint32_t>(merged.size())});
+        targets.resize(targets.size() + n);
+        if (bounded) upper.push_back(threshold);
+      }
+      const uint32_t row = row_of[i].row;
+      targets[row * n + e] = {c.target, c.count};
+      merged[row].count += c.count;
+      if (bounded) upper[row] += c.count - last;
     }
   }
   // The width-th largest lower bound: a candidate whose upper bound is
@@ -139,19 +153,19 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
       if (upper[c.row] < cut || upper[c.row] == c.count) continue;
       for (size_t e = 0; e < n; ++e) {
         const ShardState& s = shard_states[e];
-        if (s.complete || targets[c.row * n + e] != format::kNoState) continue;
+        if (s.complete || targets[c.row * n + e].target != format::kNoState) continue;
         const format::IndexView& view = sources[s.cursor].view();
         const uint64_t t = sources[s.cursor].index->Next(s.state, c.token);
         if (t == format::kNoState) continue;
-        targets[c.row * n + e] = t;
-        target_counts[c.row * n + e] = view.Count(t);
-        c.count += view.Count(t);
+        const uint64_t count = view.Count(t);
+        targets[c.row * n + e] = {t, count};
+        c.count += count;
       }
     }
   }
   // Only the width heaviest are kept (Heavier is a total order: tokens differ).
   const size_t top = std::min(merged.size(), width);
-  std::partial_sort(merged.begin(), merged.begin() + top, merged.end(), Heavier);
+  KeepHeaviest(merged, top);
   // A token in no list ranks after the width-th candidate when that one
   // sums to more than the threshold, or to as much with a token no
   // greater than last_token (such a token sums to the threshold only by
@@ -197,12 +211,11 @@ void ShardChildren::FromAllChildren(std::span<const internal::StaticSource> sour
     const Gathered& g = gathered[k];
     if (k == 0 || g.token != gathered[k - 1].token) NewRow(g.token);
     MergedChild& c = merged.back();
-    targets[c.row * n + g.shard] = g.target;
-    target_counts[c.row * n + g.shard] = g.count;
+    targets[c.row * n + g.shard] = {g.target, g.count};
     c.count += g.count;
   }
   const size_t keep = std::min(width, merged.size());
-  std::partial_sort(merged.begin(), merged.begin() + keep, merged.end(), Heavier);
+  KeepHeaviest(merged, keep);
   merged.resize(keep);
 }
 

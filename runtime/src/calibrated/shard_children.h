@@ -25,7 +25,7 @@ struct ShardChildren {
   // have a state there (shard_states, two or more; `cursor` indexes
   // `sources`), their counts summed by token, in the same order: what one
   // index over the shards' documents gives. Into merged, with each child's
-  // target in each shard (kNoState: none) in targets / target_counts.
+  // target and its count in each shard (kNoState, 0: none) in targets.
   //
   // A threshold algorithm over each shard's own heaviest children (hub
   // table or child record: a list of 32, or fewer when they are all; for
@@ -53,6 +53,10 @@ struct ShardChildren {
     uint64_t count;  // summed over the shards
     uint32_t row;    // its target in shard state e: targets[row * shard_states.size() + e]
   };
+  struct ShardTarget {
+    uint64_t target = format::kNoState;
+    uint64_t count = 0;
+  };
   struct Gathered {
     uint32_t token;
     uint32_t shard;  // index into shard_states
@@ -61,7 +65,7 @@ struct ShardChildren {
   std::vector<ShardState> shard_states;
   std::vector<StaticIndex::Child> lists;
   std::vector<MergedChild> merged;
-  std::vector<uint64_t> targets, target_counts;  // rows x shard_states.size() (kNoState, 0: none)
+  std::vector<ShardTarget> targets;  // rows x shard_states.size()
   std::vector<Gathered> gathered;
   std::vector<uint64_t> upper, lower;  // candidates' bounds (merged_children)
   // FromLists' rows by token: open addressing, an entry current when its
@@ -71,7 +75,6 @@ struct ShardChildren {
   };
   std::vector<RowSlot> row_of;
   uint32_t generation = 0;
-  std::vector<uint32_t> list_row;  // the row of each entry of `lists`
   // The longest list a shard state contributes (its kLongChildren heaviest
   // children, count descending, then token ascending), and shorter only
   // when it holds all of them.
@@ -116,7 +119,7 @@ struct ShardChildren {
     std::array<uint64_t, kMergedShards> states;
     std::array<uint32_t, kMergedChildren> tokens;
     std::array<uint64_t, kMergedChildren> counts;
-    std::array<uint64_t, kMergedChildren * kMergedShards> targets, target_counts;
+    std::array<ShardTarget, kMergedChildren * kMergedShards> targets;
   };
   std::vector<MergedEntry> merged_cache;
   uint64_t MergedHash(size_t width) const {
@@ -129,7 +132,7 @@ struct ShardChildren {
     if (merged_cache.empty()) merged_cache.resize(kMergedEntries);
     return &merged_cache[hash & (kMergedEntries - 1)];
   }
-  // Fills merged / targets / target_counts from the cache; false on a miss.
+  // Fills merged / targets from the cache; false on a miss.
   bool FindMerged(size_t width) {
     if (shard_states.size() > kMergedShards || width > kMergedChildren) return false;
     const uint64_t hash = MergedHash(width);
@@ -140,13 +143,11 @@ struct ShardChildren {
       if (c.cursors[e] != shard_states[e].cursor || c.states[e] != shard_states[e].state)
         return false;
     merged.clear();
-    targets.assign(c.size * n, 0);
-    target_counts.assign(c.size * n, 0);
+    targets.resize(c.size * n);
     for (uint32_t k = 0; k < c.size; ++k) {
       merged.push_back({c.tokens[k], c.counts[k], k});
       for (size_t e = 0; e < n; ++e) {
         targets[k * n + e] = c.targets[k * kMergedShards + e];
-        target_counts[k * n + e] = c.target_counts[k * kMergedShards + e];
       }
     }
     return true;
@@ -169,7 +170,6 @@ struct ShardChildren {
       c.counts[k] = merged[k].count;
       for (size_t e = 0; e < n; ++e) {
         c.targets[k * kMergedShards + e] = targets[merged[k].row * n + e];
-        c.target_counts[k * kMergedShards + e] = target_counts[merged[k].row * n + e];
       }
     }
   }
@@ -185,10 +185,8 @@ struct ShardChildren {
   // Every transition of every shard state, summed by token; the width heaviest.
   void FromAllChildren(std::span<const internal::StaticSource> sources, size_t width);
   void NewRow(uint32_t token) {
-    const size_t n = shard_states.size();
     merged.push_back({token, 0, static_cast<uint32_t>(merged.size())});
-    targets.resize(targets.size() + n, format::kNoState);
-    target_counts.resize(target_counts.size() + n, 0);
+    targets.resize(targets.size() + shard_states.size());
   }
 };
 
