@@ -10,6 +10,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 
 
@@ -413,29 +414,53 @@ def floor_section(w):
                    "`sam-cal` / `sam`"], rows)]
 
 
+def round_medians(w, index):
+    """An index's bench-step rows in the shard-set rounds, by (context, policy): each
+    row's p50 and p99 the median over the rounds (None without rounds)."""
+    rounds = sorted(f for f in os.listdir(w) if re.fullmatch(rf"sets_{index}_round\d+\.txt", f))
+    if not rounds:
+        return None
+    cells = {}
+    for name in rounds:
+        for r in bench_rows(read(w, name)):
+            cells.setdefault((r[0], r[1]), []).append(r)
+    medians = {}
+    for key, rows in cells.items():
+        row = list(rows[0])
+        for col in (2, 3):
+            row[col] = f"{statistics.median(float(r[col]) for r in rows):.2f}"
+        medians[key] = row
+    return medians, len(rounds)
+
+
 def shard_section(w):
     """Shard sets of 2, 4 and 8 shards of the same corpus against the single file."""
     rows = []
+    num_rounds = 0
     for n, records in ((2, False), (4, False), (8, False), (4, True)):
-        name = f"step_{'r' if records else ''}shard{n}.txt"
-        single_name = "step_records.txt" if records else "step_default.txt"
-        if not os.path.exists(os.path.join(w, name)) or not os.path.exists(os.path.join(w, single_name)):
+        name = f"{'r' if records else ''}shard{n}"
+        got, single_got = round_medians(w, name), round_medians(w, "records" if records else "default")
+        if not got or not single_got:
             continue
-        single = {(r[0], r[1]): r for r in bench_rows(read(w, single_name))}
-        info = load(w, f"inspect_{'r' if records else ''}shard{n}.json")
-        for r in bench_rows(read(w, name)):
-            one = single.get((r[0], r[1]))
+        (cells, num_rounds), (single, _) = got, single_got
+        info = load(w, f"inspect_{name}.json")
+        for key, r in cells.items():
+            one = single.get(key)
             if one:
                 rows.append([r[0], f"`{r[1]}`", f"{n}, child records" if records else str(n),
                              f"{info['bytes_per_token']:.2f}", p50_p99(one), p50_p99(r),
                              ratios(r, one)])
     rows.sort(key=lambda r: (int(r[0]), r[1], int(r[2].split(",")[0]), r[2]))
+    if not rows:
+        return []
     return ["", "### Shard sets", "",
             "The same corpus as 2, 4 and 8 shards (`sam-build --shard I/N`, joined by",
             "`--write-samset`), each shard with its own `StaticIndex`, against the single file: the",
-            "same settings, the paper rule and `sam-cal` interleaved, one bench-step run per index.",
-            "The 4-shard set with child records (`--child-records` on every shard) is against the",
-            "single file with child records. Every set drafts exactly what the single file drafts.", "",
+            "same settings, the paper rule and `sam-cal` interleaved. The indexes take turns, one",
+            f"bench-step run of each a round, {num_rounds} rounds, so that a set and the single file see the",
+            "same phases of the machine; each cell is the median over the rounds. The 4-shard set",
+            "with child records (`--child-records` on every shard) is against the single file with",
+            "child records. Every set drafts exactly what the single file drafts.", "",
             table(["context", "policy", "shards", "set bytes/token", "single file p50 / p99 us",
                    "set p50 / p99 us", "set / single"], rows)]
 
