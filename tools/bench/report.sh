@@ -51,6 +51,8 @@ for t in sam-build sam-inspect sam-replay sam-traces bench-step bench-batch; do
   [[ -x $bin/$t ]] || { echo "report.sh: $bin/$t: not built (tools/build.sh -DSAM_BUILD_BENCHMARKS=ON)" >&2; exit 2; }
 done
 mkdir -p "$work"
+# No bench-step output of an earlier run may stand in for this one's.
+rm -f "$work"/step*.txt "$work"/sets_*.txt
 step() { echo "report.sh: $*" >&2; }
 
 step "building the index (sam-build --preset default)"
@@ -130,10 +132,10 @@ step "child records: the same corpora built with --child-records"
 "$bin/sam-inspect" --json "$work/records.sam" > "$work/inspect_records.json"
 tools/bench/memory.sh -- "${replay[@]/$work\/default.sam/$work/records.sam}" --policy sam-cal \
   > "$work/memory_records.txt"
-step "bench-step: where a step's time goes (prewarmed steps; child records)"
-# The same steps with what they read already in the CPU caches (--prewarm: the floor without
-# cache misses), over the file with child records (one record a lookup), and both.
-for setting in prewarm records records_prewarm; do
+step "bench-step: where a step's time goes (plain, prewarmed steps; child records)"
+# The plain steps, the same with what they read already in the CPU caches (--prewarm: the floor
+# without cache misses), over the file with child records (one record a lookup), and both.
+for setting in default prewarm records records_prewarm; do
   index=$work/default.sam flags=()
   [[ $setting == records* ]] && index=$work/records.sam
   [[ $setting == *prewarm ]] && flags+=(--prewarm)
