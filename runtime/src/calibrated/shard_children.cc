@@ -127,8 +127,7 @@ bool ShardChildren::FromLists(std::span<const internal::StaticSource> sources, s
       while (row_of[i].generation == generation && row_of[i].token != c.token) i = (i + 1) & mask;
       if (row_of[i].generation != generation) {
         row_of[i] = RowSlot{c.token, generation, static_cast<uint32_t>(merged.size())};
-        merged.push_back({c.token, 0, static_cast<uint32_t>(merged.size())});
-        targets.resize(targets.size() + n);
+        NewRow(c.token);
         if (bounded) upper.push_back(threshold);
       }
       const uint32_t row = row_of[i].row;

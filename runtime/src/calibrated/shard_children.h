@@ -184,6 +184,8 @@ struct ShardChildren {
   void AppendChildren(const format::IndexView& view, uint64_t state, uint64_t lo, uint64_t hi);
   // Every transition of every shard state, summed by token; the width heaviest.
   void FromAllChildren(std::span<const internal::StaticSource> sources, size_t width);
+  // Opens the next row of merged and targets for `token`: no count yet, no
+  // target in any shard state.
   void NewRow(uint32_t token) {
     merged.push_back({token, 0, static_cast<uint32_t>(merged.size())});
     targets.resize(targets.size() + shard_states.size());
