@@ -256,6 +256,20 @@ AcceleratorImages BuildAccelerators(const IndexView& view, const AcceleratorPara
   return out;
 }
 
+std::vector<uint8_t> BuildCloneLabels(const IndexView& view, unsigned token_width) {
+  const uint64_t n = view.num_tokens(), c = view.num_clones();
+  PackedWriter out(token_width, c);
+  for (uint64_t k = 0; k < c; ++k) {
+    const uint32_t label = view.LastToken(n + 1 + k);
+    if (label > view.separator())  // (a document end for a clone of strings that end one)
+      throw FormatError(ErrorCode::kInvalidArgument, ErrorContext{},
+                        "clone labels: clone state " + std::to_string(n + 1 + k) +
+                            " ends with no token of the text");
+    out.Push(label);
+  }
+  return out.Finish();
+}
+
 HubTables ParseHubTables(std::span<const uint8_t> bytes, const IndexView& view,
                          const std::string& file) {
   const char* tag = "HUBS";

@@ -336,6 +336,7 @@ std::vector<SectionInfo> ReadSectionTable(const uint8_t* h, uint64_t size, const
     if (tag == "EDGE") return PackedBytes(e, hd.state_width);
     if (tag == "EDEG") return DegreeBytes(s, e);
     if (tag == "ESEL") return PackedBytes(select_samples, hd.select_width);
+    if (tag == "CLAB") return PackedBytes(c, hd.token_width);
     return 0;
   };
   std::vector<SectionInfo> sections;
@@ -569,6 +570,7 @@ void IndexFile::Init(const OpenOptions& options) {
   v.degree_bit_count_ = s + e;
   v.select_samples_ = packed("ESEL", select_samples, hd.select_width);
   v.select_rate_log2_ = hd.select_rate_log2;
+  if (FindSection("CLAB")) v.clone_labels_ = packed("CLAB", c, hd.token_width);
   // The accelerator sections (FORMAT.md section 12): their heads, in O(1).
   auto bytes_of = [&](const char* tag) {
     const SectionInfo* si = FindSection(tag);

@@ -33,6 +33,7 @@ inline constexpr uint64_t kFeatureSelfTest = 1ull << 1;
 inline constexpr uint64_t kFeatureHubTables = 1ull << 2;
 inline constexpr uint64_t kFeatureEdgeFilter = 1ull << 3;
 inline constexpr uint64_t kFeatureChildRecords = 1ull << 4;
+inline constexpr uint64_t kFeatureCloneLabels = 1ull << 5;
 
 // Header field offsets.
 enum HeaderOffset : uint32_t {
@@ -102,6 +103,7 @@ inline constexpr SectionKind kSectionKinds[] = {
     {"HUBS", false, false, kFeatureHubTables, true},
     {"FILT", false, false, kFeatureEdgeFilter, true},
     {"RECS", false, false, kFeatureChildRecords, true},
+    {"CLAB", false, true, kFeatureCloneLabels},
 };
 // The known section with this tag, or nullptr.
 inline const SectionKind* FindSectionKind(const std::string& tag) {

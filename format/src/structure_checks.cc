@@ -45,6 +45,8 @@ class Checker {
     Padding(v_.edges(), "EDGE");
     Padding(v_.select_samples(), "ESEL");
     DegreePadding();
+    const bool labels = v_.clone_labels().size() != 0;
+    if (labels) Padding(v_.clone_labels(), "CLAB");
     // Text: every document, the last one included, ends with the separator.
     if (v_.Token(1) > sep_)
       Fail("TEXT", "tokens must be at most the separator",
@@ -61,6 +63,10 @@ class Checker {
     if (c > 0) {
       Clone(0);
       Clone(c - 1);
+      if (labels) {
+        CloneLabel(0);
+        CloneLabel(c - 1);
+      }
     }
     const uint64_t k = v_.prefix_counts().size();
     if (k > 0) {
@@ -124,6 +130,8 @@ class Checker {
       Fail("TEXT", "the document ends must match the header's document count",
            Num(docs) + " document ends, the header says " + Num(h_.num_documents));
     for (uint64_t k = 0; k < v_.num_clones(); ++k) Clone(k);
+    if (v_.clone_labels().size() != 0)
+      for (uint64_t k = 0; k < v_.num_clones(); ++k) CloneLabel(k);
     for (uint64_t i = 0; i < v_.prefix_counts().size(); ++i) {
       PrefixCount(i);
       if (i > 0 && v_.prefix_counts().Get(i) > v_.prefix_counts().Get(i - 1))
@@ -192,6 +200,17 @@ class Checker {
     if ((bits & 63) != 0 && (w[words - 1] >> (bits & 63)) != 0)
       Fail("EDEG", "padding must be zero", "bits after bit " + Num(bits) + " are set");
     if (w[words] != 0) Fail("EDEG", "padding must be zero", "the padding word is not zero");
+  }
+
+  // CLAB holds the token clone k's strings end with (after Clone(k): its
+  // first end position is in the text).
+  void CloneLabel(uint64_t k) const {
+    const uint64_t state = n_ + 1 + k;
+    const uint64_t label = v_.clone_labels().Get(k);
+    if (label != v_.LastToken(state))
+      Fail("CLAB, CMEP, TEXT", "a clone's label must be the token its strings end with",
+           "clone state " + Num(state) + " is labelled " + Num(label) + ", its first end position " +
+               Num(v_.MinEndpos(state)) + " holds token " + Num(v_.LastToken(state)));
   }
 
   void Clone(uint64_t k) const {

@@ -10,8 +10,11 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <thread>
 
 #include "layout.h"
 #include "sam/format/accelerators.h"
@@ -221,12 +224,14 @@ void IndexWriter::AddAccelerators(const IndexHeader& header, const AcceleratorPa
   const std::vector<uint8_t> head = HeadAndTable(header);
   AcceleratorImages images;
   ChildRecordImage records;
+  std::vector<uint8_t> labels;
   if (memory_ != nullptr) {
     WriteAt(0, head.data(), head.size());
     memory_->resize(end_);
     IndexFile f = IndexFile::FromBuffer(memory_->data(), memory_->size(), path_);
     images = BuildAccelerators(f.view(), params);
     records = BuildRecords(f.view(), images, params);
+    if (params.clone_labels) labels = BuildCloneLabels(f.view(), header.token_width);
   } else {
     const int fd = ::open(temp_path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) Fail(ErrorCode::kIo, path_, "cannot reopen " + temp_path_ + ": " + Errno());
@@ -242,8 +247,28 @@ void IndexWriter::AddAccelerators(const IndexHeader& header, const AcceleratorPa
     try {
       std::memcpy(map, head.data(), head.size());
       IndexFile f = IndexFile::FromBuffer(map, end_, path_);
-      images = BuildAccelerators(f.view(), params);
-      records = BuildRecords(f.view(), images, params);
+      // The labels on another thread: one pass over the clones, beside the
+      // hub tables' pass over the edges.
+      std::exception_ptr labels_error;
+      std::thread labelling;
+      if (params.clone_labels) {
+        labelling = std::thread([&] {
+          try {
+            labels = BuildCloneLabels(f.view(), header.token_width);
+          } catch (...) {
+            labels_error = std::current_exception();
+          }
+        });
+      }
+      try {
+        images = BuildAccelerators(f.view(), params);
+        records = BuildRecords(f.view(), images, params);
+      } catch (...) {
+        if (labelling.joinable()) labelling.join();
+        throw;
+      }
+      if (labelling.joinable()) labelling.join();
+      if (labels_error) std::rethrow_exception(labels_error);
     } catch (...) {
       ::munmap(map, end_);
       throw;
@@ -256,6 +281,7 @@ void IndexWriter::AddAccelerators(const IndexHeader& header, const AcceleratorPa
   AddSection("HUBS", bytes(images.hubs));
   if (images.filter.size() != 0) AddSection("FILT", bytes(images.filter));
   if (records.size != 0) AddSection("RECS", records.bytes());
+  if (params.clone_labels) AddSection("CLAB", labels);
 }
 
 void IndexWriter::CopySection(const SectionInfo& info, std::span<const uint8_t> stored) {
@@ -288,12 +314,16 @@ bool AddAcceleratorsToFile(const std::string& path, const AcceleratorParams& par
   verify.verify = true;
   const IndexFile in = IndexFile::Open(path, verify);
   if (in.view().hubs().present() &&
-      (params.record_min_count == 0 || in.view().child_records().present()))
+      (params.record_min_count == 0 || in.view().child_records().present()) &&
+      (!params.clone_labels ||
+       std::any_of(in.sections().begin(), in.sections().end(),
+                   [](const SectionInfo& s) { return s.tag == "CLAB"; })))
     return false;
   IndexWriter out(path);  // a temporary file renamed over `path` when complete
   for (const SectionInfo& s : in.sections()) {
     if (!FindSectionKind(s.tag)) continue;  // (an unknown optional section: not carried over)
-    if (s.tag == "HUBS" || s.tag == "FILT" || s.tag == "RECS") continue;  // computed again
+    if (s.tag == "HUBS" || s.tag == "FILT" || s.tag == "RECS" || s.tag == "CLAB")
+      continue;  // computed again
     out.CopySection(s, in.StoredBytes(s));
   }
   out.AddAccelerators(in.header(), params);

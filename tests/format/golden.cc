@@ -74,7 +74,8 @@ GoldenSpec LoadGoldenSpec(const fs::path& json_path) {
           .min_degree = a.at("min_degree").get<uint32_t>(),
           .top_k = a.at("top_k").get<uint32_t>(),
           .filter_bits_per_edge = a.at("filter_bits_per_edge").get<uint32_t>(),
-          .record_min_count = a.value("record_min_count", uint32_t{0})};
+          .record_min_count = a.value("record_min_count", uint32_t{0}),
+          .clone_labels = a.value("clone_labels", false)};
     }
     info.self_test_samples = j.at("self_test_samples").get<uint32_t>();
     info.self_test_seed = j.at("self_test_seed").get<uint64_t>();

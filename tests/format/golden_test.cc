@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -376,8 +377,10 @@ void ReaderAnswersLikeBruteForce(const fs::path& dir, uint16_t minor) {
     auto spec = sam::golden::LoadGoldenSpec(json);
     if (minor == 0) {
       // Format 1.0 has no accelerator sections; a file whose point is its
-      // child records has no 1.0 counterpart.
-      if (spec.info.accelerators && spec.info.accelerators->record_min_count > 0) continue;
+      // child records or its clone labels has no 1.0 counterpart.
+      if (spec.info.accelerators && (spec.info.accelerators->record_min_count > 0 ||
+                                     spec.info.accelerators->clone_labels))
+        continue;
       spec.info.accelerators.reset();
     }
     SCOPED_TRACE(spec.name + " in " + dir.string());
@@ -412,6 +415,7 @@ void ReaderAnswersLikeBruteForce(const fs::path& dir, uint16_t minor) {
       want.push_back("HUBS");
       if (spec.info.accelerators->filter_bits_per_edge > 0) want.push_back("FILT");
       if (spec.info.accelerators->record_min_count > 0) want.push_back("RECS");
+      if (spec.info.accelerators->clone_labels) want.push_back("CLAB");
     }
     EXPECT_EQ(tags, want);
 
@@ -426,10 +430,19 @@ void ReaderAnswersLikeBruteForce(const fs::path& dir, uint16_t minor) {
     // Every substring of up to 6 tokens: its state, count and first end
     // position; and each one-token extension exists exactly when the longer
     // string occurs (ForEachChild lists exactly those, in token order).
+    // With CLAB, each clone's label is checked against the last token of a
+    // substring that reaches it; every clone must be reached.
+    const bool labels = spec.info.accelerators && spec.info.accelerators->clone_labels;
+    ASSERT_EQ(v.clone_labels().size(), labels ? v.num_clones() : 0);
+    std::set<uint64_t> labelled;
     size_t checked = 0;
     for (const auto& [s, occ] : oracle.substrings) {
       const uint64_t state = Walk(v, s);
       ASSERT_NE(state, kNoState) << "a substring of the text is not found";
+      if (labels && state > v.num_tokens()) {
+        ASSERT_EQ(v.clone_labels().Get(state - v.num_tokens() - 1), s.back()) << "clone " << state;
+        labelled.insert(state);
+      }
       ASSERT_EQ(v.Count(state), occ.count);
       ASSERT_EQ(v.MinEndpos(state), occ.first_end);
       ASSERT_GE(v.Len(state), s.size());
@@ -452,6 +465,22 @@ void ReaderAnswersLikeBruteForce(const fs::path& dir, uint16_t minor) {
       ++checked;
     }
     EXPECT_GT(checked, 0u);
+    if (labels) {
+      // The clones no substring above reaches (strings across a document
+      // end, or longer than 6 tokens): the text's token at their first end
+      // position (its first end positions are --verify's, checked above
+      // against the substrings that reach them). Among them the separator:
+      // the clones of strings that end a document.
+      ASSERT_GT(labelled.size(), 0u);
+      size_t separators = 0;
+      for (uint64_t k = 0; k < v.num_clones(); ++k) {
+        const uint64_t state = v.num_tokens() + 1 + k;
+        if (labelled.count(state) != 0) continue;
+        ASSERT_EQ(v.clone_labels().Get(k), oracle.text[v.MinEndpos(state) - 1]) << "clone " << state;
+        separators += v.clone_labels().Get(k) == oracle.sep;
+      }
+      EXPECT_GT(separators, 0u);
+    }
     // Each whole document (up to 60 tokens here), however long.
     for (const auto& d : spec.documents) {
       const uint64_t state = Walk(v, d);

@@ -28,6 +28,8 @@
 #include <span>
 #include <string>
 
+#include <vector>
+
 #include "sam/export.h"
 #include "sam/format/huge_buffer.h"
 
@@ -42,6 +44,10 @@ struct AcceleratorParams {
   // Child records (RECS, sam/format/child_records.h) for the clones that
   // occur at least this often (0: no RECS section; otherwise at least 2).
   uint32_t record_min_count = 0;
+  // The clone labels (CLAB): every clone's token stored where a transition
+  // into it is read, one read instead of two dependent ones (FORMAT.md
+  // section 14).
+  bool clone_labels = true;
 };
 // What sam-build stores: a single index the runtime's defaults, a shard of a
 // shard set the longer child lists its drafting reads (kShardTopK).
@@ -150,6 +156,11 @@ struct AcceleratorImages {
 // Computes the sections for `view` in O(states + edges). Throws
 // FormatError (kInvalidArgument) for parameters out of range.
 SAM_API AcceleratorImages BuildAccelerators(const IndexView& view, const AcceleratorParams& params);
+
+// The CLAB section of `view`'s index (FORMAT.md section 14): the token
+// every clone's strings end with, Packed(clones, token_width). Throws
+// FormatError (kInvalidArgument) when a label does not fit (a corrupt view).
+SAM_API std::vector<uint8_t> BuildCloneLabels(const IndexView& view, unsigned token_width);
 
 // Parses a HUBS / FILT image of `view`'s index in O(1): the head's fields,
 // the image's size, and that the tables match the index (state count).

@@ -196,18 +196,21 @@ class SAM_API IndexView {
     return kNoState;
   }
   // Starts loading the labels of the targets of edges [lo, hi). A label costs
-  // one or two dependent cache misses (a clone's first end position, then the
-  // token there): started for every edge first, in two stages, they overlap
-  // instead of following one another.
+  // one cache miss (a position's token, a clone's CLAB entry) or, in a file
+  // without CLAB, two dependent ones for a clone (its first end position,
+  // then the token there): started for every edge first, in two stages,
+  // they overlap instead of following one another.
   void PrefetchLabels(uint64_t lo, uint64_t hi) const {
+    const bool labels = clone_labels_.size() != 0;
     for (uint64_t e = lo; e < hi; ++e) {
       const uint64_t t = edges_.Get(e);
       if (t > n_) {
-        if (t < s_) clone_min_endpos_.Prefetch(t - n_ - 1);
+        if (t < s_) (labels ? clone_labels_ : clone_min_endpos_).Prefetch(t - n_ - 1);
       } else if (t != kRoot) {
         text_.Prefetch(t - 1);
       }
     }
+    if (labels) return;
     for (uint64_t e = lo; e < hi; ++e) {
       const uint64_t t = edges_.Get(e);
       if (t > n_ && t < s_) {
@@ -350,6 +353,11 @@ class SAM_API IndexView {
   uint64_t degree_bit_count() const { return degree_bit_count_; }
   const PackedView& select_samples() const { return select_samples_; }
   unsigned select_rate_log2() const { return select_rate_log2_; }
+  // CLAB: the label of every clone (the token its strings end with, the
+  // separator for strings that end a document), or empty in a file without
+  // it. Checked by --verify only: a label above the separator reads as no
+  // transition.
+  const PackedView& clone_labels() const { return clone_labels_; }
   // The accelerator sections (HUBS, FILT), parsed at open; absent (present()
   // false) in a file that has none. Their contents are checked by --verify
   // only: a reader bounds every value it takes from them.
@@ -366,8 +374,15 @@ class SAM_API IndexView {
   // prefetched) rather than binary searched.
   static constexpr uint64_t kScanEdges = 16;
 
+  // The token a transition into t is labelled with: a clone's from CLAB
+  // when the file has it (one read), else the token at its first end
+  // position (two dependent reads).
   uint32_t LabelOfTarget(uint64_t t) const {
     if (t >= s_ || t == kRoot) return kNoToken;
+    if (t > n_ && clone_labels_.size() != 0) {
+      const uint64_t label = clone_labels_.Get(t - n_ - 1);
+      return label <= vocab_size_ ? static_cast<uint32_t>(label) : kNoToken;  // SEP: a document end
+    }
     uint64_t e = MinEndpos(t);
     return e == 0 ? kNoToken : Token(e);
   }
@@ -390,6 +405,7 @@ class SAM_API IndexView {
   uint64_t degree_bit_count_ = 0;
   PackedView select_samples_;              // position of every 2^r-th one
   unsigned select_rate_log2_ = 6;
+  PackedView clone_labels_;                // CLAB (size 0: none)
   HubTables hubs_;
   EdgeFilter edge_filter_;
   ChildRecords child_records_;
