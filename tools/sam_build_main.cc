@@ -448,9 +448,10 @@ int main(int argc, char** argv) {
                "shard set manifest -o NAME.samset, after deep checks of every file");
   bool upgrade = false;
   app.add_flag("--upgrade", upgrade,
-               "add the drafting accelerators (hub tables, edge filter) to index files written "
-               "without them (format 1.0), in place and atomically, after a deep check; the "
-               "files are given as arguments, no corpora needed");
+               "add the drafting accelerators (hub tables, edge filter, clone labels) to index "
+               "files written without them (format 1.0, or before clone labels existed), in "
+               "place and atomically, after a deep check; the files are given as arguments, no "
+               "corpora needed");
   app.add_option("shard_files", shard_files,
                  "with --write-samset: the shard index files; with --upgrade: the index files");
   bool wide_ids = false;
@@ -465,7 +466,8 @@ int main(int argc, char** argv) {
                "With --upgrade: adds them to files that lack them");
   bool no_accelerators = false;
   app.add_flag("--no-accelerators", no_accelerators,
-               "testing: leave out the accelerator sections (hub tables, edge filter), as "
+               "testing: leave out the accelerator sections (hub tables, edge filter, clone "
+               "labels), as "
                "format 1.0 files do; every process then computes them at open (default: "
                "written)");
   app.add_option("--min-width", min_width,

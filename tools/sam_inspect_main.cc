@@ -26,7 +26,8 @@ double MsSince(std::chrono::steady_clock::time_point t) {
 }
 
 // The accelerator sections' line of the text report.
-void PrintAccelerators(const sam::format::IndexView& view, const std::string& path) {
+void PrintAccelerators(const sam::format::IndexView& view, bool clone_labels,
+                       const std::string& path) {
   const sam::format::HubTables& hubs = view.hubs();
   if (!hubs.present()) {
     std::printf("accelerators: none (computed by every process at open; sam-build --upgrade "
@@ -37,8 +38,12 @@ void PrintAccelerators(const sam::format::IndexView& view, const std::string& pa
   if (view.edge_filter().present())
     filter = ", edge filter " + std::to_string(view.edge_filter().bits_per_edge) +
              " bits per transition";
-  std::printf("accelerators: %llu hubs (states with >= %u transitions, top %u children each)%s\n",
-              (unsigned long long)hubs.num_hubs, hubs.min_degree, hubs.top_k, filter.c_str());
+  std::printf("accelerators: %llu hubs (states with >= %u transitions, top %u children each)%s%s\n",
+              (unsigned long long)hubs.num_hubs, hubs.min_degree, hubs.top_k, filter.c_str(),
+              clone_labels ? ", clone labels" : "");
+  if (!clone_labels)
+    std::printf("clone labels: none (sam-build --upgrade %s adds them: cheaper transition "
+                "lookups, the same drafts)\n", path.c_str());
   const sam::format::ChildRecords& records = view.child_records();
   if (records.present())
     std::printf("child records: %llu slots, top %u children of every repeated string "
@@ -223,6 +228,9 @@ int main(int argc, char** argv) {
     const uint64_t implicit = h.num_tokens - 1 - h.num_documents;
     const uint64_t transitions = root_edges + implicit + h.num_edges;
     const double tokens = static_cast<double>(h.num_tokens);
+    const bool has_clone_labels =
+        std::any_of(f.sections().begin(), f.sections().end(),
+                    [](const sam::format::SectionInfo& s) { return s.tag == "CLAB"; });
     std::vector<std::pair<uint64_t, uint32_t>> frequent;
     std::vector<std::string> vocab;
     if (top > 0) {
@@ -252,6 +260,7 @@ int main(int argc, char** argv) {
       j["bytes_per_token"] = h.file_size / tokens;
       j["open_ms"] = open_ms;
       const sam::format::HubTables& hubs = f.view().hubs();
+      j["clone_labels"] = has_clone_labels;
       j["accelerators"] = hubs.present()
           ? nlohmann::json{{"hubs", hubs.num_hubs}, {"min_degree", hubs.min_degree},
                            {"top_k", hubs.top_k},
@@ -301,7 +310,7 @@ int main(int argc, char** argv) {
                 (unsigned long long)h.num_edges);
     std::printf("field widths (bits): token %u, state %u, position %u, clone length %u, count %u\n",
                 h.token_width, h.state_width, h.position_width, h.clone_len_width, h.count_width);
-    PrintAccelerators(f.view(), path);
+    PrintAccelerators(f.view(), has_clone_labels, path);
     std::printf("corpora:\n");
     for (const auto& c : meta.corpora)
       std::printf("  %-10s %-28s records %llu, documents %llu, skipped %llu, tokens %llu, "

@@ -390,6 +390,30 @@ expect 2 "needs the accelerator sections" -- "$build" -q --child-records --no-ac
   2> "$tmp/records.err" || FAIL "sam-replay on records.sam: $(cat "$tmp/records.err")"
 same_drafts "$tmp/plain.json" "$tmp/records.json" || FAIL "drafts differ between a file and the same with child records"
 
+# Clone labels (CLAB): a file with the other accelerator sections but without them (a golden file
+# written before them) says so, --upgrade adds them (once), the result verifies, and the drafts are
+# those of the file without them.
+golden=$(cd "$(dirname "$0")/../format/golden" && pwd)
+cp "$golden/special.sam" "$tmp/unlabelled.sam"
+expect 0 "clone labels: none (sam-build --upgrade" -- "$inspect" "$tmp/unlabelled.sam"
+cp "$tmp/unlabelled.sam" "$tmp/labelled.sam"
+expect 0 "added the accelerator sections" -- "$build" --upgrade "$tmp/labelled.sam"
+expect 0 "clone labels" -- "$inspect" --verify "$tmp/labelled.sam"
+grep -q "clone labels: none" "$tmp/out" && FAIL "no clone labels after --upgrade: $(cat "$tmp/out")"
+grep -q "verify: OK" "$tmp/out" || FAIL "the upgraded file does not verify: $(cat "$tmp/out")"
+expect 0 "already has the accelerator sections; unchanged" -- "$build" --upgrade "$tmp/labelled.sam"
+python3 - "$tmp/unlabelled.sam" "$tmp/labelled.sam" "$inspect" <<'PY' || FAIL "sam-inspect --json: wrong clone_labels field"
+import json, subprocess, sys
+a, b, inspect = sys.argv[1:]
+field = lambda p: json.loads(subprocess.run([inspect, "--json", p], capture_output=True, check=True).stdout)["clone_labels"]
+sys.exit(0 if field(a) is False and field(b) is True else 1)
+PY
+for f in unlabelled labelled; do
+  "$replay" --index "$tmp/$f.sam" --traces "$tmp/ids-traces.jsonl" --json > "$tmp/$f.json" \
+    2> "$tmp/$f.err" || FAIL "sam-replay on $f.sam: $(cat "$tmp/$f.err")"
+done
+same_drafts "$tmp/unlabelled.json" "$tmp/labelled.json" || FAIL "drafts differ between a file and the same with clone labels"
+
 # ---------------------------------------------------------------- bench-random-model
 model=$tmp/model
 if have bench-random-model; then

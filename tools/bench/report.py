@@ -107,7 +107,7 @@ def index_section(w):
     rss = BUILD_RSS.search(build)
     construct = re.search(r"construct ([\d.]+)", build)
     n = info["tokens"]
-    accel = sum(s["bytes"] for s in info["sections"] if s["tag"] in ("HUBS", "FILT"))
+    accel = sum(s["bytes"] for s in info["sections"] if s["tag"] in ("HUBS", "FILT", "CLAB"))
     doc = ["", "## Index", "",
             "`sam-build --data-dir DATA --preset default` (Alpaca, CodeAlpaca, GSM8K train; the",
             "32K LLaMA tokenizer; BOS and one separator per document included):", "",
@@ -117,7 +117,7 @@ def index_section(w):
                  f"{info['states'] / n:.3f} / {info['clones'] / n:.3f} / {info['transitions'] / n:.3f}"],
                 ["index file", f"**{info['bytes_per_token']:.2f} bytes/token** "
                                f"({info['file_bytes'] / 1e6:.1f} MB)"],
-                ["of which the accelerator sections (HUBS, FILT)",
+                ["of which the accelerator sections (HUBS, FILT, CLAB)",
                  f"{accel / n:.2f} bytes/token ({accel / 1e6:.1f} MB)"],
                 ["build, end to end (read, tokenize, construct, write)",
                  f"**{speed.group(2)}M tokens/s** ({speed.group(1)} s)" if speed else "?"],
