@@ -46,7 +46,7 @@ struct IndexInfo {
   std::vector<std::string> vocabulary;      // pieces for VOCB (empty: no section)
   uint32_t self_test_samples = 64;          // TEST section samples
   uint64_t self_test_seed = 12345;
-  // The accelerator sections (HUBS, FILT) with these parameters; none when
+  // The accelerator sections (HUBS, FILT, CLAB) with these parameters; none when
   // empty (a file the runtime prepares at open).
   std::optional<format::AcceleratorParams> accelerators;
 };
@@ -58,7 +58,7 @@ struct WriteReport {
   uint64_t file_bytes = 0;
   std::vector<format::SectionInfo> sections;
   double freeze_seconds = 0, write_seconds = 0;
-  double accelerator_seconds = 0;  // computing HUBS and FILT (within write_seconds' span, not in it)
+  double accelerator_seconds = 0;  // computing HUBS, FILT and CLAB (within write_seconds' span, not in it)
 };
 
 // Token limits of the builder: with 32-bit ids (then it widens), and at all

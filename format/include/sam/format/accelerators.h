@@ -27,7 +27,6 @@
 #include <cstdint>
 #include <span>
 #include <string>
-
 #include <vector>
 
 #include "sam/export.h"

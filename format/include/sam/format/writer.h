@@ -44,7 +44,8 @@ class IndexWriter {
   // fsyncs, renames to the final path and fsyncs the directory.
   void Finish(const IndexHeader& header);
   // Computes the accelerator sections (HUBS, FILT: sam/format/accelerators.h;
-  // RECS when params.record_min_count > 0: sam/format/child_records.h)
+  // RECS when params.record_min_count > 0: sam/format/child_records.h; CLAB
+  // when params.clone_labels)
   // from the sections written so far, which must be all the others, and
   // appends them. `header` is the one Finish() will get.
   void AddAccelerators(const IndexHeader& header, const AcceleratorParams& params);
@@ -71,11 +72,13 @@ class IndexWriter {
 };
 
 // Rewrites the index file at `path` with the accelerator sections (HUBS,
-// FILT, and RECS when params.record_min_count > 0) computed with `params`,
+// FILT, RECS when params.record_min_count > 0, CLAB when
+// params.clone_labels) computed with `params`,
 // atomically (a temporary file renamed over it); every other section is
 // carried over byte for byte. The file is verified first
 // (IndexFile::Verify). Returns false, changing nothing, when the file
-// already has them (HUBS, and RECS when asked for). Throws FormatError.
+// already has them (HUBS, and RECS and CLAB when asked for). Throws
+// FormatError.
 bool AddAcceleratorsToFile(const std::string& path, const AcceleratorParams& params);
 
 }  // namespace sam::format

@@ -123,9 +123,9 @@ struct BuildConfig {
   // Id type and minimum widths (defaults: 32-bit ids widened as needed,
   // widths from the data); the others test the 64-bit paths.
   automaton::BuilderOptions builder_options;
-  // The accelerator sections (HUBS, FILT: format/FORMAT.md section 12); off
-  // writes a format 1.0 file, which the runtime prepares at open (tests and
-  // benchmarks of that path).
+  // The accelerator sections (HUBS, FILT, CLAB: format/FORMAT.md sections 12
+  // and 14); off writes a format 1.0 file, which the runtime prepares at
+  // open (tests and benchmarks of that path).
   bool accelerators = true;
   // Child records (RECS, format/FORMAT.md section 13) as well: every clone's
   // heaviest children in one place, which make `sam-cal` steps cheaper for
@@ -176,7 +176,7 @@ struct BuildReport {
   // constructing, freezing and writing.
   double read_seconds = 0, tokenize_seconds = 0, construct_seconds = 0, write_seconds = 0;
   double total_seconds = 0;
-  // Of write_seconds: computing the accelerator sections (HUBS, FILT).
+  // Of write_seconds: computing the accelerator sections (HUBS, FILT, CLAB).
   double accelerator_seconds = 0;
   uint64_t peak_rss_bytes = 0;
   bool segment_cache = false;
