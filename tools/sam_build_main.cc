@@ -449,7 +449,7 @@ int main(int argc, char** argv) {
   bool upgrade = false;
   app.add_flag("--upgrade", upgrade,
                "add the drafting accelerators (hub tables, edge filter, clone labels) to index "
-               "files written without them (format 1.0, or before clone labels existed), in "
+               "files written without them (format 1.0, or by an earlier sam-build), in "
                "place and atomically, after a deep check; the files are given as arguments, no "
                "corpora needed");
   app.add_option("shard_files", shard_files,
