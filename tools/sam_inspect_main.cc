@@ -228,9 +228,7 @@ int main(int argc, char** argv) {
     const uint64_t implicit = h.num_tokens - 1 - h.num_documents;
     const uint64_t transitions = root_edges + implicit + h.num_edges;
     const double tokens = static_cast<double>(h.num_tokens);
-    const bool has_clone_labels =
-        std::any_of(f.sections().begin(), f.sections().end(),
-                    [](const sam::format::SectionInfo& s) { return s.tag == "CLAB"; });
+    const bool has_clone_labels = f.HasSection("CLAB");
     std::vector<std::pair<uint64_t, uint32_t>> frequent;
     std::vector<std::string> vocab;
     if (top > 0) {

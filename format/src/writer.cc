@@ -10,7 +10,6 @@
 #include <xxhash.h>
 #include <zstd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <exception>
@@ -225,13 +224,34 @@ void IndexWriter::AddAccelerators(const IndexHeader& header, const AcceleratorPa
   AcceleratorImages images;
   ChildRecordImage records;
   std::vector<uint8_t> labels;
+  // The labels on another thread: one pass over the clones, beside the hub
+  // tables' pass over the edges.
+  auto compute = [&](const IndexView& view) {
+    std::exception_ptr labels_error;
+    std::thread labelling;
+    if (params.clone_labels) {
+      labelling = std::thread([&] {
+        try {
+          labels = BuildCloneLabels(view, header.token_width);
+        } catch (...) {
+          labels_error = std::current_exception();
+        }
+      });
+    }
+    try {
+      images = BuildAccelerators(view, params);
+      records = BuildRecords(view, images, params);
+    } catch (...) {
+      if (labelling.joinable()) labelling.join();
+      throw;
+    }
+    if (labelling.joinable()) labelling.join();
+    if (labels_error) std::rethrow_exception(labels_error);
+  };
   if (memory_ != nullptr) {
     WriteAt(0, head.data(), head.size());
     memory_->resize(end_);
-    IndexFile f = IndexFile::FromBuffer(memory_->data(), memory_->size(), path_);
-    images = BuildAccelerators(f.view(), params);
-    records = BuildRecords(f.view(), images, params);
-    if (params.clone_labels) labels = BuildCloneLabels(f.view(), header.token_width);
+    compute(IndexFile::FromBuffer(memory_->data(), memory_->size(), path_).view());
   } else {
     const int fd = ::open(temp_path_.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) Fail(ErrorCode::kIo, path_, "cannot reopen " + temp_path_ + ": " + Errno());
@@ -246,29 +266,7 @@ void IndexWriter::AddAccelerators(const IndexHeader& header, const AcceleratorPa
       Fail(ErrorCode::kIo, path_, std::string("cannot map ") + temp_path_ + ": " + std::strerror(err));
     try {
       std::memcpy(map, head.data(), head.size());
-      IndexFile f = IndexFile::FromBuffer(map, end_, path_);
-      // The labels on another thread: one pass over the clones, beside the
-      // hub tables' pass over the edges.
-      std::exception_ptr labels_error;
-      std::thread labelling;
-      if (params.clone_labels) {
-        labelling = std::thread([&] {
-          try {
-            labels = BuildCloneLabels(f.view(), header.token_width);
-          } catch (...) {
-            labels_error = std::current_exception();
-          }
-        });
-      }
-      try {
-        images = BuildAccelerators(f.view(), params);
-        records = BuildRecords(f.view(), images, params);
-      } catch (...) {
-        if (labelling.joinable()) labelling.join();
-        throw;
-      }
-      if (labelling.joinable()) labelling.join();
-      if (labels_error) std::rethrow_exception(labels_error);
+      compute(IndexFile::FromBuffer(map, end_, path_).view());
     } catch (...) {
       ::munmap(map, end_);
       throw;
@@ -315,9 +313,7 @@ bool AddAcceleratorsToFile(const std::string& path, const AcceleratorParams& par
   const IndexFile in = IndexFile::Open(path, verify);
   if (in.view().hubs().present() &&
       (params.record_min_count == 0 || in.view().child_records().present()) &&
-      (!params.clone_labels ||
-       std::any_of(in.sections().begin(), in.sections().end(),
-                   [](const SectionInfo& s) { return s.tag == "CLAB"; })))
+      (!params.clone_labels || in.HasSection("CLAB")))
     return false;
   IndexWriter out(path);  // a temporary file renamed over `path` when complete
   for (const SectionInfo& s : in.sections()) {

@@ -465,6 +465,8 @@ class SAM_API IndexFile {
   const IndexHeader& header() const { return header_; }
   const std::string& path() const { return path_; }
   const std::vector<SectionInfo>& sections() const { return sections_; }
+  // Whether the file has the section with this tag.
+  bool HasSection(const char* tag) const { return FindSection(tag) != nullptr; }
   // A section's bytes as stored in the file (compressed ones compressed).
   std::span<const uint8_t> StoredBytes(const SectionInfo& s) const {
     return std::span<const uint8_t>(SectionData(s), s.stored_bytes);
