@@ -32,15 +32,20 @@ def latency(work):
             "move with it"]
 
 
-def machine(work):
-    """One line per fact about the machine the benchmarks ran on."""
-    model = "unknown CPU"
+def cpu_model():
+    """lscpu's model name."""
     try:
         for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines():
             if line.startswith("Model name:"):
-                model = line.split(":", 1)[1].strip()
+                return line.split(":", 1)[1].strip()
     except OSError:
         pass
+    return "unknown CPU"
+
+
+def machine(work):
+    """One line per fact about the machine the benchmarks ran on."""
+    model = cpu_model()
     mem = ""
     with open("/proc/meminfo") as f:
         for line in f:
@@ -386,6 +391,7 @@ def step_section(w):
             "", step_table(step)]
 
     doc += floor_section(w)
+    doc += lookups_section(w)
     doc += shard_section(w)
     return doc
 
@@ -431,6 +437,42 @@ def floor_section(w):
             "read (a step starts where the last draft was rejected).", "",
             table(["context", "setting", "`sam` p50 / p99 us", "`sam-cal` p50 / p99 us",
                    "`sam-cal` / `sam`"], rows)]
+
+
+def lookups_section(w):
+    """sam-cal's lookup limit: MAT and tokens per step (replay), with and without backoff
+    children, and the step cost at each limit against the paper rule's (bench-step)."""
+    limits = (1, 2, 4, 8, 16, 0)
+    if not all(os.path.exists(os.path.join(w, f"lookups_{l}_backoff{b}.json"))
+               for l in limits for b in (8, 0)) or not os.path.exists(
+                   os.path.join(w, "step_lookups.txt")):
+        return []
+    step = {(r[0], r[1]): r for r in bench_rows(read(w, "step_lookups.txt"))}
+    rows = []
+    for l in limits:
+        with_b = policies(load(w, f"lookups_{l}_backoff8.json"))["sam-cal"]
+        without = policies(load(w, f"lookups_{l}_backoff0.json"))["sam-cal"]
+        name = f"**{l}** (default)" if l == 8 else ("no limit" if l == 0 else str(l))
+        row = [name, f"{with_b['mat']:.3f} / {with_b['tokens_per_step']:.1f}",
+               f"{without['mat']:.3f} / {without['tokens_per_step']:.1f}"]
+        for c in ("1024", "131072"):
+            cal, sam = step.get((c, f"sam-cal/L{l}")), step.get((c, "sam"))
+            row += [p50_p99(cal), ratios(cal, sam)] if cal and sam else ["", ""]
+        rows.append(row)
+    sam_1k, sam_128k = step.get(("1024", "sam")), step.get(("131072", "sam"))
+    paper = (f"The paper rule in the same run: {p50_p99(sam_1k)} us at 1K, "
+             f"{p50_p99(sam_128k)} us at 128K." if sam_1k and sam_128k else "")
+    return ["", "### The lookup limit", "",
+            "`sam-cal` looks up at most `max_static_lookups` branching states a step",
+            "(`--experimental max_static_lookups=N`; 0: no limit; default 8). A lookup is a chain",
+            "of dependent reads in the index (the state's transitions, then their labels and",
+            "counts), so each one adds about the same to a step; more lookups find more of the",
+            "tokens the model accepts. MAT / tokens verified per step from `sam-replay` over the",
+            "dev traces, with backoff children (the default, `backoff_count` 8) and without",
+            "(`--experimental backoff_count=0`); step p50 / p99 from one `bench-step` run whose rows",
+            "(every limit, and the paper rule) take turns, settings as above. " + paper, "",
+            table(["lookups", "MAT / tokens, backoff", "MAT / tokens, no backoff",
+                   "1K p50 / p99 us", "1K / `sam`", "128K p50 / p99 us", "128K / `sam`"], rows)]
 
 
 def round_medians(w, index):
@@ -549,11 +591,130 @@ def batch_section(w):
                    "resident MiB/session"], rows)]
 
 
+README_BEGIN = "<!-- results: written by tools/bench/report.sh with docs/performance.md; edit that script, not this block -->"
+README_END = "<!-- /results -->"
+
+
+def readme_results(w):
+    """The README's Results block: the figures its policy guide cites, from this run."""
+    info = load(w, "inspect.json")
+    build, _, _ = median_build(w)
+    speed = BUILD_SPEED.search(build)
+    replay = policies(load(w, "replay.json"))
+    step = {(r[0], r[1]): r for r in bench_rows(read(w, "step.txt"))}
+    records_step = {}
+    if os.path.exists(os.path.join(w, "step_records.txt")):
+        records_step = {(r[0], r[1]): r for r in bench_rows(read(w, "step_records.txt"))}
+    plain_step = {}
+    if os.path.exists(os.path.join(w, "step_default.txt")):
+        plain_step = {(r[0], r[1]): r for r in bench_rows(read(w, "step_default.txt"))}
+    traces = load(w, "replay.json")["traces"]
+    lines = [README_BEGIN, "",
+             f"Figures of the last report run, on a shared {os.cpu_count()}-core {cpu_model()}",
+             "(docs/performance.md has them all, with the machine; `tools/bench/report.sh`",
+             "regenerates both on yours in a few minutes): the default index (Alpaca, CodeAlpaca,",
+             f"GSM8K train; {info['tokens'] / 1e6:.1f}M tokens, {info['bytes_per_token']:.1f} bytes "
+             "a token with its accelerator sections,",
+             f"built at {speed.group(2) if speed else '?'}M tokens/s), {traces:,} traces of GSM8K "
+             "test and HumanEval reference answers,", "exact greedy replay.", ""]
+
+    def at_text(q):
+        return f"{q['mat']:.3f} at {q['tokens_per_step']:.1f} tokens per step"
+
+    def cost(name):
+        r = step.get(("1024", name))
+        return f"{r[2]} us" if r else ""
+    rows = []
+    labels = (("pld", "`pld` (prompt lookup baseline)"), ("sam", "`sam` (the paper's rule)"),
+              ("sam-tree", "`sam-tree` (count-weighted trees)"), ("sam-cal", "**`sam-cal`** (default)"))
+    for name, label in labels:
+        if name not in replay:
+            continue
+        p = replay[name]
+        mat, tps, c = f"{p['mat']:.3f}", f"{p['tokens_per_step']:.2f}", cost(name)
+        if name == "sam-cal":
+            mat, tps = f"**{mat}**", f"**{tps}**"
+        elif name == "sam-tree":
+            c = ""
+        rows.append([label, mat, tps, c])
+    best12 = None
+    for m in ("bfs", "prob"):
+        for b in (0, 3, 6, 9):
+            name = os.path.join(w, f"sglang_{m}_{b}_12_tree.json")
+            if os.path.exists(name):
+                q = policies(load(w, os.path.basename(name)))["sglang-ngram"]
+                if best12 is None or q["mat"] > best12["mat"]:
+                    best12 = q
+    if best12:
+        rows.append(["`sglang-ngram` (SGLang's NGRAM drafting, this index as its corpus, its best "
+                     "setting at 12 nodes)", f"{best12['mat']:.3f}", f"{best12['tokens_per_step']:.2f}", ""])
+    lines += [table(["policy", "MAT", "tokens verified / step", "step cost, 1K context (p50)"], rows)]
+
+    facts = []
+    tree = policies(load(w, "tree_sizes.json")) if os.path.exists(
+        os.path.join(w, "tree_sizes.json")) else {}
+    chain = policies(load(w, "chain_sizes.json")) if os.path.exists(
+        os.path.join(w, "chain_sizes.json")) else {}
+    if "sam-cal" in chain and "sam" in chain:
+        cal9, sam9 = by_size(chain["sam-cal"]).get(9), by_size(chain["sam"]).get(9)
+        if cal9 and sam9:
+            facts.append(["chains of at most 8 drafted tokens (`shape=\"chain\"`, vLLM's "
+                          "`num_speculative_tokens` 8)",
+                          f"`sam-cal` MAT {at_text(cal9)}; the paper rule's {at_text(sam9)}"])
+        sam12 = by_size(tree["sam"]).get(12) if "sam" in tree else None
+        cal = chain["sam-cal"]
+        if sam12:
+            facts.append(["chains at the default draft size",
+                          f"`sam-cal` MAT {at_text(cal)}, {cal['mat'] / sam12['mat']:.2f}x the "
+                          f"paper rule's {at_text(sam12)} at 12 nodes"])
+    if os.path.exists(os.path.join(w, "cal_cpu.json")) and os.path.exists(
+            os.path.join(w, "curves.json")):
+        cpu = policies(load(w, "cal_cpu.json"))["sam-cal"]
+        curve = policies(load(w, "curves.json"))["sam-cal"]
+        facts.append(["verification on a CPU (`docs/cost-curves/cpu-llama-8x1024.csv`)",
+                      f"projected speed-up {cpu.get('projected_speedup', 0):.2f}x with the cost "
+                      f"curve, {curve.get('projected_speedup', 0):.2f}x without"])
+    if os.path.exists(os.path.join(w, "inspect_records.json")):
+        rec = load(w, "inspect_records.json")
+        text = (f"{rec['bytes_per_token']:.1f} bytes per token against "
+                f"{info['bytes_per_token']:.1f}")
+        plain, with_rec = plain_step.get(("1024", "sam-cal")), records_step.get(("1024", "sam-cal"))
+        if plain and with_rec:
+            text += (f"; `sam-cal` step p50 {with_rec[2]} us against {plain[2]} us at 1K "
+                     "(the same drafts)")
+        facts.append(["child records (`sam-build --child-records`)", text])
+    got, single_got = round_medians(w, "shard4"), round_medians(w, "default")
+    if got and single_got:
+        r, one = got[0].get(("1024", "sam-cal")), single_got[0].get(("1024", "sam-cal"))
+        if r and one:
+            facts.append(["a 4-shard set (`--shard I/4`) against the single file",
+                          f"`sam-cal` step p50 / p99 {ratios(r, one)} at 1K (the same drafts)"])
+    if facts:
+        lines += ["", table(["setting", "measured"], facts)]
+    lines += ["", README_END]
+    return lines
+
+
+def update_readme(path, block):
+    """Replaces the README's Results block (between README_BEGIN and README_END)."""
+    with open(path) as f:
+        text = f.read()
+    begin, end = text.find(README_BEGIN), text.find(README_END)
+    if begin < 0 or end < begin:
+        raise SystemExit(f"report.py: {path}: no Results block ({README_BEGIN} ... {README_END})")
+    text = text[:begin] + "\n".join(block) + text[end + len(README_END):]
+    tmp = f"{path}.tmp-{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--work", required=True)
     ap.add_argument("--bin", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--readme", help="also rewrite this README's Results block")
     a = ap.parse_args()
     doc = ["<!-- Generated by tools/bench/report.sh; edit that script, not this file. -->",
            "# Performance", "",
@@ -568,6 +729,8 @@ def main():
     doc.append("")
     with open(a.out, "w") as f:
         f.write("\n".join(doc))
+    if a.readme:
+        update_readme(a.readme, readme_results(a.work))
 
 
 if __name__ == "__main__":

