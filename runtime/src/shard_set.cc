@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "best_first_tree.h"
 #include "sam/format/shard_set.h"
 
 namespace sam::runtime {
@@ -21,7 +22,6 @@ std::vector<std::shared_ptr<const StaticIndex>> OpenShardSet(
 void MergedStaticTreeBuilder::Build(std::span<const ShardMatch> matches,
                                     const StaticTreeOptions& options, DraftTree* tree,
                                     std::vector<double>* weights_out) {
-  auto heavier = [](const Candidate& a, const Candidate& b) { return a.weight < b.weight; };
   heap_.clear();
   pairs_.clear();
   node_pairs_.clear();
@@ -69,38 +69,21 @@ void MergedStaticTreeBuilder::Build(std::span<const ShardMatch> matches,
                                     static_cast<float>(share)});
       i = j;
     }
-    const size_t keep = std::min(children_.size(), options.max_width);
-    std::partial_sort(children_.begin(), children_.begin() + keep, children_.end(),
-                      [](const Candidate& a, const Candidate& b) {
-                        return a.weight > b.weight ||
-                               (a.weight == b.weight && a.token < b.token);
-                      });
-    for (size_t i = 0; i < keep; ++i) {
-      Candidate c = children_[i];
+    // A kept candidate's shard states move to pairs_, where its node finds them.
+    internal::PushHeaviest(children_, options.max_width, heap_, [&](Candidate& c) {
       const uint32_t first = static_cast<uint32_t>(pairs_.size());
       for (uint32_t g = c.pairs_begin; g < c.pairs_end; ++g)
         pairs_.push_back(ShardMatch{gathered_[g].view, gathered_[g].target});
       c.pairs_begin = first;
       c.pairs_end = static_cast<uint32_t>(pairs_.size());
-      heap_.push_back(c);
-      std::push_heap(heap_.begin(), heap_.end(), heavier);
-    }
+    });
   };
 
   expand(0, 1.0);
-  while (tree->size() < options.max_nodes && !heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), heavier);
-    const Candidate c = heap_.back();
-    heap_.pop_back();
-    const size_t depth = tree->depths[c.parent] + 1;
-    if (width_[depth] >= options.max_width) continue;
-    ++width_[depth];
-    const int node = tree->Add(c.parent, c.token);
-    tree->accept_estimates.push_back(c.share);
-    node_pairs_.emplace_back(c.pairs_begin, c.pairs_end);
-    if (weights_out) weights_out->push_back(c.weight);
-    if (tree->size() < options.max_nodes) expand(node, c.weight);
-  }
+  internal::GrowBestFirst(
+      tree, options, heap_, width_, weights_out,
+      [&](int, const Candidate& c) { node_pairs_.emplace_back(c.pairs_begin, c.pairs_end); },
+      expand);
 }
 
 }  // namespace sam::runtime

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <bit>
 
+#include "best_first_tree.h"
 #include "index_children.h"
 #include "sam/runtime/static_match.h"
 
@@ -49,7 +50,6 @@ void TopChildrenCache::Clear() {
 void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
                               const StaticTreeOptions& options, DraftTree* tree,
                               std::vector<double>* weights_out) {
-  auto heavier = [](const Candidate& a, const Candidate& b) { return a.weight < b.weight; };
   // The shared hub table answers for hubs of its own view only (a Bare()
   // index has none: the builder's cache does).
   const StaticIndex* hubs = options.hubs != nullptr && options.hubs->prepared() &&
@@ -109,32 +109,13 @@ void StaticTreeBuilder::Build(const format::IndexView& view, uint64_t state,
         children_.push_back(candidate(target, token, share(view.Count(target))));
       });
     }
-    const size_t keep = std::min(children_.size(), options.max_width);
-    std::partial_sort(children_.begin(), children_.begin() + keep, children_.end(),
-                      [](const Candidate& a, const Candidate& b) {
-                        return a.weight > b.weight ||
-                               (a.weight == b.weight && a.token < b.token);
-                      });
-    for (size_t i = 0; i < keep; ++i) {
-      heap_.push_back(children_[i]);
-      std::push_heap(heap_.begin(), heap_.end(), heavier);
-    }
+    internal::PushHeaviest(children_, options.max_width, heap_, [](Candidate&) {});
   };
 
   expand(0, 1.0);
-  while (tree->size() < options.max_nodes && !heap_.empty()) {
-    std::pop_heap(heap_.begin(), heap_.end(), heavier);
-    const Candidate c = heap_.back();
-    heap_.pop_back();
-    const size_t depth = tree->depths[c.parent] + 1;
-    if (width_[depth] >= options.max_width) continue;
-    ++width_[depth];
-    const int node = tree->Add(c.parent, c.token);
-    tree->accept_estimates.push_back(c.share);
-    node_state_.push_back(c.state);
-    if (weights_out) weights_out->push_back(c.weight);
-    if (tree->size() < options.max_nodes) expand(node, c.weight);  // else nothing more is added
-  }
+  internal::GrowBestFirst(
+      tree, options, heap_, width_, weights_out,
+      [&](int, const Candidate& c) { node_state_.push_back(c.state); }, expand);
 }
 
 }  // namespace sam::runtime
