@@ -92,6 +92,9 @@ struct SectionKind {
   bool hot;                   // raw, page-aligned, size implied by the header
   uint64_t optional_feature;  // the optional feature bit that says the section is present (0: none)
   bool mapped = false;        // raw and page-aligned (read in place), its size given by its own head
+  // Computed from the automaton by IndexWriter::AddAccelerators: what
+  // AddAcceleratorsToFile (sam-build --upgrade) writes again.
+  bool accelerator = false;
 };
 inline constexpr SectionKind kSectionKinds[] = {
     {"TEXT", true, true, 0},   {"LINK", true, true, 0},  {"CLEN", true, true, 0},
@@ -100,10 +103,10 @@ inline constexpr SectionKind kSectionKinds[] = {
     {"ESEL", true, true, 0},   {"META", true, false, 0},
     {"VOCB", false, false, kFeatureVocabulary},
     {"TEST", false, false, kFeatureSelfTest},
-    {"HUBS", false, false, kFeatureHubTables, true},
-    {"FILT", false, false, kFeatureEdgeFilter, true},
-    {"RECS", false, false, kFeatureChildRecords, true},
-    {"CLAB", false, true, kFeatureCloneLabels},
+    {"HUBS", false, false, kFeatureHubTables, true, true},
+    {"FILT", false, false, kFeatureEdgeFilter, true, true},
+    {"RECS", false, false, kFeatureChildRecords, true, true},
+    {"CLAB", false, true, kFeatureCloneLabels, false, true},
 };
 // The known section with this tag, or nullptr.
 inline const SectionKind* FindSectionKind(const std::string& tag) {

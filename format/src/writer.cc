@@ -317,9 +317,9 @@ bool AddAcceleratorsToFile(const std::string& path, const AcceleratorParams& par
     return false;
   IndexWriter out(path);  // a temporary file renamed over `path` when complete
   for (const SectionInfo& s : in.sections()) {
-    if (!FindSectionKind(s.tag)) continue;  // (an unknown optional section: not carried over)
-    if (s.tag == "HUBS" || s.tag == "FILT" || s.tag == "RECS" || s.tag == "CLAB")
-      continue;  // computed again
+    const SectionKind* kind = FindSectionKind(s.tag);
+    if (kind == nullptr) continue;     // (an unknown optional section: not carried over)
+    if (kind->accelerator) continue;  // computed again
     out.CopySection(s, in.StoredBytes(s));
   }
   out.AddAccelerators(in.header(), params);
