@@ -22,7 +22,7 @@
 # and peak memory of the median build, bytes per token), sam-inspect (open time), sam-traces --template raw (the dev traces:
 # GSM8K test questions with reference answers, HumanEval prompts with canonical solutions),
 # sam-replay per policy, per draft size, as chains, SGLang's NGRAM drafting at its settings and
-# with the cross-request cache, tools/bench/memory.sh
+# with the cross-request cache (also on an index without GSM8K train), tools/bench/memory.sh
 # (resident memory of one and two processes; also of the index without its accelerator
 # sections), bench-step (per-step cost against context length; the same steps prewarmed and with
 # child records (a --child-records build); sam-cal's lookup limit; shard sets of 2, 4 and 8 shards of the same corpus against the single file),
@@ -58,7 +58,7 @@ grep -q '^<!-- results:' "$readme" 2>/dev/null ||
   { echo "report.sh: $readme: no Results block to rewrite (<!-- results: ... --> ... <!-- /results -->)" >&2; exit 2; }
 mkdir -p "$work"
 # No bench-step output of an earlier run may stand in for this one's.
-rm -f "$work"/step*.txt "$work"/sets_*.txt "$work"/lookups_*.json "$work"/build.txt "$work"/build_run*.txt
+rm -f "$work"/step*.txt "$work"/sets_*.txt "$work"/lookups_*.json "$work"/uncovered_*.json "$work"/build.txt "$work"/build_run*.txt
 step() { echo "report.sh: $*" >&2; }
 
 # Three builds (the document gives the median's figures, and the range): one build's speed
@@ -108,6 +108,15 @@ step "replay: the cross-request response cache"
 "${replay[@]}" --policy sam --policy sam-cal --cross-request --tenant-field category > "$work/cache.json"
 "${replay[@]}" --policy sam-cal --cross-request --tenant-field category --cache-compile \
   > "$work/cache_compile.json"
+# The same on an index that does not cover the traffic: the default corpora without GSM8K train.
+"$bin/sam-build" -q --tokenizer "$tok" --corpus "alpaca=$data/alpaca/alpaca_data.json" \
+  --corpus "alpaca=$data/code_alpaca/code_alpaca_2k.json" \
+  --corpus "alpaca=$data/code_alpaca/new_codealpaca.json" -o "$work/uncovered.sam" > /dev/null
+uncovered=("${replay[@]/$work\/default.sam/$work/uncovered.sam}" --policy sam --policy sam-cal)
+"${uncovered[@]}" > "$work/uncovered_plain.json"
+"${uncovered[@]}" --cross-request --tenant-field category > "$work/uncovered_cache.json"
+"${uncovered[@]}" --cross-request --tenant-field category --cache-compile \
+  > "$work/uncovered_compiled.json"
 step "replay: chains, and SGLang's NGRAM drafting at its settings"
 sizes=8,9,12,16,24,40
 "${replay[@]}" --draft-sizes $sizes > "$work/tree_sizes.json"
