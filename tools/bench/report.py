@@ -322,6 +322,20 @@ def by_size(p):
     return {c["draft_size"]: c for c in p["budget_curve"]}
 
 
+def best_sglang(w, nodes):
+    """sglang-ngram's tree of highest MAT at `nodes` nodes over the settings report.sh replays
+    (BFS and PROB, 0, 3, 6 and 9 of 11 drafted tokens from the corpus), or None."""
+    best = None
+    for m in ("bfs", "prob"):
+        for b in (0, 3, 6, 9):
+            name = f"sglang_{m}_{b}_{nodes}_tree.json"
+            if os.path.exists(os.path.join(w, name)):
+                p = policies(load(w, name))["sglang-ngram"]
+                if best is None or p["mat"] > best["mat"]:
+                    best = p
+    return best
+
+
 def chain_section(w):
     """Chains beside trees, and SGLang's NGRAM drafting at its own settings."""
     if not os.path.exists(os.path.join(w, "chain_sizes.json")):
@@ -355,7 +369,7 @@ def chain_section(w):
                 f"{sam12['tokens_per_step']:.1f} tokens verified); cut at 12 nodes, "
                 f"{cal12['mat'] / sam12['mat']:.3f}x ({cal12['mat']:.3f} with "
                 f"{cal12['tokens_per_step']:.1f} verified)."]
-    rows, best = [], {}
+    rows = []
     for m in ("bfs", "prob"):
         for b in (0, 3, 6, 9):
             label = f"{m.upper()}, " + ("trie alone" + (" (SGLang's defaults)" if m == "bfs" else "")
@@ -367,10 +381,7 @@ def chain_section(w):
                     if not os.path.exists(name):
                         row.append("")
                         continue
-                    p = policies(load(w, os.path.basename(name)))["sglang-ngram"]
-                    row.append(at(p))
-                    if shape == "tree" and p["mat"] > best.get(n, {"mat": 0})["mat"]:
-                        best[n] = p
+                    row.append(at(policies(load(w, os.path.basename(name)))["sglang-ngram"]))
             rows.append(row)
     for n in ("sam-cal", "sam"):
         row = [f"`{n}`"]
@@ -380,7 +391,8 @@ def chain_section(w):
     doc += ["", "`sglang-ngram` (SGLang's NGRAM drafting, this index as its external corpus;",
             "`--sglang-match`, `--sglang-corpus-budget`) at its 12 nodes and at 24:", "",
             table(["setting", "12 tree", "12 chain", "24 tree", "24 chain"], rows)]
-    if 12 in best and 24 in best:
+    best = {n: best_sglang(w, n) for n in (12, 24)}
+    if best[12] and best[24]:
         t12, t24 = by_size(tree["sam-cal"])[12], by_size(tree["sam-cal"])[24]
         doc += ["", f"SGLang's best setting here reaches {at(best[12])} at 12 nodes and "
                 f"{at(best[24])} at 24; `sam-cal`'s trees are {t12['mat'] / best[12]['mat']:.2f}x "
@@ -614,7 +626,8 @@ def readme_results(w):
     info = load(w, "inspect.json")
     build, _, _ = median_build(w)
     speed = BUILD_SPEED.search(build)
-    replay = policies(load(w, "replay.json"))
+    replay_run = load(w, "replay.json")
+    replay, traces = policies(replay_run), replay_run["traces"]
     step = {(r[0], r[1]): r for r in bench_rows(read(w, "step.txt"))}
     records_step = {}
     if os.path.exists(os.path.join(w, "step_records.txt")):
@@ -622,7 +635,6 @@ def readme_results(w):
     plain_step = {}
     if os.path.exists(os.path.join(w, "step_default.txt")):
         plain_step = {(r[0], r[1]): r for r in bench_rows(read(w, "step_default.txt"))}
-    traces = load(w, "replay.json")["traces"]
     lines = [README_BEGIN, "",
              f"Figures of the last report run, on a shared {os.cpu_count()}-core {cpu_model()}",
              "(docs/performance.md has them all, with the machine; `tools/bench/report.sh`",
@@ -651,14 +663,7 @@ def readme_results(w):
         elif name == "sam-tree":
             c = ""
         rows.append([label, mat, tps, c])
-    best12 = None
-    for m in ("bfs", "prob"):
-        for b in (0, 3, 6, 9):
-            name = os.path.join(w, f"sglang_{m}_{b}_12_tree.json")
-            if os.path.exists(name):
-                q = policies(load(w, os.path.basename(name)))["sglang-ngram"]
-                if best12 is None or q["mat"] > best12["mat"]:
-                    best12 = q
+    best12 = best_sglang(w, 12)
     if best12:
         rows.append(["`sglang-ngram` (SGLang's NGRAM drafting, this index as its corpus, its best "
                      "setting at 12 nodes)", f"{best12['mat']:.3f}", f"{best12['tokens_per_step']:.2f}", ""])
